@@ -1,0 +1,3 @@
+from tokenwatt.cli import main
+
+main()

@@ -1,0 +1,72 @@
+"""The ``tokenwatt`` command: a thin typer layer. Nothing in the library imports it.
+
+Each command lives in its own module and registers itself on ``app``. Errors a user can
+act on (``TokenwattError``) print one line and exit 2; anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from tokenwatt import __version__
+from tokenwatt.errors import TokenwattError
+
+app = typer.Typer(
+    name="tokenwatt",
+    help="TokenWatt Bench: SLO goodput, tokens per joule and decode bandwidth utilization.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err_console = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tokenwatt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """TokenWatt Bench."""
+
+
+def _register() -> None:
+    from tokenwatt.cli import bench, geometry, probe, report, sim
+
+    for module in (geometry, sim, probe, bench, report):
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except TokenwattError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,66 @@
+"""Per-request measurement records: the hot-path data shared by client, load and metrics.
+
+Every timestamp is ``time.perf_counter_ns`` (monotonic) nanoseconds; see ``tokenwatt.clock``.
+A record is filled by the client while the stream runs and is immutable in spirit afterwards.
+Failures are data: ``status == "error"`` with an ``error_kind``, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+ErrorKind = Literal[
+    "connect",  # could not connect or write the request
+    "http_status",  # non-2xx status
+    "reset",  # connection closed or reset before the stream ended
+    "timeout_first_token",  # no content chunk within timeouts.first_token_s
+    "stall",  # no bytes for timeouts.idle_s mid-stream
+    "timeout_total",  # whole request over timeouts.total_s
+    "protocol",  # malformed HTTP or SSE, undecodable JSON
+    "stream_error",  # a JSON error object inside a 200 stream
+    "cancelled",  # the run was interrupted (Ctrl-C) while the request was in flight
+]
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's lifecycle as the client saw it."""
+
+    request_id: int
+    scheduled_ns: int  # when the arrival schedule said to send it
+    prompt_tokens_client: int  # prompt length the client built (tokens)
+    max_tokens: int
+    sent_ns: int | None = None  # request bytes handed to the kernel
+    first_token_ns: int | None = None  # arrival of the first content chunk
+    end_ns: int | None = None  # arrival of the last content chunk
+    done_ns: int | None = None  # stream finished ([DONE] / close) or failed
+    chunk_ns: list[int] = field(default_factory=list)  # arrival of each content chunk
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens in each content chunk
+    prompt_tokens: int | None = None  # the server's usage.prompt_tokens, else client count
+    completion_tokens: int | None = None  # the server's usage.completion_tokens, else fallback
+    usage_source: Literal["server", "fallback"] = "server"
+    status: Literal["ok", "error"] = "ok"
+    http_status: int | None = None
+    error_kind: ErrorKind | None = None
+    error_message: str | None = None
+    finish_reason: str | None = None
+    coalesced_reads: int = 0  # reads that returned more than one content event
+    timestamp_source: Literal["kernel", "user"] = "kernel"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def output_tokens(self) -> int:
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return sum(self.chunk_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        return cls(**data)

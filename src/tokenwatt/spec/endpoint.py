@@ -1,0 +1,62 @@
+"""Where requests go and how they are shaped on the wire."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from tokenwatt.spec._base import Section
+
+
+class Timeouts(Section):
+    connect_s: float = Field(10.0, gt=0, description="TCP/TLS connect and request write, seconds")
+    first_token_s: float = Field(
+        600.0, gt=0, description="from send to the first content chunk, seconds"
+    )
+    idle_s: float = Field(
+        60.0, gt=0, description="longest silence between two reads of a stream (a stall), seconds"
+    )
+    total_s: float = Field(1800.0, gt=0, description="whole request, seconds")
+
+
+class Endpoint(Section):
+    url: str = Field(
+        "sim",
+        description="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1, "
+        "or 'sim' to start the built-in simulator in-process",
+    )
+    api: Literal["completions", "chat"] = Field("completions", description="which OpenAI API")
+    model: str | None = Field(None, description="served model name; None: the first of /v1/models")
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the API key (never the key)"
+    )
+    prompt_format: Literal["auto", "token_ids", "text"] = Field(
+        "auto",
+        description="completions prompts as token-id lists (vLLM, SGLang, the simulator) or "
+        "as text; auto: token ids for the simulator, text otherwise",
+    )
+    stream_usage: bool = Field(
+        True,
+        description="ask for stream_options.include_usage and continuous_usage_stats so token "
+        "counts come from the server",
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="extra JSON fields merged into every request body"
+    )
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        if v == "sim":
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be 'sim' or an http(s) URL such as http://127.0.0.1:8000/v1")
+        return v.rstrip("/")
+
+    @property
+    def is_sim(self) -> bool:
+        return self.url == "sim"

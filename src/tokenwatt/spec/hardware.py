@@ -1,0 +1,43 @@
+"""The node under test: accelerator, N_GPU and data-parallel replicas R."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from tokenwatt.spec._base import Section
+
+
+class CustomAccelerator(Section):
+    bandwidth_bytes_per_s: float = Field(gt=0, description="rated memory bandwidth per GPU, B/s")
+    memory_bytes: float = Field(gt=0, description="memory per GPU, bytes")
+    tdp_w: float | None = Field(None, gt=0, description="board power per GPU, W")
+    bf16_dense_flops: float | None = Field(None, gt=0, description="dense BF16 peak, FLOP/s")
+    fp8_dense_flops: float | None = Field(None, gt=0, description="dense FP8 peak, FLOP/s")
+
+
+class HardwareSection(Section):
+    accelerator: str | None = Field(
+        "h100-sxm", description="catalog name (see `tokenwatt hardware`); None with `custom`"
+    )
+    custom: CustomAccelerator | None = Field(
+        None, description="figures for an accelerator the catalog lacks, or to replace its own"
+    )
+    gpus: int = Field(1, ge=1, description="N_GPU: accelerators serving the model on this node")
+    replicas: int = Field(1, ge=1, description="R: data-parallel engine replicas on the node")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.accelerator is None and self.custom is None:
+            raise ValueError("give hardware.accelerator (a catalog name) or hardware.custom")
+        if self.gpus % self.replicas:
+            raise ValueError(
+                f"hardware.gpus ({self.gpus}) must be a multiple of hardware.replicas "
+                f"({self.replicas})"
+            )
+        return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.gpus // self.replicas

@@ -1,0 +1,44 @@
+"""How the SLO boundary is searched and how long each probe runs."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from tokenwatt.spec._base import Section
+
+
+class ProbeSettings(Section):
+    warmup_s: float = Field(10.0, ge=0, description="requests sent before the window opens, s")
+    min_duration_s: float = Field(60.0, gt=0, description="shortest measurement window, s")
+    min_requests: int = Field(
+        200, ge=1, description="fewest requests that must start inside the window"
+    )
+    max_duration_s: float = Field(600.0, gt=0, description="longest measurement window, s")
+    drain_timeout_s: float = Field(
+        120.0, ge=0, description="after the window, wait this long for counted requests to end"
+    )
+    early_stop: bool = Field(True, description="stop a probe as soon as it has clearly failed")
+
+    @model_validator(mode="after")
+    def _order(self) -> Self:
+        if self.max_duration_s < self.min_duration_s:
+            raise ValueError("max_duration_s must be >= min_duration_s")
+        return self
+
+
+class SearchSettings(Section):
+    start_rate_rps: float | None = Field(
+        None, gt=0, description="first rate; None: derived from the single-stream point"
+    )
+    growth: float = Field(2.0, gt=1, description="factor between rates until the SLO fails")
+    precision: float = Field(
+        0.05, gt=0, lt=1, description="stop bisecting when (hi − lo) / lo is below this"
+    )
+    max_rate_rps: float = Field(10_000.0, gt=0, description="give up growing past this rate")
+    max_probes: int = Field(20, ge=1, description="most probes in one search")
+    single_stream_requests: int = Field(
+        10, ge=0, description="requests sent one at a time for the latency floor (0 to skip)"
+    )
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)
