@@ -1,0 +1,351 @@
+"""The result file ``DIR/result.json``: the product of a run, versioned.
+
+Every view (terminal, HTML, ``compare``) is rendered from this file, never from in-memory
+state, so a result can be re-rendered or compared years later. The top level is strict
+(unknown keys are an error: a typo must not silently vanish); a probe summary and its
+sub-records accept extra keys so the search can add optional figures without a version bump.
+
+Schema changelog (bump ``SCHEMA_VERSION`` and add a line for any change a reader of an
+older file must know about; ``load_result`` accepts exactly the versions listed here):
+
+    1 - (tokenwatt 0.1.0) first version: spec (redacted), geometry, accelerator, gpus,
+        replicas, slo, machine, single_stream, probes[], boundary, search, interrupted,
+        warnings.
+
+Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
+``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tokenwatt.errors import ReportError
+
+__all__ = [
+    "RESULT_FILE",
+    "SCHEMA_VERSION",
+    "SUPPORTED_VERSIONS",
+    "BenchResult",
+    "EnergySummary",
+    "LatencySummary",
+    "MachineInfo",
+    "MbuDetail",
+    "ProbeSummary",
+    "SearchStep",
+    "SearchSummary",
+    "SloDetail",
+    "SloSettings",
+    "load_result",
+    "redact_secrets",
+    "result_path",
+    "write_result",
+]
+
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
+RESULT_FILE = "result.json"
+
+
+class _Open(BaseModel):
+    """Sub-records: known fields validated, extra optional fields kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LatencySummary(_Open):
+    """Summary of one latency over a probe's counted requests, seconds (None: no samples)."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    count: int | None = Field(None, description="samples the summary rests on")
+
+
+class MbuDetail(_Open):
+    """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth), and its split.
+
+    ``mbu = mbu_weights + mbu_kv``; the weights part is R·s·W(B) over the rated total, the
+    KV part KV/s over the rated total.
+    """
+
+    output_tokens_per_s: float = Field(description="T: output tokens/s for the node")
+    itl_token_weighted_s: float = Field(description="τ: token-weighted mean inter-token latency")
+    replicas: int = Field(description="R: data-parallel engine replicas")
+    steps_per_s: float = Field(description="s = 1/τ: decode steps per second per replica")
+    batch_per_replica: float = Field(description="B = T·τ/R: sequences per step per replica")
+    expected_unique_experts: float | None = Field(
+        None, description="E·(1−(1−k/E)^B) per MoE layer; None for dense models"
+    )
+    weight_bytes_per_step: float = Field(description="W(B): weight bytes read per decode step")
+    dense_weight_bytes: float | None = Field(None, description="the routing-independent part")
+    weight_bytes_per_s: float = Field(description="R·s·W(B)")
+    mean_context_per_token: float = Field(description="mean KV context per generated token")
+    kv_bytes_per_token: float = Field(
+        description="geometry's KV bytes per cached token (all layers; full-attention basis)"
+    )
+    kv_bytes_per_s: float = Field(
+        description="KV/s, exact per layer kind (MLA, sliding windows) over the window"
+    )
+    gpus: int = Field(description="N_GPU")
+    bandwidth_bytes_per_s_per_gpu: float = Field(description="rated memory bandwidth per GPU")
+    rated_bytes_per_s: float = Field(description="N_GPU × rated bandwidth")
+    mbu: float
+    mbu_weights: float
+    mbu_kv: float
+    flags: list[str] = Field(default_factory=list, description="e.g. multi_token_chunks")
+
+
+class EnergySummary(_Open):
+    """Energy over exactly a probe's measurement window, for the headline scope."""
+
+    energy_j: float
+    mean_power_w: float
+    joules_per_output_token: float | None = None
+    tokens_per_joule: float | None = None
+    source: str = Field(description="source kind: nvml, amdsmi, prometheus, redfish, rapl, …")
+    scope: str = Field(description="gpu, module, memory, cpu, dram, node or wall")
+    modelled: bool = Field(False, description="true for the constant source: not a measurement")
+    window_s: float | None = None
+    flags: list[str] = Field(default_factory=list, description="e.g. window_short")
+
+
+class SloDetail(_Open):
+    """Why a probe passed or failed its SLO."""
+
+    kind: Literal["percentile", "attainment"] = "percentile"
+    failed: list[str] = Field(
+        default_factory=list,
+        description="limits that failed, e.g. ttft_p99, tpot_p99, e2e_p99, attainment, "
+        "trend, errors",
+    )
+    trend_rising: bool = Field(False, description="queue or TTFT grew across the window")
+    early_stopped: bool = Field(False, description="the probe stopped early, clearly failing")
+    reason: str | None = Field(None, description="one line a person can read")
+
+
+class ProbeSummary(_Open):
+    """One probe (one offered rate) or the single-stream point, over its measurement window.
+
+    ``index`` is the probe's position in the search, from 1; the single-stream point is 0.
+    """
+
+    index: int
+    rate_rps: float | None = Field(description="offered Poisson rate; None for single stream")
+    achieved_rate_rps: float = Field(description="requests started per second in the window")
+    output_tokens_per_s: float = Field(description="T, node output tokens/s in the window")
+    itl_token_weighted_s: float | None = Field(description="τ, token-weighted mean ITL")
+    batch_per_replica: float | None = Field(description="B = T·τ/R")
+    mean_context_per_token: float | None
+    mbu: float | None
+    mbu_detail: MbuDetail | None = None
+    goodput_output_tokens_per_s: float
+    goodput_output_tokens_per_s_per_gpu: float
+    tokens_per_joule: float | None = Field(description="None: not measured")
+    energy: EnergySummary | None = None
+    power_series: list[tuple[float, float]] | None = Field(
+        None, description="[t_s from window start, W] samples for the power plot"
+    )
+    slo_passed: bool
+    slo_detail: SloDetail = Field(default_factory=SloDetail)
+    attainment: float | None = Field(description="fraction of requests meeting every limit")
+    ttft_s: LatencySummary
+    tpot_s: LatencySummary
+    itl_s: LatencySummary = Field(description="chunk-level inter-arrival gaps")
+    e2e_s: LatencySummary
+    send_lateness_s: LatencySummary | None = Field(
+        None, description="actual send − scheduled send: the load generator's own error"
+    )
+    requests_ok: int
+    requests_failed: int
+    errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    window_s: float
+    requests_file: str | None = Field(None, description="e.g. requests-03.jsonl")
+    flags: list[str] = Field(default_factory=list)
+
+
+class SearchStep(_Open):
+    """One probe of the search and the bracket after it."""
+
+    index: int
+    rate_rps: float
+    passed: bool
+    phase: Literal["grow", "bisect", "confirm"] = "grow"
+    lo_rps: float | None = Field(None, description="highest passing rate so far")
+    hi_rps: float | None = Field(None, description="lowest failing rate so far")
+
+
+class SearchSummary(_Open):
+    history: list[SearchStep] = Field(default_factory=list)
+    precision_target: float = Field(description="stop when (hi − lo)/lo is below this")
+    precision_reached: float | None = Field(None, description="(hi − lo)/lo at the end")
+    stop_reason: str = Field(
+        description="converged, max_probes, max_rate, failed_at_start, interrupted, error"
+    )
+
+
+class SloSettings(_Open):
+    """The SLO the run was judged against (the spec's, presets resolved)."""
+
+    kind: Literal["percentile", "attainment"] = "percentile"
+    preset: str | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    percentile: float = 0.99
+    attainment: float = 0.9
+
+
+class MachineInfo(_Open):
+    """Facts about the client machine, for reproducing and for comparing runs."""
+
+    hostname: str
+    os: str
+    python: str
+    cpu_count: int | None
+    clock: str = Field(description="the monotonic clock used for every measurement")
+    timestamp_source: str = Field(description="kernel (SO_TIMESTAMP) or user")
+    realtime_minus_monotonic_s: float = Field(
+        description="wall − monotonic at the start: add to a monotonic stamp for wall time"
+    )
+
+
+class BenchResult(_Strict):
+    """A whole ``tokenwatt bench`` run."""
+
+    schema_version: int = SCHEMA_VERSION
+    tool: str = "tokenwatt"
+    tool_version: str
+    name: str = Field(description="the spec's name")
+    spec: dict[str, Any] = Field(description="the spec, secrets removed")
+    geometry: dict[str, Any] = Field(description="ModelGeometry.to_dict()")
+    accelerator: dict[str, Any] = Field(description="Accelerator.to_dict()")
+    gpus: int = Field(ge=1, description="N_GPU")
+    replicas: int = Field(ge=1, description="R")
+    slo: SloSettings
+    machine: MachineInfo
+    started_at: datetime
+    ended_at: datetime | None = None
+    single_stream: ProbeSummary | None = None
+    probes: list[ProbeSummary] = Field(default_factory=list)
+    boundary: ProbeSummary | None = None
+    search: SearchSummary | None = None
+    interrupted: bool = False
+    warnings: list[str] = Field(default_factory=list)
+
+    @field_validator("spec", mode="after")
+    @classmethod
+    def _redact_spec(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The caller redacts already; do it again so no path can leak a key into a file.
+        out: dict[str, Any] = redact_secrets(v)
+        return out
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v not in SUPPORTED_VERSIONS:
+            raise ValueError(f"unknown schema_version {v}; this tokenwatt reads {_versions()}")
+        return v
+
+
+# Secret-looking keys. "token" only as a whole word at the end (token, hf_token, auth_token):
+# the spec is full of token counts (input_tokens, max_batched_tokens, first_token_s).
+_SECRET_KEY = re.compile(
+    r"(api[_-]?key|secret|passw(or)?d|authorization|cookie|credential|(^|[_-])token$)", re.I
+)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
+
+
+def redact_secrets(value: Any) -> Any:
+    """A copy with values under secret-looking keys replaced by ``***`` and credentials in
+    URLs removed. Keys ending in ``_env`` name environment variables and are kept."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            key = str(k)
+            secret = _SECRET_KEY.search(key) and not key.lower().endswith("_env")
+            out[k] = "***" if secret and v is not None else redact_secrets(v)
+        return out
+    if isinstance(value, list | tuple):
+        return [redact_secrets(v) for v in value]
+    if isinstance(value, str) and "@" in value:
+        return _URL_CREDENTIALS.sub(r"\g<scheme>***@", value)
+    return value
+
+
+def _versions() -> str:
+    return ", ".join(str(v) for v in sorted(SUPPORTED_VERSIONS))
+
+
+def result_path(path_or_dir: str | Path) -> Path:
+    """``DIR/result.json`` for a directory, else the path itself."""
+    p = Path(path_or_dir)
+    return p / RESULT_FILE if p.is_dir() else p
+
+
+def load_result(path_or_dir: str | Path) -> BenchResult:
+    """Read a result file (or a run directory holding one); failures are one-line ReportErrors."""
+    p = result_path(path_or_dir)
+    try:
+        text = p.read_text("utf-8")
+    except FileNotFoundError:
+        where = f"{p.parent} has no {RESULT_FILE}" if p.name == RESULT_FILE else f"{p} not found"
+        raise ReportError(f"{where}; give a run directory written by `tokenwatt bench`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ReportError(f"{p}: cannot read result file ({reason})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportError(
+            f"{p}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise ReportError(f"{p}: not a tokenwatt result file (no schema_version at the top)")
+    version = data["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ReportError(f"{p}: schema_version must be an integer, got {version!r}")
+    if version not in SUPPORTED_VERSIONS:
+        newer = " (written by a newer tokenwatt; upgrade)" if version > SCHEMA_VERSION else ""
+        raise ReportError(
+            f"{p}: unknown schema_version {version}{newer}; this tokenwatt reads {_versions()}"
+        )
+    try:
+        return BenchResult.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ReportError(f"{p}: invalid result file: {loc}: {err['msg']}{more}") from None
+
+
+def write_result(result: BenchResult, out_dir: str | Path) -> Path:
+    """Write ``DIR/result.json`` atomically (temp file + rename), so a crash or Ctrl-C during
+    the write never leaves half a file where a good one was."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    target = d / RESULT_FILE
+    text = result.model_dump_json(indent=2) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,157 @@
+"""The result file: golden round trip, version handling, redaction, and the golden's arithmetic."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tokenwatt.errors import ReportError
+from tokenwatt.report.schema import (
+    SCHEMA_VERSION,
+    BenchResult,
+    load_result,
+    write_result,
+)
+
+GOLDEN = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
+
+
+def _golden_data() -> dict:
+    return json.loads(GOLDEN.read_text("utf-8"))
+
+
+def test_golden_round_trips_exactly(tmp_path: Path) -> None:
+    result = load_result(GOLDEN)
+    assert result.schema_version == SCHEMA_VERSION == 1
+    out = write_result(result, tmp_path / "run")
+    assert out == tmp_path / "run" / "result.json"
+    assert json.loads(out.read_text("utf-8")) == _golden_data()
+    assert load_result(tmp_path / "run") == result
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name != "result.json"]
+
+
+def test_golden_content_is_what_the_views_need() -> None:
+    r = load_result(GOLDEN)
+    assert r.boundary is not None and r.boundary.rate_rps == 9.25
+    assert [p.index for p in r.probes] == list(range(1, 11))
+    assert r.single_stream is not None and r.single_stream.index == 0
+    assert r.search is not None and r.search.stop_reason == "converged"
+    # The bracket closed within the target precision: (9.5 - 9.25) / 9.25.
+    assert r.search.precision_reached == pytest.approx((9.5 - 9.25) / 9.25, abs=1e-4)
+    assert r.search.precision_reached < r.search.precision_target
+    assert r.spec["endpoint"]["api_key_env"] == "OPENAI_API_KEY"  # a variable's name, kept
+
+
+def test_golden_mbu_is_coherent_with_the_seed_formula() -> None:
+    """Recompute MBU from the stored inputs by hand: (R·s·W(B) + KV/s) / (N·BW)."""
+    r = load_result(GOLDEN)
+    geo = r.geometry
+    assert r.boundary is not None
+    d = r.boundary.mbu_detail
+    assert d is not None
+    e, k = geo["experts"], geo["experts_per_token"]
+    b = d.output_tokens_per_s * d.itl_token_weighted_s / d.replicas
+    assert b == pytest.approx(d.batch_per_replica, rel=1e-3)
+    unique = e * (1 - (1 - k / e) ** b)
+    assert unique == pytest.approx(d.expected_unique_experts, rel=1e-3)
+    w = geo["dense_weight_bytes"] + geo["moe_layers"] * unique * geo["expert_bytes"]
+    assert w == pytest.approx(d.weight_bytes_per_step, rel=1e-3)
+    kv = d.output_tokens_per_s * d.mean_context_per_token * geo["kv_bytes_per_token"]
+    assert kv == pytest.approx(d.kv_bytes_per_s, rel=1e-6)
+    rated = r.gpus * r.accelerator["bandwidth_bytes_per_s"]
+    mbu = (d.replicas * w / d.itl_token_weighted_s + kv) / rated
+    assert mbu == pytest.approx(r.boundary.mbu, abs=5e-4)
+    assert d.mbu_weights + d.mbu_kv == pytest.approx(d.mbu, abs=2e-4)
+    assert r.boundary.goodput_output_tokens_per_s_per_gpu == pytest.approx(
+        r.boundary.goodput_output_tokens_per_s / r.gpus, abs=0.01
+    )
+    # Qwen3-30B-A3B: 96 KiB of BF16 KV per token (48 layers x 4 KV heads x 128 x 2 x 2 B).
+    assert geo["kv_bytes_per_token"] == 48 * 4 * 128 * 2 * 2 == 96 * 1024
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("{not json", "not valid JSON at line 1"),
+        ("[1, 2]", "not a tokenwatt result file"),
+        ('{"schema_version": 99}', "unknown schema_version 99 (written by a newer tokenwatt"),
+        ('{"schema_version": 0}', "unknown schema_version 0; this tokenwatt reads 1"),
+        ('{"schema_version": "1"}', "schema_version must be an integer"),
+        ('{"schema_version": 1}', "invalid result file: tool_version: Field required"),
+    ],
+)
+def test_bad_files_fail_in_one_line(tmp_path: Path, content: str, fragment: str) -> None:
+    p = tmp_path / "result.json"
+    p.write_text(content, "utf-8")
+    with pytest.raises(ReportError) as info:
+        load_result(tmp_path)
+    msg = str(info.value)
+    assert fragment in msg
+    assert "\n" not in msg
+    assert str(p) in msg
+
+
+def test_missing_file_and_dir_name_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match=r"has no result.json; give a run directory"):
+        load_result(tmp_path)
+    with pytest.raises(ReportError, match=r"nope.json not found"):
+        load_result(tmp_path / "nope.json")
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ReportError, match="cannot read result file"):
+        load_result(binary)
+
+
+def test_top_level_is_strict_and_probes_are_open() -> None:
+    data = _golden_data()
+    data["probes"][0]["queue_depth_mean"] = 3.5  # an optional figure the search may add
+    r = BenchResult.model_validate(data)
+    assert r.probes[0].model_extra == {"queue_depth_mean": 3.5}
+    assert json.loads(r.model_dump_json())["probes"][0]["queue_depth_mean"] == 3.5
+    data["throughput_typo"] = 1
+    with pytest.raises(ValueError, match="throughput_typo"):
+        BenchResult.model_validate(data)
+
+
+def test_secrets_never_reach_the_file(tmp_path: Path) -> None:
+    data = _golden_data()
+    data["spec"]["endpoint"]["url"] = "http://alice:hunter2@127.0.0.1:8000/v1"
+    data["spec"]["endpoint"]["extra_body"] = {"api_key": "sk-live-123", "temperature": 0}
+    r = BenchResult.model_validate(data)
+    text = write_result(r, tmp_path).read_text("utf-8")
+    assert "hunter2" not in text and "sk-live-123" not in text and "alice" not in text
+    spec = load_result(tmp_path).spec
+    assert spec["endpoint"]["url"] == "http://***@127.0.0.1:8000/v1"
+    assert spec["endpoint"]["extra_body"] == {"api_key": "***", "temperature": 0}
+
+
+def test_golden_latencies_are_ordered() -> None:
+    """Quantiles of one sample set can never decrease with q; a hand-typo would break this."""
+    r = load_result(GOLDEN)
+    for p in [*r.probes, r.single_stream]:
+        assert p is not None
+        for summary in (p.ttft_s, p.tpot_s, p.itl_s, p.e2e_s):
+            qs = [summary.p50, summary.p90, summary.p95, summary.p99]
+            assert all(q is not None and math.isfinite(q) for q in qs)
+            assert qs == sorted(qs)
+
+
+def test_redaction_keeps_token_counts_and_drops_secrets() -> None:
+    from tokenwatt.report.schema import redact_secrets
+
+    spec = {
+        "workload": {"input_tokens": {"value": 1024}, "output_tokens": {"value": 256}},
+        "sim": {"max_batched_tokens": 8192},
+        "endpoint": {"timeouts": {"first_token_s": 600.0}, "api_key_env": "OPENAI_API_KEY"},
+        "headers": {"Authorization": "Bearer sk-1", "hf_token": "hf_abc", "token": "t"},
+        "power": [{"password": "pw", "url": "https://root:calvin@10.0.0.5/redfish"}],
+    }
+    out = redact_secrets(spec)
+    assert out["workload"] == spec["workload"]
+    assert out["sim"] == spec["sim"]
+    assert out["endpoint"] == spec["endpoint"]
+    assert out["headers"] == {"Authorization": "***", "hf_token": "***", "token": "***"}
+    assert out["power"] == [{"password": "***", "url": "https://***@10.0.0.5/redfish"}]
