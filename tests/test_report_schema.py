@@ -50,21 +50,25 @@ def test_golden_mbu_is_coherent_with_the_seed_formula() -> None:
     r = load_result(GOLDEN)
     geo = r.geometry
     assert r.boundary is not None
-    d = r.boundary.mbu_detail
-    assert d is not None
+    detail = r.boundary.mbu_detail
+    assert detail is not None
+    d = detail.inputs
     e, k = geo["experts"], geo["experts_per_token"]
     b = d.output_tokens_per_s * d.itl_token_weighted_s / d.replicas
-    assert b == pytest.approx(d.batch_per_replica, rel=1e-3)
+    assert b == pytest.approx(d.batch_per_replica, rel=1e-4)
     unique = e * (1 - (1 - k / e) ** b)
-    assert unique == pytest.approx(d.expected_unique_experts, rel=1e-3)
+    assert unique == pytest.approx(d.expected_distinct_experts, rel=1e-4)
     w = geo["dense_weight_bytes"] + geo["moe_layers"] * unique * geo["expert_bytes"]
-    assert w == pytest.approx(d.weight_bytes_per_step, rel=1e-3)
+    assert w == pytest.approx(d.weight_bytes_per_step, rel=1e-4)
+    assert d.mean_context_per_token is not None
     kv = d.output_tokens_per_s * d.mean_context_per_token * geo["kv_bytes_per_token"]
-    assert kv == pytest.approx(d.kv_bytes_per_s, rel=1e-6)
+    assert kv == pytest.approx(d.kv_bytes_per_s, rel=1e-5)
     rated = r.gpus * r.accelerator["bandwidth_bytes_per_s"]
+    assert rated == d.node_bandwidth_bytes_per_s
     mbu = (d.replicas * w / d.itl_token_weighted_s + kv) / rated
     assert mbu == pytest.approx(r.boundary.mbu, abs=5e-4)
-    assert d.mbu_weights + d.mbu_kv == pytest.approx(d.mbu, abs=2e-4)
+    assert detail.mbu_weights is not None and detail.mbu_kv is not None
+    assert detail.mbu_weights + detail.mbu_kv == pytest.approx(r.boundary.mbu, abs=2e-4)
     assert r.boundary.goodput_output_tokens_per_s_per_gpu == pytest.approx(
         r.boundary.goodput_output_tokens_per_s / r.gpus, abs=0.01
     )

@@ -39,6 +39,7 @@ __all__ = [
     "LatencySummary",
     "MachineInfo",
     "MbuDetail",
+    "MbuInputs",
     "ProbeSummary",
     "SearchStep",
     "SearchSummary",
@@ -73,41 +74,60 @@ class LatencySummary(_Open):
     p90: float | None = None
     p95: float | None = None
     p99: float | None = None
+    max: float | None = None
     count: int | None = Field(None, description="samples the summary rests on")
 
 
-class MbuDetail(_Open):
-    """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth), and its split.
+class MbuInputs(_Open):
+    """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU).
 
-    ``mbu = mbu_weights + mbu_kv``; the weights part is R·s·W(B) over the rated total, the
-    KV part KV/s over the rated total.
+    Field names are those of ``tokenwatt.metrics.mbu.MBUInputs``; the quantities that only
+    exist when decode was measured (s, B, W(B), …) are None otherwise.
     """
 
     output_tokens_per_s: float = Field(description="T: output tokens/s for the node")
     itl_token_weighted_s: float = Field(description="τ: token-weighted mean inter-token latency")
     replicas: int = Field(description="R: data-parallel engine replicas")
-    steps_per_s: float = Field(description="s = 1/τ: decode steps per second per replica")
-    batch_per_replica: float = Field(description="B = T·τ/R: sequences per step per replica")
-    expected_unique_experts: float | None = Field(
-        None, description="E·(1−(1−k/E)^B) per MoE layer; None for dense models"
-    )
-    weight_bytes_per_step: float = Field(description="W(B): weight bytes read per decode step")
-    dense_weight_bytes: float | None = Field(None, description="the routing-independent part")
-    weight_bytes_per_s: float = Field(description="R·s·W(B)")
-    mean_context_per_token: float = Field(description="mean KV context per generated token")
-    kv_bytes_per_token: float = Field(
-        description="geometry's KV bytes per cached token (all layers; full-attention basis)"
-    )
-    kv_bytes_per_s: float = Field(
-        description="KV/s, exact per layer kind (MLA, sliding windows) over the window"
-    )
     gpus: int = Field(description="N_GPU")
     bandwidth_bytes_per_s_per_gpu: float = Field(description="rated memory bandwidth per GPU")
-    rated_bytes_per_s: float = Field(description="N_GPU × rated bandwidth")
-    mbu: float
-    mbu_weights: float
-    mbu_kv: float
-    flags: list[str] = Field(default_factory=list, description="e.g. multi_token_chunks")
+    steps_per_s_per_replica: float | None = Field(None, description="s = 1/τ")
+    batch_per_replica: float | None = Field(None, description="B = T·τ/R")
+    experts: int = Field(0, description="E per MoE layer (0: dense)")
+    moe_layers: int = 0
+    expected_distinct_experts: float | None = Field(
+        None, description="E·(1−(1−k/E)^B) per MoE layer, uniform routing"
+    )
+    dense_weight_bytes: float | None = None
+    expert_bytes: float | None = None
+    weight_bytes_per_step: float | None = Field(None, description="W(B)")
+    weight_bytes_per_s: float | None = Field(None, description="R·s·W(B)")
+    mean_context_per_token: float | None = None
+    kv_bytes_per_token: float | None = Field(None, description="per cached token, all layers")
+    kv_bytes_per_output_token: float | None = Field(
+        None, description="exact per layer kind (MLA, sliding windows)"
+    )
+    kv_bytes_per_s: float | None = Field(None, description="KV/s = T × KV bytes per output token")
+    bytes_per_s: float | None = Field(None, description="the numerator")
+    node_bandwidth_bytes_per_s: float = Field(description="N_GPU × rated bandwidth")
+    estimated_idle_fraction: float | None = Field(None, description="e^(−B)")
+
+
+class MbuDetail(_Open):
+    """MBU, its split (``mbu = mbu_weights + mbu_kv``), every input and where it bends.
+
+    The shape of ``tokenwatt.metrics.mbu.MBUResult.to_dict()``.
+    """
+
+    mbu: float | None
+    mbu_weights: float | None
+    mbu_kv: float | None
+    inputs: MbuInputs
+    flags: dict[str, bool] = Field(
+        default_factory=dict,
+        description="multi_token_chunks, moe_uniform_routing_upper_bound, low_load_busy_bias, "
+        "no_decode",
+    )
+    notes: list[str] = Field(default_factory=list, description="one line per raised flag")
 
 
 class EnergySummary(_Open):
