@@ -1,0 +1,66 @@
+"""Summary statistics with one percentile definition everywhere.
+
+Percentiles use linear interpolation between order statistics (numpy's default, the one vLLM
+``bench serve`` reports), so figures are comparable with it. A value of +inf (a failed request
+in an SLO check) propagates: any quantile whose interpolation touches it is +inf.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Distribution", "quantile", "summarize"]
+
+
+class Distribution(BaseModel):
+    """Mean and percentiles of one per-request or per-gap quantity, in the unit of its key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    count: int
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+def quantile(values: Sequence[float], q: float, *, presorted: bool = False) -> float | None:
+    """The q-quantile (0 ≤ q ≤ 1) by linear interpolation; None for no values."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be in [0, 1], got {q}")
+    n = len(values)
+    if n == 0:
+        return None
+    xs = values if presorted else sorted(values)
+    pos = q * (n - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    a, b = float(xs[lo]), float(xs[hi])
+    frac = pos - lo
+    if frac == 0.0 or a == b:
+        return a
+    if math.isinf(a) or math.isinf(b):
+        return math.inf
+    return a + (b - a) * frac
+
+
+def summarize(values: Sequence[float]) -> Distribution:
+    """Count, mean, p50/p90/p95/p99 and max of ``values``."""
+    n = len(values)
+    if n == 0:
+        return Distribution(count=0)
+    xs = sorted(float(v) for v in values)
+    return Distribution(
+        count=n,
+        mean=math.fsum(xs) / n,
+        p50=quantile(xs, 0.50, presorted=True),
+        p90=quantile(xs, 0.90, presorted=True),
+        p95=quantile(xs, 0.95, presorted=True),
+        p99=quantile(xs, 0.99, presorted=True),
+        max=xs[-1],
+    )
