@@ -1,0 +1,243 @@
+"""The SLO-boundary search: the highest Poisson rate at which the SLO still holds.
+
+A pure algorithm over ``async probe(rate_rps, seed) -> ProbeOutcome``: it knows nothing of
+HTTP, so it is tested in milliseconds against synthetic latency models and driven for real by
+``tokenwatt.load.bench``. Like MLPerf LoadGen's FindPeakPerformance it brackets, then bisects:
+
+1. grow: probe at the start rate and multiply by ``growth`` while the SLO holds
+   (if the start rate already fails, divide by ``growth`` until a rate passes);
+2. bisect: probe the geometric mean of the highest passing rate ``lo`` and the lowest failing
+   rate ``hi`` until (hi − lo)/lo < ``precision``;
+3. confirm: probe ``hi`` once more with a fresh seed. Bisection never looks above a failure
+   again, so one spurious failure (noise, a hiccup) would otherwise pin the boundary below the
+   truth; if the rerun passes, ``hi`` becomes the new ``lo`` and growth resumes.
+
+The boundary is ``lo``: a rate that was measured to pass, with a measured failure at most
+``precision`` above it. Every probe gets a fresh schedule seed derived from the run's seed and
+the probe's index, so no two probes replay the same arrivals and a rerun replays them all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+__all__ = [
+    "BoundarySearch",
+    "Phase",
+    "ProbeOutcome",
+    "SearchOutcome",
+    "SearchStep",
+    "StopReason",
+    "probe_seed",
+]
+
+P = TypeVar("P")
+Phase = Literal["grow", "descend", "bisect", "confirm"]
+StopReason = Literal[
+    "converged", "max_probes", "max_rate", "failed_at_start", "interrupted", "error"
+]
+_MASK64 = (1 << 64) - 1
+
+
+def probe_seed(run_seed: int, index: int) -> int:
+    """A 63-bit seed for probe ``index`` of a run (splitmix64 of the pair): distinct per probe,
+    identical across reruns with the same run seed."""
+    z = ((run_seed & _MASK64) * 0x9E3779B97F4A7C15 + (index + 1) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) >> 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome(Generic[P]):
+    """What the search needs from one probe: the verdict. ``payload`` carries whatever the
+    caller wants back (its measured summary); the search only stores it."""
+
+    passed: bool
+    reason: str | None = None
+    payload: P | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchStep(Generic[P]):
+    index: int  # 1-based probe number within the search
+    rate_rps: float
+    seed: int
+    phase: Phase
+    outcome: ProbeOutcome[P]
+    lo_rps: float | None  # bracket after this probe
+    hi_rps: float | None
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome.passed
+
+
+@dataclass(slots=True)
+class SearchOutcome(Generic[P]):
+    steps: list[SearchStep[P]] = field(default_factory=list)
+    lo_rps: float | None = None  # highest passing rate: the boundary
+    hi_rps: float | None = None  # lowest failing rate above it
+    stop_reason: StopReason = "interrupted"
+    precision_target: float = 0.05
+
+    @property
+    def precision_reached(self) -> float | None:
+        if self.lo_rps is None or self.hi_rps is None:
+            return None
+        return (self.hi_rps - self.lo_rps) / self.lo_rps
+
+    @property
+    def boundary(self) -> SearchStep[P] | None:
+        """The probe that measured ``lo`` (the last one at that rate)."""
+        for step in reversed(self.steps):
+            if step.passed and step.rate_rps == self.lo_rps:
+                return step
+        return None
+
+    @property
+    def first_failure_above(self) -> SearchStep[P] | None:
+        for step in reversed(self.steps):
+            if not step.passed and step.rate_rps == self.hi_rps:
+                return step
+        return None
+
+
+ProbeFn = Callable[[float, int], Awaitable[ProbeOutcome[P]]]
+
+
+class BoundarySearch(Generic[P]):
+    """Bracket-then-bisect over the offered rate. ``outcome`` is kept current after every probe,
+    so a caller interrupted mid-search (Ctrl-C) still has every completed step."""
+
+    def __init__(
+        self,
+        probe: ProbeFn[P],
+        *,
+        start_rate_rps: float,
+        growth: float = 2.0,
+        precision: float = 0.05,
+        max_rate_rps: float = 10_000.0,
+        max_probes: int = 20,
+        seed: int = 0,
+        min_rate_rps: float | None = None,
+        confirm: bool = True,
+        on_step: Callable[[SearchStep[P]], None] | None = None,
+    ) -> None:
+        if not (math.isfinite(start_rate_rps) and start_rate_rps > 0):
+            raise ValueError(f"start_rate_rps must be > 0, got {start_rate_rps}")
+        if growth <= 1:
+            raise ValueError(f"growth must be > 1, got {growth}")
+        if not 0 < precision < 1:
+            raise ValueError(f"precision must be in (0, 1), got {precision}")
+        self._probe = probe
+        self.start_rate_rps = min(start_rate_rps, max_rate_rps)
+        self.growth = growth
+        self.precision = precision
+        self.max_rate_rps = max_rate_rps
+        self.max_probes = max_probes
+        self.seed = seed
+        # Descending below the start: give up after five growth steps down by default.
+        self.min_rate_rps = (
+            min_rate_rps if min_rate_rps is not None else self.start_rate_rps / growth**5
+        )
+        self.confirm = confirm
+        self._confirmed: set[float] = set()
+        self._on_step = on_step
+        self.outcome: SearchOutcome[P] = SearchOutcome(precision_target=precision)
+
+    async def _run_one(self, rate: float, phase: Phase) -> bool:
+        out = self.outcome
+        index = len(out.steps) + 1
+        seed = probe_seed(self.seed, index)
+        result = await self._probe(rate, seed)
+        if result.passed:
+            if out.lo_rps is None or rate > out.lo_rps:
+                out.lo_rps = rate
+        elif out.hi_rps is None or rate < out.hi_rps:
+            out.hi_rps = rate
+        # A noisy pass above a failure (or failure below a pass) narrows from the other side:
+        # keep the bracket consistent, lo < hi, trusting the newest measurement.
+        if out.lo_rps is not None and out.hi_rps is not None and out.lo_rps >= out.hi_rps:
+            if result.passed:
+                out.hi_rps = None
+            else:
+                out.lo_rps = None
+        step = SearchStep(index, rate, seed, phase, result, out.lo_rps, out.hi_rps)
+        out.steps.append(step)
+        if self._on_step is not None:
+            self._on_step(step)
+        return result.passed
+
+    def _budget_left(self) -> bool:
+        return len(self.outcome.steps) < self.max_probes
+
+    async def run(self) -> SearchOutcome[P]:
+        out = self.outcome
+        rate = self.start_rate_rps
+        passed = await self._run_one(rate, "grow")
+        # Descend while the start rate fails.
+        while not passed:
+            rate /= self.growth
+            if rate < self.min_rate_rps or not self._budget_left():
+                out.stop_reason = "failed_at_start" if out.lo_rps is None else "max_probes"
+                return out
+            passed = await self._run_one(rate, "descend")
+        # Grow while passing (only if nothing above has failed yet).
+        while out.hi_rps is None:
+            if not self._budget_left():
+                out.stop_reason = "max_probes"
+                return out
+            lo = out.lo_rps
+            assert lo is not None
+            if lo >= self.max_rate_rps:
+                out.stop_reason = "max_rate"
+                return out
+            await self._run_one(min(lo * self.growth, self.max_rate_rps), "grow")
+            if out.lo_rps is None:  # a failure undercut the last pass: start over lower
+                return await self._restart_below()
+        return await self._bisect()
+
+    async def _restart_below(self) -> SearchOutcome[P]:
+        out = self.outcome
+        hi = out.hi_rps
+        assert hi is not None
+        rate = hi
+        while out.lo_rps is None:
+            rate /= self.growth
+            if rate < self.min_rate_rps or not self._budget_left():
+                out.stop_reason = "failed_at_start" if out.lo_rps is None else "max_probes"
+                return out
+            await self._run_one(rate, "descend")
+        return await self._bisect()
+
+    async def _bisect(self) -> SearchOutcome[P]:
+        out = self.outcome
+        while True:
+            lo, hi = out.lo_rps, out.hi_rps
+            if lo is None:
+                return await self._restart_below()
+            if hi is None:
+                # A pass above the old failure removed it: grow again from there.
+                if not self._budget_left():
+                    out.stop_reason = "max_probes"
+                    return out
+                if lo >= self.max_rate_rps:
+                    out.stop_reason = "max_rate"
+                    return out
+                await self._run_one(min(lo * self.growth, self.max_rate_rps), "grow")
+                continue
+            if not self._budget_left():
+                out.stop_reason = "max_probes"
+                return out
+            if (hi - lo) / lo >= self.precision:
+                await self._run_one(math.sqrt(lo * hi), "bisect")
+            elif self.confirm and hi not in self._confirmed:
+                self._confirmed.add(hi)
+                await self._run_one(hi, "confirm")
+            else:
+                out.stop_reason = "converged"
+                return out
