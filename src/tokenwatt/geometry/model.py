@@ -85,6 +85,10 @@ class ModelGeometry:
     expert_bytes: int
     kv_bytes_per_token: int
     kv_groups: tuple[KVGroup, ...] = field(default=())
+    # provenance and memory fit (added by the parser; defaults keep hand-built geometries valid)
+    stored_weight_bytes: int = 0  # checkpoint bytes of the main model (tied matrix once)
+    source: str = ""  # where the config came from (path, cache entry or preset)
+    notes: tuple[str, ...] = ()  # assumptions the parser made (defaults, dtype fallbacks)
 
     @property
     def is_moe(self) -> bool:
@@ -131,4 +135,6 @@ class ModelGeometry:
     def from_dict(cls, data: dict[str, Any]) -> ModelGeometry:
         groups = tuple(KVGroup(**g) for g in data.get("kv_groups", ()))
         fields = {k: v for k, v in data.items() if k != "kv_groups"}
+        if "notes" in fields:
+            fields["notes"] = tuple(fields["notes"])
         return cls(**fields, kv_groups=groups)

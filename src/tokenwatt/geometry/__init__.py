@@ -1,0 +1,117 @@
+"""Model geometry from a config.json: parameter counts, bytes per decode step, KV layout.
+
+    load_geometry("qwen3-30b-a3b")                  # bundled preset, any case
+    load_geometry("/models/x/config.json")           # a file, or the folder holding it
+    load_geometry("Qwen/Qwen3-30B-A3B")              # repo id found in the local HF cache
+    load_geometry("deepseek-v3", kv_dtype="fp8", overrides={"experts_per_token": 4})
+
+Nothing here touches the network or imports an ML framework: the counts come from the JSON.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tokenwatt.errors import GeometryError
+from tokenwatt.geometry.config import list_presets, read_config
+from tokenwatt.geometry.dtypes import bytes_per_param
+from tokenwatt.geometry.model import KVGroup, ModelGeometry
+from tokenwatt.geometry.overrides import apply_outputs, check_consistent, split_overrides
+from tokenwatt.geometry.parse import build_geometry
+
+__all__ = [
+    "KVGroup",
+    "ModelGeometry",
+    "bytes_per_param",
+    "geometry_from_config",
+    "list_presets",
+    "load_geometry",
+]
+
+
+def _patched(config: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply ``config.KEY`` overrides to the text config (nested or not)."""
+    root = dict(config)
+    if not patch:
+        return root
+    if isinstance(root.get("text_config"), dict):
+        root["text_config"] = {**root["text_config"], **patch}
+    else:
+        root.update(patch)
+    return root
+
+
+def _build(
+    config: Mapping[str, Any],
+    *,
+    name: str,
+    weight_dtype: str | None,
+    kv_dtype: str | None,
+    overrides: Mapping[str, Any] | None,
+    folder: Path | None,
+    source: str,
+) -> ModelGeometry:
+    if not isinstance(config, Mapping):
+        raise GeometryError(f"a model config must be a JSON object, got {type(config).__name__}")
+    split = split_overrides(overrides)
+    geom = build_geometry(
+        _patched(config, split.config),
+        name=name,
+        weight_dtype=weight_dtype or split.weight_dtype,
+        kv_dtype=kv_dtype or split.kv_dtype,
+        forced=split.forced,
+        folder=folder,
+        source=source,
+    )
+    if split.outputs:
+        return apply_outputs(geom, split.outputs)
+    check_consistent(geom)
+    return geom
+
+
+def geometry_from_config(
+    config: Mapping[str, Any],
+    *,
+    name: str,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ModelGeometry:
+    """Geometry of an already-parsed config.json dict (see ``load_geometry`` for the options)."""
+    return _build(
+        config,
+        name=name,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        overrides=overrides,
+        folder=None,
+        source="config dict",
+    )
+
+
+def load_geometry(
+    source: str | os.PathLike[str],
+    *,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ModelGeometry:
+    """Find ``source``'s config.json (file, folder, cached repo id or preset) and count it.
+
+    ``weight_dtype`` replaces the checkpoint's precision (bf16, fp16, fp32, fp8, int8, int4,
+    mxfp4, nvfp4); ``kv_dtype`` the KV-cache's (default bf16); ``overrides`` sets any
+    ModelGeometry field or raw ``config.KEY``. Every problem raises a one-line GeometryError.
+    """
+    loaded = read_config(source)
+    return _build(
+        loaded.data,
+        name=loaded.name,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        overrides=overrides,
+        folder=loaded.folder,
+        source=loaded.origin,
+    )
