@@ -1,0 +1,214 @@
+"""Self-checks: the tool says when its own figures deserve less trust, and what to do.
+
+Each check reads only the result file. Warnings are about a figure's validity; notes explain
+how to read one. Every message is one line and names the remedy where there is one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from tokenwatt.report.format import fmt_count, fmt_ms, fmt_quantile
+from tokenwatt.report.schema import BenchResult, ProbeSummary
+
+__all__ = ["MIN_TAIL_SAMPLES", "Check", "probe_label", "self_checks"]
+
+# A q-quantile needs at least this many samples beyond it before it is more than the
+# sample maximum: p99 over 200 requests has 2 requests beyond it.
+MIN_TAIL_SAMPLES = 2
+# Client send lateness is a problem when its p99 exceeds this share of the mean gap between
+# arrivals (the arrival process is then visibly distorted) and this absolute floor.
+LATENESS_SHARE_OF_GAP = 0.1
+LATENESS_FLOOR_S = 1e-3
+
+_ENERGY_FLAGS = {
+    "window_short": "the window is shorter than a few update periods of the power source; "
+    "lengthen search.probe.min_duration_s",
+    "counter_reset": "the energy counter reset or wrapped during the window",
+    "gaps": "power samples are missing for part of the window",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    level: Literal["warning", "note"]
+    message: str
+
+
+def probe_label(p: ProbeSummary) -> str:
+    return "single stream" if p.index == 0 else f"probe {p.index}"
+
+
+def _labels(probes: list[ProbeSummary]) -> str:
+    nums = [str(i) for i in sorted({p.index for p in probes if p.index != 0})]
+    head = ("probe " if len(nums) == 1 else "probes ") + ", ".join(nums) if nums else ""
+    single = "single stream" if any(p.index == 0 for p in probes) else ""
+    return " and ".join(x for x in (head, single) if x)
+
+
+def _all_probes(result: BenchResult) -> list[ProbeSummary]:
+    """Single stream, probes and the boundary (normally a copy of one probe; checked too, in
+    case it carries what its probe does not)."""
+    out = [result.single_stream] if result.single_stream is not None else []
+    out += result.probes
+    return out + ([result.boundary] if result.boundary is not None else [])
+
+
+def _few_requests(result: BenchResult) -> list[Check]:
+    q = result.slo.percentile
+    need = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
+    short = [
+        p
+        for p in result.probes
+        if p.ttft_s.count is not None and p.ttft_s.count * (1.0 - q) < MIN_TAIL_SAMPLES - 1e-9
+    ]
+    if not short:
+        return []
+    counts = ", ".join(fmt_count(p.ttft_s.count) for p in short)
+    return [
+        Check(
+            "warning",
+            f"{_labels(short)}: {fmt_quantile(q)} rests on fewer than {MIN_TAIL_SAMPLES} "
+            f"requests beyond it ({counts} requests); raise search.probe.min_requests to "
+            f"≥ {need}",
+        )
+    ]
+
+
+def _lateness(result: BenchResult) -> list[Check]:
+    late: list[tuple[ProbeSummary, float]] = []
+    for p in result.probes:
+        s = p.send_lateness_s
+        if s is None or s.p99 is None or not p.achieved_rate_rps > 0:
+            continue
+        limit = max(LATENESS_FLOOR_S, LATENESS_SHARE_OF_GAP / p.achieved_rate_rps)
+        if s.p99 > limit:
+            late.append((p, s.p99))
+    if not late:
+        return []
+    worst = max(v for _, v in late)
+    return [
+        Check(
+            "warning",
+            f"{_labels([p for p, _ in late])}: the client sent requests late (p99 up to "
+            f"{fmt_ms(worst)} behind schedule, over 10% of the mean gap between arrivals); "
+            "the load generator was saturated: run it on a quieter machine",
+        )
+    ]
+
+
+def _multi_token(result: BenchResult) -> list[Check]:
+    hit = [
+        p
+        for p in _all_probes(result)
+        if "multi_token_chunks" in p.flags
+        or (p.mbu_detail is not None and p.mbu_detail.flags.get("multi_token_chunks", False))
+    ]
+    if not hit:
+        return []
+    return [
+        Check(
+            "warning",
+            f"{_labels(hit)}: several tokens per chunk (speculative decoding or coalesced "
+            "chunks): one step is not one token per sequence, so s = 1/τ and MBU are overstated",
+        )
+    ]
+
+
+def _energy(result: BenchResult) -> list[Check]:
+    out: list[Check] = []
+    by_flag: dict[str, list[ProbeSummary]] = {}
+    modelled = False
+    for p in _all_probes(result):
+        if p.energy is None:
+            continue
+        modelled = modelled or p.energy.modelled or p.energy.source == "constant"
+        for flag in p.energy.flags:
+            by_flag.setdefault(flag, []).append(p)
+    for flag, probes in by_flag.items():
+        what = _ENERGY_FLAGS.get(flag, flag.replace("_", " "))
+        out.append(Check("warning", f"{_labels(probes)} energy: {what}"))
+    if modelled:
+        out.append(
+            Check(
+                "note",
+                "energy is modelled from a stated constant wattage, not measured; tokens per "
+                "joule shows the model's assumption, not the machine",
+            )
+        )
+    return out
+
+
+def _search(result: BenchResult) -> list[Check]:
+    out: list[Check] = []
+    if result.interrupted:
+        out.append(
+            Check(
+                "warning",
+                "the run was interrupted: figures cover the probes that finished, and the "
+                "boundary may be looser than the precision asked for",
+            )
+        )
+    s = result.search
+    if s is None or s.stop_reason in ("converged", "interrupted"):
+        return out
+    remedy = {
+        "max_probes": "raise search.max_probes",
+        "max_rate": "the SLO held up to search.max_rate_rps; raise it",
+        "failed_at_start": "the SLO failed at the lowest rate; lower search.start_rate_rps "
+        "or relax the SLO",
+    }.get(s.stop_reason, "see the warnings above")
+    reached = f" (reached {s.precision_reached:.1%})" if s.precision_reached is not None else ""
+    out.append(
+        Check(
+            "warning",
+            f"the search stopped ({s.stop_reason}) before the bracket closed to "
+            f"{s.precision_target:.0%}{reached}: {remedy}",
+        )
+    )
+    return out
+
+
+def _failures(result: BenchResult) -> list[Check]:
+    b = result.boundary
+    if b is None or b.requests_failed == 0:
+        return []
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(b.errors_by_kind.items()))
+    total = b.requests_ok + b.requests_failed
+    return [
+        Check(
+            "warning",
+            f"{b.requests_failed} of {total} requests failed at the boundary"
+            + (f" ({kinds})" if kinds else "")
+            + "; see the probe's requests file",
+        )
+    ]
+
+
+def self_checks(result: BenchResult) -> list[Check]:
+    """Every check, warnings first, without duplicates; the run's own warnings included."""
+    checks = [
+        *_search(result),
+        *_few_requests(result),
+        *_lateness(result),
+        *_multi_token(result),
+        *_failures(result),
+        *_energy(result),
+        *(Check("warning", w) for w in result.warnings),
+    ]
+    if result.boundary is not None and result.boundary.mbu_detail is not None:
+        multi = bool(_multi_token(result))  # already a warning: skip MBU's own note on it
+        checks += [
+            Check("note", f"MBU: {n}")
+            for n in result.boundary.mbu_detail.notes
+            if not (multi and "tokens per chunk" in n)
+        ]
+    seen: set[str] = set()
+    unique: list[Check] = []
+    for c in sorted(checks, key=lambda c: c.level != "warning"):
+        if c.message not in seen:
+            seen.add(c.message)
+            unique.append(c)
+    return unique

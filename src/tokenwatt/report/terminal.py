@@ -1,0 +1,255 @@
+"""The terminal report: rich renderables built from a result file; nothing here prints.
+
+Order is the product's argument: SLO goodput and tokens per joule first, MBU beside them with
+every input, then the probes that found the boundary, the single-stream latency floor, and
+the self-checks. ``ResultView`` follows rich's console protocol, so ``console.print(view)``
+renders it and the result models stay free of rich.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tokenwatt.report.checks import self_checks
+from tokenwatt.report.format import (
+    DASH,
+    fmt_bytes,
+    fmt_bytes_per_s,
+    fmt_float,
+    fmt_ms,
+    fmt_pct,
+    fmt_quantile,
+    fmt_rate,
+    fmt_tokens_per_s,
+)
+from tokenwatt.report.schema import BenchResult, ProbeSummary, SloSettings
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+
+__all__ = [
+    "ResultView",
+    "checks_block",
+    "describe_run",
+    "describe_slo",
+    "energy_text",
+    "headline",
+    "mbu_block",
+    "probe_table",
+    "single_stream_block",
+]
+
+
+def describe_slo(slo: SloSettings) -> str:
+    """The SLO in one line, e.g. ``p99 TTFT ≤ 500 ms, p99 TPOT ≤ 60 ms``."""
+    limits = [
+        (name, ms)
+        for name, ms in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms))
+        if ms is not None
+    ]
+    if slo.kind == "attainment":
+        each = " and ".join(f"{name} ≤ {ms:g} ms" for name, ms in limits)
+        return f"≥ {fmt_pct(slo.attainment, 0)} of requests with {each}"
+    q = fmt_quantile(slo.percentile)
+    return ", ".join(f"{q} {name} ≤ {ms:g} ms" for name, ms in limits)
+
+
+def describe_run(result: BenchResult) -> str:
+    """``name · model on N × accelerator (R replicas)``."""
+    model = result.geometry.get("name", "model")
+    acc = result.accelerator.get("display_name") or result.accelerator.get("name", "accelerator")
+    replicas = "1 replica" if result.replicas == 1 else f"{result.replicas} replicas"
+    return f"{result.name} · {model} on {result.gpus} × {acc} ({replicas})"
+
+
+def energy_text(p: ProbeSummary) -> str:
+    """Tokens per joule with its provenance: measured, modelled, or not measured."""
+    if p.tokens_per_joule is None:
+        return "not measured"
+    text = f"{fmt_float(p.tokens_per_joule)} tok/J"
+    e = p.energy
+    if e is None:
+        return text
+    parts = []
+    if e.joules_per_output_token is not None:
+        parts.append(f"{fmt_float(e.joules_per_output_token)} J/token")
+    parts.append(f"{fmt_float(e.mean_power_w)} W mean")
+    parts.append(f"{e.source}, {e.scope}")
+    modelled = e.modelled or e.source == "constant"
+    return f"{text}{' modelled' if modelled else ''}  ({'; '.join(parts)})"
+
+
+def _mbu_text(p: ProbeSummary) -> str:
+    if p.mbu is None:
+        return "not derived (no decode measured)"
+    d = p.mbu_detail
+    if d is None or d.mbu_weights is None or d.mbu_kv is None:
+        return fmt_pct(p.mbu)
+    return f"{fmt_pct(p.mbu)}  (weights {fmt_pct(d.mbu_weights)} + KV {fmt_pct(d.mbu_kv)})"
+
+
+def headline(result: BenchResult) -> RenderableType:
+    """SLO goodput, tokens per joule and MBU at the boundary, in that order."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    b = result.boundary
+    if b is None:
+        lowest = min((p.rate_rps for p in result.probes if p.rate_rps is not None), default=None)
+        where = f" (lowest rate probed: {fmt_rate(lowest)})" if lowest is not None else ""
+        grid.add_row("SLO goodput", Text(f"SLO not met at any probed rate{where}", "bold red"))
+        grid.add_row("Tokens per joule", Text(DASH))
+        grid.add_row("MBU", Text(DASH))
+    else:
+        good = (
+            f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s  ·  "
+            f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu)} per GPU  ·  "
+            f"at {fmt_rate(b.rate_rps)}"
+        )
+        grid.add_row("SLO goodput", Text(good, "bold green"))
+        tpj = energy_text(b)
+        grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
+        grid.add_row("MBU", Text(_mbu_text(b)))
+    title = Text(describe_run(result), "bold")
+    slo = Text(f"SLO: {describe_slo(result.slo)}", "dim")
+    return Group(title, slo, Text(""), grid)
+
+
+def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableType:
+    """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth), every input beside the result."""
+    p = p if p is not None else result.boundary
+    if p is None or p.mbu_detail is None:
+        return Text("MBU inputs: not available (no boundary)", "dim")
+    i = p.mbu_detail.inputs
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
+    t.add_column("input", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("meaning")
+    rows: list[tuple[str, str, str]] = [
+        ("T", f"{fmt_tokens_per_s(i.output_tokens_per_s)} tok/s", "output tokens/s, node"),
+        ("τ", fmt_ms(i.itl_token_weighted_s), "token-weighted mean inter-token latency"),
+        ("R", str(i.replicas), "data-parallel replicas"),
+        ("s = 1/τ", f"{fmt_float(i.steps_per_s_per_replica)} /s", "decode steps/s per replica"),
+        ("B = T·τ/R", fmt_float(i.batch_per_replica), "sequences per step per replica"),
+    ]
+    if i.experts:
+        rows.append(
+            (
+                "E[experts]",
+                f"{fmt_float(i.expected_distinct_experts)} of {i.experts}",
+                f"distinct experts per MoE layer at B ({i.moe_layers} layers, uniform routing)",
+            )
+        )
+    rows += [
+        ("W(B)", fmt_bytes(i.weight_bytes_per_step), "weight bytes per step"),
+        ("R·s·W(B)", fmt_bytes_per_s(i.weight_bytes_per_s), "weight traffic"),
+        ("context", f"{fmt_float(i.mean_context_per_token, 4)} tok", "mean per generated token"),
+        ("KV/token", fmt_bytes(i.kv_bytes_per_output_token), "KV bytes read per output token"),
+        ("KV/s", fmt_bytes_per_s(i.kv_bytes_per_s), "KV traffic"),
+        (
+            "N·BW",
+            fmt_bytes_per_s(i.node_bandwidth_bytes_per_s),
+            f"{i.gpus} GPU × {fmt_bytes_per_s(i.bandwidth_bytes_per_s_per_gpu)} rated",
+        ),
+    ]
+    for name, value, meaning in rows:
+        t.add_row(Text(name), Text(value), Text(meaning))
+    label = "boundary" if p is result.boundary else f"probe {p.index}"
+    title = Text(f"MBU at the {label}: {_mbu_text(p)}", "bold")
+    return Group(title, t)
+
+
+def _slo_cell(p: ProbeSummary) -> Text:
+    if p.slo_passed:
+        return Text("pass", "green")
+    # "ttft_p99" → "ttft": the column header already says which quantile.
+    why = ", ".join(f.split("_p")[0] for f in p.slo_detail.failed)
+    return Text(f"FAIL {why}".strip(), "red")
+
+
+def probe_table(result: BenchResult) -> RenderableType:
+    """One row per probe in the order run; the boundary row is marked."""
+    q = fmt_quantile(result.slo.percentile)
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("#", justify="right", no_wrap=True, min_width=3)
+    for name in ("rate", "achieved", "T tok/s", "B", f"TTFT {q}", f"TPOT {q}", "attain", "MBU"):
+        t.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    t.add_column("tok/J", justify="right", no_wrap=True, min_width=5)
+    # The only column allowed to wrap, so the numbers never get cut.
+    t.add_column("SLO", overflow="fold", ratio=1)
+    boundary = result.boundary.index if result.boundary is not None else None
+    for p in result.probes:
+        ttft = getattr(p.ttft_s, f"p{round(result.slo.percentile * 100)}", None)
+        tpot = getattr(p.tpot_s, f"p{round(result.slo.percentile * 100)}", None)
+        cells = (
+            f"{p.index}{'*' if p.index == boundary else ''}",
+            fmt_float(p.rate_rps),
+            fmt_float(p.achieved_rate_rps),
+            fmt_tokens_per_s(p.output_tokens_per_s),
+            fmt_float(p.batch_per_replica),
+            fmt_ms(ttft) if isinstance(ttft, float) else DASH,
+            fmt_ms(tpot) if isinstance(tpot, float) else DASH,
+            fmt_pct(p.attainment),
+            fmt_pct(p.mbu),
+            fmt_float(p.tokens_per_joule),
+        )
+        t.add_row(*(Text(c) for c in cells), _slo_cell(p))
+    title = Text("Probes (rates in req/s; * = boundary)", "bold")
+    return Group(title, t)
+
+
+def single_stream_block(result: BenchResult) -> RenderableType:
+    """The latency floor: one request at a time."""
+    s = result.single_stream
+    if s is None:
+        return Text("Single stream: not measured", "dim")
+    grid = Table.grid(padding=(0, 2))
+    for _ in range(5):
+        grid.add_column(no_wrap=True)
+    grid.add_row(
+        f"TTFT p50 {fmt_ms(s.ttft_s.p50)}",
+        f"TPOT p50 {fmt_ms(s.tpot_s.p50)}",
+        f"ITL p50 {fmt_ms(s.itl_s.p50)}",
+        f"E2E p50 {fmt_ms(s.e2e_s.p50)}",
+        f"{fmt_tokens_per_s(s.output_tokens_per_s)} tok/s",
+    )
+    n = s.requests_ok + s.requests_failed
+    return Group(Text(f"Single stream (latency floor, {n} requests one at a time)", "bold"), grid)
+
+
+def checks_block(result: BenchResult) -> RenderableType:
+    checks = self_checks(result)
+    if not checks:
+        return Text("Self-checks: nothing to report", "dim")
+    lines = [Text("Self-checks", "bold")]
+    for c in checks:
+        style = "yellow" if c.level == "warning" else "dim"
+        lines.append(Text(f"{'!' if c.level == 'warning' else 'i'} {c.message}", style))
+    return Group(*lines)
+
+
+class ResultView:
+    """A whole result as one renderable: ``console.print(ResultView(result))``."""
+
+    def __init__(self, result: BenchResult) -> None:
+        self.result = result
+
+    def sections(self) -> Iterator[RenderableType]:
+        r = self.result
+        yield headline(r)
+        yield mbu_block(r)
+        yield probe_table(r)
+        yield single_stream_block(r)
+        yield checks_block(r)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for i, section in enumerate(self.sections()):
+            if i:
+                yield Text("")
+            yield section

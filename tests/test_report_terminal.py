@@ -1,0 +1,177 @@
+"""The terminal report: exact output for the golden result, and each self-check firing."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tokenwatt.report.checks import self_checks
+from tokenwatt.report.format import (
+    fmt_bytes,
+    fmt_float,
+    fmt_ms,
+    fmt_pct,
+    fmt_quantile,
+    fmt_signed_pct,
+    rel_change,
+)
+from tokenwatt.report.schema import BenchResult
+from tokenwatt.report.terminal import ResultView, describe_slo, energy_text, headline
+
+FIXTURES = Path(__file__).parent / "fixtures" / "report"
+
+
+def _data() -> dict[str, Any]:
+    return json.loads((FIXTURES / "result-v1.json").read_text("utf-8"))
+
+
+def _render(renderable: object, width: int = 100) -> str:
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_golden_terminal_output_is_exact() -> None:
+    result = BenchResult.model_validate(_data())
+    expected = (FIXTURES / "terminal-v1.txt").read_text("utf-8")
+    assert _render(ResultView(result)) == expected
+
+
+def test_headline_leads_with_goodput_then_energy_then_mbu() -> None:
+    text = _render(headline(BenchResult.model_validate(_data())))
+    lines = [line.rstrip() for line in text.splitlines()]
+    rows = [line for line in lines if line.startswith(("SLO goodput", "Tokens per", "MBU"))]
+    assert rows == [
+        "SLO goodput       2,381 output tok/s  ·  1,190 per GPU  ·  at 9.25 req/s",
+        "Tokens per joule  1.93 tok/J  (0.518 J/token; 1,233 W mean; sim, gpu)",
+        "MBU               41.0%  (weights 36.9% + KV 4.1%)",
+    ]
+
+
+def test_energy_not_measured_and_modelled() -> None:
+    data = _data()
+    b = data["boundary"]
+    b["tokens_per_joule"] = None
+    b["energy"] = None
+    r = BenchResult.model_validate(data)
+    assert r.boundary is not None
+    assert energy_text(r.boundary) == "not measured"
+    assert "Tokens per joule  not measured" in _render(headline(r))
+
+    data = _data()
+    data["boundary"]["energy"].update(source="constant", modelled=True, flags=[])
+    r = BenchResult.model_validate(data)
+    assert r.boundary is not None
+    assert energy_text(r.boundary).startswith("1.93 tok/J modelled  (")
+    assert any("modelled from a stated constant" in c.message for c in self_checks(r))
+
+
+def test_no_boundary_says_so() -> None:
+    data = _data()
+    data["boundary"] = None
+    text = _render(headline(BenchResult.model_validate(data)))
+    assert "SLO not met at any probed rate (lowest rate probed: 1.00 req/s)" in text
+
+
+def test_describe_slo_forms() -> None:
+    r = BenchResult.model_validate(_data())
+    assert describe_slo(r.slo) == "p99 TTFT ≤ 500 ms, p99 TPOT ≤ 60 ms"
+    att = r.slo.model_copy(update={"kind": "attainment", "attainment": 0.9, "e2e_ms": 20000.0})
+    assert describe_slo(att) == (
+        "≥ 90% of requests with TTFT ≤ 500 ms and TPOT ≤ 60 ms and E2E ≤ 20000 ms"
+    )
+
+
+def test_golden_has_only_its_own_warning() -> None:
+    checks = self_checks(BenchResult.model_validate(_data()))
+    assert [c.message for c in checks] == [
+        "probe 5 (16 rps): stopped early after 22.5 s, TTFT p99 rising across the window"
+    ]
+
+
+def _messages(data: dict[str, Any]) -> list[str]:
+    return [c.message for c in self_checks(BenchResult.model_validate(data))]
+
+
+def test_check_too_few_requests_for_the_quantile() -> None:
+    data = _data()
+    for p, n in zip(data["probes"][:2], (150, 199), strict=True):
+        p["ttft_s"]["count"] = n
+    data["probes"][2]["ttft_s"]["count"] = 200  # 200 x 0.01 = 2 beyond p99: enough
+    (msg,) = [m for m in _messages(data) if "rests on" in m]
+    assert msg == (
+        "probes 1, 2: p99 rests on fewer than 2 requests beyond it (150, 199 requests); "
+        "raise search.probe.min_requests to ≥ 200"
+    )
+
+
+def test_check_send_lateness_is_relative_to_the_arrival_gap() -> None:
+    data = _data()
+    # Probe 4 at 7.78 req/s: mean gap 129 ms, 10% is 12.9 ms.
+    data["probes"][3]["send_lateness_s"]["p99"] = 0.012
+    assert not [m for m in _messages(data) if "late" in m]
+    data["probes"][3]["send_lateness_s"]["p99"] = 0.014
+    (msg,) = [m for m in _messages(data) if "late" in m]
+    assert msg.startswith("probe 4: the client sent requests late (p99 up to 14.0 ms")
+
+
+def test_check_multi_token_chunks_and_energy_flags() -> None:
+    data = _data()
+    data["probes"][6]["mbu_detail"]["flags"]["multi_token_chunks"] = True
+    data["boundary"]["flags"] = ["multi_token_chunks"]
+    data["single_stream"]["energy"]["flags"] = ["window_short"]
+    msgs = _messages(data)
+    assert any(m.startswith("probes 7, 10: several tokens per chunk") for m in msgs)
+    assert any(m.startswith("single stream energy: the window is shorter") for m in msgs)
+
+
+def test_check_search_stops_and_interruption() -> None:
+    data = _data()
+    data["interrupted"] = True
+    data["search"]["stop_reason"] = "max_probes"
+    data["search"]["precision_reached"] = 0.25
+    msgs = _messages(data)
+    assert msgs[0].startswith("the run was interrupted")
+    assert msgs[1] == (
+        "the search stopped (max_probes) before the bracket closed to 5% (reached 25.0%): "
+        "raise search.max_probes"
+    )
+
+
+def test_check_failures_at_the_boundary() -> None:
+    data = _data()
+    data["boundary"]["requests_failed"] = 3
+    data["boundary"]["errors_by_kind"] = {"stall": 1, "http_status": 2}
+    assert (
+        "3 of 561 requests failed at the boundary (http_status 2, stall 1); "
+        "see the probe's requests file"
+    ) in _messages(data)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (fmt_float(1234.5678), "1,235"),
+        (fmt_float(0.012345), "0.0123"),
+        (fmt_float(None), "—"),
+        (fmt_float(float("inf")), "∞"),
+        (fmt_ms(0.0596), "59.6 ms"),
+        (fmt_ms(3.47483), "3,475 ms"),
+        (fmt_ms(0.00474), "4.74 ms"),
+        (fmt_pct(0.4096), "41.0%"),
+        (fmt_bytes(58_957_356_000), "59.0 GB"),
+        (fmt_bytes(6.7e12, "B/s"), "6.70 TB/s"),
+        (fmt_quantile(0.99), "p99"),
+        (fmt_quantile(0.995), "p99.5"),
+        (fmt_signed_pct(rel_change(110.0, 100.0)), "+10.0%"),
+        (fmt_signed_pct(rel_change(87.0, 100.0)), "−13.0%"),
+        (fmt_signed_pct(rel_change(1.0, 0.0)), "—"),
+    ],
+)
+def test_formatting(value: str, expected: str) -> None:
+    assert value == expected
