@@ -47,6 +47,10 @@ class RequestRecord:
     finish_reason: str | None = None
     coalesced_reads: int = 0  # reads that returned more than one content event
     timestamp_source: Literal["kernel", "user"] = "kernel"
+    # how chunk_tokens was counted: running usage deltas from the server, or 1 per content chunk
+    chunk_tokens_source: Literal["usage", "fallback"] = "fallback"
+    saw_done: bool = False  # the stream ended with `data: [DONE]` (else by end of body / close)
+    connection_reused: bool | None = None  # sent on a kept-alive connection (None: never sent)
 
     @property
     def ok(self) -> bool:

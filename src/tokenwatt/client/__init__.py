@@ -1,0 +1,23 @@
+"""Streaming OpenAI client with kernel receive timestamps (see docs/parts/client.md).
+
+``StreamClient`` sends one streaming request per ``stream()`` call over its own non-blocking
+sockets and returns a ``RequestRecord``; it sets no load policy.
+"""
+
+from __future__ import annotations
+
+from tokenwatt.client.core import StreamClient
+from tokenwatt.client.openai import build_body, interpret
+from tokenwatt.client.sse import SSEError, SSEParser
+from tokenwatt.client.stamps import ClockInfo, kernel_stamps_available, take_clock_info
+
+__all__ = [
+    "ClockInfo",
+    "SSEError",
+    "SSEParser",
+    "StreamClient",
+    "build_body",
+    "interpret",
+    "kernel_stamps_available",
+    "take_clock_info",
+]

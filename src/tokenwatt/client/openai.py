@@ -1,0 +1,362 @@
+"""OpenAI streaming semantics, pure: request bodies in, raw SSE payloads to record fields out.
+
+No I/O here. The connection code hands each event's raw bytes, its arrival stamp and the index of
+the read that returned it to a ``StreamInterpreter``, which decodes them in batches away from the
+read itself (so JSON never delays a read) and finally fills the ``RequestRecord``.
+
+Rules (docs/parts/client.md has the reasoning):
+* A content chunk carries non-empty ``text`` (completions) or a non-empty ``delta.content``,
+  ``delta.reasoning_content``/``delta.reasoning`` or ``delta.tool_calls`` (chat). A chat chunk that
+  only carries the role is not a token.
+* Tokens per content chunk come from the running ``usage.completion_tokens`` the server sends
+  with ``continuous_usage_stats`` (difference to the previous usage); tokens reported on a
+  non-content chunk move to the next content chunk, or to the last one if none follows. Without
+  continuous usage each content chunk counts one token (``chunk_tokens_source="fallback"``).
+* ``completion_tokens``/``prompt_tokens`` come from the last ``usage`` object the server sent; if it
+  sent none, completion_tokens = Σ chunk_tokens and ``usage_source="fallback"``.
+* A JSON object with an ``error`` member (or ``"object": "error"``) inside a 200 stream is a
+  failure (``stream_error``), whatever else the stream held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import orjson
+
+from tokenwatt.errors import SpecError
+from tokenwatt.records import RequestRecord
+
+Api = Literal["completions", "chat"]
+EventHook = Callable[[dict[str, Any], int], None]  # (decoded event, arrival stamp ns)
+
+PATHS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
+DONE = b"[DONE]"
+_MESSAGE_MAX = 300
+
+
+def build_body(
+    *,
+    api: Api,
+    model: str,
+    prompt: str | list[int],
+    max_tokens: int,
+    stream_usage: bool = True,
+    ignore_eos: bool = True,
+    extra_body: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body of one streaming request.
+
+    ``extra_body`` is merged last (shallow); a key set to None there removes the field, so a user
+    can drop e.g. ``max_completion_tokens`` for a server that rejects it.
+    """
+    body: dict[str, Any] = {"model": model}
+    if api == "completions":
+        body["prompt"] = prompt
+        body["max_tokens"] = max_tokens
+    else:
+        if not isinstance(prompt, str):
+            raise SpecError(
+                "endpoint.api: the chat API takes text prompts, not token ids; "
+                "use api: completions or endpoint.prompt_format: text"
+            )
+        body["messages"] = [{"role": "user", "content": prompt}]
+        body["max_tokens"] = max_tokens
+        body["max_completion_tokens"] = max_tokens
+    body["stream"] = True
+    if stream_usage:
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    if ignore_eos:
+        body["ignore_eos"] = True
+        body["min_tokens"] = max_tokens
+    if extra_body:
+        for key, value in extra_body.items():
+            if value is None:
+                body.pop(key, None)
+            else:
+                body[key] = value
+    return body
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(body)
+
+
+def _text_of(choice: Any, api: Api) -> bool:
+    """Whether one choice carries generated output (a token)."""
+    if not isinstance(choice, dict):
+        return False
+    if api == "completions":
+        text = choice.get("text")
+        if text:
+            return True
+        # a server may answer /completions in chat shape; accept it
+        delta = choice.get("delta")
+    else:
+        delta = choice.get("delta")
+        if delta is None and choice.get("text"):
+            return True
+    if isinstance(delta, dict):
+        return bool(
+            delta.get("content")
+            or delta.get("reasoning_content")
+            or delta.get("reasoning")
+            or delta.get("tool_calls")
+        )
+    return False
+
+
+def is_content(obj: Any, api: Api) -> bool:
+    """Whether a decoded chunk is content-bearing (see module rules)."""
+    if not isinstance(obj, dict):
+        return False
+    choices = obj.get("choices")
+    if not choices or not isinstance(choices, list):
+        return False
+    return any(_text_of(c, api) for c in choices)
+
+
+def error_of(obj: Any) -> str | None:
+    """The message of an in-band error: OpenAI nested, flat ``object: error``, or a TGI string."""
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if err is not None and err is not False:
+        if isinstance(err, dict):
+            msg = err.get("message")
+            kind = err.get("type") or err.get("code")
+            text = str(msg) if msg is not None else orjson.dumps(err).decode(errors="replace")
+            return f"{kind}: {text}" if kind and msg is not None else text
+        return str(err)
+    if obj.get("object") == "error":
+        return str(obj.get("message") or obj.get("type") or "error")
+    return None
+
+
+def message_from_body(status: int, reason: str, body: bytes) -> str:
+    """One line for a non-2xx answer: the body's error message if it has one."""
+    msg: str | None = None
+    try:
+        msg = error_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        msg = None
+    if msg is None:
+        text = body.decode("utf-8", errors="replace").strip()
+        msg = " ".join(text.split()) if text else reason
+    return shorten(f"HTTP {status}: {msg}")
+
+
+def shorten(text: str, limit: int = _MESSAGE_MAX) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class StreamInterpreter:
+    """Turns one response's SSE payloads into record fields, a batch at a time.
+
+    The read path only appends (payload, stamp, read index) to the ``pending_*`` lists; ``flush``
+    decodes them (called every few dozen events and at the end), keeping just the facts a record
+    needs, so memory stays small on long streams and decoding runs in tight batches.
+    """
+
+    __slots__ = (
+        "api",
+        "carried",
+        "chunk_ns",
+        "chunk_usage",
+        "coalesced",
+        "completion_tokens",
+        "continuous",
+        "error",
+        "finish_reason",
+        "hook",
+        "last_read",
+        "pending_payloads",
+        "pending_reads",
+        "pending_stamps",
+        "prev_cum",
+        "prompt_tokens",
+        "protocol_error",
+        "run_in_read",
+    )
+
+    def __init__(self, api: Api, hook: EventHook | None = None) -> None:
+        self.api: Api = api
+        self.hook = hook  # sees every decoded event with its stamp (tests, benchmarks)
+        self.pending_payloads: list[bytes] = []
+        self.pending_stamps: list[int] = []
+        self.pending_reads: list[int] = []
+        self.chunk_ns: list[int] = []
+        self.chunk_usage: list[int] = []  # tokens per content chunk from running usage
+        self.continuous = True  # every content chunk so far carried usage.completion_tokens
+        self.prev_cum = 0
+        self.carried = 0  # tokens reported on non-content chunks, not yet given to a chunk
+        self.last_read = -1  # read index of the last content chunk
+        self.run_in_read = 0  # content chunks seen so far in that read
+        self.coalesced = 0  # reads that returned more than one content chunk
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.protocol_error: str | None = None
+        self.completion_tokens: int | None = None  # from the last usage object
+        self.prompt_tokens: int | None = None
+
+    def add(self, payload: bytes, stamp_ns: int, read_index: int) -> None:
+        self.pending_payloads.append(payload)
+        self.pending_stamps.append(stamp_ns)
+        self.pending_reads.append(read_index)
+
+    @property
+    def first_ns(self) -> int | None:
+        return self.chunk_ns[0] if self.chunk_ns else None
+
+    def flush(self) -> None:
+        """Decode every pending payload."""
+        payloads = self.pending_payloads
+        if not payloads:
+            return
+        stamps = self.pending_stamps
+        reads = self.pending_reads
+        self.pending_payloads = []
+        self.pending_stamps = []
+        self.pending_reads = []
+        api = self.api
+        loads = orjson.loads
+        for i, raw in enumerate(payloads):
+            try:
+                obj = loads(raw)
+            except orjson.JSONDecodeError:
+                if self.protocol_error is None:
+                    head = raw[:80].decode("utf-8", "replace")
+                    self.protocol_error = shorten("malformed JSON in an SSE event: " + head)
+                continue
+            if not isinstance(obj, dict):
+                if self.protocol_error is None:
+                    head = raw[:80].decode("utf-8", "replace")
+                    self.protocol_error = shorten("an SSE event is not a JSON object: " + head)
+                continue
+            if self.hook is not None:
+                self.hook(obj, stamps[i])
+            msg = error_of(obj)
+            if msg is not None:
+                if self.error is None:
+                    self.error = shorten(msg)
+                continue
+            usage = obj.get("usage")
+            delta_tokens = -1
+            if isinstance(usage, dict):
+                cum = usage.get("completion_tokens")
+                if isinstance(cum, int):
+                    self.completion_tokens = cum
+                    delta_tokens = max(0, cum - self.prev_cum)
+                    self.prev_cum = max(self.prev_cum, cum)
+                pt = usage.get("prompt_tokens")
+                if isinstance(pt, int):
+                    self.prompt_tokens = pt
+            choices = obj.get("choices")
+            content = False
+            if isinstance(choices, list):
+                for c in choices:
+                    if isinstance(c, dict):
+                        fr = c.get("finish_reason")
+                        if fr:
+                            self.finish_reason = str(fr)
+                        if not content and _text_of(c, api):
+                            content = True
+            if content:
+                self.chunk_ns.append(stamps[i])
+                r = reads[i]
+                if r == self.last_read:
+                    self.run_in_read += 1
+                    if self.run_in_read == 2:
+                        self.coalesced += 1
+                else:
+                    self.last_read = r
+                    self.run_in_read = 1
+                if delta_tokens < 0:
+                    self.continuous = False
+                    self.chunk_usage.append(0)
+                else:
+                    self.chunk_usage.append(delta_tokens + self.carried)
+                    self.carried = 0
+            elif delta_tokens > 0:
+                self.carried += delta_tokens
+
+    def fill(self, rec: RequestRecord) -> None:
+        """Flush and write the token, usage and finish fields; mark in-stream failures.
+
+        A transport failure already on the record (status "error") is kept as the reason.
+        """
+        self.flush()
+        chunk_ns = self.chunk_ns
+        if self.continuous and chunk_ns:
+            tokens = list(self.chunk_usage)
+            if self.carried:
+                tokens[-1] += self.carried
+            rec.chunk_tokens_source = "usage"
+        else:
+            tokens = [1] * len(chunk_ns)
+            rec.chunk_tokens_source = "fallback"
+        rec.chunk_ns = chunk_ns
+        rec.chunk_tokens = tokens
+        if chunk_ns:
+            rec.first_token_ns = chunk_ns[0]
+            rec.end_ns = chunk_ns[-1]
+        rec.coalesced_reads = self.coalesced
+        rec.finish_reason = self.finish_reason
+        if self.completion_tokens is not None:
+            rec.completion_tokens = self.completion_tokens
+            rec.usage_source = "server"
+        else:
+            rec.completion_tokens = sum(tokens)
+            rec.usage_source = "fallback"
+        rec.prompt_tokens = (
+            self.prompt_tokens if self.prompt_tokens is not None else rec.prompt_tokens_client
+        )
+        if rec.status == "ok":
+            if self.error is not None:
+                rec.status = "error"
+                rec.error_kind = "stream_error"
+                rec.error_message = self.error
+            elif self.protocol_error is not None:
+                rec.status = "error"
+                rec.error_kind = "protocol"
+                rec.error_message = self.protocol_error
+
+
+def interpret(
+    payloads: Sequence[bytes],
+    stamps: Sequence[int],
+    reads: Sequence[int],
+    api: Api,
+    rec: RequestRecord,
+) -> None:
+    """Fill ``rec`` from a whole stream's payloads at once (tests, offline use)."""
+    it = StreamInterpreter(api)
+    for p, s, r in zip(payloads, stamps, reads, strict=True):
+        it.add(p, s, r)
+    it.fill(rec)
+
+
+def model_ids(body: bytes) -> list[str]:
+    """Model ids from a /v1/models answer; ValueError if it is not one."""
+    obj = orjson.loads(body)
+    data = obj.get("data") if isinstance(obj, dict) else None
+    if not isinstance(data, list):
+        raise ValueError("no 'data' list in the /models answer")
+    ids = [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    return ids
+
+
+__all__: Sequence[str] = (
+    "DONE",
+    "PATHS",
+    "StreamInterpreter",
+    "build_body",
+    "encode_body",
+    "error_of",
+    "interpret",
+    "is_content",
+    "message_from_body",
+    "model_ids",
+)

@@ -1,0 +1,112 @@
+"""Kernel receive timestamps, and the conversion of their realtime clock to ``perf_counter_ns``.
+
+Linux stamps every received packet when a socket sets ``SO_TIMESTAMPNS``; ``recvmsg`` hands the
+stamp of the data it returns (for TCP: the newest segment in that read) as ancillary data, on
+CLOCK_REALTIME. That is when the bytes reached this host, however late Python gets to them. The
+rest of the product uses CLOCK_MONOTONIC (``time.perf_counter_ns``), so each stamp is shifted by
+``realtime − monotonic``, measured once per client from the tightest of many back-to-back
+(monotonic, realtime, monotonic) readings. Both clocks are slewed alike by NTP; only a step of the
+realtime clock during a run would move the offset, and ``ClockInfo.drift_ns`` (measured again at
+close) shows whether one happened.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Literal
+
+# <asm-generic/socket.h>; Python's socket module does not export it. Other Linux ports (alpha,
+# mips, parisc, sparc) use different numbers, where the option fails and user stamps are used.
+SO_TIMESTAMPNS = 35
+SCM_TIMESTAMPNS = SO_TIMESTAMPNS
+TIMESPEC = struct.Struct("@qq")
+ANC_BUFSIZE = socket.CMSG_SPACE(TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClockInfo:
+    """How this client's receive times were taken; recorded with every run."""
+
+    timestamp_source: Literal["kernel", "user"]
+    realtime_minus_monotonic_ns: int  # subtract from a kernel (realtime) stamp → perf_counter_ns
+    offset_uncertainty_ns: int  # half the narrowest (monotonic, realtime, monotonic) bracket
+    pairs: int  # readings the offset was chosen from
+    method: str
+    drift_ns: int | None = None  # offset at close − offset at start (None until closed)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "timestamp_source": self.timestamp_source,
+            "realtime_minus_monotonic_ns": self.realtime_minus_monotonic_ns,
+            "offset_uncertainty_ns": self.offset_uncertainty_ns,
+            "pairs": self.pairs,
+            "method": self.method,
+            "drift_ns": self.drift_ns,
+        }
+
+
+def measure_offset(pairs: int = 200) -> tuple[int, int]:
+    """(realtime − monotonic, uncertainty) in ns from the tightest of ``pairs`` brackets."""
+    mono = time.perf_counter_ns
+    real = time.time_ns
+    best_width = 1 << 62
+    best_offset = 0
+    for _ in range(pairs):
+        m1 = mono()
+        r = real()
+        m2 = mono()
+        width = m2 - m1
+        if width < best_width:
+            best_width = width
+            best_offset = r - (m1 + m2) // 2
+    return best_offset, (best_width + 1) // 2
+
+
+def kernel_stamps_available() -> bool:
+    """Whether a TCP socket here accepts SO_TIMESTAMPNS (Linux with a usable ``recvmsg``)."""
+    if not sys.platform.startswith("linux") or not hasattr(socket.socket, "recvmsg"):
+        return False
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    finally:
+        s.close()
+    return True
+
+
+def enable_kernel_stamps(sock: socket.socket) -> bool:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def take_clock_info(*, use_kernel: bool | None = None, pairs: int = 200) -> ClockInfo:
+    kernel = kernel_stamps_available() if use_kernel is None else use_kernel
+    offset, unc = measure_offset(pairs)
+    if kernel:
+        method = (
+            "SO_TIMESTAMPNS kernel receive stamps (CLOCK_REALTIME) shifted to CLOCK_MONOTONIC by "
+            f"the tightest of {pairs} (perf_counter_ns, time_ns, perf_counter_ns) readings"
+        )
+    else:
+        method = "perf_counter_ns taken in user space when each read returned (no kernel stamps)"
+    return ClockInfo(
+        timestamp_source="kernel" if kernel else "user",
+        realtime_minus_monotonic_ns=offset,
+        offset_uncertainty_ns=unc,
+        pairs=pairs,
+        method=method,
+    )
+
+
+def with_drift(info: ClockInfo, pairs: int = 200) -> ClockInfo:
+    offset, _ = measure_offset(pairs)
+    return replace(info, drift_ns=offset - info.realtime_minus_monotonic_ns)
