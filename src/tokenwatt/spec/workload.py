@@ -72,6 +72,11 @@ def _coerce_length(v: Any) -> Any:
 class Dataset(Section):
     path: Path = Field(description="dataset file")
     format: Literal["sharegpt"] = Field("sharegpt", description="ShareGPT JSON (conversations)")
+    output_lengths: Literal["distribution", "reply"] = Field(
+        "distribution",
+        description="max_tokens from workload.output_tokens, or estimated from each "
+        "conversation's first reply (4/3 tokens per whitespace-separated word)",
+    )
 
 
 class Poisson(Section):
