@@ -271,3 +271,37 @@ def test_flags_and_undefined_cases() -> None:
             mean_context_per_token=0.0,
             kv_bytes_per_output_token=0.0,
         )
+
+
+def test_parsed_qwen3_moe_preset_batch_one() -> None:
+    # The bundled Qwen3-30B-A3B config: 48 MoE layers, 128 experts, top-8, expert = 3 × 2048 ×
+    # 768 params × 2 B; at B = 1 exactly 8 experts per layer are read.
+    from tokenwatt.geometry import load_geometry
+
+    g = load_geometry("qwen3-30b-a3b")
+    assert (g.moe_layers, g.experts, g.experts_per_token) == (48, 128, 8)
+    assert g.expert_bytes == 3 * 2048 * 768 * 2
+    assert g.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2  # 96 KiB
+    r = compute_mbu(
+        g,
+        output_tokens_per_s=40.0,
+        itl_token_weighted_s=0.025,
+        replicas=1,
+        gpus=1,
+        bandwidth_bytes_per_s=H100_BW,
+        mean_context_per_token=600.0,
+        kv_bytes_per_output_token=600.0 * 98_304,
+    )
+    w = g.dense_weight_bytes + 48 * 8 * 3 * 2048 * 768 * 2
+    assert r.mbu == pytest.approx((40 * w + 40 * 600 * 98_304) / H100_BW)
+
+
+def test_parsed_gpt_oss_sliding_window_reads_less_than_full_context() -> None:
+    from tokenwatt.geometry import load_geometry
+
+    g = load_geometry("gpt-oss-20b")
+    # 12 full-attention layers and 12 with a 128-token window, 24,576 B/token per group.
+    ctx, kvb = kv_read_per_output_token(g, [(1000, 10)])
+    full = 24_576 * (10 * 1000 + 45)
+    assert kvb == pytest.approx((full + 24_576 * 128 * 10) / 10)
+    assert ctx == pytest.approx(1004.5)
