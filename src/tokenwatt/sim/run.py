@@ -1,0 +1,224 @@
+"""Starting the simulator: as a coroutine, in a background thread, or as a child process.
+
+All three give a ``RunningSim`` handle with ``url`` (``http://127.0.0.1:PORT/v1``),
+``metrics_url`` and ``stop()``. The thread has its own event loop (uvloop when installed)
+but shares the GIL with the caller; the child process (``python -m tokenwatt sim``) has its
+own interpreter, so its timing does not suffer from the caller's CPU use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tokenwatt.errors import TokenwattError
+from tokenwatt.sim.config import SimConfig
+from tokenwatt.sim.server import SimServer
+
+__all__ = ["RunningSim", "new_event_loop", "serve_sim", "start_sim_subprocess", "start_sim_thread"]
+
+_URL_RE = re.compile(r"(http://\S+?/v1)\b")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when available (tighter timers, faster sockets), else asyncio's default."""
+    try:
+        import uvloop  # noqa: PLC0415 - optional
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        return loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.new_event_loop()
+
+
+class RunningSim:
+    """A started simulator. ``server`` is set for in-process ones (thread or coroutine)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        server: SimServer | None = None,
+        stopper: Any = None,
+        process: subprocess.Popen[str] | None = None,
+    ) -> None:
+        self.url = url
+        self.base_url = url.removesuffix("/v1")
+        self.metrics_url = self.base_url + "/metrics"
+        self.stats_url = self.base_url + "/tokenwatt/sim/stats"
+        self.server = server
+        self.process = process
+        self._stopper = stopper
+        self._stopped = False
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._stopper is not None:
+            self._stopper()
+        if self.process is not None:
+            _stop_process(self.process)
+
+    def __enter__(self) -> RunningSim:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@contextlib.asynccontextmanager
+async def serve_sim(
+    config: SimConfig, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[RunningSim]:
+    """``async with serve_sim(config) as sim:`` on the caller's own event loop."""
+    server = SimServer(config)
+    await server.start(host, port)
+    try:
+        yield RunningSim(server.url, server=server)
+    finally:
+        await server.stop()
+
+
+def start_sim_thread(
+    config: SimConfig, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0
+) -> RunningSim:
+    """Server and engine on their own event loop in a daemon thread; returns once bound."""
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    def main() -> None:
+        loop = new_event_loop()
+        asyncio.set_event_loop(loop)
+        server = SimServer(config)
+        stop_event = asyncio.Event()
+        box["loop"], box["stop_event"] = loop, stop_event
+
+        async def body() -> None:
+            try:
+                await server.start(host, port)
+            except BaseException as exc:
+                box["error"] = exc
+                ready.set()
+                return
+            box["server"] = server
+            ready.set()
+            await stop_event.wait()
+            await server.stop()
+
+        try:
+            loop.run_until_complete(body())
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=main, name="tokenwatt-sim", daemon=True)
+    thread.start()
+    if not ready.wait(timeout_s):
+        raise TokenwattError(f"the simulator did not start within {timeout_s:.0f} s")
+    if "error" in box:
+        err = box["error"]
+        if isinstance(err, OSError):
+            raise TokenwattError(f"the simulator could not bind {host}:{port}: {err}") from err
+        raise err
+    server: SimServer = box["server"]
+
+    def stopper() -> None:
+        loop: asyncio.AbstractEventLoop = box["loop"]
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(box["stop_event"].set)
+        thread.join(timeout=10)
+
+    return RunningSim(server.url, server=server, stopper=stopper)
+
+
+def start_sim_subprocess(
+    config: SimConfig | Sequence[str],
+    host: str = "127.0.0.1",
+    port: int = 0,
+    timeout_s: float = 60.0,
+    stderr: Any = None,
+) -> RunningSim:
+    """``python -m tokenwatt sim …`` as a child; returns once it printed its URL.
+
+    ``config`` is a ``SimConfig`` (sent as a JSON file) or the CLI's own arguments.
+    """
+    tmp: Path | None = None
+    if isinstance(config, SimConfig):
+        fd, name = tempfile.mkstemp(prefix="tokenwatt-sim-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(config.to_dict(), f)
+        tmp = Path(name)
+        args = ["--config-json", str(tmp)]
+    else:
+        args = list(config)
+    cmd = [sys.executable, "-m", "tokenwatt", "sim", *args, "--host", host, "--port", str(port)]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=stderr if stderr is not None else subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+    url = None
+    deadline = time.monotonic() + timeout_s
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = _URL_RE.search(line)
+            if m:
+                url = m.group(1)
+                break
+    finally:
+        if tmp is not None and url is None:
+            tmp.unlink(missing_ok=True)
+    if url is None:
+        _stop_process(proc)
+        err = proc.stderr.read() if proc.stderr is not None else ""
+        tail = (err or "".join(lines)).strip().splitlines()[-1:] or ["no output"]
+        raise TokenwattError(f"the simulator process did not start: {tail[0]}")
+    if tmp is not None:
+        tmp.unlink(missing_ok=True)  # read by the child before it printed its URL
+    threading.Thread(target=_drain, args=(proc,), daemon=True).start()
+    return RunningSim(url, process=proc)
+
+
+def _drain(proc: subprocess.Popen[str]) -> None:
+    """Keep reading the child's pipes so it never blocks on a full one."""
+    for stream in (proc.stdout,):
+        if stream is None:
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            for _ in stream:
+                pass
+
+
+def _stop_process(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)

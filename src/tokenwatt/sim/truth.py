@@ -1,0 +1,263 @@
+"""Ground truth: what the simulated engine actually did, counted independently of any client.
+
+``ReplicaTruth`` accumulates per-replica counters (bytes read, prefill tokens, busy and idle
+time, energy); the energy counter is continuous in time (``energy_at`` interpolates inside
+the current step or idle gap) so that a scraper sees a meter, not a staircase. ``TruthLog``
+writes one JSON object per step. ``Lateness`` keeps the emit-lateness samples (step deadline
+→ write of each chunk) for quantiles and a Prometheus histogram.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from tokenwatt.sim.engine import Step
+
+__all__ = ["LATENESS_BUCKETS_S", "Lateness", "ReplicaTruth", "TruthLog"]
+
+
+class ReplicaTruth:
+    """Cumulative ground-truth counters of one replica."""
+
+    __slots__ = (
+        "busy_s",
+        "decode_kv_bytes",
+        "decode_steps",
+        "decode_tokens",
+        "decode_weight_bytes",
+        "deficit_s",
+        "energy_j",
+        "idle_power_w",
+        "idle_s",
+        "idle_since_ns",
+        "late_steps",
+        "max_deficit_s",
+        "memory_s",
+        "overhead_s",
+        "preemptions",
+        "prefill_s",
+        "prefill_tokens",
+        "step_end_ns",
+        "step_energy_j",
+        "step_start_ns",
+        "steps",
+        "tokens_emitted",
+        "weight_bytes",
+    )
+
+    def __init__(self, idle_power_w: float, t0_ns: int) -> None:
+        self.idle_power_w = idle_power_w
+        self.steps = 0
+        self.decode_steps = 0
+        self.tokens_emitted = 0
+        self.decode_tokens = 0
+        self.prefill_tokens = 0
+        self.weight_bytes = 0
+        self.decode_weight_bytes = 0
+        self.decode_kv_bytes = 0
+        self.busy_s = 0.0
+        self.idle_s = 0.0
+        self.memory_s = 0.0
+        self.prefill_s = 0.0
+        self.overhead_s = 0.0
+        self.energy_j = 0.0
+        self.preemptions = 0
+        self.late_steps = 0
+        self.deficit_s = 0.0
+        self.max_deficit_s = 0.0
+        self.idle_since_ns: int | None = t0_ns
+        self.step_start_ns = 0
+        self.step_end_ns = 0
+        self.step_energy_j = 0.0
+
+    def begin_step(self, step: Step) -> float:
+        """Account the idle gap before ``step`` and the step itself; returns that idle time."""
+        idle = 0.0
+        if self.idle_since_ns is not None:
+            idle = max(0, step.t_start_ns - self.idle_since_ns) / 1e9
+            self.idle_s += idle
+            self.energy_j += idle * self.idle_power_w
+            self.idle_since_ns = None
+        self.steps += 1
+        self.tokens_emitted += len(step.emits)
+        self.prefill_tokens += step.prefill_tokens
+        self.weight_bytes += step.weight_bytes
+        if step.batch:
+            self.decode_steps += 1
+            self.decode_tokens += step.batch
+            self.decode_weight_bytes += step.weight_bytes
+            self.decode_kv_bytes += step.kv_bytes
+        self.busy_s += step.duration_s
+        self.memory_s += step.memory_s
+        self.prefill_s += step.prefill_s
+        self.overhead_s += step.overhead_s
+        self.preemptions += len(step.preempted)
+        self.step_start_ns = step.t_start_ns
+        self.step_end_ns = step.t_end_ns
+        self.step_energy_j = step.energy_j
+        self.energy_j += step.energy_j
+        return idle
+
+    def go_idle(self, since_ns: int) -> None:
+        self.idle_since_ns = since_ns
+
+    def energy_at(self, now_ns: int) -> float:
+        """Energy through ``now_ns``: counted steps and idle gaps, minus the unfinished part
+        of the current step, plus the running idle gap."""
+        if self.idle_since_ns is not None:
+            return self.energy_j + max(0, now_ns - self.idle_since_ns) / 1e9 * self.idle_power_w
+        span = self.step_end_ns - self.step_start_ns
+        if span > 0 and now_ns < self.step_end_ns:
+            left = (self.step_end_ns - max(now_ns, self.step_start_ns)) / span
+            return self.energy_j - left * self.step_energy_j
+        return self.energy_j
+
+    def note_deficit(self, late_s: float) -> None:
+        self.deficit_s = late_s
+        self.max_deficit_s = max(self.max_deficit_s, late_s)
+
+
+LATENESS_BUCKETS_S: tuple[float, ...] = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.00075,
+    0.001,
+    0.0015,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
+
+
+class Lateness:
+    """Emit lateness samples (seconds): a bounded buffer for quantiles plus histogram counts."""
+
+    def __init__(self, capacity: int = 1 << 21) -> None:
+        self.capacity = capacity
+        self._buf = np.zeros(capacity, dtype=np.float64)
+        self._n = 0  # samples ever written
+        self._bounds = np.asarray(LATENESS_BUCKETS_S)
+        self.bucket_counts = np.zeros(len(LATENESS_BUCKETS_S) + 1, dtype=np.int64)
+        self.count = 0
+        self.sum_s = 0.0
+
+    def add_ns(self, stamps_ns: list[int], deadline_ns: int) -> None:
+        if not stamps_ns:
+            return
+        lat = (np.asarray(stamps_ns, dtype=np.int64) - deadline_ns) * 1e-9
+        m = len(lat)
+        start = self._n % self.capacity
+        end = start + m
+        if end <= self.capacity:
+            self._buf[start:end] = lat
+        else:
+            k = self.capacity - start
+            self._buf[start:] = lat[:k]
+            self._buf[: m - k] = lat[k:]
+        self._n += m
+        idx = np.searchsorted(self._bounds, lat, side="left")
+        self.bucket_counts += np.bincount(idx, minlength=len(self.bucket_counts))
+        self.count += m
+        self.sum_s += float(lat.sum())
+
+    def samples(self) -> npt.NDArray[np.float64]:
+        """The retained samples (the latest ``capacity``)."""
+        if self._n <= self.capacity:
+            return self._buf[: self._n].copy()
+        return self._buf.copy()
+
+    def summary(self) -> dict[str, Any]:
+        s = self.samples()
+        if not len(s):
+            return {"count": 0}
+        q = np.quantile(s, [0.5, 0.9, 0.99, 0.999])
+        return {
+            "count": int(self.count),
+            "retained": len(s),
+            "mean_s": float(s.mean()),
+            "p50_s": float(q[0]),
+            "p90_s": float(q[1]),
+            "p99_s": float(q[2]),
+            "p999_s": float(q[3]),
+            "max_s": float(s.max()),
+            "min_s": float(s.min()),
+        }
+
+    def reset(self) -> None:
+        self._n = 0
+        self.bucket_counts[:] = 0
+        self.count = 0
+        self.sum_s = 0.0
+
+
+class TruthLog:
+    """``--truth-log FILE``: one JSON object per step, in emission order."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._f: IO[bytes] | None = self.path.open("wb", buffering=1 << 16)
+
+    def write(
+        self,
+        step: Step,
+        *,
+        t_start_ns: int,
+        t_end_ns: int,
+        idle_s: float,
+        idle_energy_j: float,
+        running: int,
+        waiting: int,
+        kv_usage: float,
+    ) -> None:
+        if self._f is None:
+            return
+        rec = {
+            "replica": step.replica,
+            "step": step.index,
+            "t_start_ns": t_start_ns,
+            "t_end_ns": t_end_ns,
+            "sched_start_ns": step.t_start_ns,
+            "deadline_ns": step.t_end_ns,
+            "duration_s": step.duration_s,
+            "batch": step.batch,
+            "prefill_tokens": step.prefill_tokens,
+            "prefill_seqs": step.prefill_seqs,
+            "tokens_emitted": len(step.emits),
+            "finished": len(step.finished),
+            "preempted": len(step.preempted),
+            "distinct_experts": step.distinct_experts,
+            "weight_bytes": step.weight_bytes,
+            "kv_bytes": step.kv_bytes,
+            "memory_s": step.memory_s,
+            "prefill_s": step.prefill_s,
+            "overhead_s": step.overhead_s,
+            "energy_j": step.energy_j,
+            "idle_before_s": idle_s,
+            "idle_energy_j": idle_energy_j,
+            "running": running,
+            "waiting": waiting,
+            "kv_usage": kv_usage,
+        }
+        self._f.write(orjson.dumps(rec) + b"\n")
+
+    def flush(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None

@@ -1,0 +1,231 @@
+"""Bytes on the wire: OpenAI/vLLM-shaped SSE chunks, responses and errors.
+
+Streams use HTTP/1.1 chunked framing with one HTTP chunk per write; a write holds every SSE
+event a request gets in one step (chat's role chunk travels with the first token, as in
+vLLM). The common chunk (one token, no per-chunk usage, not the last) is rendered once per
+request and word and then only indexed: the per-step path is a list lookup and one
+``transport.write``. Everything else is rendered with orjson when needed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import orjson
+
+from tokenwatt.sim.tokens import WORDS, output_text
+
+__all__ = [
+    "DONE",
+    "KEEPALIVE_FRAME",
+    "ChunkRenderer",
+    "error_body",
+    "frame",
+    "new_request_id",
+    "sse",
+]
+
+DONE = b"data: [DONE]\n\n"
+KEEPALIVE = b": keep-alive\n\n"
+
+
+def frame(payload: bytes) -> bytes:
+    """One HTTP/1.1 chunk."""
+    return b"%x\r\n%b\r\n" % (len(payload), payload)
+
+
+KEEPALIVE_FRAME = frame(KEEPALIVE)
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def new_request_id(kind: str) -> str:
+    prefix = "cmpl-" if kind == "completion" else "chatcmpl-"
+    return prefix + secrets.token_hex(16)
+
+
+def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
+    """Current vLLM's error shape: ``{"error": {message, type, param, code=<status>}}``."""
+    kinds = {
+        400: "BadRequestError",
+        404: "NotFoundError",
+        405: "MethodNotAllowedError",
+        413: "BadRequestError",
+        500: "InternalServerError",
+        503: "ServiceUnavailableError",
+    }
+    return {
+        "error": {
+            "message": message,
+            "type": kinds.get(status, "BadRequestError"),
+            "param": param,
+            "code": status,
+        }
+    }
+
+
+class ChunkRenderer:
+    """Renders one request's stream: token chunks, the final chunk, usage and [DONE]."""
+
+    __slots__ = (
+        "_frames",
+        "chat",
+        "continuous_usage",
+        "created",
+        "include_usage",
+        "model",
+        "prompt_tokens",
+        "request_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        chat: bool,
+        request_id: str,
+        created: int,
+        model: str,
+        prompt_tokens: int,
+        include_usage: bool,
+        continuous_usage: bool,
+    ) -> None:
+        self.chat = chat
+        self.request_id = request_id
+        self.created = created
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.include_usage = include_usage
+        self.continuous_usage = continuous_usage
+        self._frames: list[bytes | None] = [None] * len(WORDS)
+
+    def _chunk(self, text: str, finish: str | None, completion_tokens: int) -> dict[str, Any]:
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": text} if text or finish is None else {},
+                "logprobs": None,
+                "finish_reason": finish,
+            }
+            if finish is not None:
+                choice["stop_reason"] = None
+            obj: dict[str, Any] = {
+                "id": self.request_id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice],
+            }
+        else:
+            obj = {
+                "id": self.request_id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                    }
+                ],
+            }
+        if self.continuous_usage:
+            obj["usage"] = self.usage(completion_tokens)
+        return obj
+
+    def usage(self, completion_tokens: int) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+        }
+
+    def role_event(self) -> bytes:
+        obj: dict[str, Any] = {
+            "id": self.request_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+        }
+        if self.continuous_usage:
+            obj["usage"] = self.usage(0)
+        return sse(obj)
+
+    def tokens(self, start: int, count: int, finish: str | None) -> bytes:
+        """The framed write for output tokens ``start .. start+count−1``; with ``finish``
+        the last of them carries the finish reason and usage/[DONE] follow."""
+        if count == 1 and finish is None and not self.continuous_usage and start > 0:
+            w = start % len(WORDS)
+            f = self._frames[w]
+            if f is None:
+                f = self._frames[w] = frame(sse(self._chunk(WORDS[w], None, 0)))
+            return f
+        body = b""
+        if self.chat and start == 0:
+            body += self.role_event()
+        body += sse(self._chunk(output_text(start, count), finish, start + count))
+        if finish is not None:
+            body += self.tail_events(start + count)
+        return frame(body)
+
+    def tail_events(self, completion_tokens: int) -> bytes:
+        out = b""
+        if self.include_usage:
+            out += sse(
+                {
+                    "id": self.request_id,
+                    "object": "chat.completion.chunk" if self.chat else "text_completion",
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": self.usage(completion_tokens),
+                }
+            )
+        return out + DONE
+
+    def error(self, message: str, status: int) -> bytes:
+        """A mid-stream failure as vLLM sends it: an error event, then [DONE]."""
+        return frame(sse(error_body(message, status)) + DONE)
+
+    def response(self, completion_tokens: int, finish: str) -> dict[str, Any]:
+        """The non-streaming body."""
+        text = output_text(0, completion_tokens)
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+            obj = "text_completion"
+        return {
+            "id": self.request_id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.usage(completion_tokens),
+        }
