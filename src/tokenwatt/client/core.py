@@ -126,15 +126,29 @@ class StreamClient:
         max_tokens: int,
         prompt_tokens_client: int,
         ignore_eos: bool = True,
+        record: RequestRecord | None = None,
     ) -> RequestRecord:
-        """Send one streaming request and return its record (failures included, never raised)."""
-        rec = RequestRecord(
-            request_id=request_id,
-            scheduled_ns=scheduled_ns,
-            prompt_tokens_client=prompt_tokens_client,
-            max_tokens=max_tokens,
-            timestamp_source="kernel" if self._kernel else "user",
-        )
+        """Send one streaming request and return its record (failures included, never raised).
+
+        On cancellation the record is filled (``error_kind="cancelled"``, with whatever arrived)
+        before CancelledError propagates; pass ``record`` to keep a reference to it.
+        """
+        source: Literal["kernel", "user"] = "kernel" if self._kernel else "user"
+        if record is None:
+            rec = RequestRecord(
+                request_id=request_id,
+                scheduled_ns=scheduled_ns,
+                prompt_tokens_client=prompt_tokens_client,
+                max_tokens=max_tokens,
+                timestamp_source=source,
+            )
+        else:
+            rec = record
+            rec.request_id = request_id
+            rec.scheduled_ns = scheduled_ns
+            rec.prompt_tokens_client = prompt_tokens_client
+            rec.max_tokens = max_tokens
+            rec.timestamp_source = source
         body = orjson.dumps(
             build_body(
                 api=self.api,
@@ -399,7 +413,8 @@ class _Timer:
     """One lazily re-armed timer per request for the first-token, stall and total limits.
 
     Reads never touch it: when it fires it compares the latest read stamp with the limits and
-    either fails the request or re-arms for the next possible deadline.
+    either fails the request or re-arms for the next possible deadline. A stall is therefore
+    reported between idle_s and 1.5 × idle_s after the last read.
     """
 
     __slots__ = ("_ex", "_handle", "_loop", "_t0", "_timeouts", "fired")
@@ -418,7 +433,11 @@ class _Timer:
         if self._ex.future.done():
             return
         now = _perf()
-        _kind, deadline = self._next_deadline()
+        kind, deadline = self._next_deadline()
+        if kind == "timeout_first_token":
+            # content may arrive meanwhile; look again within idle_s/2 so that a stall after
+            # it is caught within 1.5 × idle_s
+            deadline = min(deadline, now + int(self._timeouts.idle_s * _NS) // 2)
         delay = max(0.0, (deadline - now) / _NS)
         self._handle = self._loop.call_later(delay + 0.0005, self._check)
 
