@@ -1,0 +1,442 @@
+"""``DIR/report.html``: one self-contained file rendered from the result file.
+
+Everything is inline: CSS, figures (SVG from ``report.plots``) and the result JSON itself, so
+the file opens offline, can be mailed, and can be re-analysed without the run directory.
+No element references anything outside the file.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.report import plots
+from tokenwatt.report.checks import self_checks
+from tokenwatt.report.format import (
+    DASH,
+    fmt_bytes,
+    fmt_bytes_per_s,
+    fmt_float,
+    fmt_ms,
+    fmt_pct,
+    fmt_quantile,
+    fmt_rate,
+    fmt_tokens_per_s,
+)
+from tokenwatt.report.schema import BenchResult, ProbeSummary
+from tokenwatt.report.terminal import describe_run, describe_slo, energy_text
+
+__all__ = ["REPORT_FILE", "SECTION_IDS", "render_html", "write_html"]
+
+REPORT_FILE = "report.html"
+# Every report has these sections, in this order (the tests check them).
+SECTION_IDS = (
+    "headline",
+    "checks",
+    "latency",
+    "goodput",
+    "mbu",
+    "experts",
+    "power",
+    "probes",
+    "single-stream",
+    "inputs",
+    "spec",
+)
+
+_CSS = """
+:root { --ink:#1d2733; --muted:#6c757d; --line:#dde2e8; --pass:#2a9d5c; --fail:#d1495b;
+        --warn:#b7791f; --bg:#f7f8fa; --card:#ffffff; --accent:#1d3557; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--bg); color:var(--ink);
+       font:14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+main { max-width: 1040px; margin: 0 auto; padding: 24px 20px 48px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 16px; margin: 0 0 10px; color: var(--accent); }
+.sub { color: var(--muted); margin: 0 0 2px; }
+section { background: var(--card); border: 1px solid var(--line); border-radius: 8px;
+          padding: 16px 18px; margin: 16px 0; }
+.cards { display: grid; grid-template-columns: repeat(3, 1fr); gap: 12px; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px; }
+.card .label { color: var(--muted); font-size: 12px; text-transform: uppercase;
+               letter-spacing: .04em; }
+.card .value { font-size: 26px; font-weight: 650; margin: 2px 0; }
+.card .detail { color: var(--muted); font-size: 12.5px; }
+.card.first .value { color: var(--pass); }
+.none { color: var(--warn); }
+table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
+table.inputs { width: auto; min-width: 60%; margin-top: 10px; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: right;
+         white-space: nowrap; }
+th { font-size: 12px; color: var(--muted); font-weight: 600; }
+td.l, th.l { text-align: left; white-space: normal; }
+td:first-child { white-space: nowrap; }
+tr.boundary td { background: #eef3fb; font-weight: 600; }
+.pass { color: var(--pass); } .fail { color: var(--fail); }
+ul.checks { margin: 0; padding-left: 20px; }
+ul.checks li.warning { color: var(--warn); } ul.checks li.note { color: var(--muted); }
+figure { margin: 0; } figure svg { width: 100%; height: auto; }
+figcaption { color: var(--muted); font-size: 12.5px; margin-top: 4px; }
+pre { background: var(--bg); border: 1px solid var(--line); border-radius: 6px; padding: 10px;
+      overflow-x: auto; font-size: 12px; }
+.grid2 { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
+@media (max-width: 760px) { .cards, .grid2 { grid-template-columns: 1fr; } }
+footer { color: var(--muted); font-size: 12px; text-align: center; }
+"""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _table(
+    headers: Iterable[str],
+    rows: Iterable[Iterable[str]],
+    *,
+    left: Iterable[int] = (0,),
+    row_classes: Iterable[str] | None = None,
+    cls: str = "",
+) -> str:
+    """A table of already-escaped cells; columns numbered in ``left`` align left."""
+    hs = list(headers)
+    lefts = set(left)
+    head = "".join(f'<th class="{"l" if i in lefts else ""}">{h}</th>' for i, h in enumerate(hs))
+    classes = list(row_classes) if row_classes is not None else []
+    body = []
+    for r, row in enumerate(rows):
+        cls = f' class="{classes[r]}"' if r < len(classes) and classes[r] else ""
+        cells = "".join(
+            f'<td class="{"l" if i in lefts else ""}">{c}</td>' for i, c in enumerate(row)
+        )
+        body.append(f"<tr{cls}>{cells}</tr>")
+    attr = f' class="{cls}"' if cls else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _section(sid: str, title: str, body: str) -> str:
+    return f'<section id="{sid}"><h2>{_e(title)}</h2>{body}</section>'
+
+
+def _figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
+
+
+def _headline(r: BenchResult) -> str:
+    b = r.boundary
+    if b is None:
+        lowest = min((p.rate_rps for p in r.probes if p.rate_rps is not None), default=None)
+        first = (
+            '<div class="value none">SLO not met</div>'
+            f'<div class="detail">at any probed rate (lowest {_e(fmt_rate(lowest))})</div>'
+        )
+        energy = mbu = f'<div class="value">{DASH}</div>'
+    else:
+        first = (
+            f'<div class="value">{_e(fmt_tokens_per_s(b.goodput_output_tokens_per_s))} '
+            f'<small>tok/s</small></div><div class="detail">'
+            f"{_e(fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu))} tok/s per GPU · "
+            f"at {_e(fmt_rate(b.rate_rps))}</div>"
+        )
+        if b.tokens_per_joule is None:
+            energy = (
+                '<div class="value none">not measured</div>'
+                '<div class="detail">no power source (spec: power.sources)</div>'
+            )
+        else:
+            tpj, _, rest = energy_text(b).partition("  ")
+            energy = (
+                f'<div class="value">{_e(tpj)}</div><div class="detail">'
+                f"{_e(rest.strip('()'))}</div>"
+            )
+        d = b.mbu_detail
+        split = (
+            f"weights {fmt_pct(d.mbu_weights)} + KV {fmt_pct(d.mbu_kv)}"
+            if d is not None and d.mbu_weights is not None and d.mbu_kv is not None
+            else "split not available"
+        )
+        mbu = (
+            f'<div class="value">{_e(fmt_pct(b.mbu))}</div>'
+            f'<div class="detail">{_e(split)} · diagnostic, not the headline</div>'
+        )
+    cards = (
+        f'<div class="card first"><div class="label">SLO goodput</div>{first}</div>'
+        f'<div class="card"><div class="label">Tokens per joule</div>{energy}</div>'
+        f'<div class="card"><div class="label">MBU (decode bandwidth)</div>{mbu}</div>'
+    )
+    return f'<section id="headline"><div class="cards">{cards}</div></section>'
+
+
+def _checks(r: BenchResult) -> str:
+    checks = self_checks(r)
+    if not checks:
+        return _section("checks", "Self-checks", "<p>Nothing to report.</p>")
+    items = "".join(f'<li class="{c.level}">{_e(c.message)}</li>' for c in checks)
+    return _section("checks", "Self-checks", f'<ul class="checks">{items}</ul>')
+
+
+def _short(failed: list[str]) -> list[str]:
+    """``ttft_p99`` → ``ttft``: the column headers already name the quantile."""
+    return [f.split("_p")[0] for f in failed]
+
+
+def _probe_rows(r: BenchResult) -> tuple[list[list[str]], list[str]]:
+    q = r.slo.percentile
+    key = f"p{round(q * 100)}"
+    rows, classes = [], []
+    bi = r.boundary.index if r.boundary is not None else None
+    for p in r.probes:
+        verdict = (
+            '<span class="pass">pass</span>'
+            if p.slo_passed
+            else f'<span class="fail">FAIL {_e(", ".join(_short(p.slo_detail.failed)))}</span>'
+        )
+        rows.append(
+            [
+                _e(f"{p.index}{' ★' if p.index == bi else ''}"),
+                _e(fmt_float(p.rate_rps)),
+                _e(fmt_float(p.achieved_rate_rps)),
+                _e(fmt_tokens_per_s(p.output_tokens_per_s)),
+                _e(fmt_float(p.batch_per_replica)),
+                _e(fmt_ms(getattr(p.ttft_s, key, None))),
+                _e(fmt_ms(getattr(p.tpot_s, key, None))),
+                _e(fmt_pct(p.attainment)),
+                _e(fmt_pct(p.mbu)),
+                _e(fmt_float(p.tokens_per_joule)),
+                _e(f"{p.requests_ok:,}/{p.requests_failed:,}"),
+                _e(fmt_float(p.window_s)),
+                verdict,
+            ]
+        )
+        classes.append("boundary" if p.index == bi else "")
+    return rows, classes
+
+
+def _probes(r: BenchResult) -> str:
+    q = fmt_quantile(r.slo.percentile)
+    rows, classes = _probe_rows(r)
+    headers = [
+        "probe",
+        "rate req/s",
+        "achieved",
+        "T tok/s",
+        "B",
+        f"TTFT {q}",
+        f"TPOT {q}",
+        "attain",
+        "MBU",
+        "tok/J",
+        "ok/failed",
+        "window s",
+        "SLO",
+    ]
+    table = _table(headers, rows, left=(0, len(headers) - 1), row_classes=classes)
+    note = '<p class="sub">★ the boundary: the highest rate that met the SLO.</p>'
+    return _section("probes", "Probes", table + note)
+
+
+def _mbu_inputs(p: ProbeSummary) -> str:
+    if p.mbu_detail is None:
+        return "<p>MBU inputs not available.</p>"
+    i = p.mbu_detail.inputs
+    rows = [
+        ("T", f"{fmt_tokens_per_s(i.output_tokens_per_s)} tok/s", "output tokens/s, node"),
+        ("τ", fmt_ms(i.itl_token_weighted_s), "token-weighted mean inter-token latency"),
+        ("R", str(i.replicas), "data-parallel replicas"),
+        ("s = 1/τ", f"{fmt_float(i.steps_per_s_per_replica)} /s", "steps/s per replica"),
+        ("B = T·τ/R", fmt_float(i.batch_per_replica), "sequences per step per replica"),
+        (
+            "E[distinct experts]",
+            f"{fmt_float(i.expected_distinct_experts)} of {i.experts}" if i.experts else DASH,
+            "per MoE layer at B, uniform routing",
+        ),
+        ("W(B)", fmt_bytes(i.weight_bytes_per_step), "weight bytes per step"),
+        ("R·s·W(B)", fmt_bytes_per_s(i.weight_bytes_per_s), "weight traffic"),
+        ("context", f"{fmt_float(i.mean_context_per_token, 4)} tok", "mean per output token"),
+        ("KV/token", fmt_bytes(i.kv_bytes_per_output_token), "KV bytes read per output token"),
+        ("KV/s", fmt_bytes_per_s(i.kv_bytes_per_s), "KV traffic"),
+        ("N·BW", fmt_bytes_per_s(i.node_bandwidth_bytes_per_s), f"{i.gpus} GPU(s), rated"),
+    ]
+    table = _table(
+        ["input", "value", "meaning"],
+        [[_e(a), _e(b), _e(c)] for a, b, c in rows],
+        left=(0, 2),
+        cls="inputs",
+    )
+    notes = "".join(f"<li>{_e(n)}</li>" for n in p.mbu_detail.notes)
+    return table + (f'<ul class="checks">{notes}</ul>' if notes else "")
+
+
+def _single_stream(r: BenchResult) -> str:
+    s = r.single_stream
+    if s is None:
+        return _section("single-stream", "Single stream (latency floor)", "<p>Not measured.</p>")
+    rows = [
+        [_e(name), *(_e(fmt_ms(getattr(summary, k))) for k in ("mean", "p50", "p90", "p99"))]
+        for name, summary in (
+            ("TTFT", s.ttft_s),
+            ("TPOT", s.tpot_s),
+            ("ITL (chunks)", s.itl_s),
+            ("E2E", s.e2e_s),
+        )
+    ]
+    n = s.requests_ok + s.requests_failed
+    body = (
+        f"<p>{n} requests one at a time: "
+        f"{_e(fmt_tokens_per_s(s.output_tokens_per_s))} output tok/s.</p>"
+        + _table(["latency", "mean", "p50", "p90", "p99"], rows, cls="inputs")
+    )
+    return _section("single-stream", "Single stream (latency floor)", body)
+
+
+def _kv_rows(pairs: Iterable[tuple[str, object]]) -> list[list[str]]:
+    return [[_e(k), _e(DASH if v is None else v)] for k, v in pairs]
+
+
+def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
+    g = geometry
+    acc = r.accelerator
+    model = _kv_rows(
+        [
+            ("model", g.name),
+            ("type", g.model_type),
+            ("total parameters", f"{g.total_params / 1e9:.2f} B"),
+            ("active parameters", f"{g.active_params / 1e9:.2f} B"),
+            ("layers (MoE)", f"{g.layers} ({g.moe_layers})"),
+            ("experts, top-k", f"{g.experts}, {g.experts_per_token}" if g.is_moe else "dense"),
+            ("weight / KV dtype", f"{g.weight_dtype} / {g.kv_dtype}"),
+            ("dense weight bytes/step", fmt_bytes(g.dense_weight_bytes)),
+            ("bytes per expert", fmt_bytes(g.expert_bytes) if g.is_moe else DASH),
+            ("KV bytes per token", fmt_bytes(g.kv_bytes_per_token)),
+        ]
+    )
+    s = r.search
+    node = _kv_rows(
+        [
+            ("accelerator", acc.get("display_name") or acc.get("name")),
+            ("rated bandwidth / GPU", fmt_bytes_per_s(acc.get("bandwidth_bytes_per_s"))),
+            ("source", acc.get("source")),
+            ("N_GPU, R", f"{r.gpus}, {r.replicas}"),
+            ("SLO", describe_slo(r.slo)),
+            ("search stop", s.stop_reason if s else DASH),
+            (
+                "precision reached / target",
+                f"{fmt_pct(s.precision_reached)} / {fmt_pct(s.precision_target, 0)}" if s else DASH,
+            ),
+            ("tokenwatt", r.tool_version),
+            ("started", r.started_at.isoformat()),
+            ("client", f"{r.machine.hostname}, {r.machine.os}, {r.machine.python}"),
+            ("clock", f"{r.machine.clock}; stamps: {r.machine.timestamp_source}"),
+        ]
+    )
+    body = (
+        '<div class="grid2"><div>'
+        + _table(["model", ""], model, left=(0, 1))
+        + "</div><div>"
+        + _table(["node and run", ""], node, left=(0, 1))
+        + "</div></div>"
+    )
+    return _section("inputs", "Inputs", body)
+
+
+def _json_script(data: Any) -> str:
+    # "</" would end the script element early; JSON allows the escaped form.
+    text = json.dumps(data, indent=1, ensure_ascii=False).replace("</", "<\\/")
+    return f'<script type="application/json" id="result-json">{text}</script>'
+
+
+def render_html(result: BenchResult) -> str:
+    """The whole report as one HTML string."""
+    geometry = ModelGeometry.from_dict(result.geometry)
+    q = fmt_quantile(result.slo.percentile)
+    b = result.boundary
+    parts = [_headline(result), _checks(result)]
+    parts.append(
+        _section(
+            "latency",
+            "Latency against throughput",
+            _figure(
+                plots.latency_plot(result),
+                f"TTFT and TPOT {q} per probe against output tokens/s; dashed: the SLO; "
+                "green passed, red failed, star: the boundary.",
+            ),
+        )
+    )
+    parts.append(
+        _section(
+            "goodput",
+            "Goodput and attainment against offered rate",
+            _figure(
+                plots.goodput_plot(result),
+                "SLO goodput (output tokens/s of probes that met the SLO) and the fraction of "
+                "requests meeting every limit; dotted: raw throughput T.",
+            ),
+        )
+    )
+    mbu_title = f"MBU at the boundary: {fmt_pct(b.mbu)}" if b is not None else "MBU (no boundary)"
+    parts.append(
+        _section(
+            "mbu",
+            mbu_title,
+            _figure(
+                plots.mbu_plot(result, geometry),
+                "MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth). Left: per probe, shaded "
+                "bar = weights part. Right: W(B) from the geometry, probes marked.",
+            )
+            + (_mbu_inputs(b) if b is not None else ""),
+        )
+    )
+    if geometry.is_moe:
+        experts = _figure(
+            plots.experts_plot(result, geometry),
+            "Uniform routing is an upper bound on distinct experts: real, skewed routing "
+            "touches fewer at small batch, so MBU reads high there.",
+        )
+    else:
+        experts = "<p>Dense model: every weight is read every step, W(B) is constant.</p>"
+    parts.append(_section("experts", "Expected distinct experts against batch", experts))
+    power_svg = plots.power_plot(result)
+    power = (
+        _figure(power_svg, "Sampled power over each probe's measurement window.")
+        if power_svg
+        else "<p>Not measured: no power samples in this result.</p>"
+    )
+    parts.append(_section("power", "Power over time", power))
+    parts.append(_probes(result))
+    parts.append(_single_stream(result))
+    parts.append(_inputs(result, geometry))
+    spec_text = json.dumps(result.spec, indent=2, ensure_ascii=False)
+    parts.append(_section("spec", "Spec (secrets removed)", f"<pre>{_e(spec_text)}</pre>"))
+    title = f"TokenWatt Bench · {describe_run(result)}"
+    header = (
+        f"<header><h1>{_e(result.name)}</h1>"
+        f'<p class="sub">{_e(describe_run(result))}</p>'
+        f'<p class="sub">SLO: {_e(describe_slo(result.slo))} · started '
+        f"{_e(result.started_at.strftime('%Y-%m-%d %H:%M:%S %Z').strip())}"
+        f"{' · INTERRUPTED' if result.interrupted else ''}</p></header>"
+    )
+    footer = (
+        f"<footer>tokenwatt {_e(result.tool_version)} · result schema "
+        f"v{result.schema_version} · the result JSON is embedded in this file "
+        "(script#result-json)</footer>"
+    )
+    data = json.loads(result.model_dump_json())
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head>"
+        f"<body><main>{header}{''.join(parts)}{footer}</main>"
+        f"{_json_script(data)}</body></html>\n"
+    )
+
+
+def write_html(result: BenchResult, out_dir: str | Path) -> Path:
+    """Write ``DIR/report.html`` and return its path."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / REPORT_FILE
+    path.write_text(render_html(result), "utf-8")
+    return path
