@@ -1,0 +1,175 @@
+"""Receive timestamps against a server that writes its own send time into every chunk.
+
+The server runs in a thread with blocking sockets and stamps ``perf_counter_ns`` just before each
+``send`` (CLOCK_MONOTONIC, the clock the client converts kernel stamps to). Bounds are loose on
+purpose: the machine is shared, so the tests check ordering and that a blocked event loop does not
+move kernel stamps, never speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import socket
+import statistics
+import threading
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from tokenwatt.client import StreamClient, kernel_stamps_available
+from tokenwatt.client.stamps import measure_offset
+from tokenwatt.records import RequestRecord
+from tokenwatt.spec.endpoint import Timeouts
+
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+    b"Connection: close\r\n\r\n"
+)
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+class StampServer(threading.Thread):
+    """One connection; commands from a queue: ("send", delay_s), ("pace", n, itl_s), ("end",)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen()
+        self.port = self.lsock.getsockname()[1]
+        self.commands: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.headers_sent = threading.Event()
+
+    def run(self) -> None:
+        conn, _ = self.lsock.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += conn.recv(65536)
+        head, _, body = buf.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            body += conn.recv(65536)
+        conn.sendall(HEAD)
+        self.headers_sent.set()
+        k = 0
+        while True:
+            cmd = self.commands.get()
+            if cmd[0] == "end":
+                conn.sendall(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                conn.close()
+                self.lsock.close()
+                return
+            if cmd[0] == "send":
+                time.sleep(cmd[1])
+                self._send(conn, k)
+                k += 1
+            elif cmd[0] == "pace":
+                n, itl = cmd[1], cmd[2]
+                t0 = time.perf_counter() + itl
+                for i in range(n):
+                    while time.perf_counter() < t0 + i * itl:
+                        time.sleep(max(0.0, t0 + i * itl - time.perf_counter() - 0.0002))
+                    self._send(conn, k)
+                    k += 1
+
+    @staticmethod
+    def _send(conn: socket.socket, k: int) -> None:
+        stamp = time.perf_counter_ns()
+        obj = {"choices": [{"index": 0, "text": f" t{k}"}], "sent_ns": stamp}
+        conn.sendall(_chunk(b"data: " + orjson.dumps(obj) + b"\n\n"))
+
+
+def _client(port: int, sent: dict[int, int], kernel: bool | None) -> StreamClient:
+    def hook(obj: dict[str, Any], stamp: int) -> None:
+        if "sent_ns" in obj:
+            sent[obj["sent_ns"]] = stamp
+
+    return StreamClient(
+        f"http://127.0.0.1:{port}/v1",
+        api="completions",
+        model="m",
+        timeouts=Timeouts(connect_s=2, first_token_s=10, idle_s=10, total_s=20),
+        kernel_timestamps=kernel,
+        event_hook=hook,
+    )
+
+
+async def _stream(c: StreamClient) -> RequestRecord:
+    return await c.stream(
+        request_id=1, scheduled_ns=0, prompt=[1], max_tokens=10, prompt_tokens_client=1
+    )
+
+
+def test_offset_measurement_is_tight_and_stable() -> None:
+    off1, unc1 = measure_offset()
+    off2, _ = measure_offset()
+    assert unc1 < 50_000  # half of a (mono, real, mono) bracket: well under 50 µs
+    assert abs(off1 - off2) < 1_000_000  # no step between two measurements
+
+
+@pytest.mark.skipif(not kernel_stamps_available(), reason="no SO_TIMESTAMPNS on this platform")
+def test_kernel_stamps_match_server_send_times() -> None:
+    srv = StampServer()
+    srv.start()
+    sent: dict[int, int] = {}
+
+    async def main() -> RequestRecord:
+        c = _client(srv.port, sent, None)
+        assert c.clock.timestamp_source == "kernel"
+        task = asyncio.ensure_future(_stream(c))
+        await asyncio.to_thread(srv.headers_sent.wait, 5)
+        srv.commands.put(("pace", 40, 0.005))
+        srv.commands.put(("end",))
+        r = await task
+        await c.aclose()
+        return r
+
+    r = asyncio.run(main())
+    assert r.ok and r.timestamp_source == "kernel" and len(r.chunk_ns) == 40
+    errors = [stamp - s for s, stamp in sent.items()]
+    assert len(errors) == 40
+    # a receive stamp can never precede the send (allow the offset's uncertainty)
+    assert min(errors) > -50_000
+    assert statistics.median(errors) < 2_000_000  # median within 2 ms; on an idle box ~µs
+    assert r.sent_ns is not None and r.sent_ns <= r.chunk_ns[0]
+
+
+@pytest.mark.skipif(not kernel_stamps_available(), reason="no SO_TIMESTAMPNS on this platform")
+@pytest.mark.parametrize("kernel", [True, False])
+def test_a_blocked_event_loop_does_not_move_kernel_stamps(kernel: bool) -> None:
+    """The chunk arrives while the loop is blocked for 60 ms: the kernel stamp still reads
+    the arrival; a user-space stamp can only be taken once the loop runs again."""
+    srv = StampServer()
+    srv.start()
+    sent: dict[int, int] = {}
+    unblocked: list[int] = []
+
+    async def main() -> RequestRecord:
+        c = _client(srv.port, sent, kernel)
+        task = asyncio.ensure_future(_stream(c))
+        await asyncio.to_thread(srv.headers_sent.wait, 5)
+        await asyncio.sleep(0.02)  # let the client read the headers
+        srv.commands.put(("send", 0.01))
+        time.sleep(0.06)  # block the loop while the chunk arrives
+        unblocked.append(time.perf_counter_ns())
+        srv.commands.put(("end",))
+        r = await task
+        await c.aclose()
+        return r
+
+    r = asyncio.run(main())
+    assert r.ok and len(r.chunk_ns) == 1 and len(sent) == 1
+    ((server_ns, stamp),) = sent.items()
+    if kernel:
+        assert r.timestamp_source == "kernel"
+        assert -50_000 < stamp - server_ns < 5_000_000
+    else:
+        assert r.timestamp_source == "user"
+        assert stamp >= unblocked[0]  # taken only when the loop could run again
