@@ -72,7 +72,7 @@ def _int(name: str, value: Any) -> int:
         number = float(value.strip().replace("_", ""))
         out = int(number) if number.is_integer() else None
     if out is None or out < minimum:
-        raise GeometryError(f"override {name}={value!r}: must be a whole number ≥ {minimum}")
+        raise GeometryError(f"override {name}={value}: must be a whole number ≥ {minimum}")
     return out
 
 
@@ -84,7 +84,7 @@ def _bool(name: str, value: Any) -> bool:
         return True
     if text in ("false", "0", "no", "off"):
         return False
-    raise GeometryError(f"override {name}={value!r}: must be true or false")
+    raise GeometryError(f"override {name}={value}: must be true or false")
 
 
 def _json_value(value: Any) -> Any:
@@ -216,5 +216,6 @@ def check_consistent(g: ModelGeometry) -> None:
         raise GeometryError("a MoE model needs experts_per_token ≥ 1; set it with --set")
     if g.active_params > g.total_params:
         raise GeometryError(
-            f"active_params ({g.active_params}) exceeds total_params ({g.total_params})"
+            f"active_params ({g.active_params}) exceeds total_params ({g.total_params}); "
+            "set both with --set"
         )
