@@ -159,3 +159,53 @@ def test_redaction_keeps_token_counts_and_drops_secrets() -> None:
     assert out["endpoint"] == spec["endpoint"]
     assert out["headers"] == {"Authorization": "***", "hf_token": "***", "token": "***"}
     assert out["power"] == [{"password": "***", "url": "https://***@10.0.0.5/redfish"}]
+
+
+def test_energy_accepts_the_metrics_shape_and_fills_the_headline() -> None:
+    from tokenwatt.report.schema import EnergySummary
+
+    metrics = {
+        "output_tokens": 142_848,
+        "window_s": 60.0,
+        "primary_scope": "gpu",
+        "measured": True,
+        "tokens_per_joule": 1.93,
+        "joules_per_output_token": 0.518,
+        "scopes": {
+            "gpu": {
+                "scope": "gpu",
+                "source": "prometheus",
+                "kind": "energy_counter",
+                "measured": True,
+                "modelled": False,
+                "energy_j": 73_980.0,
+                "mean_power_w": 1233.0,
+                "window_s": 60.0,
+                "tokens_per_joule": 1.93,
+                "joules_per_output_token": 0.518,
+                "flags": ["gap"],
+                "valid": False,
+            },
+            "cpu": {"scope": "cpu", "source": "rapl", "energy_j": 5400.0, "flags": []},
+        },
+        "warnings": [],
+    }
+    e = EnergySummary.model_validate(metrics)
+    assert (e.scope, e.source, e.energy_j, e.mean_power_w) == (
+        "gpu",
+        "prometheus",
+        73_980.0,
+        1233.0,
+    )
+    assert e.flags == ["gap"] and e.modelled is False and e.measured is True
+    assert e.scopes["cpu"].energy_j == 5400.0
+    flat = EnergySummary.model_validate(
+        {
+            "energy_j": 10.0,
+            "mean_power_w": 5.0,
+            "source": "constant",
+            "scope": "gpu",
+            "modelled": True,
+        }
+    )
+    assert flat.modelled and flat.scopes == {}

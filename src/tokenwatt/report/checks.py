@@ -26,8 +26,12 @@ LATENESS_FLOOR_S = 1e-3
 _ENERGY_FLAGS = {
     "window_short": "the window is shorter than a few update periods of the power source; "
     "lengthen search.probe.min_duration_s",
+    "partial": "power covers only part of the window",
     "counter_reset": "the energy counter reset or wrapped during the window",
-    "gaps": "power samples are missing for part of the window",
+    "gap": "power samples are missing for part of the window",
+    "zero_energy": "the source reported no energy over the window",
+    "missing_device": "a device serving the model gave no reading",
+    "no_samples": "no power samples fell inside the window",
 }
 
 
@@ -124,7 +128,7 @@ def _energy(result: BenchResult) -> list[Check]:
     for p in _all_probes(result):
         if p.energy is None:
             continue
-        modelled = modelled or p.energy.modelled or p.energy.source == "constant"
+        modelled = modelled or p.energy.is_modelled
         for flag in p.energy.flags:
             by_flag.setdefault(flag, []).append(p)
     for flag, probes in by_flag.items():

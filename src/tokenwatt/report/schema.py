@@ -26,7 +26,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tokenwatt.errors import ReportError
 
@@ -41,6 +48,7 @@ __all__ = [
     "MbuDetail",
     "MbuInputs",
     "ProbeSummary",
+    "ScopeEnergy",
     "SearchStep",
     "SearchSummary",
     "SloDetail",
@@ -130,18 +138,79 @@ class MbuDetail(_Open):
     notes: list[str] = Field(default_factory=list, description="one line per raised flag")
 
 
-class EnergySummary(_Open):
-    """Energy over exactly a probe's measurement window, for the headline scope."""
+class ScopeEnergy(_Open):
+    """One scope's energy over the window (``tokenwatt.metrics.energy.ScopeEfficiency``)."""
 
-    energy_j: float
-    mean_power_w: float
+    scope: str
+    source: str
+    kind: str | None = None
+    measured: bool = True
+    modelled: bool = False
+    energy_j: float | None = None
+    mean_power_w: float | None = None
+    output_tokens: int | None = None
+    window_s: float | None = None
+    tokens_per_joule: float | None = None
+    joules_per_output_token: float | None = None
+    flags: list[str] = Field(default_factory=list)
+    valid: bool = True
+
+
+_HEADLINE_KEYS = (
+    "energy_j",
+    "mean_power_w",
+    "joules_per_output_token",
+    "tokens_per_joule",
+    "source",
+    "scope",
+    "modelled",
+    "measured",
+    "window_s",
+    "flags",
+)
+
+
+class EnergySummary(_Open):
+    """Energy over exactly a probe's measurement window.
+
+    The flat fields describe the headline scope. Either give them directly, or give the shape
+    of ``tokenwatt.metrics.energy.EnergyMetrics.to_dict()`` (``primary_scope`` + ``scopes``)
+    and they are filled from the primary scope; the per-scope figures stay under ``scopes``.
+    """
+
+    energy_j: float | None = None
+    mean_power_w: float | None = None
     joules_per_output_token: float | None = None
     tokens_per_joule: float | None = None
-    source: str = Field(description="source kind: nvml, amdsmi, prometheus, redfish, rapl, …")
-    scope: str = Field(description="gpu, module, memory, cpu, dram, node or wall")
+    source: str = Field("none", description="nvml, amdsmi, prometheus, redfish, rapl, constant")
+    scope: str = Field("none", description="gpu, module, memory, cpu, dram, node or wall")
     modelled: bool = Field(False, description="true for the constant source: not a measurement")
+    measured: bool | None = None
     window_s: float | None = None
-    flags: list[str] = Field(default_factory=list, description="e.g. window_short")
+    flags: list[str] = Field(default_factory=list, description="e.g. window_short, gap")
+    primary_scope: str | None = None
+    scopes: dict[str, ScopeEnergy] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def is_modelled(self) -> bool:
+        """Not a measurement: the constant source, or flagged as modelled or unmeasured."""
+        return self.modelled or self.measured is False or self.source == "constant"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_primary_scope(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        scopes = data.get("scopes")
+        primary = data.get("primary_scope")
+        if isinstance(scopes, dict) and primary in scopes and isinstance(scopes[primary], dict):
+            head = scopes[primary]
+            data = {**{k: head[k] for k in _HEADLINE_KEYS if k in head}, **data}
+            for k in _HEADLINE_KEYS:
+                if data.get(k) is None and head.get(k) is not None:
+                    data[k] = head[k]
+        return data
 
 
 class SloDetail(_Open):

@@ -81,7 +81,7 @@ def energy_text(p: ProbeSummary) -> str:
         parts.append(f"{fmt_float(e.joules_per_output_token)} J/token")
     parts.append(f"{fmt_float(e.mean_power_w)} W mean")
     parts.append(f"{e.source}, {e.scope}")
-    modelled = e.modelled or e.source == "constant"
+    modelled = e.is_modelled
     return f"{text}{' modelled' if modelled else ''}  ({'; '.join(parts)})"
 
 
