@@ -1,0 +1,529 @@
+"""One probe: drive the endpoint at one offered load and measure a window of steady state.
+
+Timeline (monotonic ns)::
+
+    t0 ── warm-up ──> w0 ───────── window ─────────> w1 ── drain ──> end
+          requests     requests scheduled here COUNT    load goes on until every counted
+          not counted                                    request has ended (or drain_timeout)
+
+* The window opens ``warmup_s`` after the first arrival slot ``t0``. It closes at ``w1``: the
+  first moment the window is at least ``min_duration_s`` long *and* holds at least
+  ``min_requests`` counted requests (when the count binds, ``w1`` is the arrival time of the
+  first request that would exceed it, which keeps count ÷ length an unbiased rate), or at
+  ``max_duration_s``, or when ``should_stop`` says so. With ``max_requests`` the window
+  instead holds exactly that many requests (``w1`` = the next arrival), unless
+  ``max_duration_s`` comes first: the single-stream point is N requests, not a duration.
+* A request counts when it was *scheduled* in ``[w0, w1)``. The drain keeps the offered load
+  running (those requests do not count) so the last counted requests see the same load as
+  the first; once all counted requests have ended the rest are cancelled. A counted request
+  still running ``drain_timeout_s`` after ``w1`` is cut and recorded as ``timeout_total``.
+* Every request ever sent is in ``ProbeRun.records``, failures and cancellations included;
+  figures come from ``tokenwatt.metrics.latency`` over the counted ones.
+* Cancelling the task that awaits ``run_probe`` (Ctrl-C under ``asyncio.run``) stops the
+  probe: in-flight requests are cancelled (records with ``error_kind='cancelled'``), the
+  window ends at that moment, and ``run_probe`` *returns* the partial run with
+  ``interrupted=True`` instead of raising. Callers must check ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from tokenwatt.clock import now_ns
+from tokenwatt.errors import SpecError
+from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
+from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
+from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
+from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
+from tokenwatt.records import RequestRecord
+from tokenwatt.spec import BenchSpec, ProbeSettings
+
+__all__ = [
+    "ProbeProgress",
+    "ProbeRun",
+    "StreamingClient",
+    "run_probe",
+]
+
+_NS = 1_000_000_000
+_LEAD_NS = 20_000_000  # first arrival slot this long after run_probe starts (set-up time)
+_POLL_S = 0.5  # progress and should_stop cadence
+_SPIN_NS = 1_500_000  # sleep until this close to a send time, then yield-spin to it
+Phase = Literal["warmup", "window", "drain"]
+
+
+class StreamingClient(Protocol):
+    """What a probe needs from ``tokenwatt.client.StreamClient``."""
+
+    async def stream(
+        self,
+        *,
+        request_id: int,
+        scheduled_ns: int,
+        prompt: str | list[int],
+        max_tokens: int,
+        prompt_tokens_client: int,
+        ignore_eos: bool = True,
+    ) -> RequestRecord: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeProgress:
+    """A snapshot for progress bars, taken about every half second."""
+
+    phase: Phase
+    elapsed_s: float  # since the first arrival slot t0
+    window_elapsed_s: float  # 0 during warm-up
+    min_duration_s: float
+    max_duration_s: float
+    min_requests: int
+    max_requests: int | None
+    sent: int
+    finished: int
+    in_flight: int
+    counted: int  # requests scheduled in the window so far
+    counted_finished: int
+    counted_failed: int
+    counted_output_tokens: int
+
+
+@dataclass(slots=True)
+class ProbeRun:
+    """Everything one probe measured. Records are in request-id (send) order."""
+
+    records: list[RequestRecord]
+    window_start_ns: int
+    window_end_ns: int
+    metrics: ProbeMetrics
+    rate_rps: float | None  # offered open-loop rate; None for closed loop
+    concurrency: int | None  # closed-loop concurrency; None for open loop
+    arrival: str  # poisson, gamma, constant or concurrency
+    seed: int
+    settings: ProbeSettings
+    prompt_format: PromptFormat
+    started_ns: int  # t0, the first arrival slot
+    ended_ns: int
+    interrupted: bool = False  # Ctrl-C / cancellation: partial
+    stopped_early: bool = False  # should_stop ended the window
+    drain_timeouts: int = 0  # counted requests cut at the drain timeout
+    clock: dict[str, Any] | None = None  # the client's timestamp source and clock offset
+    client_stats: dict[str, Any] = field(default_factory=dict)
+
+    def is_counted(self, rec: RequestRecord) -> bool:
+        return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
+
+    @property
+    def counted(self) -> list[RequestRecord]:
+        return [r for r in self.records if self.is_counted(r)]
+
+    def phase_of(self, rec: RequestRecord) -> Literal["warmup", "window", "after"]:
+        if rec.scheduled_ns < self.window_start_ns:
+            return "warmup"
+        return "window" if rec.scheduled_ns < self.window_end_ns else "after"
+
+    def window_dict(self) -> dict[str, Any]:
+        """The window and how it ended, for result files."""
+        return {
+            "started_ns": self.started_ns,
+            "window_start_ns": self.window_start_ns,
+            "window_end_ns": self.window_end_ns,
+            "ended_ns": self.ended_ns,
+            "window_s": (self.window_end_ns - self.window_start_ns) / _NS,
+            "warmup_s": (self.window_start_ns - self.started_ns) / _NS,
+            "drain_s": max(0, self.ended_ns - self.window_end_ns) / _NS,
+            "interrupted": self.interrupted,
+            "stopped_early": self.stopped_early,
+            "drain_timeouts": self.drain_timeouts,
+        }
+
+    def write_requests(self, path: str | Path) -> Path:
+        """Every record as one JSON line, with its ``phase`` (warmup, window, after)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with p.open("wb") as fh:
+            for rec in self.records:
+                d = rec.to_dict()
+                d["phase"] = self.phase_of(rec)
+                fh.write(orjson.dumps(d))
+                fh.write(b"\n")
+        return p
+
+
+def _record_from_cancel(exc: BaseException) -> RequestRecord | None:
+    """The client fills its record before re-raising a cancellation but keeps it local; pick it
+    up from the unwinding frames so that a cancelled stream keeps the chunks it received."""
+    tb: types.TracebackType | None = exc.__traceback__
+    found: RequestRecord | None = None
+    while tb is not None:
+        cand = tb.tb_frame.f_locals.get("rec")
+        if isinstance(cand, RequestRecord):
+            found = cand
+        tb = tb.tb_next
+    return found
+
+
+class _Probe:
+    def __init__(
+        self,
+        *,
+        spec: BenchSpec,
+        client: StreamingClient,
+        schedule: OpenLoopSchedule | ClosedLoop,
+        plans: Iterator[RequestPlan],
+        settings: ProbeSettings,
+        max_requests: int | None,
+        on_progress: Callable[[ProbeProgress], None] | None,
+        should_stop: Callable[[Sequence[RequestRecord]], bool] | None,
+    ) -> None:
+        self.spec = spec
+        self.client = client
+        self.schedule = schedule
+        self.plans = plans
+        self.settings = settings
+        self.max_requests = max_requests
+        self.on_progress = on_progress
+        self.should_stop = should_stop
+        self.ignore_eos = spec.workload.ignore_eos
+        self.min_dur_ns = round(settings.min_duration_s * _NS)
+        self.max_dur_ns = round(settings.max_duration_s * _NS)
+        self.drain_ns = round(settings.drain_timeout_s * _NS)
+        self.t0 = 0
+        self.w0 = 0
+        self.w1: int | None = None
+        self.drain_deadline: int | None = None
+        self.count = 0  # counted requests scheduled so far
+        self.last_counted_ns = 0
+        self.records: list[RequestRecord] = []
+        self.counted_done: list[RequestRecord] = []
+        self.counted_failed = 0
+        self.counted_tokens = 0
+        self.tasks: set[asyncio.Task[None]] = set()  # open-loop requests in flight
+        self.counted_ids_in_flight: set[int] = set()
+        self.sent = 0
+        self.stop_dispatch = False
+        self.wake = asyncio.Event()
+        self.timed_out_ids: set[int] = set()
+        self.interrupted = False
+        self.stopped_early = False
+
+    # ------------------------------------------------------------------ window bookkeeping
+    def _close(self, at_ns: int) -> None:
+        if self.w1 is None:
+            self.w1 = at_ns
+            self.drain_deadline = max(at_ns, now_ns()) + self.drain_ns
+            self.wake.set()
+
+    def _admit(self, t_ns: int) -> bool:
+        """Decide whether a request scheduled at ``t_ns`` counts; may close the window."""
+        if t_ns < self.w0 or self.w1 is not None:
+            return False
+        end_min = self.w0 + self.min_dur_ns
+        if t_ns >= self.w0 + self.max_dur_ns:
+            self._close(self.w0 + self.max_dur_ns)
+            return False
+        if self.max_requests is not None:
+            if self.count >= self.max_requests:
+                self._close(t_ns)
+                return False
+        elif self.count >= self.settings.min_requests and t_ns >= end_min:
+            self._close(t_ns if self.last_counted_ns >= end_min else end_min)
+            return False
+        self.count += 1
+        self.last_counted_ns = t_ns
+        return True
+
+    def _close_on_time(self, now: int) -> None:
+        """Window ends that no arrival triggers: the longest window, and (closed loop, where
+        starts are not known ahead) the shortest once enough requests are counted. Open-loop
+        arrivals are admitted ahead of their send time, so only they may close on the count."""
+        if self.w1 is not None or now < self.w0:
+            return
+        end_min = self.w0 + self.min_dur_ns
+        if now >= self.w0 + self.max_dur_ns:
+            self._close(self.w0 + self.max_dur_ns)
+        elif (
+            isinstance(self.schedule, ClosedLoop)
+            and self.max_requests is None
+            and self.count >= self.settings.min_requests
+            and now >= end_min
+        ):
+            # no start since the last counted one, else _admit would have closed the window
+            self._close(now if self.last_counted_ns >= end_min else end_min)
+
+    @property
+    def counted_in_flight(self) -> int:
+        return len(self.counted_ids_in_flight)
+
+    def _finished(self, now: int) -> bool:
+        return self.w1 is not None and now >= self.w1 and not self.counted_ids_in_flight
+
+    # ------------------------------------------------------------------ requests
+    def _begin(self, plan: RequestPlan, counted: bool) -> None:
+        if counted:
+            self.counted_ids_in_flight.add(plan.index)
+        self.sent += 1
+
+    def _launch(self, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
+        self._begin(plan, counted)
+        task = asyncio.get_running_loop().create_task(self._run_one(plan, sched_ns, counted))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run_one(self, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
+        try:
+            rec = await self.client.stream(
+                request_id=plan.index,
+                scheduled_ns=sched_ns,
+                prompt=plan.prompt,
+                max_tokens=plan.max_tokens,
+                prompt_tokens_client=plan.prompt_tokens_client,
+                ignore_eos=self.ignore_eos,
+            )
+        except asyncio.CancelledError as exc:
+            rec = _record_from_cancel(exc) or self._bare(plan, sched_ns, "cancelled", "cancelled")
+            if rec.status == "ok" and rec.done_ns is None:
+                rec.status, rec.error_kind = "error", "cancelled"
+            self._done(rec, counted)
+            raise
+        except Exception as exc:  # a client bug must not lose the probe: record it as a failure
+            msg = f"client raised {type(exc).__name__}: {exc}"
+            rec = self._bare(plan, sched_ns, "protocol", msg)
+        self._done(rec, counted)
+
+    def _bare(self, plan: RequestPlan, sched_ns: int, kind: Any, msg: str) -> RequestRecord:
+        return RequestRecord(
+            request_id=plan.index,
+            scheduled_ns=sched_ns,
+            prompt_tokens_client=plan.prompt_tokens_client,
+            max_tokens=plan.max_tokens,
+            status="error",
+            error_kind=kind,
+            error_message=msg,
+            done_ns=now_ns(),
+        )
+
+    def _done(self, rec: RequestRecord, counted: bool) -> None:
+        self.records.append(rec)
+        if counted:
+            self.counted_ids_in_flight.discard(rec.request_id)
+            self.counted_done.append(rec)
+            self.counted_tokens += rec.output_tokens
+            if not rec.ok:
+                self.counted_failed += 1
+            if self.w1 is not None and not self.counted_ids_in_flight:
+                self.wake.set()
+
+    # ------------------------------------------------------------------ dispatch
+    async def _sleep_until(self, t_ns: int) -> None:
+        while True:
+            d = t_ns - now_ns()
+            if d <= 0:
+                return
+            if d > _SPIN_NS:
+                await asyncio.sleep((d - _SPIN_NS + 500_000) / _NS)
+            else:
+                await asyncio.sleep(0)
+
+    async def _open_loop(self, schedule: OpenLoopSchedule) -> None:
+        for off in schedule.offsets_ns():
+            t = self.t0 + off
+            counted = self._admit(t)
+            if self.w1 is not None and self.counted_in_flight == 0 and not counted:
+                # Nothing counted is running: no load is needed to drain; wait for w1 to pass.
+                await self._sleep_until(self.w1)
+                self.wake.set()
+                return
+            plan = next(self.plans)
+            await self._sleep_until(t)
+            if self.stop_dispatch:
+                return
+            self._launch(plan, t, counted)
+
+    async def _closed_loop_worker(self) -> None:
+        await self._sleep_until(self.t0)
+        while not self.stop_dispatch:
+            t = now_ns()
+            counted = self._admit(t)
+            if self.w1 is not None and not counted and self.counted_in_flight == 0:
+                self.wake.set()
+                return
+            plan = next(self.plans)
+            self._begin(plan, counted)
+            try:
+                await self._run_one(plan, t, counted)
+            except asyncio.CancelledError:
+                return
+
+    # ------------------------------------------------------------------ the run
+    def _progress(self, now: int) -> ProbeProgress:
+        phase: Phase = "warmup" if now < self.w0 else ("window" if self.w1 is None else "drain")
+        return ProbeProgress(
+            phase=phase,
+            elapsed_s=max(0, now - self.t0) / _NS,
+            window_elapsed_s=max(0, min(now, self.w1 or now) - self.w0) / _NS,
+            min_duration_s=self.settings.min_duration_s,
+            max_duration_s=self.settings.max_duration_s,
+            min_requests=self.settings.min_requests,
+            max_requests=self.max_requests,
+            sent=self.sent,
+            finished=len(self.records),
+            in_flight=self.sent - len(self.records),
+            counted=self.count,
+            counted_finished=len(self.counted_done),
+            counted_failed=self.counted_failed,
+            counted_output_tokens=self.counted_tokens,
+        )
+
+    async def run(self) -> tuple[list[RequestRecord], int, int]:
+        loop = asyncio.get_running_loop()
+        self.t0 = now_ns() + _LEAD_NS
+        self.w0 = self.t0 + round(self.settings.warmup_s * _NS)
+        workers: list[asyncio.Task[None]] = []
+        if isinstance(self.schedule, ClosedLoop):
+            for _ in range(self.schedule.concurrency):
+                workers.append(loop.create_task(self._closed_loop_worker()))
+        else:
+            workers.append(loop.create_task(self._open_loop(self.schedule)))
+        last_poll = 0
+        try:
+            while True:
+                now = now_ns()
+                self._close_on_time(now)
+                if now - last_poll >= _POLL_S * _NS:
+                    last_poll = now
+                    if self.on_progress is not None:
+                        self.on_progress(self._progress(now))
+                    if (
+                        self.should_stop is not None
+                        and self.w1 is None
+                        and now >= self.w0
+                        and self.should_stop(self.counted_done)
+                    ):
+                        self.stopped_early = True
+                        self._close(now)
+                        break
+                if self._finished(now):
+                    break
+                if self.drain_deadline is not None and now >= self.drain_deadline:
+                    self.timed_out_ids = set(self.counted_ids_in_flight)
+                    break
+                self.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=_POLL_S)
+        except asyncio.CancelledError:
+            self.interrupted = True
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        finally:
+            await self._shutdown(workers)
+        end = now_ns()
+        w1 = self.w1 if self.w1 is not None else end
+        if self.interrupted or self.stopped_early:
+            w1 = min(w1, end)
+        if self.on_progress is not None:
+            self.on_progress(self._progress(end))
+        return self.records, w1, end
+
+    async def _shutdown(self, workers: list[asyncio.Task[None]]) -> None:
+        self.stop_dispatch = True
+        pending = set(workers) | set(self.tasks)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        for rec in self.records:
+            if rec.request_id in self.timed_out_ids and rec.error_kind == "cancelled":
+                rec.error_kind = "timeout_total"
+                rec.error_message = (
+                    f"still running drain_timeout_s={self.settings.drain_timeout_s:g} s "
+                    "after the window closed"
+                )
+
+
+async def run_probe(
+    spec: BenchSpec,
+    client: StreamingClient,
+    *,
+    rate_rps: float | None,
+    seed: int,
+    settings: ProbeSettings | None = None,
+    max_requests: int | None = None,
+    concurrency: int | None = None,
+    on_progress: Callable[[ProbeProgress], None] | None = None,
+    should_stop: Callable[[Sequence[RequestRecord]], bool] | None = None,
+) -> ProbeRun:
+    """Run one probe at ``rate_rps`` (open loop, the spec's arrival process) or closed loop
+    (``concurrency``, or ``rate_rps=None`` with a concurrency arrival in the spec).
+
+    ``seed`` fixes both the arrival schedule and the requests; ``settings`` defaults to
+    ``spec.search.probe``; ``max_requests`` makes the window exactly that many requests (or
+    ``max_duration_s``), replacing ``min_duration_s``/``min_requests`` (the single-stream point
+    is ``concurrency=1, max_requests=N``). ``should_stop`` is called about every 0.5 s with the
+    counted requests finished so far; True ends the window there (``stopped_early``).
+    """
+    settings = settings or spec.search.probe
+    if max_requests is not None and max_requests < 1:
+        raise ValueError("max_requests must be >= 1")
+    if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
+        raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
+    schedule = make_arrivals(
+        spec.workload.arrival, rate_rps=rate_rps, seed=seed, concurrency=concurrency
+    )
+    prompt_format = _resolve_prompt_format(spec)
+    plans = iter(WorkloadGenerator(spec.workload, prompt_format=prompt_format, seed=seed))
+    probe = _Probe(
+        spec=spec,
+        client=client,
+        schedule=schedule,
+        plans=plans,
+        settings=settings,
+        max_requests=max_requests,
+        on_progress=on_progress,
+        should_stop=should_stop,
+    )
+    records, w1, end = await probe.run()
+    records.sort(key=lambda r: r.request_id)
+    metrics = compute_probe_metrics(
+        records,
+        window_start_ns=probe.w0,
+        window_end_ns=w1,
+        slo=spec.slo,
+        target_rate_rps=rate_rps if isinstance(schedule, OpenLoopSchedule) else None,
+    )
+    clock = getattr(client, "clock", None)
+    clock_dict = clock.to_dict() if clock is not None and hasattr(clock, "to_dict") else None
+    stats = {
+        k: getattr(client, k)
+        for k in ("connections_opened", "connections_reused")
+        if isinstance(getattr(client, k, None), int)
+    }
+    is_open = isinstance(schedule, OpenLoopSchedule)
+    return ProbeRun(
+        records=records,
+        window_start_ns=probe.w0,
+        window_end_ns=w1,
+        metrics=metrics,
+        rate_rps=rate_rps if is_open else None,
+        concurrency=None if isinstance(schedule, OpenLoopSchedule) else schedule.concurrency,
+        arrival=schedule.kind if isinstance(schedule, OpenLoopSchedule) else "concurrency",
+        seed=seed,
+        settings=settings,
+        prompt_format=prompt_format,
+        started_ns=probe.t0,
+        ended_ns=end,
+        interrupted=probe.interrupted,
+        stopped_early=probe.stopped_early,
+        drain_timeouts=sum(1 for r in records if r.request_id in probe.timed_out_ids),
+        clock=clock_dict,
+        client_stats=stats,
+    )
