@@ -225,3 +225,16 @@ def test_not_a_mapping() -> None:
 def test_empty_source() -> None:
     with pytest.raises(GeometryError, match="no model given"):
         load_geometry("  ")
+
+
+def test_implausible_layer_counts_fail_fast() -> None:
+    with pytest.raises(GeometryError, match="implausible"):
+        geometry_from_config({**BASE, "num_hidden_layers": 10**9}, name="x")
+    with pytest.raises(GeometryError, match="implausible"):
+        geometry_from_config({**BASE, "num_nextn_predict_layers": 10**9}, name="x")
+
+
+def test_dtype_auto_counts_as_bf16_with_a_note() -> None:
+    g = geometry_from_config({**BASE, "torch_dtype": "auto"}, name="x")
+    assert g.weight_dtype == "bf16"
+    assert any("torch_dtype" in n for n in g.notes)

@@ -399,3 +399,14 @@ def test_unknown_model_type_is_counted_llama_style_with_a_note() -> None:
     tied = geometry_from_config(cfg, name="x")
     assert tied.tied_embeddings  # PretrainedConfig's default
     assert tied.total_params == 7_248_023_552 - 32768 * 4096
+
+
+def test_sliding_window_patterns() -> None:
+    base = {**MISTRAL_7B_V03, "num_hidden_layers": 12, "sliding_window": 1024}
+    g3 = geometry_from_config({**base, "sliding_window_pattern": 6}, name="gemma3-like")
+    assert [(k.kind, k.layers, k.window) for k in g3.kv_groups] == [
+        ("full", 2, None),  # layers 5 and 11
+        ("sliding", 10, 1024),
+    ]
+    g2 = geometry_from_config({**base, "model_type": "gemma2"}, name="gemma2-like")
+    assert [(k.kind, k.layers) for k in g2.kv_groups] == [("full", 6), ("sliding", 6)]

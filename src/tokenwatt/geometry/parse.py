@@ -71,6 +71,7 @@ _ARCH_TO_TYPE = {
     "Llama4ForCausalLM": "llama4_text",
     "Llama4ForConditionalGeneration": "llama4",
 }
+_MAX_LAYERS = 10_000  # the count walks layer by layer; no real model comes near this
 _EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
 _TOPK_KEYS = (
     "num_experts_per_tok",
@@ -279,12 +280,16 @@ def _model_type(r: Reader) -> str:
 
 def _moe_flags(r: Reader, mt: str, layers: int, experts: int) -> list[bool]:
     """Which of the decoder layers (and MTP layers past them) carry a MoE block."""
-    n = layers + (r.opt_int("num_nextn_predict_layers") or 0)
+    mtp = r.opt_int("num_nextn_predict_layers") or 0
+    if mtp > _MAX_LAYERS:
+        raise GeometryError(f"config.json: num_nextn_predict_layers {mtp} is implausible")
+    n = layers + mtp
     if experts == 0:
         return [False] * n
     explicit = r.int_list("moe_layers")
     if explicit is not None:
-        return [i in set(explicit) for i in range(n)]
+        chosen = set(explicit)
+        return [i in chosen for i in range(n)]
     if r.has("first_k_dense_replace", "moe_layer_freq") or mt in _MLA_TYPES:
         k = r.opt_int("first_k_dense_replace", default=0) or 0
         freq = r.opt_int("moe_layer_freq", minimum=1, default=1) or 1
@@ -327,7 +332,8 @@ def _layer_kinds(r: Reader, mt: str, layers: int) -> list[tuple[KVKind, int | No
         chunk = r.opt_int("attention_chunk_size", minimum=1)
         if chunk is None:
             return [("full", None)] * layers
-        rope = r.int_list("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(layers)]
+        every = r.opt_int("no_rope_layer_interval", minimum=1, default=4) or 4
+        rope = r.int_list("no_rope_layers") or [int((i + 1) % every != 0) for i in range(layers)]
         if len(rope) < layers:
             raise GeometryError(
                 f"config.json: no_rope_layers lists {len(rope)} layers but the model has {layers}"
@@ -335,6 +341,8 @@ def _layer_kinds(r: Reader, mt: str, layers: int) -> list[tuple[KVKind, int | No
         # layers that use RoPE attend within their chunk; the NoPE layers are global
         return [("chunked", chunk) if rope[i] else ("full", None) for i in range(layers)]
     pattern = r.opt_int("sliding_window_pattern", "_sliding_window_pattern", minimum=1)
+    if pattern is None and mt == "gemma2":
+        pattern = 2  # Gemma 2 alternates sliding and global layers in code, not in its config
     window = r.opt_int("sliding_window", minimum=1)
     if pattern is not None and window is not None:
         return [
@@ -386,6 +394,11 @@ def build_geometry(
 
     h = r.int_("hidden_size", "n_embd", "d_model")
     layers = r.int_("num_hidden_layers", "n_layer", "num_layers", field="layers")
+    if layers > _MAX_LAYERS:
+        raise GeometryError(
+            f"config.json: {layers} layers is implausible (more than {_MAX_LAYERS:,}); "
+            "set the right count with --set layers=N"
+        )
     vocab = r.int_("vocab_size")
     heads = r.int_("num_attention_heads", "n_head", "num_heads")
     tied = r.bool_("tie_word_embeddings", mt not in _UNTIED_BY_DEFAULT, field="tied_embeddings")
@@ -501,7 +514,7 @@ def build_geometry(
     # MTP (DeepSeek's next-token-prediction layers): enorm, hnorm, eh_proj, a decoder
     # layer and shared_head.norm; its stored embedding/head copies are duplicates.
     mtp = 0
-    for j in range(r.opt_int("num_nextn_predict_layers", default=0) or 0):
+    for j in range(len(flags) - layers):
         idx = layers + j
         lay = decoder.layer(idx, flags[idx])
         n_exp = moe.experts if (moe is not None and lay.expert is not None) else 0

@@ -83,6 +83,8 @@ class Precision:
 
 def _plain(cfg: Mapping[str, Any], notes: list[str]) -> WeightFormat:
     raw = cfg.get("dtype", cfg.get("torch_dtype"))
+    if raw == "auto":
+        raw = None
     if raw is None:
         notes.append("config gives no torch_dtype/dtype: unquantized weights counted as bf16")
         return weight_format("bf16")
