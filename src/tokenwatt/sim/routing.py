@@ -34,6 +34,7 @@ __all__ = [
     "ZipfRouting",
     "explicit_distinct",
     "make_routing",
+    "systematic_choice",
     "zipf_inclusion",
 ]
 
@@ -154,8 +155,8 @@ class ZipfRouting(DistinctExperts):
             raise ValueError(f"experts_per_token {k} must be in [1, experts={experts}]")
         self.experts, self.k, self.layers, self.s, self.rng = experts, k, layers, s, rng
         self.pi = zipf_inclusion(experts, k, s)
-        self._log_miss = np.log1p(-np.minimum(self.pi, 1.0 - 1e-300))
-        self._log_miss[self.pi >= 1.0] = -np.inf
+        with np.errstate(divide="ignore"):  # π = 1: never missed, log(0) = −inf on purpose
+            self._log_miss = np.log1p(-self.pi)
         self._cache: dict[int, FloatArray] = {}
 
     def hit_probability(self, tokens: int) -> FloatArray:
@@ -201,6 +202,19 @@ def make_routing(
     return ZipfRouting(experts, k, layers, zipf_s, rng)
 
 
+def systematic_choice(pi: FloatArray, rng: np.random.Generator) -> IntArray:
+    """One token's experts under PPS routing: exactly round(Σπ) distinct, expert r with
+    probability π_r (systematic sampling over a random order of the experts)."""
+    experts = len(pi)
+    k = round(float(pi.sum()))
+    order = rng.permutation(experts)
+    cum = np.concatenate(([0.0], np.cumsum(pi[order])))
+    points = rng.random() + np.arange(k)
+    chosen = np.minimum(np.searchsorted(cum, points, side="right") - 1, experts - 1)
+    out: IntArray = order[chosen].astype(np.int64)
+    return out
+
+
 def explicit_distinct(
     experts: int,
     k: int,
@@ -208,19 +222,11 @@ def explicit_distinct(
     rng: np.random.Generator,
     pi: FloatArray | None = None,
 ) -> int:
-    """One layer, token by token: uniform k-subsets, or systematic PPS sampling with ``pi``."""
+    """One layer, token by token: uniform k-subsets, or PPS sampling with ``pi``."""
     hit = np.zeros(experts, dtype=bool)
-    if pi is None:
-        for _ in range(tokens):
-            hit[rng.choice(experts, size=k, replace=False)] = True
-        return int(hit.sum())
     for _ in range(tokens):
-        # systematic sampling: expert r is chosen when a point u + m falls in its interval;
-        # a random order first, so that which experts share a token is not fixed
-        order = rng.permutation(experts)
-        cum = np.concatenate(([0.0], np.cumsum(pi[order])))
-        u = rng.random()
-        points = u + np.arange(k)
-        chosen = np.minimum(np.searchsorted(cum, points, side="right") - 1, experts - 1)
-        hit[order[chosen]] = True
+        if pi is None:
+            hit[rng.choice(experts, size=k, replace=False)] = True
+        else:
+            hit[systematic_choice(pi, rng)] = True
     return int(hit.sum())

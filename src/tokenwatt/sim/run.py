@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 from tokenwatt.errors import TokenwattError
 from tokenwatt.sim.config import SimConfig
@@ -98,9 +98,21 @@ async def serve_sim(
 
 
 def start_sim_thread(
-    config: SimConfig, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0
+    config: SimConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    timeout_s: float = 30.0,
+    switch_interval_s: float | None = 0.0005,
 ) -> RunningSim:
-    """Server and engine on their own event loop in a daemon thread; returns once bound."""
+    """Server and engine on their own event loop in a daemon thread; returns once bound.
+
+    The thread shares the GIL with the caller: with Python's default 5 ms switch interval a
+    busy caller would delay steps by up to 5 ms, so the process's switch interval is
+    lowered to ``switch_interval_s`` (None leaves it alone). Prefer
+    ``start_sim_subprocess`` when timing fidelity matters.
+    """
+    if switch_interval_s is not None and sys.getswitchinterval() > switch_interval_s:
+        sys.setswitchinterval(switch_interval_s)
     ready = threading.Event()
     box: dict[str, Any] = {}
 
@@ -200,18 +212,17 @@ def start_sim_subprocess(
         raise TokenwattError(f"the simulator process did not start: {tail[0]}")
     if tmp is not None:
         tmp.unlink(missing_ok=True)  # read by the child before it printed its URL
-    threading.Thread(target=_drain, args=(proc,), daemon=True).start()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            threading.Thread(target=_drain, args=(pipe,), daemon=True).start()
     return RunningSim(url, process=proc)
 
 
-def _drain(proc: subprocess.Popen[str]) -> None:
-    """Keep reading the child's pipes so it never blocks on a full one."""
-    for stream in (proc.stdout,):
-        if stream is None:
-            continue
-        with contextlib.suppress(ValueError, OSError):
-            for _ in stream:
-                pass
+def _drain(pipe: IO[str]) -> None:
+    """Keep reading a child's pipe so that it never blocks on a full one."""
+    with contextlib.suppress(ValueError, OSError):
+        for _ in pipe:
+            pass
 
 
 def _stop_process(proc: subprocess.Popen[str]) -> None:
