@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from tokenwatt.client.conn import Connection, Exchange, _oserror
+from tokenwatt.client.conn import RECV_SIZE, Connection, Exchange, _oserror
 from tokenwatt.client.openai import (
     PATHS,
     Api,
@@ -107,6 +107,7 @@ class StreamClient:
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+        self._rbuf = memoryview(bytearray(RECV_SIZE))  # shared: reads never overlap in a loop
         self.connections_opened = 0
         self.connections_reused = 0
         _raise_nofile(max_connections + 64)
@@ -370,6 +371,7 @@ class StreamClient:
                 offset_ns=self._offset,
                 on_idle=self._on_idle,
                 on_closed=self._on_closed,
+                rbuf=self._rbuf,
             )
         except ssl.SSLError as exc:
             raise _ConnectError(shorten(f"TLS handshake with {self._host} failed: {exc}")) from None

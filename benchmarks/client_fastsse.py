@@ -1,0 +1,315 @@
+"""Benchmark StreamClient against fastsse (a stand-in server that is never the bottleneck).
+
+    python benchmarks/client_fastsse.py                       # paced + burst, 1,000 streams, 10 s
+    python benchmarks/client_fastsse.py --mode paced --streams 1000 --itl-ms 10 --duration 10
+    python benchmarks/client_fastsse.py --mode burst --streams 100
+
+Paced: fastsse (--mode paced --stamp) sends one token per stream every --itl-ms on absolute
+deadlines and writes its CLOCK_MONOTONIC send time into each chunk, so the client's timestamp error
+is exact: chunk_ns − sent_ns. Each of --streams slots runs requests of --max-tokens back to back (a
+closed loop, so every slot is in flight all the time); the first wave is spread over --ramp-s.
+Send lateness = sent_ns − scheduled_ns, where a request is scheduled at its slot's ramp time or
+at the end of the slot's previous stream.
+
+Burst: fastsse writes each whole response at once; tokens/s is the client's parse ceiling.
+
+Server pinned to --server-core, client to --client-core (taskset / sched_setaffinity). The issue's
+target: ≥ 100,000 streamed tokens/s over 1,000 streams at 10 ms, every stream in flight, p99
+timestamp error < 0.1 ms, p99 send lateness < 1 ms. On a shared machine other processes use the
+same cores; the figures printed are what this run measured, nothing more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tokenwatt.client import StreamClient
+from tokenwatt.records import RequestRecord
+from tokenwatt.spec.endpoint import Timeouts
+
+DEFAULT_FASTSSE = Path(__file__).resolve().parents[2] / "shared" / "tools" / "fastsse.py"
+
+
+def pct(xs: list[int] | list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return float(s[min(len(s) - 1, int(q * len(s)))])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_fastsse(args: argparse.Namespace, mode: str, port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, str(args.fastsse), "--port", str(port), "--mode", mode]
+    if mode == "paced":
+        cmd += ["--itl-ms", str(args.itl_ms), "--stamp"]
+    if args.server_uvloop:
+        cmd.append("--uvloop")
+    if shutil.which("taskset") and args.server_core >= 0:
+        cmd = ["taskset", "-c", str(args.server_core), *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"fastsse did not start: {' '.join(cmd)}")
+
+
+def server_stats(port: int, reset: bool = False) -> dict[str, Any]:
+    """fastsse's own counters (tick lateness, CPU); empty if it does not answer in time."""
+    q = "?reset=1" if reset else ""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats{q}", timeout=20) as r:
+            data: dict[str, Any] = json.loads(r.read())
+            return data
+    except OSError as exc:
+        print(f"# fastsse /stats did not answer: {exc}", file=sys.stderr)
+        return {}
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def run_paced(args: argparse.Namespace, port: int) -> dict[str, Any]:
+    errors: list[int] = []
+
+    def hook(obj: dict[str, Any], stamp: int) -> None:
+        s = obj.get("sent_ns")
+        if s is not None:
+            errors.append(stamp - s)
+
+    client = StreamClient(
+        f"http://127.0.0.1:{port}/v1",
+        api="completions",
+        model="gemma-3-270m",
+        timeouts=Timeouts(connect_s=30, first_token_s=60, idle_s=30, total_s=600),
+        stream_usage=False,
+        max_connections=args.streams + 16,
+        event_hook=hook,
+    )
+    loop = asyncio.get_running_loop()
+    records: list[RequestRecord] = []
+    in_flight = 0
+    samples: list[int] = []
+    t_start = time.perf_counter_ns()
+    ramp_ns = int(args.ramp_s * 1e9)
+    warm_end = t_start + ramp_ns + int(args.warmup_s * 1e9)
+    t_end = warm_end + int(args.duration * 1e9)
+    rid = 0
+
+    async def slot(i: int) -> None:
+        nonlocal in_flight, rid
+        scheduled = t_start + ramp_ns * i // args.streams
+        await asyncio.sleep(max(0.0, (scheduled - time.perf_counter_ns()) / 1e9))
+        while time.perf_counter_ns() < t_end:
+            rid += 1
+            in_flight += 1
+            r = await client.stream(
+                request_id=rid,
+                scheduled_ns=scheduled,
+                prompt=[1, 2, 3, 4],
+                max_tokens=args.max_tokens,
+                prompt_tokens_client=4,
+                ignore_eos=False,
+            )
+            in_flight -= 1
+            records.append(r)
+            scheduled = time.perf_counter_ns()
+
+    async def sampler() -> None:
+        while time.perf_counter_ns() < t_end:
+            await asyncio.sleep(0.1)
+            if time.perf_counter_ns() > warm_end:
+                samples.append(in_flight)
+
+    tasks = [loop.create_task(slot(i)) for i in range(args.streams)]
+    samp = loop.create_task(sampler())
+    wait_s = (warm_end - time.perf_counter_ns()) / 1e9
+    await asyncio.sleep(max(0.0, wait_s))
+    errors.clear()
+    n_err_start = 0
+    cpu0 = cpu_s()
+    stats0 = await asyncio.to_thread(server_stats, port, True)
+    del stats0
+    await asyncio.sleep(max(0.0, (t_end - time.perf_counter_ns()) / 1e9))
+    cpu1 = cpu_s()
+    window_errors = errors[n_err_start:]
+    stats = await asyncio.to_thread(server_stats, port)
+    await asyncio.gather(*tasks)
+    await samp
+    await client.aclose()
+
+    tokens = sum(1 for r in records for t in r.chunk_ns if warm_end <= t < t_end)
+    window_s = (t_end - warm_end) / 1e9
+    late = [r.sent_ns - r.scheduled_ns for r in records if r.sent_ns and r.sent_ns >= warm_end]
+    failed = [r for r in records if not r.ok]
+    coalesced = sum(r.coalesced_reads for r in records)
+    chunks = sum(len(r.chunk_ns) for r in records)
+    return {
+        "mode": "paced",
+        "streams_requested": args.streams,
+        "itl_ms": args.itl_ms,
+        "window_s": window_s,
+        "tokens_per_s": tokens / window_s,
+        "expected_tokens_per_s": args.streams * 1000 / args.itl_ms,
+        "in_flight_min": min(samples) if samples else None,
+        "in_flight_median": pct(samples, 0.5),
+        "ts_error_ms_p50": pct(window_errors, 0.5) / 1e6,
+        "ts_error_ms_p99": pct(window_errors, 0.99) / 1e6,
+        "ts_error_ms_max": (max(window_errors) / 1e6) if window_errors else None,
+        "ts_error_samples": len(window_errors),
+        "send_lateness_ms_p50": pct(late, 0.5) / 1e6,
+        "send_lateness_ms_p99": pct(late, 0.99) / 1e6,
+        "coalesced_reads": coalesced,
+        "coalesced_per_chunk": coalesced / chunks if chunks else 0.0,
+        "requests": len(records),
+        "failed": len(failed),
+        "failure_kinds": sorted({str(r.error_kind) for r in failed}),
+        "client_cpu_util": (cpu1 - cpu0) / window_s,
+        "timestamp_source": client.clock.timestamp_source,
+        "server_tick_late_ms_p99": stats.get("tick_late_ms_p99"),
+        "server_tick_dur_ms_p99": stats.get("tick_dur_ms_p99"),
+        "server_cpu_util": stats["cpu_s"] / stats["elapsed_s"] if stats.get("elapsed_s") else None,
+        "server_events_per_s": stats["events_written"] / stats["elapsed_s"]
+        if stats.get("elapsed_s")
+        else None,
+    }
+
+
+async def run_burst(args: argparse.Namespace, port: int) -> dict[str, Any]:
+    client = StreamClient(
+        f"http://127.0.0.1:{port}/v1",
+        api="completions",
+        model="gemma-3-270m",
+        timeouts=Timeouts(connect_s=30, first_token_s=60, idle_s=30, total_s=600),
+        stream_usage=False,
+        max_connections=args.burst_streams + 16,
+    )
+    t_warm = time.perf_counter_ns() + int(1e9)
+    t_end = t_warm + int(args.burst_duration * 1e9)
+    chunks = 0
+    bad = 0
+
+    async def slot() -> None:
+        nonlocal chunks, bad
+        while time.perf_counter_ns() < t_end:
+            r = await client.stream(
+                request_id=0,
+                scheduled_ns=0,
+                prompt=[1],
+                max_tokens=args.burst_tokens,
+                prompt_tokens_client=1,
+                ignore_eos=False,
+            )
+            if not r.ok:
+                bad += 1
+            if r.done_ns and r.done_ns >= t_warm:
+                chunks += len(r.chunk_ns)
+
+    await asyncio.sleep(0)
+    cpu0 = cpu_s()
+    t0 = time.perf_counter_ns()
+    await asyncio.gather(*(slot() for _ in range(args.burst_streams)))
+    el = (time.perf_counter_ns() - max(t0, t_warm)) / 1e9
+    cpu1 = cpu_s()
+    await client.aclose()
+    return {
+        "mode": "burst",
+        "streams": args.burst_streams,
+        "tokens_per_stream": args.burst_tokens,
+        "tokens_per_s": chunks / el,
+        "failed": bad,
+        "client_cpu_util": (cpu1 - cpu0) / ((time.perf_counter_ns() - t0) / 1e9),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=["paced", "burst", "both"], default="both")
+    ap.add_argument("--streams", type=int, default=1000)
+    ap.add_argument("--itl-ms", type=float, default=10.0)
+    ap.add_argument("--max-tokens", type=int, default=200, help="tokens per paced request")
+    ap.add_argument("--duration", type=float, default=10.0, help="measured window, s")
+    ap.add_argument("--ramp-s", type=float, default=1.0, help="spread of the first wave, s")
+    ap.add_argument("--warmup-s", type=float, default=2.0, help="after the ramp, not measured")
+    ap.add_argument("--burst-streams", type=int, default=100)
+    ap.add_argument("--burst-tokens", type=int, default=1000)
+    ap.add_argument("--burst-duration", type=float, default=5.0)
+    ap.add_argument("--server-core", type=int, default=0)
+    ap.add_argument("--client-core", type=int, default=1)
+    ap.add_argument(
+        "--fastsse", type=Path, default=Path(os.environ.get("FASTSSE", DEFAULT_FASTSSE))
+    )
+    ap.add_argument("--no-uvloop", action="store_true", help="use the standard asyncio loop")
+    ap.add_argument("--server-uvloop", action="store_true", help="run fastsse with --uvloop")
+    ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before the run")
+    ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
+    args = ap.parse_args()
+    if not args.fastsse.exists():
+        raise SystemExit(f"fastsse not found at {args.fastsse}; pass --fastsse PATH")
+    if args.client_core >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.client_core})
+    loop_factory = asyncio.new_event_loop
+    loop_name = "asyncio"
+    if not args.no_uvloop:
+        try:
+            import uvloop
+
+            loop_factory = uvloop.new_event_loop
+            loop_name = "uvloop"
+        except ImportError:
+            pass
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    modes = ["paced", "burst"] if args.mode == "both" else [args.mode]
+    print(
+        f"# client on core {args.client_core} ({loop_name}), fastsse on core {args.server_core}; "
+        f"{os.cpu_count()} CPUs here, shared with other processes",
+        flush=True,
+    )
+    for mode in modes:
+        port = free_port()
+        proc = start_fastsse(args, mode, port)
+        try:
+            runner_fn = run_paced if mode == "paced" else run_burst
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                res = runner.run(runner_fn(args, port))
+        finally:
+            proc.terminate()
+            proc.wait(5)
+        res["loop"] = loop_name
+        if args.json:
+            print(json.dumps(res), flush=True)
+        else:
+            print(f"== {mode}")
+            for k, v in res.items():
+                print(f"  {k:28s} {v:.4g}" if isinstance(v, float) else f"  {k:28s} {v}")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
