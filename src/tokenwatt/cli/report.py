@@ -1,9 +1,59 @@
-"""CLI: `tokenwatt report` (placeholder until its issue lands)."""
+"""CLI: ``tokenwatt report DIR`` (re-render a run) and ``tokenwatt compare DIR1 DIR2 ...``.
+
+Both start from the result file alone, never from a live run: what they show is what the
+file holds. Unreadable or unknown files are a one-line ``ReportError`` (exit 2).
+"""
 
 from __future__ import annotations
 
 import typer
 
 
+def report(
+    run: str = typer.Argument(..., help="a run directory (holding result.json) or a result file"),
+    html: bool = typer.Option(True, "--html/--no-html", help="also regenerate DIR/report.html"),
+    width: int | None = typer.Option(None, "--width", min=60, help="terminal width to render"),
+) -> None:
+    """Re-render a run's terminal report and its report.html from result.json."""
+    from rich.console import Console
+
+    from tokenwatt.errors import ReportError
+    from tokenwatt.report.html import write_html
+    from tokenwatt.report.schema import load_result, result_path
+    from tokenwatt.report.terminal import ResultView
+
+    result = load_result(run)
+    console = Console(width=width, soft_wrap=False)
+    console.print(ResultView(result))
+    if html:
+        out_dir = result_path(run).parent
+        try:
+            path = write_html(result, out_dir)
+        except OSError as exc:
+            raise ReportError(
+                f"{out_dir}: cannot write report.html ({exc.strerror or exc}); "
+                "use --no-html or a writable directory"
+            ) from None
+        console.print(f"\nreport: {path}", highlight=False, soft_wrap=True)
+
+
+def compare(
+    runs: list[str] = typer.Argument(  # noqa: B008
+        ..., help="two or more run directories (or result files)"
+    ),
+    width: int | None = typer.Option(None, "--width", min=60, help="terminal width to render"),
+) -> None:
+    """Set runs side by side: goodput, per GPU, tokens/J, MBU, boundary rate, TTFT/TPOT."""
+    from rich.console import Console
+
+    from tokenwatt.report.compare import compare_results, load_runs
+    from tokenwatt.report.terminal import comparison_view
+
+    comparison = compare_results(load_runs(runs))
+    Console(width=width).print(comparison_view(comparison))
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("report")(report)
+    app.command("compare")(compare)

@@ -26,6 +26,7 @@ from tokenwatt.report.format import (
     fmt_pct,
     fmt_quantile,
     fmt_rate,
+    fmt_signed_pct,
     fmt_tokens_per_s,
 )
 from tokenwatt.report.schema import BenchResult, ProbeSummary, SloSettings
@@ -33,9 +34,12 @@ from tokenwatt.report.schema import BenchResult, ProbeSummary, SloSettings
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
 
+    from tokenwatt.report.compare import Comparison, MetricRow
+
 __all__ = [
     "ResultView",
     "checks_block",
+    "comparison_view",
     "describe_run",
     "describe_slo",
     "energy_text",
@@ -253,3 +257,41 @@ class ResultView:
             if i:
                 yield Text("")
             yield section
+
+
+def _metric_value(row: MetricRow, v: float | None) -> str:
+    if row.kind == "tokens_per_s":
+        return fmt_tokens_per_s(v)
+    if row.kind == "fraction":
+        return fmt_pct(v)
+    if row.kind == "seconds":
+        return fmt_ms(v)
+    return fmt_float(v)
+
+
+def _change_style(row: MetricRow, change: float | None) -> str:
+    if change is None or row.better == "neither" or round(change * 100, 1) == 0:
+        return "dim"
+    good = change > 0 if row.better == "higher" else change < 0
+    return "green" if good else "red"
+
+
+def comparison_view(comparison: Comparison) -> RenderableType:
+    """Figures per run, each later run with its change against the first (green: better)."""
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("at the boundary", no_wrap=True)
+    for i, label in enumerate(comparison.labels):
+        t.add_column(Text(label if i else f"{label} (base)"), justify="right", overflow="fold")
+    for row in comparison.rows:
+        cells: list[Text] = [Text(f"{row.name} ({row.unit})" if row.unit else row.name)]
+        for i, (v, change) in enumerate(zip(row.values, row.changes, strict=True)):
+            cell = Text(_metric_value(row, v))
+            if i and change is not None:
+                cell.append(f" {fmt_signed_pct(change)}", _change_style(row, change))
+            cells.append(cell)
+        t.add_row(*cells)
+    parts: list[RenderableType] = [t]
+    if comparison.warnings:
+        parts.append(Text(""))
+        parts += [Text(f"! {w}", "yellow") for w in comparison.warnings]
+    return Group(*parts)

@@ -1,0 +1,167 @@
+"""Runs side by side: the headline figures of each, and their change against the first run.
+
+A comparison is only as fair as its runs are alike, so the things that make figures
+incomparable (model, precision, accelerator, GPU count, replicas, SLO, workload) are checked
+and every difference is returned as a warning; the figures are still shown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tokenwatt.errors import ReportError
+from tokenwatt.report.format import fmt_quantile, rel_change
+from tokenwatt.report.schema import BenchResult, load_result
+from tokenwatt.report.terminal import describe_slo
+
+__all__ = ["Comparison", "MetricRow", "compare_results", "load_runs"]
+
+Better = Literal["higher", "lower", "neither"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    """One figure across runs; ``changes[i]`` is run i against run 0 (None for run 0)."""
+
+    name: str
+    unit: str
+    kind: Literal["tokens_per_s", "float", "fraction", "seconds", "rate"]
+    better: Better
+    values: tuple[float | None, ...]
+    changes: tuple[float | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    labels: tuple[str, ...]
+    rows: tuple[MetricRow, ...]
+    warnings: tuple[str, ...]
+
+
+def _quantile(summary_name: str) -> Callable[[BenchResult], float | None]:
+    def get(r: BenchResult) -> float | None:
+        b = r.boundary
+        if b is None:
+            return None
+        value = getattr(getattr(b, summary_name), f"p{round(r.slo.percentile * 100)}", None)
+        return value if isinstance(value, float) else None
+
+    return get
+
+
+def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..., Any]]]:
+    return [
+        (
+            "SLO goodput",
+            "output tok/s",
+            "tokens_per_s",
+            "higher",
+            lambda r: r.boundary.goodput_output_tokens_per_s if r.boundary else None,
+        ),
+        (
+            "goodput per GPU",
+            "output tok/s",
+            "tokens_per_s",
+            "higher",
+            lambda r: r.boundary.goodput_output_tokens_per_s_per_gpu if r.boundary else None,
+        ),
+        (
+            "tokens per joule",
+            "tok/J",
+            "float",
+            "higher",
+            lambda r: r.boundary.tokens_per_joule if r.boundary else None,
+        ),
+        ("MBU", "", "fraction", "higher", lambda r: r.boundary.mbu if r.boundary else None),
+        (
+            "boundary rate",
+            "req/s",
+            "rate",
+            "higher",
+            lambda r: r.boundary.rate_rps if r.boundary else None,
+        ),
+        (f"TTFT {q_label}", "at boundary", "seconds", "lower", _quantile("ttft_s")),
+        (f"TPOT {q_label}", "at boundary", "seconds", "lower", _quantile("tpot_s")),
+    ]
+
+
+def _model_key(r: BenchResult) -> str:
+    g = r.geometry
+    return f"{g.get('name')} ({g.get('weight_dtype')} weights, {g.get('kv_dtype')} KV)"
+
+
+def _slo_key(r: BenchResult) -> str:
+    return describe_slo(r.slo)
+
+
+def _workload_key(r: BenchResult) -> str:
+    return json.dumps(r.spec.get("workload"), sort_keys=True)
+
+
+_CHECKED: tuple[tuple[str, Callable[[BenchResult], str]], ...] = (
+    ("models", _model_key),
+    ("accelerators", lambda r: str(r.accelerator.get("name"))),
+    ("GPU counts", lambda r: str(r.gpus)),
+    ("replicas", lambda r: str(r.replicas)),
+    ("SLOs", _slo_key),
+    ("workloads", _workload_key),
+)
+
+
+def _differences(labels: Sequence[str], results: Sequence[BenchResult]) -> list[str]:
+    out = []
+    for what, key in _CHECKED:
+        values = [key(r) for r in results]
+        if len(set(values)) > 1:
+            if what == "workloads":
+                shown = "see each run's spec.workload"
+            else:
+                shown = "; ".join(f"{lab}: {v}" for lab, v in zip(labels, values, strict=True))
+            out.append(f"runs differ in {what} ({shown}): differences are not like for like")
+    for lab, r in zip(labels, results, strict=True):
+        if r.boundary is None:
+            out.append(f"{lab}: no boundary (the SLO failed at every probed rate)")
+        if r.interrupted:
+            out.append(f"{lab}: the run was interrupted; its boundary may be loose")
+    return out
+
+
+def compare_results(runs: Sequence[tuple[str, BenchResult]]) -> Comparison:
+    """Headline figures of every run and their relative change against the first."""
+    if len(runs) < 2:
+        raise ReportError("compare needs at least two run directories")
+    labels = tuple(label for label, _ in runs)
+    results = [r for _, r in runs]
+    q = results[0].slo.percentile
+    rows = []
+    for name, unit, kind, better, get in _metric_specs(fmt_quantile(q)):
+        values = tuple(get(r) for r in results)
+        base = values[0]
+        changes = (None, *(rel_change(v, base) for v in values[1:]))
+        rows.append(MetricRow(name, unit, kind, better, values, changes))
+    return Comparison(labels, tuple(rows), tuple(_differences(labels, results)))
+
+
+def _labels_for(paths: Sequence[Path]) -> list[str]:
+    """Each run's directory name; parents added until the labels are distinct."""
+    parts = [p.resolve().parts for p in paths]
+    depth = 1
+    while True:
+        labels = ["/".join(ps[-depth:]) for ps in parts]
+        if len(set(labels)) == len(labels) or depth >= max(len(ps) for ps in parts):
+            break
+        depth += 1
+    if len(set(labels)) < len(labels):
+        labels = [f"{i + 1}:{lab}" for i, lab in enumerate(labels)]
+    return labels
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[tuple[str, BenchResult]]:
+    """Load each run (directory or result.json), labelled by its directory."""
+    ps = [Path(p) for p in paths]
+    dirs = [p if p.is_dir() else p.parent for p in ps]
+    return list(zip(_labels_for(dirs), (load_result(p) for p in ps), strict=True))

@@ -1,0 +1,116 @@
+"""compare: relative changes against the first run, and every like-for-like difference named."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tokenwatt.errors import ReportError
+from tokenwatt.report.compare import compare_results, load_runs
+from tokenwatt.report.schema import BenchResult
+from tokenwatt.report.terminal import comparison_view
+
+GOLDEN = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
+
+
+def _data() -> dict[str, Any]:
+    return json.loads(GOLDEN.read_text("utf-8"))
+
+
+def _result(data: dict[str, Any]) -> BenchResult:
+    return BenchResult.model_validate(data)
+
+
+def test_identical_runs_show_no_change_and_no_warning() -> None:
+    c = compare_results([("a", _result(_data())), ("b", _result(_data()))])
+    assert c.warnings == ()
+    assert [r.name for r in c.rows] == [
+        "SLO goodput",
+        "goodput per GPU",
+        "tokens per joule",
+        "MBU",
+        "boundary rate",
+        "TTFT p99",
+        "TPOT p99",
+    ]
+    for row in c.rows:
+        assert row.changes == (None, 0.0)
+
+
+def test_changes_are_relative_to_the_first_run() -> None:
+    base, faster, slower = _data(), _data(), _data()
+    faster["boundary"]["goodput_output_tokens_per_s"] = 3000.0
+    faster["boundary"]["tpot_s"]["p99"] = 0.050
+    slower["boundary"]["goodput_output_tokens_per_s"] = 1190.4
+    c = compare_results([("a", _result(base)), ("b", _result(faster)), ("c", _result(slower))])
+    goodput = c.rows[0]
+    assert goodput.values == (2380.8, 3000.0, 1190.4)
+    assert goodput.changes[1] == pytest.approx(3000.0 / 2380.8 - 1)  # +26.0%
+    assert goodput.changes[2] == pytest.approx(-0.5)
+    tpot = c.rows[-1]
+    assert tpot.better == "lower"
+    assert tpot.changes[1] == pytest.approx(0.050 / 0.05963 - 1)
+
+
+def test_differences_that_break_like_for_like_are_named() -> None:
+    a, b = _data(), _data()
+    b["geometry"]["name"] = "Qwen3-30B-A3B-FP8"
+    b["geometry"]["weight_dtype"] = "fp8"
+    b["accelerator"]["name"] = "h200"
+    b["gpus"] = 4
+    b["replicas"] = 4
+    b["slo"]["tpot_ms"] = 40.0
+    b["spec"]["workload"]["output_tokens"] = {"kind": "fixed", "value": 512}
+    warnings = compare_results([("a", _result(a)), ("b", _result(b))]).warnings
+    assert warnings == (
+        "runs differ in models (a: Qwen3-30B-A3B (bf16 weights, bf16 KV); "
+        "b: Qwen3-30B-A3B-FP8 (fp8 weights, bf16 KV)): differences are not like for like",
+        "runs differ in accelerators (a: h100-sxm; b: h200): differences are not like for like",
+        "runs differ in GPU counts (a: 2; b: 4): differences are not like for like",
+        "runs differ in replicas (a: 2; b: 4): differences are not like for like",
+        "runs differ in SLOs (a: p99 TTFT ≤ 500 ms, p99 TPOT ≤ 60 ms; "
+        "b: p99 TTFT ≤ 500 ms, p99 TPOT ≤ 40 ms): differences are not like for like",
+        "runs differ in workloads (see each run's spec.workload): "
+        "differences are not like for like",
+    )
+
+
+def test_run_without_boundary_has_no_figures_and_a_warning() -> None:
+    a, b = _data(), _data()
+    b["boundary"] = None
+    b["interrupted"] = True
+    c = compare_results([("a", _result(a)), ("b", _result(b))])
+    assert all(row.values[1] is None and row.changes[1] is None for row in c.rows)
+    assert "b: no boundary (the SLO failed at every probed rate)" in c.warnings
+    assert "b: the run was interrupted; its boundary may be loose" in c.warnings
+
+
+def test_one_run_is_not_a_comparison() -> None:
+    with pytest.raises(ReportError, match="at least two"):
+        compare_results([("a", _result(_data()))])
+
+
+def test_labels_are_directory_names_made_distinct(tmp_path: Path) -> None:
+    for d in ("x/run", "y/run", "z/other"):
+        (tmp_path / d).mkdir(parents=True)
+        (tmp_path / d / "result.json").write_text(GOLDEN.read_text("utf-8"), "utf-8")
+    runs = load_runs([tmp_path / "x/run", tmp_path / "y/run/result.json", tmp_path / "z/other"])
+    assert [label for label, _ in runs] == ["x/run", "y/run", "z/other"]
+
+
+def test_comparison_view_colours_direction_not_sign() -> None:
+    a, b = _data(), _data()
+    b["boundary"]["ttft_s"]["p99"] = 0.1  # 0.1 / 0.21736 − 1 = −54.0%: lower TTFT is better
+    c = compare_results([("a", _result(a)), ("b", _result(b))])
+    console = Console(width=100, file=io.StringIO(), record=True, color_system="truecolor")
+    console.print(comparison_view(c))
+    text = console.export_text(clear=False)
+    row = next(line for line in text.splitlines() if line.startswith("TTFT p99"))
+    assert row.split()[-3:] == ["100", "ms", "−54.0%"]
+    html = console.export_html(inline_styles=True)
+    assert "color: #008000" in html.split("−54.0%")[0].rsplit("<span", 1)[-1]
