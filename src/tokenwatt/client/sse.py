@@ -49,6 +49,17 @@ class SSEParser:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Consume the next bytes of the stream; return the data of every event they complete."""
+        if (
+            self._data is None
+            and not self._buf
+            and not self._skip_lf
+            and self._started
+            and data[:6] == b"data: "
+            and data.find(b"\n", 6) == len(data) - 2
+            and data[-1] == 0x0A
+            and b"\r" not in data
+        ):
+            return [data[6:-2]]  # the usual read: exactly one `data: …\n\n` event
         if not self._started:
             if self._buf:
                 data = bytes(self._buf) + data
