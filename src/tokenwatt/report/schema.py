@@ -273,7 +273,11 @@ class SearchStep(_Open):
     index: int
     rate_rps: float
     passed: bool
-    phase: Literal["grow", "bisect", "confirm"] = "grow"
+    phase: Literal["grow", "descend", "bisect", "confirm"] = Field(
+        "grow",
+        description="grow: rates up until a failure; descend: rates down from a failing "
+        "start; bisect: inside the bracket; confirm: a re-run of the boundary",
+    )
     lo_rps: float | None = Field(None, description="highest passing rate so far")
     hi_rps: float | None = Field(None, description="lowest failing rate so far")
 
