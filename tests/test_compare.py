@@ -46,11 +46,11 @@ def test_changes_are_relative_to_the_first_run() -> None:
     base, faster, slower = _data(), _data(), _data()
     faster["boundary"]["goodput_output_tokens_per_s"] = 3000.0
     faster["boundary"]["tpot_s"]["p99"] = 0.050
-    slower["boundary"]["goodput_output_tokens_per_s"] = 1190.4
+    slower["boundary"]["goodput_output_tokens_per_s"] = 1184.21
     c = compare_results([("a", _result(base)), ("b", _result(faster)), ("c", _result(slower))])
     goodput = c.rows[0]
-    assert goodput.values == (2380.8, 3000.0, 1190.4)
-    assert goodput.changes[1] == pytest.approx(3000.0 / 2380.8 - 1)  # +26.0%
+    assert goodput.values == (2368.42, 3000.0, 1184.21)
+    assert goodput.changes[1] == pytest.approx(3000.0 / 2368.42 - 1)  # +26.7%
     assert goodput.changes[2] == pytest.approx(-0.5)
     tpot = c.rows[-1]
     assert tpot.better == "lower"

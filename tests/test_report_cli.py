@@ -89,7 +89,7 @@ def test_compare_side_by_side(run_dir: Path, tmp_path: Path) -> None:
     other.mkdir()
     data = json.loads((run_dir / "result.json").read_text("utf-8"))
     b = data["boundary"]
-    b["goodput_output_tokens_per_s"] = 2619.1  # +10.0% over 2,380.8
+    b["goodput_output_tokens_per_s"] = 2605.26  # +10.0% over 2,368.42
     b["tokens_per_joule"] = 1.737  # −10.0% under 1.93
     data["gpus"] = 4
     (other / "result.json").write_text(json.dumps(data), "utf-8")
@@ -98,7 +98,7 @@ def test_compare_side_by_side(run_dir: Path, tmp_path: Path) -> None:
     out = proc.stdout
     assert "run-a (base)" in out and "run-b" in out
     row = next(line for line in out.splitlines() if line.startswith("SLO goodput"))
-    assert row.split() == ["SLO", "goodput", "(output", "tok/s)", "2,381", "2,619", "+10.0%"]
+    assert row.split() == ["SLO", "goodput", "(output", "tok/s)", "2,368", "2,605", "+10.0%"]
     row = next(line for line in out.splitlines() if line.startswith("tokens per joule"))
     assert row.split()[-3:] == ["1.93", "1.74", "−10.0%"]
     assert "! runs differ in GPU counts (run-a: 2; run-b: 4)" in out

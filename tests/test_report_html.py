@@ -103,8 +103,8 @@ def test_headline_and_tables_carry_the_figures() -> None:
     assert (
         headline.index("SLO goodput") < headline.index("Tokens per joule") < headline.index("MBU")
     )
-    assert "2,381 <small>tok/s</small>" in headline
-    assert "1,190 tok/s per GPU · at 9.25 req/s" in headline
+    assert "2,368 <small>tok/s</small>" in headline
+    assert "1,184 tok/s per GPU · at 9.25 req/s" in headline
     assert "1.93 tok/J" in headline and "41.0%" in headline
     assert "weights 36.9% + KV 4.1%" in headline
     probes = text[text.index('id="probes"') : text.index('id="single-stream"')]
@@ -192,7 +192,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     s = _survey(dom)
     assert s.sections == list(SECTION_IDS)
     assert s.tags.get("svg") == 5
-    assert "2,381" in dom
+    assert "2,368" in dom
     shot = tmp_path / "report.png"
     subprocess.run(
         [*base, f"--screenshot={shot}", "--window-size=1100,2400", url],

@@ -371,8 +371,9 @@ def render_html(result: BenchResult) -> str:
             "Goodput and attainment against offered rate",
             _figure(
                 plots.goodput_plot(result),
-                "SLO goodput (output tokens/s of probes that met the SLO) and the fraction of "
-                "requests meeting every limit; dotted: raw throughput T.",
+                "SLO goodput (output tokens/s of the requests that met every limit) and "
+                "attainment (the fraction of requests that did); dotted: all output tokens/s, T. "
+                "Green probes passed the SLO, red failed; star: the boundary.",
             ),
         )
     )
