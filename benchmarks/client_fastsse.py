@@ -81,11 +81,18 @@ def server_stats(port: int, reset: bool = False) -> dict[str, Any]:
     q = "?reset=1" if reset else ""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats{q}", timeout=20) as r:
-            data: dict[str, Any] = json.loads(r.read())
-            return data
+            d: dict[str, Any] = json.loads(r.read())
     except OSError as exc:
         print(f"# fastsse /stats did not answer: {exc}", file=sys.stderr)
         return {}
+    el = d.get("elapsed_s") or float("nan")
+    return {
+        "tick_late_ms_p50": d.get("tick_late_ms_p50"),
+        "tick_late_ms_p99": d.get("tick_late_ms_p99"),
+        "tick_dur_ms_p99": d.get("tick_dur_ms_p99"),
+        "cpu_util": d.get("cpu_s", float("nan")) / el,
+        "events_per_s": d.get("events_written", float("nan")) / el,
+    }
 
 
 def cpu_s() -> float:
@@ -93,7 +100,12 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-async def run_paced(args: argparse.Namespace, port: int) -> dict[str, Any]:
+async def run_paced(
+    args: argparse.Namespace, port: int, stats_fn: Any = None, model: str = "gemma-3-270m"
+) -> dict[str, Any]:
+    """Closed loop of ``args.streams`` slots against http://127.0.0.1:port/v1 (see module doc)."""
+    if stats_fn is None:
+        stats_fn = server_stats
     errors: list[int] = []
 
     def hook(obj: dict[str, Any], stamp: int) -> None:
@@ -104,9 +116,9 @@ async def run_paced(args: argparse.Namespace, port: int) -> dict[str, Any]:
     client = StreamClient(
         f"http://127.0.0.1:{port}/v1",
         api="completions",
-        model="gemma-3-270m",
+        model=model,
         timeouts=Timeouts(connect_s=30, first_token_s=60, idle_s=30, total_s=600),
-        stream_usage=False,
+        stream_usage=args.stream_usage,
         max_connections=args.streams + 16,
         event_hook=hook,
     )
@@ -133,7 +145,7 @@ async def run_paced(args: argparse.Namespace, port: int) -> dict[str, Any]:
                 prompt=[1, 2, 3, 4],
                 max_tokens=args.max_tokens,
                 prompt_tokens_client=4,
-                ignore_eos=False,
+                ignore_eos=args.ignore_eos,
             )
             in_flight -= 1
             records.append(r)
@@ -152,17 +164,22 @@ async def run_paced(args: argparse.Namespace, port: int) -> dict[str, Any]:
     errors.clear()
     n_err_start = 0
     cpu0 = cpu_s()
-    stats0 = await asyncio.to_thread(server_stats, port, True)
+    stats0 = await asyncio.to_thread(stats_fn, port, True)
     del stats0
     await asyncio.sleep(max(0.0, (t_end - time.perf_counter_ns()) / 1e9))
     cpu1 = cpu_s()
     window_errors = errors[n_err_start:]
-    stats = await asyncio.to_thread(server_stats, port)
+    stats = await asyncio.to_thread(stats_fn, port)
     await asyncio.gather(*tasks)
     await samp
     await client.aclose()
 
-    tokens = sum(1 for r in records for t in r.chunk_ns if warm_end <= t < t_end)
+    tokens = sum(
+        n
+        for r in records
+        for t, n in zip(r.chunk_ns, r.chunk_tokens, strict=True)
+        if warm_end <= t < t_end
+    )
     window_s = (t_end - warm_end) / 1e9
     late = [r.sent_ns - r.scheduled_ns for r in records if r.sent_ns and r.sent_ns >= warm_end]
     failed = [r for r in records if not r.ok]
@@ -177,7 +194,7 @@ async def run_paced(args: argparse.Namespace, port: int) -> dict[str, Any]:
         "expected_tokens_per_s": args.streams * 1000 / args.itl_ms,
         "in_flight_min": min(samples) if samples else None,
         "in_flight_median": pct(samples, 0.5),
-        "ts_error_ms_p50": pct(window_errors, 0.5) / 1e6,
+        "ts_error_ms_p50": pct(window_errors, 0.5) / 1e6,  # nan: the server sends no stamps
         "ts_error_ms_p99": pct(window_errors, 0.99) / 1e6,
         "ts_error_ms_max": (max(window_errors) / 1e6) if window_errors else None,
         "ts_error_samples": len(window_errors),
@@ -190,12 +207,7 @@ async def run_paced(args: argparse.Namespace, port: int) -> dict[str, Any]:
         "failure_kinds": sorted({str(r.error_kind) for r in failed}),
         "client_cpu_util": (cpu1 - cpu0) / window_s,
         "timestamp_source": client.clock.timestamp_source,
-        "server_tick_late_ms_p99": stats.get("tick_late_ms_p99"),
-        "server_tick_dur_ms_p99": stats.get("tick_dur_ms_p99"),
-        "server_cpu_util": stats["cpu_s"] / stats["elapsed_s"] if stats.get("elapsed_s") else None,
-        "server_events_per_s": stats["events_written"] / stats["elapsed_s"]
-        if stats.get("elapsed_s")
-        else None,
+        **{f"server_{k}": v for k, v in stats.items()},
     }
 
 
@@ -267,6 +279,8 @@ def main() -> None:
     ap.add_argument("--server-uvloop", action="store_true", help="run fastsse with --uvloop")
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before the run")
     ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
+    ap.add_argument("--stream-usage", action="store_true", help="ask for continuous usage")
+    ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos/min_tokens")
     args = ap.parse_args()
     if not args.fastsse.exists():
         raise SystemExit(f"fastsse not found at {args.fastsse}; pass --fastsse PATH")
