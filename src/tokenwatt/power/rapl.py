@@ -119,8 +119,8 @@ class RaplPower(PowerSource):
             except (OSError, ValueError):
                 wrap = None
             m = _ZONE.match(zone)
-            socket = m.group(1) if m else "?"
-            device = name if name.startswith("package") else f"{name}-{socket}"
+            # top-level zones are named uniquely (package-N, psys); subzones repeat per socket
+            device = f"{name}-{m.group(1)}" if m and m.group(2) is not None else name
             chans.append(Channel(device=device, scope=scope, wrap_j=wrap))
             self._files.append(f)
         if not chans:

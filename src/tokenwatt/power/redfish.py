@@ -83,7 +83,7 @@ class RedfishPower(PowerSource):
         self._prop = ""
         self._scale = 1.0
         self.poll_interval_s = interval_s
-        self.update_period_s = max(1.0, interval_s)
+        self.update_period_s = interval_s  # the BMC may be slower: the monitor measures it
         self.timeout_s = min(max(2 * interval_s, 2.0), 10.0)
         self.detail = f"{_http.safe_url(self.base)} {', '.join(self.paths)}"
         self.slow_hint = "BMCs refresh their sensors about once a second or slower"
