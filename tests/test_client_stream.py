@@ -595,3 +595,30 @@ def test_cancellation_fills_the_record_then_raises() -> None:
         assert 2 <= len(rec.chunk_ns) < 100 and rec.done_ns is not None
 
     run(main)
+
+
+def test_oversized_event_is_a_protocol_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+
+    import tokenwatt.client.conn as conn_mod
+
+    small = functools.partial(conn_mod.SSEParser, max_event_bytes=10_000)
+    monkeypatch.setattr(conn_mod, "SSEParser", small)
+
+    async def main() -> None:
+        whole = b"".join(
+            s for s in sse_stream([cmpl("a"), cmpl("x" * 20_000)]) if isinstance(s, bytes)
+        )
+        cut = whole.index(b"xxxx")
+        steps: list[Step] = [whole[:cut], 0.01]
+        for i in range(cut, len(whole), 2000):  # the long line arrives in many reads
+            steps += [whole[i : i + 2000], 0.002]
+        async with Server(lambda i, h, b: steps) as srv:
+            c = client(srv.url)
+            r = await one(c)
+            await c.aclose()
+        assert r.error_kind == "protocol" and r.error_message is not None
+        assert "longer than 10000 bytes" in r.error_message
+        assert len(r.chunk_ns) == 1
+
+    run(main)
