@@ -2,7 +2,7 @@
 
     python benchmarks/client_fastsse.py                       # paced + burst, 1,000 streams, 10 s
     python benchmarks/client_fastsse.py --mode paced --streams 1000 --itl-ms 10 --duration 10
-    python benchmarks/client_fastsse.py --mode burst --streams 100
+    python benchmarks/client_fastsse.py --mode burst --burst-streams 100
 
 Paced: fastsse (--mode paced --stamp) sends one token per stream every --itl-ms on absolute
 deadlines and writes its CLOCK_MONOTONIC send time into each chunk, so the client's timestamp error
@@ -10,6 +10,10 @@ is exact: chunk_ns − sent_ns. Each of --streams slots runs requests of --max-t
 closed loop, so every slot is in flight all the time); the first wave is spread over --ramp-s.
 Send lateness = sent_ns − scheduled_ns, where a request is scheduled at its slot's ramp time or
 at the end of the slot's previous stream.
+
+The timestamp error is also split by read: events that came back alone in their read (the error
+of the kernel stamp itself) and events that shared a read with others of the same stream (they all
+carry the newest stamp: the client read late, or the kernel had merged the waiting segments).
 
 Burst: fastsse writes each whole response at once; tokens/s is the client's parse ceiling.
 
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +67,8 @@ def start_fastsse(args: argparse.Namespace, mode: str, port: int) -> subprocess.
         cmd += ["--itl-ms", str(args.itl_ms), "--stamp"]
     if args.server_uvloop:
         cmd.append("--uvloop")
+    if args.nice:
+        cmd = ["nice", "-n", str(args.nice), *cmd]
     if shutil.which("taskset") and args.server_core >= 0:
         cmd = ["taskset", "-c", str(args.server_core), *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -106,12 +113,12 @@ async def run_paced(
     """Closed loop of ``args.streams`` slots against http://127.0.0.1:port/v1 (see module doc)."""
     if stats_fn is None:
         stats_fn = server_stats
-    errors: list[int] = []
+    errors: list[tuple[int, int, str]] = []  # (error ns, stamp, response id)
 
     def hook(obj: dict[str, Any], stamp: int) -> None:
         s = obj.get("sent_ns")
         if s is not None:
-            errors.append(stamp - s)
+            errors.append((stamp - s, stamp, obj.get("id", "")))
 
     client = StreamClient(
         f"http://127.0.0.1:{port}/v1",
@@ -168,7 +175,12 @@ async def run_paced(
     del stats0
     await asyncio.sleep(max(0.0, (t_end - time.perf_counter_ns()) / 1e9))
     cpu1 = cpu_s()
-    window_errors = errors[n_err_start:]
+    window = errors[n_err_start:]
+    window_errors = [e for e, _, _ in window]
+    # events that shared their read (same stream, same stamp) vs events that had a read alone
+    per_read = Counter((rid, stamp) for _, stamp, rid in window)
+    alone = [e for e, stamp, rid in window if per_read[(rid, stamp)] == 1]
+    shared = [e for e, stamp, rid in window if per_read[(rid, stamp)] > 1]
     stats = await asyncio.to_thread(stats_fn, port)
     await asyncio.gather(*tasks)
     await samp
@@ -198,6 +210,10 @@ async def run_paced(
         "ts_error_ms_p99": pct(window_errors, 0.99) / 1e6,
         "ts_error_ms_max": (max(window_errors) / 1e6) if window_errors else None,
         "ts_error_samples": len(window_errors),
+        "ts_error_ms_p50_alone_in_read": pct(alone, 0.5) / 1e6,
+        "ts_error_ms_p99_alone_in_read": pct(alone, 0.99) / 1e6,
+        "ts_error_ms_p99_shared_read": pct(shared, 0.99) / 1e6,
+        "events_in_shared_reads": len(shared) / len(window_errors) if window_errors else 0.0,
         "send_lateness_ms_p50": pct(late, 0.5) / 1e6,
         "send_lateness_ms_p99": pct(late, 0.99) / 1e6,
         "coalesced_reads": coalesced,
@@ -276,7 +292,13 @@ def main() -> None:
         "--fastsse", type=Path, default=Path(os.environ.get("FASTSSE", DEFAULT_FASTSSE))
     )
     ap.add_argument("--no-uvloop", action="store_true", help="use the standard asyncio loop")
-    ap.add_argument("--server-uvloop", action="store_true", help="run fastsse with --uvloop")
+    ap.add_argument(
+        "--server-uvloop",
+        action="store_true",
+        help="run fastsse with --uvloop (uvloop flushes writes after the tick, so its send "
+        "stamps precede the real writes by up to a tick: timestamp errors are then inflated)",
+    )
+    ap.add_argument("--nice", type=int, default=0, help="os.nice() increment for both processes")
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before the run")
     ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
     ap.add_argument("--stream-usage", action="store_true", help="ask for continuous usage")
@@ -286,6 +308,8 @@ def main() -> None:
         raise SystemExit(f"fastsse not found at {args.fastsse}; pass --fastsse PATH")
     if args.client_core >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.client_core})
+    if args.nice:
+        os.nice(args.nice)
     loop_factory = asyncio.new_event_loop
     loop_name = "asyncio"
     if not args.no_uvloop:
