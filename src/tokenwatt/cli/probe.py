@@ -289,8 +289,13 @@ def register(app: typer.Typer) -> None:
             typer.Option("--out", "-o", help="output folder (default tokenwatt-probe-<time>)"),
         ] = None,
         sim_mode: Annotated[
-            str, typer.Option("--sim-mode", help="endpoint 'sim': thread or subprocess")
-        ] = "thread",
+            str,
+            typer.Option(
+                "--sim-mode",
+                help="endpoint 'sim': its own process (default; no GIL shared with the client) "
+                "or a thread of this one",
+            ),
+        ] = "subprocess",
         quiet: Annotated[
             bool, typer.Option("--quiet", "-q", help="no progress bar or summary")
         ] = False,
