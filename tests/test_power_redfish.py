@@ -11,11 +11,15 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import shutil
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,9 +93,7 @@ class Bmc:
         return None
 
 
-@pytest.fixture
-def bmc() -> Iterator[tuple[Bmc, str]]:
-    state = Bmc()
+def serve_bmc(state: Bmc, tls: ssl.SSLContext | None = None) -> tuple[ThreadingHTTPServer, str]:
     expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -118,12 +120,21 @@ def bmc() -> Iterator[tuple[Bmc, str]]:
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-    yield state, f"http://127.0.0.1:{httpd.server_address[1]}"
+    scheme = "http"
+    if tls is not None:
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+        scheme = "https"
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}).start()
+    return httpd, f"{scheme}://127.0.0.1:{httpd.server_address[1]}"
+
+
+@pytest.fixture
+def bmc() -> Iterator[tuple[Bmc, str]]:
+    state = Bmc()
+    httpd, url = serve_bmc(state)
+    yield state, url
     httpd.shutdown()
     httpd.server_close()
-    thread.join()
 
 
 @pytest.fixture
@@ -264,3 +275,29 @@ def test_null_reading_mid_run_is_a_gap(bmc: tuple[Bmc, str], creds: dict[str, st
         g = mon.energy(a, b).scopes["node"]
     assert "gap" in g.flags
     assert g.mean_power_w == pytest.approx(2150.0)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not found")
+def test_https_bmc_with_a_self_signed_certificate(tmp_path: Path, creds: dict[str, str]) -> None:
+    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(crt)),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    httpd, url = serve_bmc(Bmc(), tls=ctx)
+    try:
+        with pytest.raises(PowerSourceError, match=r"VERIFY_FAILED.*set verify_tls: false"):
+            RedfishPower(url=url, paths=[CHASSIS], **creds).open()
+        src = RedfishPower(url=url, paths=[CHASSIS], verify_tls=False, **creds)
+        src.open()  # BMCs ship self-signed certificates: verify_tls: false reads them
+        assert src.read()[0].value == 2150.0
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

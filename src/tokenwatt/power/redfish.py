@@ -129,7 +129,10 @@ class RedfishPower(PowerSource):
                         f"{where} refused the credentials ({exc}); check the user in ${env} "
                         "and its password"
                     ) from None
-                raise self._fail(f"{where} did not answer ({exc}); check url and paths") from None
+                fix = "check url and paths"
+                if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                    fix = "set verify_tls: false to accept the BMC's self-signed certificate"
+                raise self._fail(f"{where} did not answer ({exc}); {fix}") from None
             except ValueError:
                 raise self._fail(f"{where} did not answer with JSON") from None
             docs.append(doc)
