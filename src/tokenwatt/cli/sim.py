@@ -150,7 +150,7 @@ def _serve(config: SimConfig, host: str, port: int) -> None:
 
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
-    server = SimServer(config)
+    server = SimServer(config, manage_gc=True)
 
     async def main() -> None:
         stop = asyncio.Event()

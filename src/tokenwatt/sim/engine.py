@@ -256,9 +256,22 @@ class ReplicaEngine:
         preempted: list[SimRequest] = []
         admitted: list[SimRequest] = []
         i = 0
+        free = self.free_blocks
         while i < len(running) and budget > 0:
             req = running[i]
-            new = req.num_tokens - req.computed
+            computed = req.computed
+            new = req.prompt_tokens + req.generated - computed
+            if new == 1:  # a decode, the common case, inline: blocks for ceil((computed + 1) / B)
+                need = (computed + BLOCK_SIZE) // BLOCK_SIZE - req.blocks
+                if need <= 0 or need <= free:
+                    if need > 0:
+                        free -= need
+                        req.blocks += need
+                    scheduled.append((req, 1))
+                    budget -= 1
+                    i += 1
+                    continue
+            self.free_blocks = free
             new = min(new, budget)
             if new <= 0:
                 i += 1
@@ -269,11 +282,13 @@ class ReplicaEngine:
                 self._preempt(victim)
                 if victim is req:
                     break
+            free = self.free_blocks
             if req.state != RUNNING:  # it preempted itself: stop serving running requests
                 break
             scheduled.append((req, new))
             budget -= new
             i += 1
+        self.free_blocks = free
 
         if not preempted:
             cap = self.config.max_num_seqs
@@ -319,10 +334,11 @@ class ReplicaEngine:
             else:
                 contexts.append(before + 1)  # token i = generated reads L + i cached tokens
             req.computed = after = before + new
-            if after >= req.num_tokens:
-                if req.generated == 0:
+            generated = req.generated
+            if after >= req.prompt_tokens + generated:
+                if generated == 0:
                     prompt_done += req.prompt_tokens
-                req.generated += 1
+                req.generated = generated + 1
                 emits.append(req)
                 if req.generated >= req.target_tokens:
                     finished.append(req)
