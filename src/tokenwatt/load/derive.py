@@ -25,9 +25,7 @@ def probe_mbu(
     m = run.metrics
     if m.output_tokens_per_s is None or m.itl_token_weighted_s is None:
         return None
-    pairs = [
-        (r.prompt_tokens, r.output_tokens) for r in run.counted if r.prompt_tokens is not None
-    ]
+    pairs = [(r.prompt_tokens, r.output_tokens) for r in run.counted if r.prompt_tokens is not None]
     context, kv_per_token = kv_read_per_output_token(geometry, pairs)
     return compute_mbu(
         geometry,
