@@ -98,8 +98,8 @@ def test_tokens_per_joule_matches_the_simulators_truth(tmp_path: Path) -> None:
         with open_power(section, gpus=1, accelerator=H100, sim_metrics_url=sim.metrics_url) as mon:
             assert mon.wait_ready(5.0)
             t0 = now_ns()
-            stamps = asyncio.run(closed_loop(sim.url, streams=8, duration_s=4.0))
-            a, b = t0 + S, t0 + int(3.5 * S)  # steady state, away from ramp-up and drain
+            stamps = asyncio.run(closed_loop(sim.url, streams=8, duration_s=4.5))
+            a, b = t0 + S, t0 + 4 * S  # steady state, away from ramp-up and drain
             report = mon.energy(a, b)
             series = mon.samples(a, b, max_points=50)
     measured_tokens = sum(1 for t in stamps if a <= t <= b)
@@ -110,7 +110,8 @@ def test_tokens_per_joule_matches_the_simulators_truth(tmp_path: Path) -> None:
     assert g.source == "sim" and g.valid, g.flags
     assert true_tokens > 1000  # enough tokens that edge effects are small
     assert g.energy_j == pytest.approx(true_j, rel=0.01)
-    assert measured_tokens == pytest.approx(true_tokens, rel=0.01)
+    # a step's tokens (≤ 8) may land on the other side of an edge at the client
+    assert measured_tokens == pytest.approx(true_tokens, rel=0.015)
     assert metrics.tokens_per_joule == pytest.approx(true_tokens / true_j, rel=0.02)
     # the power series averages to the window's mean power
     pts = series.primary_points()
