@@ -175,3 +175,26 @@ def test_check_failures_at_the_boundary() -> None:
 )
 def test_formatting(value: str, expected: str) -> None:
     assert value == expected
+
+
+def test_probe_table_fits_80_columns_with_every_verdict() -> None:
+    from tokenwatt.report.terminal import probe_table
+
+    result = BenchResult.model_validate(_data())
+    text = _render(probe_table(result), width=80)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    header = lines[1].split()
+    assert header == ["#", "rate", "achieved", "T", "tok/s", "TTFT", "p99", "TPOT", "p99"] + [
+        "attain",
+        "MBU",
+        "SLO",
+    ]
+    rows = [line for line in lines[3:] if line[:3].strip()]
+    assert len(rows) == 10
+    verdicts = [line[line.index("%", line.index("%") + 1) + 1 :].strip() for line in rows]
+    assert [v.split()[0] for v in verdicts] == [
+        "pass" if p.slo_passed else "FAIL" for p in result.probes
+    ]
+    wide = _render(probe_table(result), width=100).splitlines()[1].split()
+    assert "B" in wide and "tok/J" in wide

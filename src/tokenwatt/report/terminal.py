@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from tokenwatt.report.compare import Comparison, MetricRow
 
 __all__ = [
+    "ProbeTable",
     "ResultView",
     "checks_block",
     "comparison_view",
@@ -177,35 +178,58 @@ def _slo_cell(p: ProbeSummary) -> Text:
     return Text(f"FAIL {why}".strip(), "red")
 
 
-def probe_table(result: BenchResult) -> RenderableType:
-    """One row per probe in the order run; the boundary row is marked."""
+# Below this width the optional columns (B, tokens/J) are left out, so that the verdict
+# column keeps room in an 80-column terminal.
+WIDE_TABLE_MIN_WIDTH = 92
+
+
+def _probe_grid(result: BenchResult, *, wide: bool) -> Table:
     q = fmt_quantile(result.slo.percentile)
-    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    key = f"p{round(result.slo.percentile * 100)}"
+    # One space between columns (collapsed padding).
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     t.add_column("#", justify="right", no_wrap=True, min_width=3)
-    for name in ("rate", "achieved", "T tok/s", "B", f"TTFT {q}", f"TPOT {q}", "attain", "MBU"):
+    names = ["rate", "achieved", "T tok/s", "B", f"TTFT {q}", f"TPOT {q}", "attain", "MBU"]
+    names += ["tok/J"]
+    optional = {"B", "tok/J"}
+    shown = [n for n in names if wide or n not in optional]
+    for name in shown:
         t.add_column(name, justify="right", no_wrap=True, min_width=len(name))
-    t.add_column("tok/J", justify="right", no_wrap=True, min_width=5)
     # The only column allowed to wrap, so the numbers never get cut.
-    t.add_column("SLO", overflow="fold", ratio=1)
+    t.add_column("SLO", overflow="fold", ratio=1, min_width=4)
     boundary = result.boundary.index if result.boundary is not None else None
     for p in result.probes:
-        ttft = getattr(p.ttft_s, f"p{round(result.slo.percentile * 100)}", None)
-        tpot = getattr(p.tpot_s, f"p{round(result.slo.percentile * 100)}", None)
-        cells = (
-            f"{p.index}{'*' if p.index == boundary else ''}",
-            fmt_float(p.rate_rps),
-            fmt_float(p.achieved_rate_rps),
-            fmt_tokens_per_s(p.output_tokens_per_s),
-            fmt_float(p.batch_per_replica),
-            fmt_ms(ttft) if isinstance(ttft, float) else DASH,
-            fmt_ms(tpot) if isinstance(tpot, float) else DASH,
-            fmt_pct(p.attainment),
-            fmt_pct(p.mbu),
-            fmt_float(p.tokens_per_joule),
-        )
-        t.add_row(*(Text(c) for c in cells), _slo_cell(p))
-    title = Text("Probes (rates in req/s; * = boundary)", "bold")
-    return Group(title, t)
+        ttft = getattr(p.ttft_s, key, None)
+        tpot = getattr(p.tpot_s, key, None)
+        cells = {
+            "rate": fmt_float(p.rate_rps),
+            "achieved": fmt_float(p.achieved_rate_rps),
+            "T tok/s": fmt_tokens_per_s(p.output_tokens_per_s),
+            "B": fmt_float(p.batch_per_replica),
+            f"TTFT {q}": fmt_ms(ttft) if isinstance(ttft, float) else DASH,
+            f"TPOT {q}": fmt_ms(tpot) if isinstance(tpot, float) else DASH,
+            "attain": fmt_pct(p.attainment),
+            "MBU": fmt_pct(p.mbu),
+            "tok/J": fmt_float(p.tokens_per_joule),
+        }
+        label = f"{p.index}{'*' if p.index == boundary else ''}"
+        t.add_row(Text(label), *(Text(cells[n]) for n in shown), _slo_cell(p))
+    return t
+
+
+class ProbeTable:
+    """One row per probe in the order run, the boundary marked; fits the console's width."""
+
+    def __init__(self, result: BenchResult) -> None:
+        self.result = result
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text("Probes (rates in req/s; * = boundary)", "bold")
+        yield _probe_grid(self.result, wide=options.max_width >= WIDE_TABLE_MIN_WIDTH)
+
+
+def probe_table(result: BenchResult) -> RenderableType:
+    return ProbeTable(result)
 
 
 def single_stream_block(result: BenchResult) -> RenderableType:
