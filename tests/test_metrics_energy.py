@@ -122,3 +122,19 @@ def test_flags_travel_and_fit_the_result_schema() -> None:
     assert summary.joules_per_output_token == pytest.approx(0.5)
     assert summary.scope == "gpu" and summary.source == "nvml" and summary.modelled is False
     assert summary.flags == ["window_short"]
+
+
+def test_whole_metrics_dict_fills_the_result_headline() -> None:
+    from tokenwatt.report.schema import EnergySummary
+
+    rep = report(
+        scope("gpu", 900.0, 30.0),
+        scope("cpu", 300.0, 30.0, source="rapl"),
+        window_s=30.0,
+    )
+    summary = EnergySummary.model_validate(energy_metrics(rep, 4500).to_dict())
+    assert summary.scope == "gpu" and summary.source == "nvml"
+    assert summary.tokens_per_joule == pytest.approx(5.0)  # 4500 / 900
+    assert summary.mean_power_w == pytest.approx(30.0)
+    assert summary.scopes["cpu"].tokens_per_joule == pytest.approx(15.0)
+    assert not summary.is_modelled
