@@ -457,3 +457,38 @@ def test_probe_settings_default_from_spec() -> None:
     assert sim_spec().search.probe == ProbeSettings(
         warmup_s=0.5, min_duration_s=2.0, min_requests=10, max_duration_s=10
     )
+
+
+def test_request_cancelled_before_its_first_step_is_recorded() -> None:
+    """A send task cancelled before it ever ran (Ctrl-C in the same loop turn) still leaves a
+    cancelled record, so the scheduled request is not lost from the count."""
+    from tokenwatt.load.arrivals import OpenLoopSchedule
+    from tokenwatt.load.probe import _Probe
+    from tokenwatt.load.workload import RequestPlan, WorkloadGenerator
+
+    class NeverRuns:
+        async def stream(self, **kw: Any) -> RequestRecord:
+            raise AssertionError("the task must be cancelled before it runs")
+
+    spec = sim_spec()
+
+    async def main() -> _Probe:
+        probe = _Probe(
+            spec=spec,
+            client=NeverRuns(),  # type: ignore[arg-type]
+            schedule=OpenLoopSchedule("poisson", 5.0, 0),
+            plans=iter(WorkloadGenerator(spec.workload, prompt_format="token_ids", seed=0)),
+            settings=spec.search.probe,
+            max_requests=None,
+            on_progress=None,
+            should_stop=None,
+        )
+        probe._launch(RequestPlan(0, [1000], 1, 2), 123, True)
+        await probe._shutdown([])
+        return probe
+
+    probe = asyncio.run(main())
+    assert [(r.request_id, r.scheduled_ns, r.error_kind) for r in probe.records] == [
+        (0, 123, "cancelled")
+    ]
+    assert not probe.counted_ids_in_flight

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +72,7 @@ class StreamingClient(Protocol):
         max_tokens: int,
         prompt_tokens_client: int,
         ignore_eos: bool = True,
+        record: RequestRecord | None = None,
     ) -> RequestRecord: ...
 
 
@@ -158,19 +158,6 @@ class ProbeRun:
         return p
 
 
-def _record_from_cancel(exc: BaseException) -> RequestRecord | None:
-    """The client fills its record before re-raising a cancellation but keeps it local; pick it
-    up from the unwinding frames so that a cancelled stream keeps the chunks it received."""
-    tb: types.TracebackType | None = exc.__traceback__
-    found: RequestRecord | None = None
-    while tb is not None:
-        cand = tb.tb_frame.f_locals.get("rec")
-        if isinstance(cand, RequestRecord):
-            found = cand
-        tb = tb.tb_next
-    return found
-
-
 class _Probe:
     def __init__(
         self,
@@ -203,6 +190,7 @@ class _Probe:
         self.count = 0  # counted requests scheduled so far
         self.last_counted_ns = 0
         self.records: list[RequestRecord] = []
+        self.recorded: set[int] = set()
         self.counted_done: list[RequestRecord] = []
         self.counted_failed = 0
         self.counted_tokens = 0
@@ -276,9 +264,27 @@ class _Probe:
         self._begin(plan, counted)
         task = asyncio.get_running_loop().create_task(self._run_one(plan, sched_ns, counted))
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+
+        def finished(t: asyncio.Task[None]) -> None:
+            self.tasks.discard(t)
+            if plan.index not in self.recorded:
+                # cancelled before its first step: the request was never sent, but it was
+                # scheduled, so it is recorded (and counted, if in the window) as cancelled
+                self._done(
+                    self._bare(plan, sched_ns, "cancelled", "cancelled before sending"), counted
+                )
+
+        task.add_done_callback(finished)
 
     async def _run_one(self, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
+        # The client fills this record in place, so a cancelled stream (Ctrl-C, early stop,
+        # drain timeout) keeps the chunks that had arrived.
+        rec = RequestRecord(
+            request_id=plan.index,
+            scheduled_ns=sched_ns,
+            prompt_tokens_client=plan.prompt_tokens_client,
+            max_tokens=plan.max_tokens,
+        )
         try:
             rec = await self.client.stream(
                 request_id=plan.index,
@@ -287,11 +293,13 @@ class _Probe:
                 max_tokens=plan.max_tokens,
                 prompt_tokens_client=plan.prompt_tokens_client,
                 ignore_eos=self.ignore_eos,
+                record=rec,
             )
-        except asyncio.CancelledError as exc:
-            rec = _record_from_cancel(exc) or self._bare(plan, sched_ns, "cancelled", "cancelled")
-            if rec.status == "ok" and rec.done_ns is None:
+        except asyncio.CancelledError:
+            if rec.status == "ok":  # cancelled before the client could mark it
                 rec.status, rec.error_kind = "error", "cancelled"
+                rec.error_message = rec.error_message or "cancelled"
+                rec.done_ns = rec.done_ns or now_ns()
             self._done(rec, counted)
             raise
         except Exception as exc:  # a client bug must not lose the probe: record it as a failure
@@ -313,6 +321,7 @@ class _Probe:
 
     def _done(self, rec: RequestRecord, counted: bool) -> None:
         self.records.append(rec)
+        self.recorded.add(rec.request_id)
         if counted:
             self.counted_ids_in_flight.discard(rec.request_id)
             self.counted_done.append(rec)
