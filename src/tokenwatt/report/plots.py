@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.report.format import fmt_quantile
@@ -185,8 +186,18 @@ def goodput_plot(result: BenchResult) -> str:
 
 def batch_axis_range(result: BenchResult) -> tuple[float, float]:
     """B from below the smallest probe (or 1) to twice the largest (at least 256)."""
-    bs = [p.batch_per_replica for p in result.probes if p.batch_per_replica]
+    probes = [*result.probes, *([result.single_stream] if result.single_stream else [])]
+    bs = [p.batch_per_replica for p in probes if p.batch_per_replica]
     return min(1.0, 0.7 * min(bs, default=1.0)), max(256.0, 2.0 * max(bs, default=1.0))
+
+
+def _batch_axis(ax: Axes, result: BenchResult) -> None:
+    """Log B axis over the report's common range, ticks at 1-2-5 and written plainly."""
+    ax.set_xscale("log")
+    ax.set_xlim(*batch_axis_range(result))
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _batch_grid(result: BenchResult, n: int = 160) -> list[float]:
@@ -212,13 +223,24 @@ def mbu_plot(result: BenchResult, geometry: ModelGeometry) -> str:
             ax.vlines(p_x, 0, d.mbu_weights * 100, color=BOUNDARY, lw=3, alpha=0.25)
     _mark_points(ax, xs, [t[1] * 100 for t in pts], [t[2] for t in pts])
     ax.vlines([], [], [], color=BOUNDARY, lw=3, alpha=0.25, label="weights part")
+    ss = result.single_stream
+    if ss is not None and ss.batch_per_replica and ss.mbu is not None:
+        ax.scatter(
+            [ss.batch_per_replica],
+            [ss.mbu * 100],
+            marker="D",
+            s=30,
+            c=MUTED,
+            zorder=3,
+            label="single stream",
+        )
     b = result.boundary
     if b is not None and b.batch_per_replica is not None and b.mbu is not None:
         _mark_boundary(ax, b.batch_per_replica, b.mbu * 100)
     sim_eff = result.spec.get("sim", {}).get("efficiency") if _is_sim(result) else None
     if isinstance(sim_eff, int | float):
         ax.axhline(sim_eff * 100, color=MUTED, ls=":", lw=1, label="sim efficiency")
-    ax.set_xscale("log")
+    _batch_axis(ax, result)
     ax.set_xlabel("B, sequences per step per replica")
     ax.set_ylabel("MBU (%)")
     ax.set_ylim(0, max(100.0, *(t[1] * 110 for t in pts)) if pts else 100)
@@ -242,7 +264,7 @@ def mbu_plot(result: BenchResult, geometry: ModelGeometry) -> str:
         zorder=3,
         edgecolors="white",
     )
-    axw.set_xscale("log")
+    _batch_axis(axw, result)
     axw.set_ylim(bottom=0)
     axw.set_xlabel("B")
     axw.set_ylabel("GB per decode step")
@@ -269,7 +291,7 @@ def experts_plot(result: BenchResult, geometry: ModelGeometry) -> str:
     probes = [p for p in result.probes if p.batch_per_replica]
     xs = [p.batch_per_replica or 0.0 for p in probes]
     _mark_points(ax, xs, [geometry.expected_unique_experts(x) for x in xs], probes)
-    ax.set_xscale("log")
+    _batch_axis(ax, result)
     ax.set_ylim(0, e * 1.08)
     ax.set_xlabel("B, tokens per step per replica")
     ax.set_ylabel("distinct experts per layer")
