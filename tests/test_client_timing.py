@@ -14,6 +14,7 @@ import socket
 import statistics
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -137,7 +138,14 @@ def test_kernel_stamps_match_server_send_times() -> None:
     assert len(errors) == 40
     # a receive stamp can never precede the send (allow the offset's uncertainty)
     assert min(errors) > -50_000
-    assert statistics.median(errors) < 2_000_000  # median within 2 ms; on an idle box ~µs
+    # events read alone carry their own arrival stamp: within µs on an idle box; 2 ms leaves
+    # room for the server thread losing the GIL between its stamp and its send. Events that
+    # shared a read (the client ran late) carry the newest stamp and are left out.
+    stamps = Counter(sent.values())
+    alone = [stamp - s for s, stamp in sent.items() if stamps[stamp] == 1]
+    assert len(alone) >= 5
+    assert statistics.median(alone) < 2_000_000
+    assert r.coalesced_reads == sum(1 for n in stamps.values() if n > 1)
     assert r.sent_ns is not None and r.sent_ns <= r.chunk_ns[0]
 
 

@@ -31,7 +31,7 @@ from tokenwatt.client.openai import (
     model_ids,
     shorten,
 )
-from tokenwatt.client.stamps import ClockInfo, take_clock_info, with_drift
+from tokenwatt.client.stamps import ClockInfo, open_stamp_holder, take_clock_info, with_drift
 from tokenwatt.errors import SpecError, TargetError
 from tokenwatt.records import ErrorKind, RequestRecord
 from tokenwatt.spec.endpoint import Timeouts
@@ -50,6 +50,9 @@ class StreamClient:
 
     Connections are kept alive and reused when the server allows it, up to ``max_connections``
     open at once (further requests wait for one; that wait counts as send lateness, not TTFT).
+    ``kernel_timestamps``: None uses kernel receive stamps where the host provides them, False
+    forces user-space stamps. ``event_hook(event, stamp_ns)`` sees every decoded SSE event
+    (benchmarks, tests); ``ssl_context`` replaces the default verifying context for https.
     """
 
     def __init__(
@@ -98,7 +101,9 @@ class StreamClient:
             head.append(f"Authorization: Bearer {self._api_key}")
         self._common_head = ("\r\n".join(head) + "\r\n").encode("latin-1")
         self._post_line = f"POST {self._prefix}{PATHS[api]} HTTP/1.1\r\n".encode("latin-1")
-        self._clock = take_clock_info(use_kernel=kernel_timestamps)
+        # holds host-wide receive stamping on (see open_stamp_holder); None: user stamps
+        self._stamp_holder = open_stamp_holder() if kernel_timestamps is not False else None
+        self._clock = take_clock_info(kernel=self._stamp_holder is not None)
         self._offset = self._clock.realtime_minus_monotonic_ns
         self._kernel = self._clock.timestamp_source == "kernel"
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -217,6 +222,9 @@ class StreamClient:
                 w.cancel()
         self._waiters.clear()
         self._clock = with_drift(self._clock)
+        if self._stamp_holder is not None:
+            self._stamp_holder.close()
+            self._stamp_holder = None
 
     async def __aenter__(self) -> StreamClient:
         return self

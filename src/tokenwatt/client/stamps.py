@@ -66,17 +66,46 @@ def measure_offset(pairs: int = 200) -> tuple[int, int]:
     return best_offset, (best_width + 1) // 2
 
 
-def kernel_stamps_available() -> bool:
-    """Whether a TCP socket here accepts SO_TIMESTAMPNS (Linux with a usable ``recvmsg``)."""
+def open_stamp_holder(timeout_s: float = 1.0) -> socket.socket | None:
+    """A loopback UDP socket with SO_TIMESTAMPNS whose own datagrams come back stamped.
+
+    Linux switches receive stamping on for the whole host when the first socket asks for it, and
+    does so from a deferred work item: packets arriving in the meantime carry no stamp. Keeping
+    this socket open for the client's life holds the switch on, and seeing a stamped datagram
+    proves it is on before the first request. None: no kernel stamps here.
+    """
     if not sys.platform.startswith("linux") or not hasattr(socket.socket, "recvmsg"):
-        return False
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        return None
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(0.05)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            s.sendto(b"t", s.getsockname())
+            try:
+                _data, anc, _flags, _addr = s.recvmsg(16, ANC_BUFSIZE)
+            except TimeoutError:
+                continue
+            if any(
+                level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS for level, kind, _ in anc
+            ):
+                s.setblocking(False)
+                return s
+            time.sleep(0.001)
     except OSError:
+        pass
+    s.close()
+    return None
+
+
+def kernel_stamps_available() -> bool:
+    """Whether received packets here carry SO_TIMESTAMPNS stamps (checked, not assumed)."""
+    holder = open_stamp_holder()
+    if holder is None:
         return False
-    finally:
-        s.close()
+    holder.close()
     return True
 
 
@@ -88,8 +117,7 @@ def enable_kernel_stamps(sock: socket.socket) -> bool:
     return True
 
 
-def take_clock_info(*, use_kernel: bool | None = None, pairs: int = 200) -> ClockInfo:
-    kernel = kernel_stamps_available() if use_kernel is None else use_kernel
+def take_clock_info(*, kernel: bool, pairs: int = 200) -> ClockInfo:
     offset, unc = measure_offset(pairs)
     if kernel:
         method = (
