@@ -207,6 +207,16 @@ def test_kv_exhaustion_preempts_the_newest_and_recomputes() -> None:
     assert replica.preemptions == new.preemptions
 
 
+def test_kv_capacity_in_blocks() -> None:
+    sim = VirtualSim(config(kv_cache_blocks=300, max_model_len=4096))
+    assert sim.node.replicas[0].num_blocks == 300
+    a = sim.submit(0.0, 2000, 100)
+    sim.run(until_s=0.0003)  # inside the first step: the prompt holds its 125 blocks
+    assert sim.node.replicas[0].free_blocks == 300 - 125
+    sim.run()
+    assert a.generated == 100 and sim.node.replicas[0].free_blocks == 300
+
+
 def test_kv_cache_smaller_than_one_request_is_an_error() -> None:
     with pytest.raises(SpecError, match="max_model_len"):
         config(kv_cache_bytes=4 * BLOCK_SIZE * 65536, max_model_len=4096)

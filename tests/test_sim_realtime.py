@@ -51,15 +51,23 @@ async def closed_loop(url: str, streams: int, duration_s: float, seed: int = 0) 
 
 
 def utilization_from_truth(path: Path, bandwidth: float) -> tuple[float, int]:
-    """Bytes read by the steps after the first, over the actual time between the first and
-    the last step's emission; the window must hold no idle time."""
+    """Bytes read by the steps of a window over the window's actual length (first write of
+    its first step to first write of its last), times bandwidth. Any window will do; its ends
+    are taken at the most punctual steps near the start and the end of the run, so that one
+    late emission at an end does not stretch it. The window must hold no idle time."""
     recs = [json.loads(line) for line in path.read_text().splitlines()]
-    first, last = recs[0], recs[-1]
-    window = recs[1:]
+    k = max(1, len(recs) // 10)
+
+    def late(r: dict[str, Any]) -> int:
+        return int(r["t_end_ns"] - r["deadline_ns"])
+
+    i = min(range(k), key=lambda j: late(recs[j]))
+    j = min(range(len(recs) - k, len(recs)), key=lambda m: late(recs[m]))
+    window = recs[i + 1 : j + 1]
     assert sum(r["idle_before_s"] for r in window) == 0.0, "the engine idled inside the window"
     read = sum(r["weight_bytes"] + r["kv_bytes"] for r in window)
-    elapsed_s = (last["t_end_ns"] - first["t_end_ns"]) / 1e9
-    return read / (elapsed_s * bandwidth), len(recs)
+    elapsed_s = (recs[j]["t_end_ns"] - recs[i]["t_end_ns"]) / 1e9
+    return read / (elapsed_s * bandwidth), len(window)
 
 
 def run_efficiency_check(tmp_path: Path, duration_s: float, streams: int) -> None:

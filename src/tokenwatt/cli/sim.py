@@ -89,6 +89,9 @@ def register(app: typer.Typer) -> None:
         kv_cache_gib: float | None = typer.Option(
             None, "--kv-cache-gib", help="KV capacity per replica; default memory×0.9 − weights"
         ),
+        kv_cache_blocks: int | None = typer.Option(
+            None, "--kv-cache-blocks", help="KV capacity per replica in 16-token blocks"
+        ),
         max_model_len: int | None = typer.Option(None, "--max-model-len", help="default 32768"),
         output_len: str | None = typer.Option(
             None,
@@ -131,6 +134,7 @@ def register(app: typer.Typer) -> None:
             max_num_seqs=max_num_seqs,
             max_batched_tokens=max_batched_tokens,
             kv_cache_bytes=None if kv_cache_gib is None else kv_cache_gib * 2**30,
+            kv_cache_blocks=kv_cache_blocks,
             max_model_len=max_model_len,
             output_len=output_len,
             served_model_name=served_model_name,

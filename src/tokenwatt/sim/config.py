@@ -75,7 +75,8 @@ def parse_routing(text: str) -> float | None:
 class SimConfig:
     """One simulated node: R replicas of an engine serving ``geometry`` on ``accelerator``.
 
-    ``kv_cache_bytes`` is per replica; None derives it as accelerator memory ×
+    ``kv_cache_blocks`` (16 tokens each) or ``kv_cache_bytes`` is per replica; neither derives it
+    as accelerator memory ×
     gpus_per_replica × 0.9 − all weight bytes (an error, not a clamp, when that is not
     positive: the model does not fit). Power per GPU is ``idle_w`` (default
     ``idle_power_fraction`` × TDP) plus the rest of TDP in proportion to how busy the
@@ -94,6 +95,7 @@ class SimConfig:
     max_num_seqs: int = 256
     max_batched_tokens: int = 8192
     kv_cache_bytes: float | None = None
+    kv_cache_blocks: int | None = None  # overrides kv_cache_bytes: vLLM's num_gpu_blocks
     max_model_len: int = 32768
     seed: int = 0
     served_model_name: str = ""
@@ -132,6 +134,11 @@ class SimConfig:
             self.kv_cache_bytes is None or self.kv_cache_bytes > 0,
             "kv_cache_bytes",
             "give a positive size or leave it unset",
+        )
+        need(
+            self.kv_cache_blocks is None or self.kv_cache_blocks >= 1,
+            "kv_cache_blocks",
+            "give a block count >= 1 or leave it unset",
         )
         need(0 <= self.idle_power_fraction <= 1, "idle_power_fraction", "give a fraction in [0, 1]")
         need(self.idle_w is None or self.idle_w >= 0, "idle_w", "give watts >= 0")
@@ -209,7 +216,11 @@ class Derived:
     def of(cls, c: SimConfig) -> Derived:
         g, acc = c.geometry, c.accelerator
         weights = float(g.dense_weight_bytes + g.moe_layers * g.experts * g.expert_bytes)
-        if c.kv_cache_bytes is not None:
+        per_token = max(1, g.kv_bytes_per_token)
+        block = per_token * BLOCK_SIZE
+        if c.kv_cache_blocks is not None:
+            kv = float(c.kv_cache_blocks * block)
+        elif c.kv_cache_bytes is not None:
             kv = float(c.kv_cache_bytes)
         else:
             kv = acc.memory_bytes * c.gpus_per_replica * KV_MEMORY_FRACTION - weights
@@ -219,8 +230,6 @@ class Derived:
                     f"{KV_MEMORY_FRACTION:.0%} of {c.gpus_per_replica} × {acc.name} memory; "
                     "raise gpus_per_replica or give kv_cache_gib"
                 )
-        per_token = max(1, g.kv_bytes_per_token)
-        block = per_token * BLOCK_SIZE
         blocks = int(kv // block)
         if blocks < 1:
             raise SpecError(
