@@ -400,6 +400,7 @@ def test_http_error_status(status: str, body: bytes, message: str) -> None:
             r = await one(c)
             r2 = await one(c)  # the connection stays usable after an error answer
             await c.aclose()
+        assert srv.connections == 1 and r2.connection_reused
         for rr in (r, r2):
             assert rr.status == "error" and rr.error_kind == "http_status"
             assert rr.http_status == int(status[:3])

@@ -517,8 +517,8 @@ class Connection:
             and not self.closed
             and ex is not None
             and ex.future.done()
-            and ex.error_kind is None
-        )
+            and ex.error_kind not in ("timeout_first_token", "stall", "timeout_total")
+        )  # an error answer that ended cleanly (HTTP 4xx/5xx, in-band error) leaves it usable
         self._ex = None
         self._interp = None
         self._sse = None
