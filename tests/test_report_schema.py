@@ -209,3 +209,15 @@ def test_energy_accepts_the_metrics_shape_and_fills_the_headline() -> None:
         }
     )
     assert flat.modelled and flat.scopes == {}
+
+
+def test_latency_at_reads_summaries_and_the_verdicts_quantiles() -> None:
+    data = _golden_data()
+    b = data["boundary"]
+    b["slo_detail"]["quantiles_s"] = {"ttft_p99.5": 0.31, "tpot_p99.5": 0.0612}
+    p = BenchResult.model_validate(data).boundary
+    assert p is not None
+    assert p.latency_at("ttft", 0.99) == b["ttft_s"]["p99"]
+    assert p.latency_at("tpot", 0.5) == b["tpot_s"]["p50"]
+    assert p.latency_at("ttft", 0.995) == 0.31  # not a summary field: the verdict's value
+    assert p.latency_at("e2e", 0.995) is None

@@ -42,13 +42,11 @@ class Comparison:
     warnings: tuple[str, ...]
 
 
-def _quantile(summary_name: str) -> Callable[[BenchResult], float | None]:
+def _quantile(metric: Literal["ttft", "tpot"]) -> Callable[[BenchResult], float | None]:
+    """The metric at the boundary, at each run's own SLO quantile."""
+
     def get(r: BenchResult) -> float | None:
-        b = r.boundary
-        if b is None:
-            return None
-        value = getattr(getattr(b, summary_name), f"p{round(r.slo.percentile * 100)}", None)
-        return value if isinstance(value, float) else None
+        return r.boundary.latency_at(metric, r.slo.percentile) if r.boundary else None
 
     return get
 
@@ -84,8 +82,8 @@ def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..
             "higher",
             lambda r: r.boundary.rate_rps if r.boundary else None,
         ),
-        (f"TTFT {q_label}", "at boundary", "seconds", "lower", _quantile("ttft_s")),
-        (f"TPOT {q_label}", "at boundary", "seconds", "lower", _quantile("tpot_s")),
+        (f"TTFT {q_label}", "at boundary", "seconds", "lower", _quantile("ttft")),
+        (f"TPOT {q_label}", "at boundary", "seconds", "lower", _quantile("tpot")),
     ]
 
 

@@ -185,7 +185,6 @@ def _short(failed: list[str]) -> list[str]:
 
 def _probe_rows(r: BenchResult) -> tuple[list[list[str]], list[str]]:
     q = r.slo.percentile
-    key = f"p{round(q * 100)}"
     rows, classes = [], []
     bi = r.boundary.index if r.boundary is not None else None
     for p in r.probes:
@@ -201,8 +200,8 @@ def _probe_rows(r: BenchResult) -> tuple[list[list[str]], list[str]]:
                 _e(fmt_float(p.achieved_rate_rps)),
                 _e(fmt_tokens_per_s(p.output_tokens_per_s)),
                 _e(fmt_float(p.batch_per_replica)),
-                _e(fmt_ms(getattr(p.ttft_s, key, None))),
-                _e(fmt_ms(getattr(p.tpot_s, key, None))),
+                _e(fmt_ms(p.latency_at("ttft", q))),
+                _e(fmt_ms(p.latency_at("tpot", q))),
                 _e(fmt_pct(p.attainment)),
                 _e(fmt_pct(p.mbu)),
                 _e(fmt_float(p.tokens_per_joule)),

@@ -12,7 +12,7 @@ import io
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -108,11 +108,6 @@ def _mark_boundary(ax: Axes, x: float | None, y: float | None) -> None:
     ax.scatter([x], [y], marker="*", s=190, c=BOUNDARY, zorder=4, label="boundary")
 
 
-def _q_of(summary: Any, q: float) -> float | None:
-    value = getattr(summary, f"p{round(q * 100)}", None)
-    return value if isinstance(value, float) else None
-
-
 @_styled
 def latency_plot(result: BenchResult) -> str:
     """TTFT and TPOT at the SLO's quantile against output tokens/s, one point per probe."""
@@ -120,16 +115,16 @@ def latency_plot(result: BenchResult) -> str:
     label = fmt_quantile(q)
     fig = _figure(ncols=2)
     axes = fig.axes
-    specs = (
-        (axes[0], "ttft_s", result.slo.ttft_ms, f"TTFT {label}"),
-        (axes[1], "tpot_s", result.slo.tpot_ms, f"TPOT {label}"),
+    specs: tuple[tuple[Axes, Literal["ttft", "tpot"], float | None, str], ...] = (
+        (axes[0], "ttft", result.slo.ttft_ms, f"TTFT {label}"),
+        (axes[1], "tpot", result.slo.tpot_ms, f"TPOT {label}"),
     )
     b = result.boundary
-    for ax, key, limit_ms, title in specs:
+    for ax, metric, limit_ms, title in specs:
         pts = [
             (p.output_tokens_per_s, v * 1e3, p)
             for p in result.probes
-            if (v := _q_of(getattr(p, key), q)) is not None
+            if (v := p.latency_at(metric, q)) is not None
         ]
         pts.sort(key=lambda t: t[0])
         if pts:
@@ -137,7 +132,7 @@ def latency_plot(result: BenchResult) -> str:
             ax.plot(xs, ys, color=MUTED, lw=1, alpha=0.6, zorder=2)
             _mark_points(ax, xs, ys, ps)
         if b is not None:
-            bv = _q_of(getattr(b, key), q)
+            bv = b.latency_at(metric, q)
             _mark_boundary(ax, b.output_tokens_per_s, bv * 1e3 if bv is not None else None)
         if limit_ms is not None:
             ax.axhline(limit_ms, color=FAIL, ls="--", lw=1.2, label=f"SLO {limit_ms:g} ms")

@@ -266,6 +266,17 @@ class ProbeSummary(_Open):
     requests_file: str | None = Field(None, description="e.g. requests-03.jsonl")
     flags: list[str] = Field(default_factory=list)
 
+    def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
+        """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,
+        0.99}, else from the SLO verdict's ``slo_detail.quantiles_s`` when it holds that q."""
+        label = f"p{q * 100:g}"
+        summary: LatencySummary = getattr(self, f"{metric}_s")
+        value = getattr(summary, label, None) if label in LatencySummary.model_fields else None
+        if value is None:
+            extra = (self.slo_detail.model_extra or {}).get("quantiles_s")
+            value = extra.get(f"{metric}_{label}") if isinstance(extra, dict) else None
+        return float(value) if isinstance(value, int | float) else None
+
 
 class SearchStep(_Open):
     """One probe of the search and the bracket after it."""

@@ -185,7 +185,7 @@ WIDE_TABLE_MIN_WIDTH = 92
 
 def _probe_grid(result: BenchResult, *, wide: bool) -> Table:
     q = fmt_quantile(result.slo.percentile)
-    key = f"p{round(result.slo.percentile * 100)}"
+    qv = result.slo.percentile
     # One space between columns (collapsed padding).
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     t.add_column("#", justify="right", no_wrap=True, min_width=3)
@@ -199,15 +199,15 @@ def _probe_grid(result: BenchResult, *, wide: bool) -> Table:
     t.add_column("SLO", overflow="fold", ratio=1, min_width=4)
     boundary = result.boundary.index if result.boundary is not None else None
     for p in result.probes:
-        ttft = getattr(p.ttft_s, key, None)
-        tpot = getattr(p.tpot_s, key, None)
+        ttft = p.latency_at("ttft", qv)
+        tpot = p.latency_at("tpot", qv)
         cells = {
             "rate": fmt_float(p.rate_rps),
             "achieved": fmt_float(p.achieved_rate_rps),
             "T tok/s": fmt_tokens_per_s(p.output_tokens_per_s),
             "B": fmt_float(p.batch_per_replica),
-            f"TTFT {q}": fmt_ms(ttft) if isinstance(ttft, float) else DASH,
-            f"TPOT {q}": fmt_ms(tpot) if isinstance(tpot, float) else DASH,
+            f"TTFT {q}": fmt_ms(ttft),
+            f"TPOT {q}": fmt_ms(tpot),
             "attain": fmt_pct(p.attainment),
             "MBU": fmt_pct(p.mbu),
             "tok/J": fmt_float(p.tokens_per_joule),
