@@ -99,6 +99,15 @@ def test_streaming_completion_with_usage(client: openai.OpenAI) -> None:
     assert chunks[0].id.startswith("cmpl-") and chunks[0].object == "text_completion"
 
 
+def test_streamed_text_equals_the_non_streamed_text(client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = {"model": MODEL, "prompt": "p", "max_tokens": 40}
+    kw["extra_body"] = {"ignore_eos": True}
+    whole = client.completions.create(**kw).choices[0].text
+    pieces = [c.choices[0].text for c in client.completions.create(stream=True, **kw)]
+    assert "".join(pieces) == whole
+    assert whole.split() == [w.strip() for w in pieces] and len(pieces) == 40
+
+
 def test_streaming_chat_with_role_chunk_and_usage(client: openai.OpenAI) -> None:
     messages = [
         {"role": "system", "content": "be brief"},

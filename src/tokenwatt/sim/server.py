@@ -31,6 +31,7 @@ from tokenwatt.sim.config import SimConfig
 from tokenwatt.sim.engine import ABORTED, FINISHED, ReplicaEngine, SimRequest, Step
 from tokenwatt.sim.metrics import EngineStats, make_registry
 from tokenwatt.sim.node import SimNode
+from tokenwatt.sim.tokens import WORDS
 from tokenwatt.sim.truth import Lateness, ReplicaTruth, TruthLog
 from tokenwatt.sim.wire import KEEPALIVE_FRAME, ChunkRenderer, error_body, new_request_id
 
@@ -58,6 +59,7 @@ class _Sink:
         "ended",
         "error_after",
         "fast",
+        "frames",
         "pending",
         "renderer",
         "stall_after",
@@ -80,6 +82,7 @@ class _Sink:
         self.error_after = config.error_after_tokens
         self.stall_after = config.stall_after_tokens
         self.ended = False  # nothing more will be written (finished, errored, stalled)
+        self.frames: list[bytes | None] = [None] * len(WORDS)  # token frames by word
         self.fast = (
             stream
             and config.tokens_per_chunk == 1
@@ -183,17 +186,26 @@ class ReplicaDriver:
         """Every chunk this step will write, built before its deadline."""
         writes: list[tuple[_Sink, bytes]] = []
         stalled: list[SimRequest] = []
+        n_words = len(WORDS)
         for req in step.emits:
             sink: _Sink | None = req.sink
             if sink is None or sink.ended or req.state == ABORTED:
                 continue
             idx = req.generated - 1
-            finish = req.finish_reason if req.state == FINISHED else None
-            if sink.fast:
-                writes.append((sink, sink.renderer.tokens(idx, 1, finish)))
-                if finish is not None:
-                    sink.ended = True
+            if sink.fast:  # the hot path: a cached frame, one per word
+                if req.state != FINISHED and idx:
+                    frame = sink.frames[idx % n_words]
+                    if frame is None:
+                        frame = sink.renderer.tokens(idx, 1, None)
+                        sink.frames[idx % n_words] = frame
+                else:  # the first token (chat: with the role chunk) or the last
+                    finish = req.finish_reason if req.state == FINISHED else None
+                    frame = sink.renderer.tokens(idx, 1, finish)
+                    if finish is not None:
+                        sink.ended = True
+                writes.append((sink, frame))
                 continue
+            finish = req.finish_reason if req.state == FINISHED else None
             if not sink.stream:
                 continue
             if sink.error_after is not None and idx >= sink.error_after:
@@ -479,7 +491,10 @@ class SimServer:
         if p.stream:
             resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
             resp.enable_chunked_encoding()
-            await resp.prepare(request)
+            try:
+                await resp.prepare(request)
+            except ConnectionError:  # the client left before its stream began: as a cancel
+                raise asyncio.CancelledError from None
             sink.transport = request.transport
         replica = self.node.submit(req)
         self._sinks.add(sink)

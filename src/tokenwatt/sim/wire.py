@@ -2,9 +2,8 @@
 
 Streams use HTTP/1.1 chunked framing with one HTTP chunk per write; a write holds every SSE
 event a request gets in one step (chat's role chunk travels with the first token, as in
-vLLM). The common chunk (one token, no per-chunk usage, not the last) is rendered once per
-request and word and then only indexed: the per-step path is a list lookup and one
-``transport.write``. Everything else is rendered with orjson when needed.
+vLLM). The server caches the common chunk (one token, no per-chunk usage, not the last) per
+request and word, so its per-step path is a list lookup and one ``transport.write``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from tokenwatt.sim.tokens import WORDS, output_text
+from tokenwatt.sim.tokens import output_text
 
 __all__ = [
     "DONE",
@@ -71,7 +70,6 @@ class ChunkRenderer:
     """Renders one request's stream: token chunks, the final chunk, usage and [DONE]."""
 
     __slots__ = (
-        "_frames",
         "chat",
         "continuous_usage",
         "created",
@@ -99,7 +97,6 @@ class ChunkRenderer:
         self.prompt_tokens = prompt_tokens
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage
-        self._frames: list[bytes | None] = [None] * len(WORDS)
 
     def _chunk(self, text: str, finish: str | None, completion_tokens: int) -> dict[str, Any]:
         if self.chat:
@@ -167,12 +164,6 @@ class ChunkRenderer:
     def tokens(self, start: int, count: int, finish: str | None) -> bytes:
         """The framed write for output tokens ``start .. start+count−1``; with ``finish``
         the last of them carries the finish reason and usage/[DONE] follow."""
-        if count == 1 and finish is None and not self.continuous_usage and start > 0:
-            w = start % len(WORDS)
-            f = self._frames[w]
-            if f is None:
-                f = self._frames[w] = frame(sse(self._chunk(WORDS[w], None, 0)))
-            return f
         body = b""
         if self.chat and start == 0:
             body += self.role_event()
