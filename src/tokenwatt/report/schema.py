@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +35,7 @@ from pydantic import (
 )
 
 from tokenwatt.errors import ReportError
+from tokenwatt.spec import redact
 
 __all__ = [
     "RESULT_FILE",
@@ -368,27 +368,9 @@ class BenchResult(_Strict):
 
 # Secret-looking keys. "token" only as a whole word at the end (token, hf_token, auth_token):
 # the spec is full of token counts (input_tokens, max_batched_tokens, first_token_s).
-_SECRET_KEY = re.compile(
-    r"(api[_-]?key|secret|passw(or)?d|authorization|cookie|credential|(^|[_-])token$)", re.I
-)
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
-
-
 def redact_secrets(value: Any) -> Any:
-    """A copy with values under secret-looking keys replaced by ``***`` and credentials in
-    URLs removed. Keys ending in ``_env`` name environment variables and are kept."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            key = str(k)
-            secret = _SECRET_KEY.search(key) and not key.lower().endswith("_env")
-            out[k] = "***" if secret and v is not None else redact_secrets(v)
-        return out
-    if isinstance(value, list | tuple):
-        return [redact_secrets(v) for v in value]
-    if isinstance(value, str) and "@" in value:
-        return _URL_CREDENTIALS.sub(r"\g<scheme>***@", value)
-    return value
+    """The spec's own redaction (``tokenwatt.spec.redact``), re-applied at the file's edge."""
+    return redact(value)
 
 
 def _versions() -> str:

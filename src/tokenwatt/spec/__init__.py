@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import Field, ValidationError
@@ -101,34 +100,26 @@ def load_spec(path: str | Path) -> BenchSpec:
     return parse_spec(data, source=str(p))
 
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|passw(or)?d|authorization|cookie)", re.I)
-_ENV_NAME_KEY = re.compile(r"_env$")
-
-
-def _redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+# Secret-looking keys: api_key, password, authorization, ...; "token" only as a whole word at
+# the end (auth_token, token), never the token counts a spec is full of (input_tokens, ...).
+_SECRET_KEY = re.compile(
+    r"(api[_-]?key|secret|passw(or)?d|authorization|cookie|credential|(^|[_-])token$)", re.I
+)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
 
 
 def redact(value: Any) -> Any:
-    """A copy with secrets removed: values under secret-looking keys (names of environment
-    variables are kept, they are not secrets) and credentials inside URLs."""
+    """A copy with secrets removed: values under secret-looking keys (keys ending in ``_env``
+    name environment variables and are kept) and credentials inside URLs."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
             key = str(k)
-            if _SECRET_KEY.search(key) and not _ENV_NAME_KEY.search(key) and v is not None:
-                out[k] = "***"
-            else:
-                out[k] = redact(v)
+            secret = _SECRET_KEY.search(key) and not key.lower().endswith("_env")
+            out[k] = "***" if secret and v is not None else redact(v)
         return out
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
-    if isinstance(value, str) and "://" in value and "@" in value:
-        return _redact_url(value)
+    if isinstance(value, str) and "@" in value:
+        return _URL_CREDENTIALS.sub(r"\g<scheme>***@", value)
     return value
