@@ -625,3 +625,20 @@ def test_oversized_event_is_a_protocol_failure(monkeypatch: pytest.MonkeyPatch) 
         assert len(r.chunk_ns) == 1
 
     run(main)
+
+
+def test_cancelled_while_connecting_frees_the_slot() -> None:
+    async def main() -> None:
+        objs = [cmpl("a", "length"), usage(3, 1)]
+        async with Server(lambda i, h, b: sse_stream(objs)) as srv:
+            c = client(srv.url, max_connections=1)
+            task = asyncio.ensure_future(one(c, 1))
+            await asyncio.sleep(0)  # the task reserved the only slot and is connecting
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            r = await asyncio.wait_for(one(c, 2), 5)  # would wait forever on a leaked slot
+            await c.aclose()
+        assert r.ok
+
+    run(main)

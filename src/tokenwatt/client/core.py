@@ -254,17 +254,18 @@ class StreamClient:
         try:
             conn = await self._acquire(fresh)
             reused = conn is not None
-            if conn is None:
+            if conn is None:  # a slot is reserved: open a new connection
                 try:
                     conn = await asyncio.wait_for(self._connect(), t.connect_s)
                 except TimeoutError:
-                    self._slot_freed()
                     self._fail(rec, "connect", f"no connection within {t.connect_s:g} s", _perf())
                     return None
                 except _ConnectError as exc:
-                    self._slot_freed()
                     self._fail(rec, "connect", str(exc), _perf())
                     return None
+                finally:
+                    if conn is None:  # failed or cancelled: give the slot back
+                        self._slot_freed()
         except asyncio.CancelledError:
             self._fail(rec, "cancelled", "cancelled before the request was sent", _perf())
             raise
