@@ -381,7 +381,7 @@ class SimServer:
             await asyncio.sleep(interval)
             for sink in list(self._sinks):
                 tr = sink.transport
-                if sink.stream and tr is not None and not tr.is_closing():
+                if sink.stream and not sink.ended and tr is not None and not tr.is_closing():
                     tr.write(KEEPALIVE_FRAME)
 
     # -- middleware: every error in OpenAI's shape ----------------------------------
