@@ -237,11 +237,13 @@ class StreamInterpreter:
                 continue
             if self.hook is not None:
                 self.hook(obj, stamps[i])
-            msg = error_of(obj)
-            if msg is not None:
-                if self.error is None:
-                    self.error = shorten(msg)
-                continue
+            err = obj.get("error")
+            if (err is not None and err is not False) or obj.get("object") == "error":
+                msg = error_of(obj)
+                if msg is not None:
+                    if self.error is None:
+                        self.error = shorten(msg)
+                    continue
             usage = obj.get("usage")
             delta_tokens = -1
             if isinstance(usage, dict):
@@ -261,8 +263,8 @@ class StreamInterpreter:
                         fr = c.get("finish_reason")
                         if fr:
                             self.finish_reason = str(fr)
-                        if not content and _text_of(c, api):
-                            content = True
+                        if not content and (c.get("text") or _text_of(c, api)):
+                            content = True  # (the common completions case checked inline)
             if content:
                 self.chunk_ns.append(stamps[i])
                 r = reads[i]
