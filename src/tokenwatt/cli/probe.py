@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import orjson
 import typer
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from tokenwatt.spec import BenchSpec
 
 SCHEMA = "tokenwatt.probe/1"
+T = TypeVar("T")
 console = Console()
 
 
@@ -258,6 +260,17 @@ async def _probe(
     return data
 
 
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop where it is installed (tighter timers and I/O wake-ups for send times),
+    else asyncio's loop. Either way Ctrl-C cancels the main task, which the probe turns into a
+    partial result."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
@@ -327,7 +340,7 @@ def register(app: typer.Typer) -> None:
             search = spec.search.model_copy(update={"probe": probe_settings})
             spec = spec.model_copy(update={"search": search})
         folder = out or Path(f"tokenwatt-probe-{dt.datetime.now():%Y%m%d-%H%M%S}")
-        data = asyncio.run(
+        data = run_async(
             _probe(
                 spec,
                 rate=rate,
