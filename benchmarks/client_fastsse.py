@@ -300,6 +300,9 @@ def main() -> None:
     )
     ap.add_argument("--nice", type=int, default=0, help="os.nice() increment for both processes")
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before the run")
+    ap.add_argument(
+        "--gc-threshold", type=int, default=0, help="gc.set_threshold(N, 50, 100) when > 0"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
     ap.add_argument("--stream-usage", action="store_true", help="ask for continuous usage")
     ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos/min_tokens")
@@ -323,6 +326,8 @@ def main() -> None:
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
+    if args.gc_threshold > 0:
+        gc.set_threshold(args.gc_threshold, 50, 100)
     modes = ["paced", "burst"] if args.mode == "both" else [args.mode]
     print(
         f"# client on core {args.client_core} ({loop_name}), fastsse on core {args.server_core}; "
