@@ -213,7 +213,7 @@ async def run_paced(
         "ts_error_ms_p50_alone_in_read": pct(alone, 0.5) / 1e6,
         "ts_error_ms_p99_alone_in_read": pct(alone, 0.99) / 1e6,
         "ts_error_ms_p99_shared_read": pct(shared, 0.99) / 1e6,
-        "events_in_shared_reads": len(shared) / len(window_errors) if window_errors else 0.0,
+        "events_in_shared_reads": len(shared) / len(window_errors) if window_errors else None,
         "send_lateness_ms_p50": pct(late, 0.5) / 1e6,
         "send_lateness_ms_p99": pct(late, 0.99) / 1e6,
         "coalesced_reads": coalesced,
