@@ -52,7 +52,8 @@ _register()
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns a command's exit code instead of exiting.
+        rc = app(standalone_mode=False)
     except TokenwattError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
@@ -64,9 +65,10 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+        # Usage errors (click's, vendored inside typer) know how to show themselves.
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
         raise
+    sys.exit(rc if isinstance(rc, int) else 0)
