@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from array import array
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -113,12 +114,18 @@ async def run_paced(
     """Closed loop of ``args.streams`` slots against http://127.0.0.1:port/v1 (see module doc)."""
     if stats_fn is None:
         stats_fn = server_stats
-    errors: list[tuple[int, int, str]] = []  # (error ns, stamp, response id)
+    # flat int arrays, not tuples: a million GC-tracked tuples would make every full collection
+    # in the client's process a long pause, and the benchmark would measure itself
+    err_ns = array("q")
+    err_stamp = array("q")
+    err_rid = array("q")
 
     def hook(obj: dict[str, Any], stamp: int) -> None:
         s = obj.get("sent_ns")
         if s is not None:
-            errors.append((stamp - s, stamp, obj.get("id", "")))
+            err_ns.append(stamp - s)
+            err_stamp.append(stamp)
+            err_rid.append(hash(obj.get("id", "")))
 
     client = StreamClient(
         f"http://127.0.0.1:{port}/v1",
@@ -158,29 +165,38 @@ async def run_paced(
             records.append(r)
             scheduled = time.perf_counter_ns()
 
+    lags: list[int] = []
+
     async def sampler() -> None:
+        """Streams in flight every 100 ms, and the loop's lag on a 5 ms timer (stalls)."""
+        k = 0
         while time.perf_counter_ns() < t_end:
-            await asyncio.sleep(0.1)
-            if time.perf_counter_ns() > warm_end:
-                samples.append(in_flight)
+            t_want = time.perf_counter_ns() + 5_000_000
+            await asyncio.sleep(0.005)
+            now = time.perf_counter_ns()
+            if now > warm_end:
+                lags.append(now - t_want)
+                k += 1
+                if k % 20 == 0:
+                    samples.append(in_flight)
 
     tasks = [loop.create_task(slot(i)) for i in range(args.streams)]
     samp = loop.create_task(sampler())
     wait_s = (warm_end - time.perf_counter_ns()) / 1e9
     await asyncio.sleep(max(0.0, wait_s))
-    errors.clear()
-    n_err_start = 0
+    del err_ns[:], err_stamp[:], err_rid[:]
     cpu0 = cpu_s()
     stats0 = await asyncio.to_thread(stats_fn, port, True)
     del stats0
     await asyncio.sleep(max(0.0, (t_end - time.perf_counter_ns()) / 1e9))
     cpu1 = cpu_s()
-    window = errors[n_err_start:]
-    window_errors = [e for e, _, _ in window]
+    n_win = len(err_ns)
+    window_errors = list(err_ns[:n_win])
     # events that shared their read (same stream, same stamp) vs events that had a read alone
-    per_read = Counter((rid, stamp) for _, stamp, rid in window)
-    alone = [e for e, stamp, rid in window if per_read[(rid, stamp)] == 1]
-    shared = [e for e, stamp, rid in window if per_read[(rid, stamp)] > 1]
+    keys = list(zip(err_rid[:n_win], err_stamp[:n_win], strict=True))
+    per_read = Counter(keys)
+    alone = [e for e, k in zip(window_errors, keys, strict=True) if per_read[k] == 1]
+    shared = [e for e, k in zip(window_errors, keys, strict=True) if per_read[k] > 1]
     stats = await asyncio.to_thread(stats_fn, port)
     await asyncio.gather(*tasks)
     await samp
@@ -214,6 +230,9 @@ async def run_paced(
         "ts_error_ms_p99_alone_in_read": pct(alone, 0.99) / 1e6,
         "ts_error_ms_p99_shared_read": pct(shared, 0.99) / 1e6,
         "events_in_shared_reads": len(shared) / len(window_errors) if window_errors else None,
+        "loop_lag_ms_p50": pct(lags, 0.5) / 1e6,
+        "loop_lag_ms_p99": pct(lags, 0.99) / 1e6,
+        "loop_lag_ms_max": max(lags) / 1e6 if lags else None,
         "send_lateness_ms_p50": pct(late, 0.5) / 1e6,
         "send_lateness_ms_p99": pct(late, 0.99) / 1e6,
         "coalesced_reads": coalesced,
