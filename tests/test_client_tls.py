@@ -104,7 +104,7 @@ def test_https_stream_keeps_kernel_stamps_and_reuses_the_connection(
         assert len(r.chunk_ns) == 3 and r.saw_done and r.finish_reason == "length"
         assert r.timestamp_source == c.clock.timestamp_source
         assert r.sent_ns is not None and r.sent_ns <= r.chunk_ns[0] <= r.chunk_ns[-1]
-        assert r.chunk_ns[2] - r.sent_ns >= 10_000_000  # after two 5 ms pauses
+        assert r.chunk_ns[2] - r.sent_ns >= 8_000_000  # after two 5 ms pauses, loosely
     assert c.connections_opened == 1
     assert [r.connection_reused for r in recs] == [False, True, True]
 
