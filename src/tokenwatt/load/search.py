@@ -148,11 +148,13 @@ class BoundarySearch(Generic[P]):
         self._confirmed: set[float] = set()
         self._on_step = on_step
         self.outcome: SearchOutcome[P] = SearchOutcome(precision_target=precision)
+        self.current_phase: Phase = "grow"  # of the probe in flight, for progress displays
 
     async def _run_one(self, rate: float, phase: Phase) -> bool:
         out = self.outcome
         index = len(out.steps) + 1
         seed = probe_seed(self.seed, index)
+        self.current_phase = phase
         result = await self._probe(rate, seed)
         if result.passed:
             if out.lo_rps is None or rate > out.lo_rps:

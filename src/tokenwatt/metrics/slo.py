@@ -16,12 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from tokenwatt.spec.slo import SLO
 
 __all__ = [
     "EARLY_STOP_CONFIDENCE",
+    "TREND_MIN_RANK_CORRELATION",
     "TREND_MIN_REQUESTS",
-    "TREND_RATIO",
     "TREND_SHIFT_OF_LIMIT",
     "Limits",
     "RequestLatency",
@@ -38,13 +41,15 @@ __all__ = [
 # Early stop: the probe is abandoned once the violations seen so far would occur with
 # probability below 1 − this for a server that meets the SLO (one-sided binomial test).
 EARLY_STOP_CONFIDENCE = 0.99
-# Trend: a probe is overloaded when the median TTFT of the last third of its requests (by
-# send time) is more than TREND_RATIO × that of the first third AND has grown by more than
-# TREND_SHIFT_OF_LIMIT × the TTFT limit (so a rise from 20 to 45 ms under a 2 s limit is noise,
-# while a queue that grows by half a second across the window is not).
-TREND_RATIO = 2.0
+# Trend: a probe is overloaded when TTFT climbs across its window: the robust (Theil–Sen)
+# slope of TTFT against send time, times the window's span, is at least TREND_SHIFT_OF_LIMIT
+# of the TTFT limit (a rise that matters for the SLO, not a 20 → 45 ms drift under 2 s) AND
+# the rise is consistent: Spearman rank correlation of TTFT with send time ≥
+# TREND_MIN_RANK_CORRELATION (one late burst does not make a trend).
 TREND_SHIFT_OF_LIMIT = 0.25
-TREND_MIN_REQUESTS = 30
+TREND_MIN_RANK_CORRELATION = 0.5
+TREND_MIN_REQUESTS = 20
+_TREND_MAX_POINTS = 1500  # pairwise slopes are O(n²): thin longer windows evenly
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,51 +230,78 @@ def clearly_failed(
 
 @dataclass(frozen=True, slots=True)
 class Trend:
-    """Did latency climb across the window? (An overloaded queue grows while it is observed.)"""
+    """Did TTFT climb across the window? (An overloaded queue grows while it is observed.)"""
 
     rising: bool
-    first_third_ttft_s: float | None
+    first_third_ttft_s: float | None  # medians by send time, for readers
     last_third_ttft_s: float | None
-    ratio: float | None
-    slope: float | None  # least-squares d(TTFT)/d(send time), s per s
+    slope: float | None  # Theil–Sen d(TTFT)/d(send time), s per s
+    rise_s: float | None  # slope × span of send times
+    rank_correlation: float | None  # Spearman, TTFT against send time
     reason: str | None = None
 
 
 def detect_trend(reqs: Sequence[RequestLatency], ttft_limit_s: float | None) -> Trend:
-    """Compare the median TTFT of the first and last thirds of successful requests, by send
-    time. Rising: last ≥ TREND_RATIO × first and last − first ≥ TREND_SHIFT_OF_LIMIT × limit
-    (without a TTFT limit, the shift must exceed TREND_SHIFT_OF_LIMIT × the last third itself,
-    i.e. the ratio test alone). Fewer than TREND_MIN_REQUESTS successes: no verdict (False)."""
+    """Rising when slope × span ≥ TREND_SHIFT_OF_LIMIT × the TTFT limit (without a limit: ×
+    the window's median TTFT) and the rank correlation ≥ TREND_MIN_RANK_CORRELATION.
+    Fewer than TREND_MIN_REQUESTS successful requests: no verdict (not rising)."""
     pts = sorted((r.sent_s, r.ttft_s) for r in reqs if r.ok and r.ttft_s is not None)
-    if len(pts) < TREND_MIN_REQUESTS:
-        return Trend(False, None, None, None, None)
-    third = len(pts) // 3
+    n = len(pts)
+    if n < TREND_MIN_REQUESTS:
+        return Trend(False, None, None, None, None, None)
+    third = n // 3
     first = _median([y for _, y in pts[:third]])
     last = _median([y for _, y in pts[-third:]])
-    slope = _slope(pts)
-    ratio = last / first if first > 0 else math.inf
-    floor = TREND_SHIFT_OF_LIMIT * (ttft_limit_s if ttft_limit_s is not None else last)
-    rising = ratio >= TREND_RATIO and (last - first) >= floor and slope > 0
+    if n > _TREND_MAX_POINTS:
+        idx = np.linspace(0, n - 1, _TREND_MAX_POINTS).round().astype(int)
+        pts = [pts[i] for i in idx]
+    x = np.array([p[0] for p in pts], dtype=np.float64)
+    y = np.array([p[1] for p in pts], dtype=np.float64)
+    slope = _theil_sen(x, y)
+    span = float(x[-1] - x[0])
+    rise = slope * span
+    rho = _spearman(x, y)
+    scale = ttft_limit_s if ttft_limit_s is not None else float(np.median(y))
+    rising = rise >= TREND_SHIFT_OF_LIMIT * scale and rho >= TREND_MIN_RANK_CORRELATION
     reason = (
-        f"TTFT rose across the window: median {first * 1000:.0f} ms → {last * 1000:.0f} ms "
-        f"(×{ratio:.1f}, first to last third): the queue is growing"
+        f"TTFT rose across the window by {rise * 1000:.0f} ms (median {first * 1000:.0f} → "
+        f"{last * 1000:.0f} ms, first to last third; rank correlation {rho:.2f}): "
+        "the queue is growing"
         if rising
         else None
     )
-    return Trend(rising, first, last, ratio, slope, reason)
+    return Trend(rising, first, last, slope, rise, rho, reason)
+
+
+def _theil_sen(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> float:
+    """Median of pairwise slopes (pairs with distinct x)."""
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    keep = dx > 0
+    if not keep.any():
+        return 0.0
+    return float(np.median((y[j] - y[i])[keep] / dx[keep]))
+
+
+def _ranks(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Ranks with ties averaged."""
+    order = np.argsort(v, kind="mergesort")
+    ranks = np.empty(len(v), dtype=np.float64)
+    ranks[order] = np.arange(len(v), dtype=np.float64)
+    _, inverse, counts = np.unique(v, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return np.asarray(sums[inverse] / counts[inverse], dtype=np.float64)
+
+
+def _spearman(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> float:
+    rx, ry = _ranks(x), _ranks(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    den = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum() / den) if den > 0 else 0.0
 
 
 def _median(v: list[float]) -> float:
     s = sorted(v)
     m = len(s) // 2
     return s[m] if len(s) % 2 else 0.5 * (s[m - 1] + s[m])
-
-
-def _slope(pts: list[tuple[float, float]]) -> float:
-    n = len(pts)
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    if sxx == 0:
-        return 0.0
-    return sum((x - mx) * (y - my) for x, y in pts) / sxx

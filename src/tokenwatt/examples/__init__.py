@@ -1,0 +1,1 @@
+"""Bundled specs (package data): ``demo.yaml`` is what ``tokenwatt demo`` runs."""

@@ -1,0 +1,611 @@
+"""A whole benchmark run: single-stream point, SLO-boundary search, MBU and energy per probe.
+
+``run_bench(spec, out_dir)`` opens the target (starting the embedded simulator for
+``endpoint: sim``), the geometry, the accelerator and the power monitor, then
+
+1. measures the single-stream point (one request at a time: the latency floor),
+2. searches for the highest Poisson rate at which the SLO holds (``load.search``), each probe
+   a ``load.probe.run_probe`` judged by ``metrics.slo`` (verdict, binomial early stop, trend),
+3. derives at every probe T, τ, B, MBU (``metrics.mbu``) and tokens per joule
+   (``metrics.energy`` over the probe's exact window),
+
+and writes ``DIR/requests-NN.jsonl`` per probe and ``DIR/result.json`` (``report.schema``)
+after every probe, atomically, so an interrupted or crashed run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from tokenwatt import __version__
+from tokenwatt.geometry import load_geometry
+from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.hardware import Accelerator
+from tokenwatt.load.derive import probe_mbu
+from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
+from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
+from tokenwatt.load.search import SearchStep as SearchStepT
+from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
+from tokenwatt.metrics.energy import energy_metrics
+from tokenwatt.metrics.latency import e2e_s, tpot_s, ttft_s
+from tokenwatt.metrics.slo import (
+    Limits,
+    RequestLatency,
+    Trend,
+    clearly_failed,
+    detect_trend,
+    evaluate_slo,
+    violation_budget,
+)
+from tokenwatt.metrics.stats import Distribution
+from tokenwatt.power import PowerMonitor, open_power
+from tokenwatt.records import RequestRecord
+from tokenwatt.report.env import collect_machine
+from tokenwatt.report.schema import (
+    BenchResult,
+    EnergySummary,
+    LatencySummary,
+    MbuDetail,
+    ProbeSummary,
+    SearchStep,
+    SearchSummary,
+    SloDetail,
+    SloSettings,
+    write_result,
+)
+from tokenwatt.spec import BenchSpec, ProbeSettings, redact
+
+__all__ = [
+    "WARMUP_LIFETIMES",
+    "BenchEvent",
+    "EarlyStop",
+    "latencies",
+    "run_bench",
+    "summarize_probe",
+]
+
+EventKind = Literal[
+    "started",
+    "probe_start",
+    "probe_progress",
+    "probe_done",
+    "search_step",
+    "search_done",
+    "written",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchEvent:
+    """What a progress display needs; ``index`` 0 is the single-stream point."""
+
+    kind: EventKind
+    index: int | None = None
+    rate_rps: float | None = None
+    phase: str | None = None  # search phase (grow, descend, bisect, confirm) or single_stream
+    progress: ProbeProgress | None = None
+    summary: ProbeSummary | None = None
+    lo_rps: float | None = None
+    hi_rps: float | None = None
+    message: str | None = None
+    result: BenchResult | None = None
+
+
+OnEvent = Callable[[BenchEvent], None]
+# A probe's warm-up lasts at least this many request lifetimes (see _Run.settings_for).
+WARMUP_LIFETIMES = 1.5
+
+
+def latencies(records: Sequence[RequestRecord]) -> list[RequestLatency]:
+    """The SLO's view of records, with the probe's own TTFT/TPOT/E2E definitions."""
+    out = []
+    for r in records:
+        sent = r.sent_ns if r.sent_ns is not None else r.scheduled_ns
+        out.append(
+            RequestLatency(
+                ok=r.ok,
+                sent_s=sent / 1e9,
+                ttft_s=ttft_s(r),
+                tpot_s=tpot_s(r),
+                e2e_s=e2e_s(r),
+            )
+        )
+    return out
+
+
+@dataclass(slots=True)
+class EarlyStop:
+    """``should_stop`` for a probe: True once the probe has clearly failed.
+
+    Two conditions, both required: (1) the misses seen so far already exceed what the whole
+    probe may have (the violation budget of the requests it is expected to count, so the final
+    verdict is a fail whatever comes next, up to the count's own randomness), and (2) a passing
+    server would show that many misses among the requests counted so far with probability below
+    1 % (binomial, MLPerf LoadGen's early-stopping argument turned around). The denominator is
+    every request counted so far, finished or not, which only makes the test more cautious.
+    """
+
+    limits: Limits
+    expected_requests: int
+    counted_so_far: int = 0
+    reason: str | None = None
+
+    def on_progress(self, p: ProbeProgress) -> None:
+        self.counted_so_far = p.counted
+
+    def __call__(self, done: Sequence[RequestRecord]) -> bool:
+        lats = latencies(done)
+        n = max(self.counted_so_far, len(lats))
+        lim = self.limits
+        allowed = lim.allowed_violation_fraction
+        checks: list[tuple[str, int, int]] = []
+        if lim.kind == "percentile":
+            budget = violation_budget(self.expected_requests, lim.percentile)
+            for name, limit in (("ttft", lim.ttft_s), ("tpot", lim.tpot_s), ("e2e", lim.e2e_s)):
+                if limit is not None:
+                    misses = sum(1 for r in lats if r.value(name) > limit)
+                    checks.append((name, misses, budget))
+        else:
+            budget = self.expected_requests - math.ceil(
+                lim.attainment * self.expected_requests - 1e-9
+            )
+            checks.append(("attainment", sum(1 for r in lats if not r.meets(lim)), budget))
+        for name, misses, budget in checks:
+            if misses > budget and clearly_failed(misses, n, allowed):
+                self.reason = (
+                    f"stopped early: {misses} of {n} requests already miss {name} "
+                    f"(a passing probe of ~{self.expected_requests} may miss {budget})"
+                )
+                return True
+        return False
+
+
+def _lat(d: Distribution) -> LatencySummary:
+    return LatencySummary(
+        mean=d.mean, p50=d.p50, p90=d.p90, p95=d.p95, p99=d.p99, max=d.max, count=d.count
+    )
+
+
+def _or0(x: float | None) -> float:
+    return 0.0 if x is None or not math.isfinite(x) else float(x)
+
+
+def summarize_probe(
+    *,
+    index: int,
+    run: ProbeRun,
+    spec: BenchSpec,
+    geometry: ModelGeometry,
+    accelerator: Accelerator,
+    energy: EnergySummary | None = None,
+    power_series: list[tuple[float, float]] | None = None,
+    early_stop_reason: str | None = None,
+    requests_file: str | None = None,
+    phase: str | None = None,
+) -> ProbeSummary:
+    """One probe's figures and verdict, in the result schema's shape."""
+    m = run.metrics
+    limits = Limits.from_spec(spec.slo)
+    judged = run.counted
+    if run.stopped_early or run.interrupted:
+        # Requests the stop itself cancelled say nothing about the server: judge the rest.
+        judged = [r for r in judged if r.error_kind != "cancelled"]
+    lats = latencies(judged)
+    verdict = evaluate_slo(limits, lats)
+    trend: Trend = detect_trend(lats, limits.ttft_s)
+    failed = list(verdict.failed)
+    reasons = [verdict.reason] if verdict.reason else []
+    if trend.rising:
+        failed.append("trend")
+        reasons.append(trend.reason or "TTFT rose across the window")
+    if run.stopped_early:
+        failed.append("early_stop")
+        reasons.append(early_stop_reason or "stopped early: clearly failing")
+    if run.interrupted:
+        failed.append("interrupted")
+        reasons.append("interrupted before the window completed")
+    passed = not failed
+    mbu = probe_mbu(run, geometry, spec.hardware, accelerator)
+    flags = [] if mbu is None else [k for k, v in asdict(mbu.flags).items() if v]
+    if m.timestamp_source not in ("kernel", "none"):
+        flags.append(f"timestamps_{m.timestamp_source}")
+    if run.drain_timeouts:
+        flags.append("drain_timeouts")
+    if run.stopped_early:
+        flags.append("early_stopped")
+    if m.usage_fallback_requests:
+        flags.append("usage_fallback")
+    gpus = spec.hardware.gpus
+    goodput = _or0(m.goodput_output_tokens_per_s)
+    return ProbeSummary(
+        index=index,
+        rate_rps=run.rate_rps,
+        achieved_rate_rps=_or0(m.offered_requests_per_s),
+        output_tokens_per_s=_or0(m.output_tokens_per_s),
+        itl_token_weighted_s=m.itl_token_weighted_s,
+        batch_per_replica=None if mbu is None else mbu.inputs.batch_per_replica,
+        mean_context_per_token=m.mean_context_per_token,
+        mbu=None if mbu is None else mbu.mbu,
+        mbu_detail=None if mbu is None else MbuDetail.model_validate(mbu.to_dict()),
+        goodput_output_tokens_per_s=goodput,
+        goodput_output_tokens_per_s_per_gpu=goodput / gpus,
+        tokens_per_joule=energy.tokens_per_joule if energy is not None else None,
+        energy=energy,
+        power_series=power_series,
+        slo_passed=passed,
+        slo_detail=SloDetail(
+            kind=limits.kind,
+            failed=failed,
+            trend_rising=trend.rising,
+            early_stopped=run.stopped_early,
+            reason="; ".join(reasons) or None,
+            quantiles_s=verdict.quantiles_s,
+            trend_first_third_ttft_s=trend.first_third_ttft_s,
+            trend_last_third_ttft_s=trend.last_third_ttft_s,
+            trend_rise_s=trend.rise_s,
+            trend_rank_correlation=trend.rank_correlation,
+        ),
+        attainment=m.slo_attainment,
+        ttft_s=_lat(m.ttft_s),
+        tpot_s=_lat(m.tpot_s),
+        itl_s=_lat(m.itl_chunk_s),
+        e2e_s=_lat(m.e2e_s),
+        send_lateness_s=_lat(m.send_lateness_s),
+        requests_ok=m.requests_ok,
+        requests_failed=m.requests_failed,
+        errors_by_kind=m.errors_by_kind,
+        window_s=m.window_s,
+        requests_file=requests_file,
+        flags=flags,
+        # optional extras (the schema keeps unknown keys of a probe)
+        phase=phase,
+        seed=run.seed,
+        concurrency=run.concurrency,
+        warmup_s=(run.window_start_ns - run.started_ns) / 1e9,
+        window_start_ns=run.window_start_ns,
+        window_end_ns=run.window_end_ns,
+        mean_concurrency=m.mean_concurrency,
+        requests_counted=m.requests_counted,
+        interrupted=run.interrupted,
+    )
+
+
+async def _energy(
+    monitor: PowerMonitor | None, run: ProbeRun
+) -> tuple[EnergySummary | None, list[tuple[float, float]] | None]:
+    if monitor is None or not monitor.sources or run.window_end_ns <= run.window_start_ns:
+        return None, None
+    report = await monitor.energy_async(run.window_start_ns, run.window_end_ns, max_wait_s=2.0)
+    eff = energy_metrics(report, run.metrics.output_tokens)
+    p = eff.primary
+    if p is None or p.energy_j is None:
+        return None, None
+    summary = EnergySummary(
+        energy_j=p.energy_j,
+        mean_power_w=p.mean_power_w or 0.0,
+        joules_per_output_token=p.joules_per_output_token,
+        tokens_per_joule=p.tokens_per_joule,
+        source=p.source,
+        scope=p.scope,
+        modelled=p.modelled,
+        window_s=p.window_s,
+        flags=list(p.flags),
+        valid=p.valid,
+        scopes={k: v.to_dict() for k, v in eff.scopes.items()},
+    )
+    series = monitor.samples(run.window_start_ns, run.window_end_ns, max_points=120)
+    return summary, series.primary_points()
+
+
+class _InterruptedError(Exception):
+    """A probe came back interrupted (Ctrl-C): stop the search, keep what was measured."""
+
+
+@dataclass(slots=True)
+class _Run:
+    spec: BenchSpec
+    out_dir: Path
+    target: Target
+    geometry: ModelGeometry
+    accelerator: Accelerator
+    monitor: PowerMonitor | None
+    result: BenchResult
+    on_event: OnEvent | None
+    summaries: dict[int, ProbeSummary] = field(default_factory=dict)
+
+    def settings_for(self, rate_rps: float) -> ProbeSettings:
+        """The spec's probe settings, with the warm-up stretched to at least WARMUP_LIFETIMES
+        request lifetimes (median E2E at the nearest measured lower rate), so that the engine's
+        batch has reached its steady state when the window opens."""
+        base = self.spec.search.probe
+        lower = [
+            s
+            for s in self.summaries.values()
+            if s.e2e_s.p50 is not None and (s.rate_rps is None or s.rate_rps <= rate_rps)
+        ]
+        if not lower:
+            return base
+        nearest = max(lower, key=lambda s: -1.0 if s.rate_rps is None else s.rate_rps)
+        lifetime = nearest.e2e_s.p50 or 0.0
+        warmup = min(max(base.warmup_s, WARMUP_LIFETIMES * lifetime), base.max_duration_s)
+        if warmup <= base.warmup_s:
+            return base
+        return base.model_copy(update={"warmup_s": warmup})
+
+    def emit(self, ev: BenchEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(ev)
+
+    def write(self) -> None:
+        write_result(self.result, self.out_dir)
+
+    async def measure(
+        self,
+        index: int,
+        *,
+        rate_rps: float | None,
+        seed: int,
+        phase: str,
+        settings: ProbeSettings | None = None,
+        concurrency: int | None = None,
+        max_requests: int | None = None,
+    ) -> ProbeSummary:
+        spec = self.spec
+        if settings is None and rate_rps is not None:
+            settings = self.settings_for(rate_rps)
+        probe_settings = settings or spec.search.probe
+        stopper: EarlyStop | None = None
+        if rate_rps is not None and probe_settings.early_stop:
+            expected = max(
+                probe_settings.min_requests, math.ceil(rate_rps * probe_settings.min_duration_s)
+            )
+            stopper = EarlyStop(Limits.from_spec(spec.slo), expected)
+
+        def progress(p: ProbeProgress) -> None:
+            if stopper is not None:
+                stopper.on_progress(p)
+            self.emit(
+                BenchEvent(
+                    "probe_progress", index=index, rate_rps=rate_rps, phase=phase, progress=p
+                )
+            )
+
+        self.emit(BenchEvent("probe_start", index=index, rate_rps=rate_rps, phase=phase))
+        run = await run_probe(
+            spec,
+            self.target.client,
+            rate_rps=rate_rps,
+            seed=seed,
+            settings=settings,
+            concurrency=concurrency,
+            max_requests=max_requests,
+            on_progress=progress,
+            should_stop=stopper,
+        )
+        name = f"requests-{index:02d}.jsonl"
+        await asyncio.to_thread(run.write_requests, self.out_dir / name)
+        energy, series = await _energy(self.monitor, run)
+        summary = summarize_probe(
+            index=index,
+            run=run,
+            spec=spec,
+            geometry=self.geometry,
+            accelerator=self.accelerator,
+            energy=energy,
+            power_series=series,
+            early_stop_reason=stopper.reason if stopper is not None and run.stopped_early else None,
+            requests_file=name,
+            phase=phase,
+        )
+        self.summaries[index] = summary
+        if index == 0:
+            self.result.single_stream = summary
+        else:
+            self.result.probes.append(summary)
+        if run.interrupted:
+            self.result.interrupted = True
+        self.write()
+        self.emit(
+            BenchEvent("probe_done", index=index, rate_rps=rate_rps, phase=phase, summary=summary)
+        )
+        if run.interrupted:
+            raise _InterruptedError
+        return summary
+
+
+def _search_summary(out: SearchOutcome[ProbeSummary]) -> SearchSummary:
+    history = [
+        SearchStep(
+            index=s.index,
+            rate_rps=s.rate_rps,
+            passed=s.passed,
+            phase=s.phase,
+            lo_rps=s.lo_rps,
+            hi_rps=s.hi_rps,
+            seed=s.seed,
+            reason=s.outcome.reason,
+        )
+        for s in out.steps
+    ]
+    return SearchSummary(
+        history=history,
+        precision_target=out.precision_target,
+        precision_reached=out.precision_reached,
+        stop_reason=out.stop_reason,
+        lo_rps=out.lo_rps,
+        hi_rps=out.hi_rps,
+    )
+
+
+def _start_rate(spec: BenchSpec, single: ProbeSummary | None, warnings: list[str]) -> float:
+    if spec.search.start_rate_rps is not None:
+        return spec.search.start_rate_rps
+    if single is not None and single.e2e_s.mean:
+        # About one request in flight per replica if latency stayed at its floor.
+        return spec.hardware.replicas / single.e2e_s.mean
+    warnings.append("no single-stream point to derive the start rate from: starting at 1 rps")
+    return 1.0
+
+
+def _new_result(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerator) -> BenchResult:
+    return BenchResult(
+        tool_version=__version__,
+        name=spec.name,
+        spec=redact(spec.model_dump(mode="json")),
+        geometry=geometry.to_dict(),
+        accelerator=accelerator.to_dict(),
+        gpus=spec.hardware.gpus,
+        replicas=spec.hardware.replicas,
+        slo=SloSettings(**spec.slo.model_dump()),
+        machine=collect_machine(timestamp_source="kernel"),
+        started_at=datetime.now(UTC),
+    )
+
+
+async def run_bench(
+    spec: BenchSpec,
+    out_dir: str | Path,
+    *,
+    on_event: OnEvent | None = None,
+    sim_mode: SimMode = "thread",
+    truth_log: str | Path | None = None,
+) -> BenchResult:
+    """Run the whole benchmark and write its directory; returns the result as written.
+
+    Ctrl-C (cancellation of the awaiting task) ends the probe in flight, writes
+    ``result.json`` with everything completed and ``interrupted: true``; the returned result
+    says so (if the cancellation arrives outside a probe it is re-raised after the write).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    m = spec.model
+    geometry = await asyncio.to_thread(
+        load_geometry,
+        m.source,
+        weight_dtype=m.weight_dtype,
+        kv_dtype=m.kv_dtype,
+        overrides=m.overrides or None,
+    )
+    accelerator = resolve_accelerator(spec.hardware)
+    result = _new_result(spec, geometry, accelerator)
+    async with open_target(spec, sim_mode=sim_mode, truth_log=truth_log) as target:
+        monitor = open_power(
+            spec.power,
+            gpus=spec.hardware.gpus,
+            accelerator=accelerator,
+            sim_metrics_url=target.metrics_url,
+        )
+        try:
+            result.warnings.extend(monitor.warnings)
+            if not monitor.sources:
+                result.warnings.append("no power source: tokens per joule not measured")
+            bench = _Run(spec, out, target, geometry, accelerator, monitor, result, on_event)
+            bench.emit(BenchEvent("started", message=target.base_url))
+            try:
+                await _search(bench)
+            except _InterruptedError:
+                result.interrupted = True
+            except asyncio.CancelledError:
+                result.interrupted = True
+                _finish(bench)
+                raise
+            _finish(bench)
+        finally:
+            await asyncio.to_thread(monitor.close)
+    return result
+
+
+def _finish(bench: _Run) -> None:
+    bench.result.ended_at = datetime.now(UTC)
+    if bench.result.interrupted and bench.result.search is not None:
+        bench.result.search.stop_reason = "interrupted"
+    bench.write()
+    bench.emit(BenchEvent("written", result=bench.result, message=str(bench.out_dir)))
+
+
+async def _search(bench: _Run) -> None:
+    spec, result = bench.spec, bench.result
+    ss = spec.search
+    single: ProbeSummary | None = None
+    if ss.single_stream_requests > 0:
+        p = ss.probe
+        single = await bench.measure(
+            0,
+            rate_rps=None,
+            seed=probe_seed(spec.workload.seed, 0) ^ 0x5EED,
+            phase="single_stream",
+            settings=ProbeSettings(
+                warmup_s=0.0,
+                min_duration_s=p.min_duration_s,
+                min_requests=ss.single_stream_requests,
+                max_duration_s=p.max_duration_s,
+                drain_timeout_s=p.drain_timeout_s,
+                early_stop=False,
+            ),
+            concurrency=1,
+            max_requests=ss.single_stream_requests,
+        )
+        if not single.slo_passed:
+            result.warnings.append(
+                "the SLO fails even one request at a time (single-stream point): "
+                f"{single.slo_detail.reason}"
+            )
+
+    async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
+        index = len(search.outcome.steps) + 1
+        s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase)
+        return ProbeOutcome(s.slo_passed, s.slo_detail.reason, s)
+
+    def on_step(step: SearchStepT[ProbeSummary]) -> None:
+        result.search = _search_summary(search.outcome)
+        bench.write()
+        bench.emit(
+            BenchEvent(
+                "search_step",
+                index=step.index,
+                rate_rps=step.rate_rps,
+                phase=step.phase,
+                summary=step.outcome.payload,
+                lo_rps=step.lo_rps,
+                hi_rps=step.hi_rps,
+            )
+        )
+
+    search: BoundarySearch[ProbeSummary] = BoundarySearch(
+        probe,
+        start_rate_rps=_start_rate(spec, single, result.warnings),
+        growth=ss.growth,
+        precision=ss.precision,
+        max_rate_rps=ss.max_rate_rps,
+        max_probes=ss.max_probes,
+        seed=spec.workload.seed,
+        on_step=on_step,
+    )
+    try:
+        await search.run()
+    finally:
+        out = search.outcome
+        result.search = _search_summary(out)
+        b = out.boundary
+        result.boundary = b.outcome.payload if b is not None else None
+        if out.stop_reason == "failed_at_start":
+            result.warnings.append("no probed rate met the SLO: there is no boundary to report")
+        elif out.stop_reason == "max_rate":
+            result.warnings.append(
+                f"the SLO still held at search.max_rate_rps = {spec.search.max_rate_rps:g}: "
+                "the boundary is above it"
+            )
+        elif out.stop_reason == "max_probes" and out.steps:
+            result.warnings.append(
+                f"search.max_probes = {spec.search.max_probes} reached before the bracket "
+                f"narrowed to {spec.search.precision:.0%}"
+            )
+        bench.emit(
+            BenchEvent("search_done", lo_rps=out.lo_rps, hi_rps=out.hi_rps, message=out.stop_reason)
+        )

@@ -1,0 +1,252 @@
+"""`tokenwatt bench` end to end against the simulator, plus the early-stop rule in isolation.
+
+The end-to-end spec makes the boundary a property of the engine: a dense model limited to 8
+running sequences per step, so service saturates at 8 ÷ (16 tokens × step time) requests/s
+and the queue (TTFT) grows above it. Arrivals are evenly spaced (constant) so that windows of
+1.5 s mean something: with Poisson arrivals a 25-request window carries ±20 % of count noise,
+which the slow validation tests handle with longer probes instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from tokenwatt.geometry import load_geometry
+from tokenwatt.load.bench import EarlyStop
+from tokenwatt.load.probe import ProbeProgress
+from tokenwatt.metrics.slo import Limits
+from tokenwatt.records import RequestRecord
+from tokenwatt.report.schema import load_result
+
+SECRET = "sk-bench-test-7d1e"
+
+SPEC = {
+    "name": "bench-test",
+    "endpoint": {"url": "sim", "api_key_env": "TW_BENCH_KEY"},
+    "model": {"source": "llama-3.1-8b"},
+    "hardware": {
+        "accelerator": None,
+        "custom": {
+            "bandwidth_bytes_per_s": 1e12,
+            "memory_bytes": 80e9,
+            "bf16_dense_flops": 1e15,
+            "tdp_w": 700,
+        },
+    },
+    "sim": {"efficiency": 0.5, "prefill_cost": False, "max_num_seqs": 8},
+    "workload": {
+        "input_tokens": 128,
+        "output_tokens": 16,
+        "seed": 3,
+        "arrival": {"kind": "constant"},
+    },
+    "slo": {"ttft_ms": 200, "tpot_ms": 200},
+    "search": {
+        "start_rate_rps": 6,
+        "growth": 2.0,
+        "precision": 0.45,
+        "max_probes": 8,
+        "single_stream_requests": 2,
+        "probe": {
+            "warmup_s": 0.5,
+            "min_duration_s": 1.5,
+            "min_requests": 15,
+            "max_duration_s": 4,
+            "drain_timeout_s": 5,
+        },
+    },
+}
+
+
+def run_cli(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TW_BENCH_KEY": SECRET, "COLUMNS": "120"}
+    return subprocess.run(
+        [sys.executable, "-m", "tokenwatt", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def bench_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    d = tmp_path_factory.mktemp("bench")
+    spec = d / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    out = d / "out"
+    return out, run_cli("bench", str(spec), "--out", str(out))
+
+
+@pytest.mark.timeout(200)
+def test_bench_writes_a_consistent_result(
+    bench_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, res = bench_run
+    assert res.returncode == 0, res.stderr[-2000:]
+    r = load_result(out)
+    assert not r.interrupted and r.search is not None
+    assert r.search.stop_reason == "converged"
+    # The boundary passed, the lowest failure above it failed, within the precision.
+    b = r.boundary
+    assert b is not None and b.slo_passed and b.rate_rps == r.search.lo_rps  # type: ignore[attr-defined]
+    hi = r.search.hi_rps  # type: ignore[attr-defined]
+    assert hi is not None and (hi - b.rate_rps) / b.rate_rps < 0.45  # type: ignore[operator]
+    assert any(p.rate_rps == hi and not p.slo_passed for p in r.probes)
+    # Saturation: 8 running sequences ÷ (16 steps × step time), the step reading the weights
+    # (and a negligible KV cache) at 50 % of 1 TB/s. Short windows resolve it to a few percent.
+    step_s = load_geometry("llama-3.1-8b").weight_bytes_per_step(8) / 0.5e12
+    capacity = 8 / (16 * step_s)
+    assert 16 < capacity < 17.5
+    assert b.rate_rps < 1.15 * capacity  # type: ignore[operator]
+    assert hi > 0.9 * capacity
+    # The search history matches the probes, one requests file each.
+    assert [s.rate_rps for s in r.search.history] == [p.rate_rps for p in r.probes]
+    for p in [r.single_stream, *r.probes]:
+        assert p is not None and p.requests_file is not None
+        lines = (out / p.requests_file).read_bytes().splitlines()
+        assert len(lines) >= p.requests_ok + p.requests_failed
+    # Every probe carries the figures the issue lists, MBU with its inputs.
+    for p in r.probes:
+        assert p.achieved_rate_rps > 0 and p.output_tokens_per_s > 0
+        assert p.mbu is not None and 0 < p.mbu < 1 and p.mbu_detail is not None
+        inputs = p.mbu_detail.inputs
+        assert inputs.batch_per_replica == pytest.approx(p.batch_per_replica)
+        assert inputs.output_tokens_per_s == pytest.approx(p.output_tokens_per_s)
+        assert p.goodput_output_tokens_per_s_per_gpu == pytest.approx(
+            p.goodput_output_tokens_per_s / r.gpus
+        )
+        # the simulator's energy counter is read like an exporter
+        assert p.tokens_per_joule is not None and p.tokens_per_joule > 0
+    ss = r.single_stream
+    assert ss is not None and ss.rate_rps is None and ss.requests_ok == 2
+    # The report leads with goodput; the key never reaches a file or the terminal.
+    assert "SLO goodput" in res.stdout
+    assert (out / "report.html").exists()
+    for f in out.iterdir():
+        assert SECRET not in f.read_text("utf-8", errors="replace"), f
+    assert SECRET not in res.stdout + res.stderr
+    assert (
+        orjson.loads((out / "result.json").read_bytes())["spec"]["endpoint"]["api_key_env"]
+        == "TW_BENCH_KEY"
+    )
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    slow = {**SPEC, "search": {**SPEC["search"], "probe": {**SPEC["search"]["probe"]}}}  # type: ignore[dict-item]
+    slow["search"]["probe"].update(min_duration_s=30, max_duration_s=30)  # type: ignore[index]
+    spec.write_text(yaml.safe_dump(slow))
+    out = tmp_path / "out"
+    env = {**os.environ, "TW_BENCH_KEY": SECRET}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokenwatt", "bench", str(spec), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        # wait until the first search probe is running (the single-stream point is written)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (out / "requests-00.jsonl").exists():
+                break
+            time.sleep(0.2)
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    r = load_result(out)
+    assert r.interrupted
+    assert r.single_stream is not None
+    assert len(r.probes) == 1 and "interrupted" in r.probes[0].slo_detail.failed
+    assert not r.probes[0].slo_passed
+    assert r.search is not None and r.search.stop_reason == "interrupted"
+    assert (out / "requests-01.jsonl").exists()
+    assert "interrupted" in stdout
+
+
+def test_bad_spec_is_one_line_exit_2(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**SPEC, "search": {"growth": 0.5}}))
+    res = run_cli("bench", str(spec), "--out", str(tmp_path / "o"), timeout=30)
+    assert res.returncode == 2
+    assert "search.growth" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+# --- early stop in isolation ------------------------------------------------------------
+
+P99 = Limits("percentile", ttft_s=0.5, tpot_s=0.05, e2e_s=None, percentile=0.99, attainment=0.9)
+
+
+def _rec(i: int, ttft_s: float, tpot_s: float = 0.02, ok: bool = True) -> RequestRecord:
+    sent = i * 10_000_000
+    first = sent + round(ttft_s * 1e9)
+    end = first + round(tpot_s * 9 * 1e9)
+    r = RequestRecord(i, sent, 100, 10, sent_ns=sent, first_token_ns=first, end_ns=end)
+    r.done_ns, r.completion_tokens, r.prompt_tokens = end, 10, 100
+    if not ok:
+        r.status, r.error_kind = "error", "http_status"
+    return r
+
+
+def _progress(counted: int) -> ProbeProgress:
+    return ProbeProgress("window", 1.0, 1.0, 60, 600, 200, None, counted, counted, 0, counted,
+                         counted, 0, 0)  # fmt: skip
+
+
+def test_early_stop_needs_both_a_lost_budget_and_a_clear_binomial_failure() -> None:
+    stop = EarlyStop(P99, expected_requests=200)  # budget: 2 misses
+    good = [_rec(i, 0.1) for i in range(40)]
+    stop.on_progress(_progress(43))
+    # 3 misses of 43: over the budget, and P(X ≥ 3 | 43, 0.01) ≈ 0.009 < 1 %: stop.
+    assert stop([*good, _rec(40, 0.9), _rec(41, 0.9), _rec(42, 0.9)])
+    assert stop.reason is not None and "ttft" in stop.reason
+    # 2 misses: within the budget of a 200-request probe, whatever the binomial says.
+    stop2 = EarlyStop(P99, expected_requests=200)
+    stop2.on_progress(_progress(12))
+    assert not stop2([*good[:10], _rec(40, 0.9), _rec(41, 0.9)])
+    # 3 misses but among 400 counted so far: plausible for a p99 server (P ≈ 0.76): go on.
+    stop3 = EarlyStop(P99, expected_requests=200)
+    stop3.on_progress(_progress(400))
+    assert not stop3([*good, _rec(40, 0.9), _rec(41, 0.9), _rec(42, 0.9)])
+
+
+def test_early_stop_counts_errors_and_tpot() -> None:
+    stop = EarlyStop(P99, expected_requests=100)  # budget: 1
+    stop.on_progress(_progress(20))
+    errs = [_rec(i, 0.0, ok=False) for i in range(3)]
+    assert stop([*[_rec(i, 0.1) for i in range(3, 20)], *errs])
+    stop_tpot = EarlyStop(P99, expected_requests=100)
+    stop_tpot.on_progress(_progress(20))
+    slow = [_rec(i, 0.1, tpot_s=0.08) for i in range(3)]
+    assert stop_tpot([*[_rec(i, 0.1) for i in range(3, 20)], *slow])
+    assert stop_tpot.reason is not None and "tpot" in stop_tpot.reason
+
+
+def test_early_stop_attainment_form() -> None:
+    att = Limits("attainment", ttft_s=0.5, tpot_s=0.05, e2e_s=None, percentile=0.99,
+                 attainment=0.9)  # fmt: skip
+    stop = EarlyStop(att, expected_requests=100)  # may miss 10
+    stop.on_progress(_progress(40))
+    ok = [_rec(i, 0.1) for i in range(28)]
+    assert not stop([*ok, *[_rec(i, 0.9) for i in range(28, 36)]])  # 8 misses: within budget
+    assert stop([*ok, *[_rec(i, 0.9) for i in range(28, 40)]])  # 12 of 40: clear failure
