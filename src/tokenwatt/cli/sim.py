@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
         output_len: str | None = typer.Option(
             None,
             "--output-len",
-            help="length without ignore_eos: max, fixed:N, uniform:A:B, geometric:MEAN",
+            help="length without ignore_eos: max, fixed:N, uniform:MIN:MAX, geometric:MEAN",
         ),
         served_model_name: str | None = typer.Option(None, "--served-model-name"),
         weight_dtype: str | None = typer.Option(None, "--weight-dtype", help="e.g. bf16, fp8"),
