@@ -250,3 +250,22 @@ def test_early_stop_attainment_form() -> None:
     ok = [_rec(i, 0.1) for i in range(28)]
     assert not stop([*ok, *[_rec(i, 0.9) for i in range(28, 36)]])  # 8 misses: within budget
     assert stop([*ok, *[_rec(i, 0.9) for i in range(28, 40)]])  # 12 of 40: clear failure
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_demo_runs_the_bundled_spec(tmp_path: Path) -> None:
+    """`tokenwatt demo` end to end (about two minutes here; its wall time is reported in
+    docs/parts/bench.md, never asserted)."""
+    out = tmp_path / "demo"
+    res = run_cli("demo", "--out", str(out), timeout=390)
+    assert res.returncode == 0, res.stderr[-2000:]
+    r = load_result(out)
+    assert r.geometry["experts"] == 128 and r.accelerator["name"] == "h100-sxm"
+    assert r.search is not None and r.search.stop_reason == "converged"
+    b = r.boundary
+    assert b is not None and b.slo_passed and b.mbu is not None
+    assert b.tokens_per_joule is not None
+    # MBU below the simulated stack's 50 %: prefill and overhead share each step.
+    assert 0.3 < b.mbu < 0.5
+    assert "SLO goodput" in res.stdout and (out / "report.html").exists()

@@ -210,3 +210,24 @@ def test_noisy_model_is_repeatable_across_seeds() -> None:
     # Sampling noise of a p99 from 4000 correlated waits moves the edge by a few percent.
     assert all(abs(x - star) / star < 0.15 for x in found if x is not None), (star, found)
     assert (max(found) - min(found)) / min(found) < 0.2  # type: ignore[type-var, operator]
+
+
+def test_confirmed_pass_keeps_an_earlier_failure_above_it() -> None:
+    # 16 fails; 14.46 fails once by noise, then passes its confirmation: the bracket must go
+    # back to [14.46, 16] (16 is still a measured failure), not grow from scratch.
+    calls: list[float] = []
+
+    async def probe(rate: float, seed: int) -> ProbeOutcome[None]:
+        calls.append(rate)
+        if len(calls) == 4:  # the first probe near 14.4 fails by noise
+            return ProbeOutcome(False)
+        return ProbeOutcome(rate < 15.0)
+
+    out = asyncio.run(BoundarySearch(probe, start_rate_rps=16.0, growth=1.5, precision=0.1).run())
+    assert out.stop_reason == "converged"
+    assert out.lo_rps is not None and out.hi_rps is not None
+    assert out.lo_rps < 15.0 <= out.hi_rps
+    assert max(calls) == 16.0  # never grew past the recorded failure
+    for s in out.steps:
+        if s.lo_rps is not None and s.hi_rps is not None:
+            assert s.lo_rps < s.hi_rps

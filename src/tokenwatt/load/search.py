@@ -10,11 +10,15 @@ HTTP, so it is tested in milliseconds against synthetic latency models and drive
    rate ``hi`` until (hi − lo)/lo < ``precision``;
 3. confirm: probe ``hi`` once more with a fresh seed. Bisection never looks above a failure
    again, so one spurious failure (noise, a hiccup) would otherwise pin the boundary below the
-   truth; if the rerun passes, ``hi`` becomes the new ``lo`` and growth resumes.
+   truth; if the rerun passes, it becomes the new ``lo`` and the search goes on above it
+   (bisecting toward the next recorded failure, or growing if there is none).
 
 The boundary is ``lo``: a rate that was measured to pass, with a measured failure at most
-``precision`` above it. Every probe gets a fresh schedule seed derived from the run's seed and
-the probe's index, so no two probes replay the same arrivals and a rerun replays them all.
+``precision`` above it. Verdicts are noisy near the boundary; the bracket comes from the latest
+verdict at each rate, a newer verdict overriding older ones it contradicts (``_record``).
+
+Every probe gets a fresh schedule seed derived from the run's seed and the probe's index, so
+no two probes replay the same arrivals and a rerun replays them all.
 """
 
 from __future__ import annotations
@@ -146,6 +150,7 @@ class BoundarySearch(Generic[P]):
         )
         self.confirm = confirm
         self._confirmed: set[float] = set()
+        self._verdicts: dict[float, bool] = {}
         self._on_step = on_step
         self.outcome: SearchOutcome[P] = SearchOutcome(precision_target=precision)
         self.current_phase: Phase = "grow"  # of the probe in flight, for progress displays
@@ -156,23 +161,29 @@ class BoundarySearch(Generic[P]):
         seed = probe_seed(self.seed, index)
         self.current_phase = phase
         result = await self._probe(rate, seed)
-        if result.passed:
-            if out.lo_rps is None or rate > out.lo_rps:
-                out.lo_rps = rate
-        elif out.hi_rps is None or rate < out.hi_rps:
-            out.hi_rps = rate
-        # A noisy pass above a failure (or failure below a pass) narrows from the other side:
-        # keep the bracket consistent, lo < hi, trusting the newest measurement.
-        if out.lo_rps is not None and out.hi_rps is not None and out.lo_rps >= out.hi_rps:
-            if result.passed:
-                out.hi_rps = None
-            else:
-                out.lo_rps = None
+        self._record(rate, result.passed)
         step = SearchStep(index, rate, seed, phase, result, out.lo_rps, out.hi_rps)
         out.steps.append(step)
         if self._on_step is not None:
             self._on_step(step)
         return result.passed
+
+    def _record(self, rate: float, passed: bool) -> None:
+        """Keep the latest verdict per rate; a new verdict overrides older ones it contradicts
+        (a pass overrides failures at or below its rate, a failure passes at or above it), so
+        noise never leaves a failing rate below a passing one. Then lo = the highest passing
+        rate, hi = the lowest failing rate (necessarily above lo)."""
+        v = self._verdicts
+        if passed:
+            for r in [r for r, ok in v.items() if not ok and r <= rate]:
+                del v[r]
+        else:
+            for r in [r for r, ok in v.items() if ok and r >= rate]:
+                del v[r]
+        v[rate] = passed
+        out = self.outcome
+        out.lo_rps = max((r for r, ok in v.items() if ok), default=None)
+        out.hi_rps = min((r for r, ok in v.items() if not ok), default=None)
 
     def _budget_left(self) -> bool:
         return len(self.outcome.steps) < self.max_probes
