@@ -211,8 +211,13 @@ def summarize_probe(
         failed.append("interrupted")
         reasons.append("interrupted before the window completed")
     passed = not failed
-    mbu = probe_mbu(run, geometry, spec.hardware, accelerator)
+    # A window cut short (early stop, Ctrl-C) cancelled its counted requests mid-stream: T and
+    # the context sum no longer describe one steady state, so no MBU is derived from them.
+    cut = run.stopped_early or run.interrupted
+    mbu = None if cut else probe_mbu(run, geometry, spec.hardware, accelerator)
     flags = [] if mbu is None else [k for k, v in asdict(mbu.flags).items() if v]
+    if cut:
+        flags.append("window_cut")
     if m.timestamp_source not in ("kernel", "none"):
         flags.append(f"timestamps_{m.timestamp_source}")
     if run.drain_timeouts:
