@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from test_sim_support import config, geometry
 from tokenwatt.sim import RunningSim, start_sim_thread
+from tokenwatt.sim.tokens import WORDS
 
 MODEL = "toy"
 
@@ -160,17 +161,19 @@ def test_non_streaming_chat(client: openai.OpenAI) -> None:
 
 
 def test_token_id_prompts_and_continuous_usage(client: openai.OpenAI) -> None:
+    # Longer than the word list, so a cached per-word frame would repeat stale running usage.
+    n = len(WORDS) + 7
     stream = client.completions.create(
         model=MODEL,
         prompt=list(range(300)),
-        max_tokens=4,
+        max_tokens=n,
         stream=True,
         stream_options={"include_usage": True, "continuous_usage_stats": True},
         extra_body={"ignore_eos": True},
     )
     chunks = list(stream)
     running = [c.usage.completion_tokens for c in chunks if c.choices and c.usage]
-    assert running == [1, 2, 3, 4]
+    assert running == list(range(1, n + 1))
     assert all(c.usage and c.usage.prompt_tokens == 300 for c in chunks)
 
 

@@ -55,6 +55,7 @@ class _Sink:
     """Where a request's tokens go: its socket and renderer (streaming) or its future."""
 
     __slots__ = (
+        "cacheable",
         "done",
         "ended",
         "error_after",
@@ -83,6 +84,8 @@ class _Sink:
         self.stall_after = config.stall_after_tokens
         self.ended = False  # nothing more will be written (finished, errored, stalled)
         self.frames: list[bytes | None] = [None] * len(WORDS)  # token frames by word
+        # A frame depends only on its word unless it carries running usage counts.
+        self.cacheable = not renderer.continuous_usage
         self.fast = (
             stream
             and config.tokens_per_chunk == 1
@@ -193,12 +196,12 @@ class ReplicaDriver:
                 continue
             idx = req.generated - 1
             if sink.fast:  # the hot path: a cached frame, one per word
-                if req.state != FINISHED and idx:
+                if sink.cacheable and req.state != FINISHED and idx:
                     frame = sink.frames[idx % n_words]
                     if frame is None:
                         frame = sink.renderer.tokens(idx, 1, None)
                         sink.frames[idx % n_words] = frame
-                else:  # the first token (chat: with the role chunk) or the last
+                else:  # first or last token, or per-chunk usage that differs every chunk
                     finish = req.finish_reason if req.state == FINISHED else None
                     frame = sink.renderer.tokens(idx, 1, finish)
                     if finish is not None:
