@@ -261,7 +261,7 @@ def test_early_stop_attainment_form() -> None:
 @pytest.mark.timeout(400)
 def test_demo_runs_the_bundled_spec(tmp_path: Path) -> None:
     """`tokenwatt demo` end to end (about two minutes here; its wall time is reported in
-    docs/parts/bench.md, never asserted)."""
+    docs/methodology.md, never asserted)."""
     out = tmp_path / "demo"
     res = run_cli("demo", "--out", str(out), timeout=390)
     assert res.returncode == 0, res.stderr[-2000:]

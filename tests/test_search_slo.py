@@ -151,7 +151,7 @@ def test_trend_detects_a_growing_queue_and_ignores_a_stable_one() -> None:
 
 
 def test_trend_error_rates_on_a_batched_queue() -> None:
-    # Calibration figures quoted in docs/parts/bench.md: M/D/8, 200 requests, 1 s TTFT limit.
+    # Calibration figures quoted in docs/methodology.md: M/D/8, 200 requests, 1 s TTFT limit.
     stable = sum(detect_trend(_mdc(0.8, 200, s), 1.0).rising for s in range(60))
     over = sum(detect_trend(_mdc(1.3, 200, s), 1.0).rising for s in range(60))
     assert stable <= 3, stable  # ≈ 3 % measured over 200 seeds

@@ -16,7 +16,7 @@ the roofline; only to place the load, never as the expected answer). MoE models 
 of 128, where nearly every expert is hit each step: at small batches the simulator's mixed
 steps (a prompt's tokens routed through experts alongside the decodes) read experts that the
 decode-only W(B) does not count, which lowers the derived figure for many-expert models (see
-docs/parts/bench.md, "Validation").
+docs/methodology.md, "Validation").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Streaming OpenAI client with kernel receive timestamps (see docs/parts/client.md).
+"""Streaming OpenAI client with kernel receive timestamps (see docs/methodology.md).
 
 ``StreamClient`` sends one streaming request per ``stream()`` call over its own non-blocking
 sockets and returns a ``RequestRecord``; it sets no load policy.

@@ -4,7 +4,7 @@ No I/O here. The connection code hands each event's raw bytes, its arrival stamp
 the read that returned it to a ``StreamInterpreter``, which decodes them in batches away from the
 read itself (so JSON never delays a read) and finally fills the ``RequestRecord``.
 
-Rules (docs/parts/client.md has the reasoning):
+Rules (docs/methodology.md has the reasoning):
 * A content chunk carries non-empty ``text`` (completions) or a non-empty ``delta.content``,
   ``delta.reasoning_content``/``delta.reasoning`` or ``delta.tool_calls`` (chat). A chat chunk that
   only carries the role is not a token.

@@ -2,7 +2,7 @@
 
 The counter walks the decoder layer by layer (attention, norms, dense MLP or MoE block),
 so hybrid layouts (dense-first DeepSeek layers, interleaved Llama-4 MoE, Qwen's
-``mlp_only_layers``) are exact. Conventions (docs/parts/geometry.md): RMSNorm weights count
+``mlp_only_layers``) are exact. Conventions (docs/methodology.md): RMSNorm weights count
 (2 per layer + final); biases, attention sinks, routers and DeepSeek's score-correction bias
 count; MTP layers are reported apart; the LM head is counted once when tied.
 """

@@ -13,7 +13,7 @@ Per request (all times from the client's monotonic clock):
 * chunk ITL = the gaps between consecutive content chunks (one gap per chunk, not per token)
 
 Across counted successful requests: τ = Σ(E2E − TTFT) / Σ(n − 1), the token-weighted mean
-inter-token latency the seed's MBU uses. ``docs/parts/load.md`` has every definition.
+inter-token latency the seed's MBU uses. ``docs/methodology.md`` has every definition.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 
 Every input is returned beside the result so that a reader can redo the arithmetic, and the
 places where the assumptions bend are raised as flags rather than silently corrected
-(docs/parts/bench.md, "MBU").
+(docs/methodology.md, "MBU").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ them on background threads and reports energy over any window of the run's monot
     PowerMonitor.energy(start_ns, end_ns) -> EnergyReport      per scope, with flags
     PowerMonitor.samples(start_ns, end_ns) -> PowerSeries      power over time, for plots
 
-See docs/parts/power.md for what each source measures and how a window is integrated.
+See docs/methodology.md for what each source measures and how a window is integrated.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
         ...  # sim.url == "http://127.0.0.1:PORT/v1", sim.metrics_url
 
 ``VirtualSim`` runs the same engine in virtual time for deterministic tests. The model,
-its ground truth and its departures from real engines are described in docs/parts/sim.md.
+its ground truth and its departures from real engines are described in docs/methodology.md.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class SimConfig:
     gpus_per_replica × 0.9 − all weight bytes (an error, not a clamp, when that is not
     positive: the model does not fit). Power per GPU is ``idle_w`` (default
     ``idle_power_fraction`` × TDP) plus the rest of TDP in proportion to how busy the
-    roofline resource of the moment is (see docs/parts/sim.md).
+    roofline resource of the moment is (see docs/methodology.md).
     """
 
     geometry: ModelGeometry

@@ -2,7 +2,7 @@
 
 Each entry of ``sources`` names one way of reading power (``kind``); the run reads them all on
 background threads and reports energy per scope over each probe's window
-(docs/parts/power.md).
+(docs/methodology.md).
 """
 
 from __future__ import annotations
