@@ -84,8 +84,8 @@ class _Display:
         elif ev.kind == "probe_done" and ev.summary is not None:
             s = ev.summary
             verdict = "[green]pass[/]" if s.slo_passed else "[red]fail[/]"
-            why = "" if s.slo_passed else f" — {s.slo_detail.reason}"
-            mbu = "—" if s.mbu is None else f"{s.mbu:.1%}"
+            why = "" if s.slo_passed else f"; {s.slo_detail.reason}"
+            mbu = "n/a" if s.mbu is None else f"{s.mbu:.1%}"
             label = (
                 "single stream"
                 if ev.index == 0
