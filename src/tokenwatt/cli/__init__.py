@@ -11,6 +11,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tokenwatt import __version__
 from tokenwatt.errors import TokenwattError
@@ -55,7 +56,10 @@ def main() -> None:
         # Without standalone mode click returns a command's exit code instead of exiting.
         rc = app(standalone_mode=False)
     except TokenwattError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # The message is text, not markup: "pip install 'tokenwatt[nvidia]'" must survive.
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

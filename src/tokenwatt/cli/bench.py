@@ -165,7 +165,7 @@ def _report(out: Path, console: Console) -> BenchResult | None:
         path = write_html(result, out)
         console.print(f"\nreport: {path}", highlight=False, soft_wrap=True)
     except OSError as exc:
-        console.print(f"could not write report.html: {exc}", highlight=False)
+        console.print(f"could not write report.html: {exc}", highlight=False, markup=False)
     return result
 
 
