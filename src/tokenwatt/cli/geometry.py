@@ -62,6 +62,7 @@ def _console() -> Console:
 
 
 def _show_geometry(g: ModelGeometry, rows: list[dict[str, Any]]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     def b(n: float) -> str:
@@ -126,8 +127,8 @@ def _show_geometry(g: ModelGeometry, rows: list[dict[str, Any]]) -> None:
             )
         console.print(bt)
     for note in g.notes:
-        console.print(f"[dim]note: {note}[/]")
-    console.print(f"[dim]source: {g.source}[/]")
+        console.print(f"[dim]note: {escape(str(note))}[/]")
+    console.print(f"[dim]source: {escape(str(g.source))}[/]")
 
 
 def geometry(  # noqa: PLR0917 (typer maps parameters to options)

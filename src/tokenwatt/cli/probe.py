@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -355,7 +356,7 @@ def register(app: typer.Typer) -> None:
         if not quiet:
             console.print(summary_table(data))
             for w in data["warnings"]:
-                console.print(f"[yellow]warning:[/] {w}", highlight=False)
+                console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
             console.print(f"wrote {folder / 'probe.json'} and {folder / 'requests.jsonl'}")
         if data["interrupted"]:
             console.print("[yellow]interrupted:[/] wrote what was measured")
