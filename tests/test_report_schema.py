@@ -144,7 +144,7 @@ def test_golden_latencies_are_ordered() -> None:
 
 
 def test_redaction_keeps_token_counts_and_drops_secrets() -> None:
-    from tokenwatt.report.schema import redact_secrets
+    from tokenwatt.spec import redact
 
     spec = {
         "workload": {"input_tokens": {"value": 1024}, "output_tokens": {"value": 256}},
@@ -153,7 +153,7 @@ def test_redaction_keeps_token_counts_and_drops_secrets() -> None:
         "headers": {"Authorization": "Bearer sk-1", "hf_token": "hf_abc", "token": "t"},
         "power": [{"password": "pw", "url": "https://root:calvin@10.0.0.5/redfish"}],
     }
-    out = redact_secrets(spec)
+    out = redact(spec)
     assert out["workload"] == spec["workload"]
     assert out["sim"] == spec["sim"]
     assert out["endpoint"] == spec["endpoint"]

@@ -54,7 +54,6 @@ __all__ = [
     "SloDetail",
     "SloSettings",
     "load_result",
-    "redact_secrets",
     "result_path",
     "write_result",
 ]
@@ -355,7 +354,7 @@ class BenchResult(_Strict):
     @classmethod
     def _redact_spec(cls, v: dict[str, Any]) -> dict[str, Any]:
         # The caller redacts already; do it again so no path can leak a key into a file.
-        out: dict[str, Any] = redact_secrets(v)
+        out: dict[str, Any] = redact(v)
         return out
 
     @field_validator("schema_version")
@@ -368,11 +367,6 @@ class BenchResult(_Strict):
 
 # Secret-looking keys. "token" only as a whole word at the end (token, hf_token, auth_token):
 # the spec is full of token counts (input_tokens, max_batched_tokens, first_token_s).
-def redact_secrets(value: Any) -> Any:
-    """The spec's own redaction (``tokenwatt.spec.redact``), re-applied at the file's edge."""
-    return redact(value)
-
-
 def _versions() -> str:
     return ", ".join(str(v) for v in sorted(SUPPORTED_VERSIONS))
 
