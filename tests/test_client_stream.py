@@ -439,15 +439,15 @@ def test_reset_mid_stream_keeps_what_arrived() -> None:
     run(main)
 
 
-def test_close_mid_chunked_stream_is_a_reset() -> None:
+def test_clean_close_mid_chunked_stream_is_truncated() -> None:
     async def main() -> None:
         steps = [*sse_stream([cmpl("a")], done=False, end=False), "close"]
         async with Server(lambda i, h, b: steps) as srv:
             c = client(srv.url)
             r = await one(c)
             await c.aclose()
-        assert r.error_kind == "reset" and len(r.chunk_ns) == 1
-        assert r.error_message is not None and "before the stream ended" in r.error_message
+        assert r.error_kind == "truncated" and len(r.chunk_ns) == 1
+        assert r.error_message is not None and "framing ended" in r.error_message
 
     run(main)
 

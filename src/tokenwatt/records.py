@@ -19,6 +19,7 @@ ErrorKind = Literal[
     "timeout_total",  # whole request over timeouts.total_s
     "protocol",  # malformed HTTP or SSE, undecodable JSON
     "stream_error",  # a JSON error object inside a 200 stream
+    "truncated",  # a 200 stream that ended (framing end or clean close) without a proper end
     "cancelled",  # the run was interrupted (Ctrl-C) while the request was in flight
 ]
 
@@ -51,6 +52,8 @@ class RequestRecord:
     chunk_tokens_source: Literal["usage", "fallback"] = "fallback"
     saw_done: bool = False  # the stream ended with `data: [DONE]` (else by end of body / close)
     connection_reused: bool | None = None  # sent on a kept-alive connection (None: never sent)
+    # ok, but fewer tokens than max_tokens arrived although ignore_eos asked for exactly that many
+    short_output: bool = False
 
     @property
     def ok(self) -> bool:

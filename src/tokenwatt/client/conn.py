@@ -44,6 +44,7 @@ class Exchange:
     """One request/response on a connection; what the waiting coroutine reads when it ends."""
 
     __slots__ = (
+        "body_limit",
         "bytes_in",
         "content_type",
         "done_ns",
@@ -56,6 +57,7 @@ class Exchange:
         "http_status",
         "interp",
         "last_read_ns",
+        "location",
         "mode",
         "raw_body",
         "reason",
@@ -64,7 +66,12 @@ class Exchange:
         "user_stamps",
     )
 
-    def __init__(self, future: asyncio.Future[None], interp: StreamInterpreter | None) -> None:
+    def __init__(
+        self,
+        future: asyncio.Future[None],
+        interp: StreamInterpreter | None,
+        body_limit: int = _ERROR_BODY_MAX,
+    ) -> None:
         self.future = future
         self.interp = interp  # None: a plain (non-streaming) request such as GET /models
         self.mode: Literal["sse", "body"] = "sse" if interp is not None else "body"
@@ -77,6 +84,9 @@ class Exchange:
         self.reason = ""
         self.raw_body = bytearray()  # body kept for non-SSE answers (errors, /models)
         self.content_type = b""
+        self.location = ""  # a redirect's Location header, for the error line
+        # a plain body (GET /models) beyond this is a failure, not a memory blow-up
+        self.body_limit = body_limit
         self.done_ns: int | None = None  # stamp of the read that ended it, or when it failed
         self.error_body = False
         self.saw_done = False
@@ -111,6 +121,7 @@ class Connection:
         "_sse",
         "_ssl",
         "_stamp",
+        "_stray",
         "_wbuf",
         "_write_done",
         "closed",
@@ -149,9 +160,10 @@ class Connection:
         self._rview = rbuf
         self._stamp = 0
         self._message_complete = False
+        self._stray = False  # a second response began on one request: close after this read
         self._framed = False  # the answer has Content-Length or chunked encoding
         self._wbuf = bytearray()
-        self._write_done: Callable[[], None] | None = None
+        self._write_done: Callable[[int], None] | None = None
         self.closed = False
         self.exchanges = 0
 
@@ -222,8 +234,9 @@ class Connection:
     def start(
         self, ex: Exchange, request: bytes, on_sent: Callable[[], None] | None = None
     ) -> None:
-        """Send ``request`` and route the answer into ``ex``; ``ex.sent_ns`` is set when the
-        last request byte has been handed to the kernel."""
+        """Send ``request`` and route the answer into ``ex``; ``ex.sent_ns`` is the stamp taken
+        just before the ``send()`` call that handed the last request byte to the kernel (taken
+        after it, a server answering within the call's own time gave a negative TTFT)."""
         self._ex = ex
         self._interp = ex.interp
         self._sse = SSEParser() if ex.interp is not None else None
@@ -232,8 +245,8 @@ class Connection:
         self._framed = False
         self.exchanges += 1
 
-        def sent() -> None:
-            ex.sent_ns = _perf()
+        def sent(stamp: int) -> None:
+            ex.sent_ns = stamp
             if on_sent is not None:
                 on_sent()
 
@@ -243,10 +256,11 @@ class Connection:
             request = self._out_bio.read()
         self._write(request, sent)
 
-    def _write(self, data: bytes, done: Callable[[], None] | None) -> None:
+    def _write(self, data: bytes, done: Callable[[int], None] | None) -> None:
         if self._wbuf:
             self._wbuf += data
         else:
+            stamp = _perf()
             try:
                 n = self.sock.send(data)
             except (BlockingIOError, InterruptedError):
@@ -256,7 +270,7 @@ class Connection:
                 return
             if n == len(data):
                 if done is not None:
-                    done()
+                    done(stamp)
                 return
             self._wbuf += data[n:]
             self._loop.add_writer(self.fd, self._on_writable)
@@ -264,6 +278,7 @@ class Connection:
             self._write_done = done
 
     def _on_writable(self) -> None:
+        stamp = _perf()
         try:
             n = self.sock.send(self._wbuf)
         except (BlockingIOError, InterruptedError):
@@ -277,7 +292,7 @@ class Connection:
             self._loop.remove_writer(self.fd)
             done, self._write_done = self._write_done, None
             if done is not None:
-                done()
+                done(stamp)
 
     # ------------------------------------------------------------------ the read path
     def _on_readable(self) -> None:
@@ -329,6 +344,10 @@ class Connection:
                 raise
         except httptools.HttpParserError as exc:
             self._fail("protocol", shorten(f"malformed HTTP response: {exc}"))
+        if self._stray:
+            # a second answer to one request (a late or duplicated response): the next request
+            # on this socket would read it as its own, so the socket goes
+            self.close()
 
     def _decrypt(self, data: bytes, stamp: int) -> bytes:
         assert self._in_bio is not None and self._ssl is not None and self._out_bio is not None
@@ -377,6 +396,10 @@ class Connection:
         self._on_eof(stamp, None)
 
     # httptools callbacks -------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self._ex is None or self._message_complete:
+            self._stray = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
         ex = self._ex
         if ex is None:
@@ -386,6 +409,8 @@ class Connection:
             ex.content_type = value.lower()
             if ex.interp is not None and not ex.content_type.startswith(b"text/event-stream"):
                 ex.mode = "body"  # a streaming request answered with something else
+        elif lname == b"location":
+            ex.location = value.decode("latin-1")
         elif lname == b"content-length" or (
             lname == b"transfer-encoding" and b"chunked" in value.lower()
         ):
@@ -408,8 +433,10 @@ class Connection:
         if ex is None:
             return
         if ex.mode == "body":
-            if len(ex.raw_body) < _ERROR_BODY_MAX or ex.interp is None:
+            if len(ex.raw_body) + len(body) <= ex.body_limit:
                 ex.raw_body += body
+            elif ex.interp is None and not ex.future.done():
+                self._fail("protocol", f"answer larger than {ex.body_limit} bytes")
             return
         sse = self._sse
         interp = self._interp
@@ -449,7 +476,7 @@ class Connection:
         body = bytes(ex.raw_body)
         if ex.error_body:
             ex.error_kind = "http_status"
-            ex.error_message = message_from_body(ex.http_status or 0, "", body)
+            ex.error_message = message_from_body(ex.http_status or 0, "", body, ex.location)
         elif ex.mode == "body" and ex.interp is not None:
             try:
                 msg = error_of(orjson.loads(body))
@@ -501,6 +528,10 @@ class Connection:
             self._finish_message(ex, stamp)
             self.close()
             return
+        if exc is None and ex.headers_done and ex.mode == "sse":
+            # a clean close inside a framed 200 stream: cut short, not a transport failure
+            self._fail("truncated", "connection closed before the stream's framing ended", stamp)
+            return
         how = "reset" if exc is not None else "closed"
         detail = f": {_oserror(exc)}" if exc is not None else ""
         where = "before the answer" if not ex.headers_done else "before the stream ended"
@@ -530,6 +561,17 @@ class Connection:
 
     def holds(self, ex: Exchange) -> bool:
         return self._ex is ex
+
+    def stale(self) -> bool:
+        """Whether an idle connection has unread bytes (a late answer) or was closed by the
+        server; either way it must not carry the next request."""
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        return True  # bytes waiting, or b"" (closed)
 
     def abandon(self) -> None:
         """The waiting side gave up (timeout, cancel): the stream cannot continue on this socket."""

@@ -27,18 +27,21 @@ from tokenwatt.client.openai import (
     EventHook,
     StreamInterpreter,
     build_body,
-    message_from_body,
     model_ids,
     shorten,
 )
 from tokenwatt.client.stamps import ClockInfo, open_stamp_holder, take_clock_info, with_drift
 from tokenwatt.errors import SpecError, TargetError
 from tokenwatt.records import ErrorKind, RequestRecord
+from tokenwatt.spec import redact_text
 from tokenwatt.spec.endpoint import Timeouts
 
 _perf = time.perf_counter_ns
 _NS = 1_000_000_000
 _DRAIN_GRACE_S = 2.0  # after [DONE], how long the terminating HTTP chunk may take
+# GET /models is a start-up check: a short wait and a small answer, whatever the run's timeouts
+MODELS_TIMEOUT_S = 10.0
+MODELS_MAX_BYTES = 1 << 20
 
 
 class _ConnectError(Exception):
@@ -73,13 +76,16 @@ class StreamClient:
         parts = urlsplit(base_url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise SpecError(
-                f"endpoint.url: {base_url!r} is not an http(s) URL; use e.g. http://127.0.0.1:8000/v1"
+                f"endpoint.url: {redact_text(base_url)[:200]!r} is not an http(s) URL; "
+                "use e.g. http://127.0.0.1:8000/v1"
             )
         if api not in PATHS:
             raise SpecError(f"endpoint.api: {api!r} is not one of completions, chat")
         if max_connections < 1:
             raise SpecError("max_connections: must be at least 1")
         self.base_url = base_url.rstrip("/")
+        self.safe_url = redact_text(self.base_url)  # for every printed line and log
+        self._secrets = (api_key, parts.password)  # literal values no message may carry
         self.api: Api = api
         self.model = model
         self.timeouts = timeouts
@@ -155,18 +161,17 @@ class StreamClient:
             rec.prompt_tokens_client = prompt_tokens_client
             rec.max_tokens = max_tokens
             rec.timestamp_source = source
-        body = orjson.dumps(
-            build_body(
-                api=self.api,
-                model=self.model,
-                prompt=prompt,
-                max_tokens=max_tokens,
-                stream_usage=self.stream_usage,
-                ignore_eos=ignore_eos,
-                extra_body=self.extra_body,
-            )
+        fields = build_body(
+            api=self.api,
+            model=self.model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            stream_usage=self.stream_usage,
+            ignore_eos=ignore_eos,
+            extra_body=self.extra_body,
         )
-        request = self._post_request(body)
+        exact = bool(fields.get("ignore_eos")) and fields.get("max_tokens") == max_tokens
+        request = self._post_request(orjson.dumps(fields))
         t0 = _perf()
         fresh = False
         for attempt in range(2):
@@ -185,31 +190,44 @@ class StreamClient:
                 continue
             break
         self._finish_record(rec, ex)
+        _judge_end(rec, exact_length=exact)
         return rec
 
     async def list_models(self) -> list[str]:
-        """GET {base_url}/models. TargetError (one line) if unreachable or not OpenAI-shaped."""
-        url = f"{self.base_url}/models"
+        """GET {base_url}/models. TargetError (one line) if unreachable or not OpenAI-shaped.
+
+        A start-up check, so it waits at most ``MODELS_TIMEOUT_S`` and reads at most
+        ``MODELS_MAX_BYTES`` (a 300 MB answer once took 1.44 GB of memory).
+        """
+        url = f"{self.safe_url}/models"
         request = (
             f"GET {self._prefix}/models HTTP/1.1\r\n".encode("latin-1")
             + self._common_head.replace(b"Accept: text/event-stream", b"Accept: application/json")
             + b"\r\n"
         )
         rec = RequestRecord(request_id=-1, scheduled_ns=0, prompt_tokens_client=0, max_tokens=0)
-        ex = Exchange(self._get_loop().create_future(), None)
-        conn = await self._exchange(rec, ex, request, _perf(), fresh=False)
+        ex = Exchange(self._get_loop().create_future(), None, body_limit=MODELS_MAX_BYTES)
+        t = self.timeouts
+        limit = min(MODELS_TIMEOUT_S, t.total_s)
+        short = Timeouts(
+            connect_s=min(t.connect_s, limit), first_token_s=limit, idle_s=limit, total_s=limit
+        )
+        conn = await self._exchange(rec, ex, request, _perf(), fresh=False, timeouts=short)
+        if conn is not None and ex.error_kind in ("timeout_first_token", "stall", "timeout_total"):
+            raise TargetError(f"GET {url}: no complete answer within {limit:g} s")
         if conn is None or ex.error_kind is not None:
             if ex.error_kind == "http_status":
-                msg = message_from_body(ex.http_status or 0, "", bytes(ex.raw_body))
-                raise TargetError(self._scrub(f"GET {url} answered {msg}"))
+                raise TargetError(self._scrub(f"GET {url} answered {ex.error_message}"))
             why = rec.error_message or ex.error_message or "no answer"
             raise TargetError(self._scrub(f"cannot reach {url}: {why}"))
         try:
             return model_ids(bytes(ex.raw_body))
         except (ValueError, TypeError, AttributeError) as exc:
             raise TargetError(
-                f"{url} is not an OpenAI-compatible /models endpoint ({exc}); "
-                "check that endpoint.url ends with /v1"
+                self._scrub(
+                    f"{url} is not an OpenAI-compatible /models endpoint ({shorten(str(exc))}); "
+                    "check that endpoint.url ends with /v1"
+                )
             ) from None
 
     async def aclose(self) -> None:
@@ -246,11 +264,18 @@ class StreamClient:
         )
 
     async def _exchange(
-        self, rec: RequestRecord, ex: Exchange, request: bytes, t0: int, *, fresh: bool
+        self,
+        rec: RequestRecord,
+        ex: Exchange,
+        request: bytes,
+        t0: int,
+        *,
+        fresh: bool,
+        timeouts: Timeouts | None = None,
     ) -> Connection | None:
         """Run one request on a pooled or new connection; the outcome lands in ``ex``/``rec``."""
         loop = self._get_loop()
-        t = self.timeouts
+        t = timeouts or self.timeouts
         try:
             conn = await self._acquire(fresh)
             reused = conn is not None
@@ -322,10 +347,7 @@ class StreamClient:
         rec.done_ns = now_ns
 
     def _scrub(self, text: str) -> str:
-        key = self._api_key
-        if key and key in text:
-            text = text.replace(key, "***")
-        return text
+        return redact_text(text, self._secrets)
 
     # ------------------------------------------------------------------ pool
     def _get_loop(self) -> asyncio.AbstractEventLoop:
@@ -340,7 +362,11 @@ class StreamClient:
             raise _ConnectError("the client is closed")
         while True:
             if not fresh and self._idle:
-                return self._idle.pop()
+                conn = self._idle.pop()
+                if conn.stale():  # a late answer waits on it, or the server closed it
+                    conn.close()
+                    continue
+                return conn
             if self._open < self.max_connections:
                 self._open += 1
                 return None
@@ -413,6 +439,24 @@ class StreamClient:
             if not w.done():
                 w.set_result(None)
                 return
+
+
+def _judge_end(rec: RequestRecord, *, exact_length: bool) -> None:
+    """Complete or failed: a stream that carried no error is ``ok`` only if it ended properly,
+    with ``[DONE]`` or with a ``finish_reason`` and its HTTP framing complete (a body that ends
+    without either is ``truncated``, its tokens kept). With ``ignore_eos`` and ``max_tokens``
+    sent, a proper end with fewer tokens than asked is flagged ``short_output``."""
+    if rec.status != "ok":
+        return
+    if not rec.saw_done and rec.finish_reason is None:
+        rec.status = "error"
+        rec.error_kind = "truncated"
+        rec.error_message = (
+            f"the stream ended without [DONE] or a finish_reason after {rec.output_tokens} tokens"
+        )
+        return
+    if exact_length and rec.output_tokens < rec.max_tokens:
+        rec.short_output = True
 
 
 def _drop_if_holding(conn: Connection, ex: Exchange) -> None:

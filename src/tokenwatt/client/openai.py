@@ -27,6 +27,7 @@ import orjson
 
 from tokenwatt.errors import SpecError
 from tokenwatt.records import RequestRecord
+from tokenwatt.spec import redact_text
 
 Api = Literal["completions", "chat"]
 EventHook = Callable[[dict[str, Any], int], None]  # (decoded event, arrival stamp ns)
@@ -134,8 +135,16 @@ def error_of(obj: Any) -> str | None:
     return None
 
 
-def message_from_body(status: int, reason: str, body: bytes) -> str:
-    """One line for a non-2xx answer: the body's error message if it has one."""
+def message_from_body(status: int, reason: str, body: bytes, location: str = "") -> str:
+    """One line for a non-2xx answer: the body's error message if it has one; for a redirect,
+    where it points and what to do (the client follows no redirect: a POST body and its API key
+    must not be replayed to another place)."""
+    if 300 <= status < 400:
+        where = redact_text(location.strip()) or "a place it does not name (no Location header)"
+        return shorten(
+            f"HTTP {status}: the endpoint redirects to {where}; "
+            "use that URL as endpoint.url (ending in /v1)"
+        )
     msg: str | None = None
     try:
         msg = error_of(orjson.loads(body))
