@@ -1,0 +1,273 @@
+"""A fault-injecting OpenAI-compatible server for tests: real sockets on 127.0.0.1, scripted bytes.
+
+Each mode is a way a server (or the network) can break; ``EXPECTED`` says how the client must
+classify a request answered in that mode, so a test can assert the exact status and error kind of
+every request and a probe-level test can reuse the same table. The mode of a request is, in order:
+the ``fault`` field of its JSON body (send it with ``extra_body={"fault": mode}``); with
+``by_prompt=True`` the first prompt token id as an index into ``MODES``; else
+``modes[i % len(modes)]`` for the server's i-th request.
+
+Streams are completions-shaped: ``max_tokens`` content chunks of one token each (``"x"``), the last
+with ``finish_reason: "length"``, then ``[DONE]``; faulty modes cut or bend that.
+
+Usage::
+
+    async with FaultServer(modes=["truncated_chunked_end"]) as srv:
+        client = StreamClient(srv.url, ...)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+Step = bytes | float | str  # bytes to write, seconds to pause, "close" / "reset" / "hang"
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+UNFRAMED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+LATE_TOKENS = 2  # the stray second response of "late_second_response" carries this many tokens
+HUGE_MODELS_BYTES = 5 << 20
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+def event(obj: Any) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
+
+
+def token_events(n: int, *, finish: str | None = "length") -> list[bytes]:
+    """``n`` one-token content events; the last carries ``finish`` (None: no finish_reason)."""
+    out = []
+    for i in range(n):
+        fr = finish if i == n - 1 else None
+        out.append(event({"choices": [{"index": 0, "text": "x", "finish_reason": fr}]}))
+    return out
+
+
+def chunked_stream(events: list[bytes], *, done: bool = True, end: bool = True) -> list[Step]:
+    steps: list[Step] = [SSE_HEAD, *(chunk(e) for e in events)]
+    if done:
+        steps.append(chunk(b"data: [DONE]\n\n"))
+    if end:
+        steps.append(b"0\r\n\r\n")
+    return steps
+
+
+def json_response(status: str, body: bytes, *, extra: str = "") -> bytes:
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}\r\n"
+    ).encode() + body
+
+
+def _stream_bytes(n: int) -> bytes:
+    return b"".join(s for s in chunked_stream(token_events(n)) if isinstance(s, bytes))
+
+
+def script(mode: str, max_tokens: int) -> list[Step]:
+    """The bytes and actions that answer one request in ``mode``."""
+    n = max_tokens
+    cut = max(1, min(3, n - 1))  # tokens sent before a stream is cut short
+    if mode in ("ok", "instant"):
+        return chunked_stream(token_events(n))
+    if mode == "ok_finish_no_done":
+        return chunked_stream(token_events(n), done=False)
+    if mode == "short_output":
+        return chunked_stream(token_events(cut, finish="stop"))
+    if mode == "http_500":
+        return [json_response("500 Internal Server Error", b'{"error": {"message": "boom"}}')]
+    if mode == "http_503_html":
+        return [json_response("503 Service Unavailable", b"<html><b>down</b></html>")]
+    if mode == "redirect_307":
+        return [json_response("307 Temporary Redirect", b"", extra="Location: /v2/completions\r\n")]
+    if mode == "reset_before_headers":
+        return ["reset"]
+    if mode == "reset_mid_stream":
+        return [*chunked_stream(token_events(cut, finish=None), done=False, end=False), "reset"]
+    if mode == "stall":
+        return [*chunked_stream(token_events(cut, finish=None), done=False, end=False), "hang"]
+    if mode == "no_first_token":
+        return [SSE_HEAD, chunk(b": keep-alive\n\n"), "hang"]
+    if mode == "malformed_sse":
+        return chunked_stream([*token_events(cut, finish=None), b"data: {not json\n\n"])
+    if mode == "malformed_http":
+        return [b"HTTP/1.1 two hundred\r\n\r\n", "close"]
+    if mode == "stream_error":
+        err = event({"error": {"message": "engine died", "type": "internal"}})
+        return chunked_stream([*token_events(cut, finish=None), err])
+    if mode == "json_instead_of_stream":
+        return [json_response("200 OK", b'{"choices": []}')]
+    if mode == "truncated_close_unframed":
+        return [UNFRAMED_HEAD, *token_events(cut, finish=None), "close"]
+    if mode == "truncated_chunked_end":
+        return chunked_stream(token_events(cut, finish=None), done=False)
+    if mode == "truncated_close_chunked":
+        return [*chunked_stream(token_events(cut, finish=None), done=False, end=False), "close"]
+    if mode == "truncated_content_length":
+        body = b"".join(token_events(cut, finish=None))
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            f"Content-Length: {len(body) + 500}\r\n\r\n"
+        ).encode()
+        return [head + body, "close"]
+    if mode == "late_second_response":
+        # a correct answer, then (after the client has moved on) a stray duplicate
+        return [_stream_bytes(n), 0.05, _stream_bytes(LATE_TOKENS)]
+    if mode == "double_response_one_write":
+        return [_stream_bytes(n) + _stream_bytes(LATE_TOKENS)]
+    raise ValueError(f"unknown fault mode {mode!r}")
+
+
+def _echo(head: bytes) -> bytes:
+    """A careless server: a 500 whose message repeats the request line and every header (the
+    API key among them), and a Location naming the request's own URL with its credentials."""
+    text = head.decode("latin-1").replace("\r\n", " | ")
+    body = orjson.dumps({"error": {"message": f"cannot serve {text}"}})
+    return json_response("500 Internal Server Error", body)
+
+
+# mode → (status, error_kind) the client must record for a request answered in that mode
+EXPECTED: dict[str, tuple[str, str | None]] = {
+    "ok": ("ok", None),
+    "instant": ("ok", None),
+    "ok_finish_no_done": ("ok", None),
+    "short_output": ("ok", None),
+    "http_500": ("error", "http_status"),
+    "http_503_html": ("error", "http_status"),
+    "redirect_307": ("error", "http_status"),
+    "reset_before_headers": ("error", "reset"),
+    "reset_mid_stream": ("error", "reset"),
+    "stall": ("error", "stall"),
+    "no_first_token": ("error", "timeout_first_token"),
+    "malformed_sse": ("error", "protocol"),
+    "malformed_http": ("error", "protocol"),
+    "stream_error": ("error", "stream_error"),
+    "json_instead_of_stream": ("error", "protocol"),
+    "truncated_close_unframed": ("error", "truncated"),
+    "truncated_chunked_end": ("error", "truncated"),
+    "truncated_close_chunked": ("error", "truncated"),
+    "truncated_content_length": ("error", "truncated"),
+    "late_second_response": ("ok", None),
+    "double_response_one_write": ("ok", None),
+    "echo_secrets": ("error", "http_status"),
+}
+MODES: tuple[str, ...] = tuple(EXPECTED)
+
+
+@dataclass
+class FaultServer:
+    """The scripted server; ``posts`` counts streaming requests received, per mode."""
+
+    modes: list[str] = field(default_factory=lambda: ["ok"])
+    by_prompt: bool = False
+    huge_models: bool = False
+    posts: dict[str, int] = field(default_factory=dict)
+    connections: int = 0
+    port: int = 0
+    _server: asyncio.Server | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _index: int = 0
+
+    async def __aenter__(self) -> FaultServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 1)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def total_posts(self) -> int:
+        return sum(self.posts.values())
+
+    def _mode_of(self, body: dict[str, Any]) -> str:
+        if isinstance(body.get("fault"), str):
+            return str(body["fault"])
+        prompt = body.get("prompt")
+        if self.by_prompt and isinstance(prompt, list) and prompt:
+            return MODES[int(prompt[0]) % len(MODES)]
+        mode = self.modes[self._index % len(self.modes)]
+        self._index += 1
+        return mode
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        self.connections += 1
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            raw = await reader.readexactly(length) if length else b""
+            if head.startswith(b"GET "):
+                steps: list[Step] = [self._models()]
+            else:
+                body = orjson.loads(raw)
+                mode = self._mode_of(body)
+                self.posts[mode] = self.posts.get(mode, 0) + 1
+                if mode == "echo_secrets":
+                    steps = [_echo(head)]
+                else:
+                    steps = script(mode, int(body.get("max_tokens", 16)))
+            if not await self._play(steps, writer):
+                return
+
+    def _models(self) -> bytes:
+        if self.huge_models:
+            ids = b",".join(b'{"id": "m%d"}' % i for i in range(HUGE_MODELS_BYTES // 12))
+            return json_response("200 OK", b'{"data": [' + ids + b"]}")
+        return json_response("200 OK", b'{"object": "list", "data": [{"id": "m"}]}')
+
+    async def _play(self, steps: list[Step], writer: asyncio.StreamWriter) -> bool:
+        """Write one answer; False when the connection is gone afterwards."""
+        for step in steps:
+            if isinstance(step, bytes):
+                writer.write(step)
+                await writer.drain()
+            elif isinstance(step, float):
+                await asyncio.sleep(step)
+            elif step == "close":
+                writer.close()
+                return False
+            elif step == "reset":
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()
+                return False
+            elif step == "hang":
+                await asyncio.sleep(3600)
+        return True
