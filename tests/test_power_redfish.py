@@ -301,3 +301,71 @@ def test_https_bmc_with_a_self_signed_certificate(tmp_path: Path, creds: dict[st
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers every GET with a Redfish document or a redirect; records Authorization headers."""
+
+    seen: list[str | None]
+    redirect_to: str | None
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.headers.get("Authorization"))
+        if self.redirect_to is not None and not self.path.startswith("/moved"):
+            self.send_response(307)
+            self.send_header("Location", self.redirect_to + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = json.dumps({"PowerWatts": {"Reading": 500.0}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _recorder(redirect_to: str | None) -> tuple[ThreadingHTTPServer, type[_Recorder]]:
+    handler = type("H", (_Recorder,), {"seen": [], "redirect_to": redirect_to})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}).start()
+    return httpd, handler
+
+
+def test_redirect_to_another_origin_never_gets_the_login(creds: dict[str, str]) -> None:
+    """A BMC redirecting to another host:port: the login must not travel there."""
+    elsewhere, seen_there = _recorder(None)
+    other = f"http://127.0.0.1:{elsewhere.server_address[1]}"
+    bmc, _ = _recorder(other)
+    try:
+        src = RedfishPower(
+            url=f"http://127.0.0.1:{bmc.server_address[1]}", paths=[CHASSIS], **creds
+        )
+        with pytest.raises(PowerSourceError) as err:
+            src.open()
+        msg = str(err.value)
+        assert "redirects to " + other + CHASSIS in msg and "another origin" in msg
+        assert PASSWORD not in msg and "\n" not in msg
+        assert seen_there.seen == []  # nothing, credentials or not, reached the other origin
+    finally:
+        for h in (bmc, elsewhere):
+            h.shutdown()
+            h.server_close()
+
+
+def test_redirect_within_the_same_origin_is_followed(creds: dict[str, str]) -> None:
+    bmc, handler = _recorder(None)
+    base = f"http://127.0.0.1:{bmc.server_address[1]}"
+    handler.redirect_to = base + "/moved"
+    try:
+        src = RedfishPower(url=base, paths=[CHASSIS], **creds)
+        src.open()
+        assert src.unit == "W" and len(handler.seen) == 2
+        auth = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        assert handler.seen == [auth, auth]
+    finally:
+        bmc.shutdown()
+        bmc.server_close()

@@ -1,6 +1,9 @@
 """A small blocking HTTP GET for the scraping threads (urllib: the threads have no event loop).
 
 Failures come back as ``HttpError`` with a short reason that never contains credentials.
+Redirects are followed only within the same origin (scheme, host and port): urllib would
+otherwise replay the ``Authorization`` header, a BMC's login, to whatever host a redirect names,
+even from https to plain http.
 """
 
 from __future__ import annotations
@@ -9,9 +12,16 @@ import base64
 import ssl
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit, urlunsplit
+from http.client import HTTPMessage
+from typing import IO
+from urllib.parse import urljoin, urlsplit
+
+from tokenwatt.spec import redact_text
 
 __all__ = ["HttpError", "basic_auth", "get", "safe_url"]
+
+# the one redaction of free text (tokenwatt.spec), under the name the power sources use
+safe_url = redact_text
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -24,24 +34,42 @@ class HttpError(Exception):
         self.status = status
 
 
-def safe_url(url: str) -> str:
-    """The URL with any user:password@ removed, for messages."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
 def basic_auth(user: str, password: str) -> str:
     token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
     return f"Basic {token}"
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    default = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to the same origin; anywhere else is a one-line error."""
+
+    def redirect_request(  # noqa: PLR0917 (urllib's signature)
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        target = urljoin(req.full_url, newurl)
+        if _origin(target) != _origin(req.full_url):
+            raise HttpError(
+                f"HTTP {code}: redirects to {redact_text(target)}, another origin, where "
+                "credentials are never sent; use that URL in the spec if you trust it",
+                status=code,
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def _opener(url: str, verify_tls: bool) -> urllib.request.OpenerDirector:
-    handlers: list[urllib.request.BaseHandler] = []
+    handlers: list[urllib.request.BaseHandler] = [_SameOriginRedirects()]
     if (urlsplit(url).hostname or "") in _LOOPBACK:
         handlers.append(urllib.request.ProxyHandler({}))  # never send loopback via a proxy
     if url.startswith("https://"):
@@ -71,8 +99,8 @@ def get(
     except urllib.error.URLError as exc:
         reason = exc.reason
         text = getattr(reason, "strerror", None) or str(reason)
-        raise HttpError(text) from None
+        raise HttpError(redact_text(text)) from None
     except TimeoutError:
         raise HttpError(f"no answer within {timeout_s:g} s") from None
     except OSError as exc:
-        raise HttpError(exc.strerror or str(exc)) from None
+        raise HttpError(redact_text(exc.strerror or str(exc))) from None
