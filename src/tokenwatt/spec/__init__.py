@@ -62,16 +62,32 @@ class BenchSpec(Section):
     sim: SimSection = Field(default_factory=SimSection)
 
 
+ERROR_LINE_MAX = 300  # characters of one spec error line (a 200,000-character value was echoed)
+_SHOWN_MAX = 60  # characters of one offending value or key shown in it
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def format_validation_error(exc: ValidationError, *, source: str = "spec") -> str:
-    """One line: every bad field path with what is wrong and, where pydantic says it, the input."""
+    """One line: every bad field path with what is wrong and, where pydantic says it, the input
+    (redacted, each value and the whole line cut to a readable length)."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-        msg = err["msg"].removeprefix("Value error, ")
+        loc = ".".join(
+            _cut(str(p), _SHOWN_MAX) for p in err["loc"] if not str(p).startswith("function-")
+        )
+        msg = _cut(err["msg"].removeprefix("Value error, "), _SHOWN_MAX * 3)
         got = err.get("input")
-        shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+        shown = (
+            ""
+            if isinstance(got, dict | list) or got is None
+            else f" (got {_cut(redact_text(repr(got)), _SHOWN_MAX)})"
+        )
         parts.append(f"{loc or '<root>'}: {msg}{shown}")
-    return f"{source}: " + "; ".join(parts)
+    return _cut(f"{_cut(source, _SHOWN_MAX * 2)}: " + "; ".join(parts), ERROR_LINE_MAX)
 
 
 def parse_spec(data: Any, *, source: str = "spec") -> BenchSpec:
@@ -92,6 +108,8 @@ def load_spec(path: str | Path) -> BenchSpec:
         text = p.read_text("utf-8")
     except OSError as exc:
         raise SpecError(f"{p}: cannot read spec ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: not UTF-8 text (byte {exc.start}); save the spec as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -7,18 +7,23 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from tokenwatt.spec._base import Section
+from tokenwatt.spec._base import MAX_SECONDS, Section
 
 
 class Timeouts(Section):
-    connect_s: float = Field(10.0, gt=0, description="TCP/TLS connect and request write, seconds")
+    connect_s: float = Field(
+        10.0, gt=0, le=MAX_SECONDS, description="TCP/TLS connect and request write, seconds"
+    )
     first_token_s: float = Field(
-        600.0, gt=0, description="from send to the first content chunk, seconds"
+        600.0, gt=0, le=MAX_SECONDS, description="from send to the first content chunk, seconds"
     )
     idle_s: float = Field(
-        60.0, gt=0, description="longest silence between two reads of a stream (a stall), seconds"
+        60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="longest silence between two reads of a stream (a stall), seconds",
     )
-    total_s: float = Field(1800.0, gt=0, description="whole request, seconds")
+    total_s: float = Field(1800.0, gt=0, le=MAX_SECONDS, description="whole request, seconds")
 
 
 class Endpoint(Section):

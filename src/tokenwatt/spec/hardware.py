@@ -8,13 +8,22 @@ from pydantic import Field, model_validator
 
 from tokenwatt.spec._base import Section
 
+MAX_GPUS = 65_536  # accelerators on one node under test (a rack-scale node is ~72)
+
 
 class CustomAccelerator(Section):
-    bandwidth_bytes_per_s: float = Field(gt=0, description="rated memory bandwidth per GPU, B/s")
-    memory_bytes: float = Field(gt=0, description="memory per GPU, bytes")
-    tdp_w: float | None = Field(None, gt=0, description="board power per GPU, W")
-    bf16_dense_flops: float | None = Field(None, gt=0, description="dense BF16 peak, FLOP/s")
-    fp8_dense_flops: float | None = Field(None, gt=0, description="dense FP8 peak, FLOP/s")
+    """Figures for one accelerator; upper bounds sit ~100x above today's parts (B/s, bytes, W,
+    FLOP/s) so a unit slip (bytes for GiB, W for mW) is caught, not a future chip."""
+
+    bandwidth_bytes_per_s: float = Field(
+        gt=0, le=1e16, description="rated memory bandwidth per GPU, B/s"
+    )
+    memory_bytes: float = Field(gt=0, le=1e15, description="memory per GPU, bytes")
+    tdp_w: float | None = Field(None, gt=0, le=1e6, description="board power per GPU, W")
+    bf16_dense_flops: float | None = Field(
+        None, gt=0, le=1e19, description="dense BF16 peak, FLOP/s"
+    )
+    fp8_dense_flops: float | None = Field(None, gt=0, le=1e19, description="dense FP8 peak, FLOP/s")
 
 
 class HardwareSection(Section):
@@ -24,8 +33,12 @@ class HardwareSection(Section):
     custom: CustomAccelerator | None = Field(
         None, description="figures for an accelerator the catalog lacks, or to replace its own"
     )
-    gpus: int = Field(1, ge=1, description="N_GPU: accelerators serving the model on this node")
-    replicas: int = Field(1, ge=1, description="R: data-parallel engine replicas on the node")
+    gpus: int = Field(
+        1, ge=1, le=MAX_GPUS, description="N_GPU: accelerators serving the model on this node"
+    )
+    replicas: int = Field(
+        1, ge=1, le=MAX_GPUS, description="R: data-parallel engine replicas on the node"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -13,6 +13,10 @@ from pydantic import Field, field_validator
 
 from tokenwatt.spec._base import Section
 
+# a poll faster than 1 ms is a busy loop; slower than an hour leaves no sample in a probe
+MIN_INTERVAL_S = 0.001
+MAX_INTERVAL_S = 3600.0
+
 Scope = Literal["gpu", "module", "memory", "cpu", "dram", "node", "wall"]
 
 
@@ -59,7 +63,9 @@ class PrometheusSource(Section):
         "auto", description="auto: DCGM energy is mJ, DCGM power is W, *_joules is J, *_watts is W"
     )
     scope: Scope = Field("gpu", description="what the figure covers")
-    interval_s: float = Field(0.5, gt=0, description="scrape period, s")
+    interval_s: float = Field(
+        0.5, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="scrape period, s"
+    )
 
     @field_validator("url")
     @classmethod
@@ -91,7 +97,9 @@ class RedfishSource(Section):
     password_env: str | None = Field(None, description="env var holding the BMC password")
     verify_tls: bool = Field(True, description="check the BMC's certificate")
     scope: Scope = Field("node")
-    interval_s: float = Field(1.0, gt=0, description="poll period, s (BMCs refresh ~1 s)")
+    interval_s: float = Field(
+        1.0, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="poll period, s (BMCs refresh ~1 s)"
+    )
 
     @field_validator("url")
     @classmethod
@@ -117,7 +125,10 @@ class ConstantSource(Section):
 
     kind: Literal["constant"] = "constant"
     watts_per_gpu: float | None = Field(
-        None, gt=0, description="stated watts per GPU; None: the accelerator's TDP (modelled)"
+        None,
+        gt=0,
+        le=1e6,
+        description="stated watts per GPU; None: the accelerator's TDP (modelled)",
     )
 
 
@@ -149,5 +160,8 @@ class PowerSection(Section):
         False, description="carry on without a source that fails at start (else the run stops)"
     )
     sample_interval_s: float = Field(
-        0.1, gt=0, description="poll period of the local sources (NVML, AMD SMI, RAPL, sim), s"
+        0.1,
+        ge=MIN_INTERVAL_S,
+        le=MAX_INTERVAL_S,
+        description="poll period of the local sources (NVML, AMD SMI, RAPL, sim), s",
     )

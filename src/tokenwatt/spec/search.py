@@ -6,18 +6,27 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from tokenwatt.spec._base import Section
+from tokenwatt.spec._base import MAX_COUNT, MAX_RATE_RPS, MAX_SECONDS, Section
 
 
 class ProbeSettings(Section):
-    warmup_s: float = Field(10.0, ge=0, description="requests sent before the window opens, s")
-    min_duration_s: float = Field(60.0, gt=0, description="shortest measurement window, s")
-    min_requests: int = Field(
-        200, ge=1, description="fewest requests that must start inside the window"
+    warmup_s: float = Field(
+        10.0, ge=0, le=MAX_SECONDS, description="requests sent before the window opens, s"
     )
-    max_duration_s: float = Field(600.0, gt=0, description="longest measurement window, s")
+    min_duration_s: float = Field(
+        60.0, gt=0, le=MAX_SECONDS, description="shortest measurement window, s"
+    )
+    min_requests: int = Field(
+        200, ge=1, le=MAX_COUNT, description="fewest requests that must start inside the window"
+    )
+    max_duration_s: float = Field(
+        600.0, gt=0, le=MAX_SECONDS, description="longest measurement window, s"
+    )
     drain_timeout_s: float = Field(
-        120.0, ge=0, description="after the window, wait this long for counted requests to end"
+        120.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="after the window, wait this long for counted requests to end",
     )
     early_stop: bool = Field(True, description="stop a probe as soon as it has clearly failed")
 
@@ -30,15 +39,25 @@ class ProbeSettings(Section):
 
 class SearchSettings(Section):
     start_rate_rps: float | None = Field(
-        None, gt=0, description="first rate; None: derived from the single-stream point"
+        None,
+        gt=0,
+        le=MAX_RATE_RPS,
+        description="first rate; None: derived from the single-stream point",
     )
-    growth: float = Field(2.0, gt=1, description="factor between rates until the SLO fails")
+    growth: float = Field(
+        2.0, gt=1, le=1000, description="factor between rates until the SLO fails"
+    )
     precision: float = Field(
         0.05, gt=0, lt=1, description="stop bisecting when (hi − lo) / lo is below this"
     )
-    max_rate_rps: float = Field(10_000.0, gt=0, description="give up growing past this rate")
-    max_probes: int = Field(20, ge=1, description="most probes in one search")
+    max_rate_rps: float = Field(
+        10_000.0, gt=0, le=MAX_RATE_RPS, description="give up growing past this rate"
+    )
+    max_probes: int = Field(20, ge=1, le=10_000, description="most probes in one search")
     single_stream_requests: int = Field(
-        10, ge=0, description="requests sent one at a time for the latency floor (0 to skip)"
+        10,
+        ge=0,
+        le=MAX_COUNT,
+        description="requests sent one at a time for the latency floor (0 to skip)",
     )
     probe: ProbeSettings = Field(default_factory=ProbeSettings)

@@ -6,7 +6,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from tokenwatt.spec._base import Section
+from tokenwatt.spec._base import MAX_MS, Section
 
 # MLPerf Inference LLM latency constraints (loadgen/mlperf.conf), milliseconds.
 SLO_PRESETS: dict[str, dict[str, float]] = {
@@ -28,9 +28,15 @@ class SLO(Section):
         "attainment: at least `attainment` of requests meet every limit",
     )
     preset: str | None = Field(None, description=f"one of {', '.join(SLO_PRESETS)}")
-    ttft_ms: float | None = Field(None, gt=0, description="time-to-first-token limit, ms")
-    tpot_ms: float | None = Field(None, gt=0, description="time-per-output-token limit, ms")
-    e2e_ms: float | None = Field(None, gt=0, description="optional end-to-end latency limit, ms")
+    ttft_ms: float | None = Field(
+        None, gt=0, le=MAX_MS, description="time-to-first-token limit, ms"
+    )
+    tpot_ms: float | None = Field(
+        None, gt=0, le=MAX_MS, description="time-per-output-token limit, ms"
+    )
+    e2e_ms: float | None = Field(
+        None, gt=0, le=MAX_MS, description="optional end-to-end latency limit, ms"
+    )
     percentile: float = Field(0.99, gt=0, lt=1, description="q for kind=percentile (0.99 = p99)")
     attainment: float = Field(
         0.9, gt=0, le=1, description="fraction of requests that must meet every limit"

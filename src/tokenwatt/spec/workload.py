@@ -7,18 +7,18 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from tokenwatt.spec._base import Section
+from tokenwatt.spec._base import MAX_COUNT, MAX_SEED, MAX_TOKENS, Section
 
 
 class Fixed(Section):
     kind: Literal["fixed"] = "fixed"
-    value: int = Field(ge=1, description="tokens")
+    value: int = Field(ge=1, le=MAX_TOKENS, description="tokens")
 
 
 class Uniform(Section):
     kind: Literal["uniform"] = "uniform"
-    min: int = Field(ge=1, description="tokens, inclusive")
-    max: int = Field(ge=1, description="tokens, inclusive")
+    min: int = Field(ge=1, le=MAX_TOKENS, description="tokens, inclusive")
+    max: int = Field(ge=1, le=MAX_TOKENS, description="tokens, inclusive")
 
     @model_validator(mode="after")
     def _order(self) -> Self:
@@ -29,18 +29,20 @@ class Uniform(Section):
 
 class Normal(Section):
     kind: Literal["normal"] = "normal"
-    mean: float = Field(gt=0, description="tokens")
-    std: float = Field(ge=0, description="tokens")
-    min: int = Field(1, ge=1, description="clip below, tokens")
-    max: int | None = Field(None, ge=1, description="clip above, tokens")
+    mean: float = Field(gt=0, le=MAX_TOKENS, description="tokens")
+    std: float = Field(ge=0, le=MAX_TOKENS, description="tokens")
+    min: int = Field(1, ge=1, le=MAX_TOKENS, description="clip below, tokens")
+    max: int | None = Field(None, ge=1, le=MAX_TOKENS, description="clip above, tokens")
 
 
 class LogNormal(Section):
     kind: Literal["lognormal"] = "lognormal"
-    median: float = Field(gt=0, description="tokens (exp of the underlying normal's mean)")
-    sigma: float = Field(ge=0, description="shape: std of the underlying normal")
-    min: int = Field(1, ge=1, description="clip below, tokens")
-    max: int | None = Field(None, ge=1, description="clip above, tokens")
+    median: float = Field(
+        gt=0, le=MAX_TOKENS, description="tokens (exp of the underlying normal's mean)"
+    )
+    sigma: float = Field(ge=0, le=10, description="shape: std of the underlying normal")
+    min: int = Field(1, ge=1, le=MAX_TOKENS, description="clip below, tokens")
+    max: int | None = Field(None, ge=1, le=MAX_TOKENS, description="clip above, tokens")
 
 
 class Empirical(Section):
@@ -52,8 +54,10 @@ class Empirical(Section):
     def _one(self) -> Self:
         if (self.values is None) == (self.file is None):
             raise ValueError("give exactly one of values or file")
-        if self.values is not None and (not self.values or min(self.values) < 1):
-            raise ValueError("values must be a non-empty list of lengths >= 1")
+        if self.values is not None and (
+            not self.values or min(self.values) < 1 or max(self.values) > MAX_TOKENS
+        ):
+            raise ValueError(f"values must be a non-empty list of lengths in 1..{MAX_TOKENS}")
         return self
 
 
@@ -86,7 +90,10 @@ class Poisson(Section):
 class Gamma(Section):
     kind: Literal["gamma"] = "gamma"
     burstiness: float = Field(
-        1.0, gt=0, description="gamma shape k; 1 is Poisson, < 1 burstier, > 1 smoother"
+        1.0,
+        ge=0.001,
+        le=1000,
+        description="gamma shape k; 1 is Poisson, < 1 burstier, > 1 smoother",
     )
 
 
@@ -96,7 +103,9 @@ class Constant(Section):
 
 class Concurrency(Section):
     kind: Literal["concurrency"] = "concurrency"
-    concurrency: int = Field(ge=1, description="requests kept in flight (closed loop)")
+    concurrency: int = Field(
+        ge=1, le=MAX_COUNT, description="requests kept in flight (closed loop)"
+    )
 
 
 Arrival = Annotated[Poisson | Gamma | Constant | Concurrency, Field(discriminator="kind")]
@@ -116,7 +125,9 @@ class Workload(Section):
         True, description="send ignore_eos and min_tokens so output lengths are exact"
     )
     arrival: Arrival = Field(default_factory=Poisson, description="arrival process")
-    seed: int = Field(0, description="seed for lengths, prompts and arrival schedules")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="seed for lengths, prompts and arrival schedules"
+    )
 
     @model_validator(mode="before")
     @classmethod
