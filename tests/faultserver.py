@@ -22,6 +22,8 @@ import asyncio
 import contextlib
 import socket
 import struct
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -271,3 +273,28 @@ class FaultServer:
             elif step == "hang":
                 await asyncio.sleep(3600)
         return True
+
+
+@contextlib.contextmanager
+def threaded(server: FaultServer) -> Iterator[FaultServer]:
+    """Run ``server`` on its own event loop in a thread: for a client in a subprocess (the CLI)
+    or a test that blocks its own loop on purpose."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    def main() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.__aenter__())
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.__aexit__(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -7,12 +7,13 @@ import asyncio
 import json
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from faultserver import EXPECTED, LATE_TOKENS, MODES, FaultServer
+from faultserver import EXPECTED, LATE_TOKENS, MODES, FaultServer, threaded
 from tokenwatt.client import StreamClient
 from tokenwatt.client import core as client_core
 from tokenwatt.errors import TargetError
@@ -89,6 +90,24 @@ def test_a_late_answer_on_an_idle_connection_is_never_taken_for_the_next_request
             await c.aclose()
         assert r1.ok and r2.ok
         assert r1.completion_tokens == r2.completion_tokens == N_TOKENS  # never LATE_TOKENS
+        assert r2.connection_reused is False and c.connections_opened == 2
+
+    run(main)
+
+
+def test_a_late_answer_already_waiting_in_the_kernel_is_seen_before_reuse() -> None:
+    """The stray answer sits unread in the socket (this loop was busy) when the next request
+    takes the idle connection: the client must look before it writes."""
+
+    async def main() -> None:
+        with threaded(FaultServer(modes=["late_second_response", "ok"])) as srv:
+            c = client(srv.url)
+            r1 = await one(c, 1)
+            time.sleep(0.3)  # block this loop: the stray lands in the kernel, unread
+            r2 = await one(c, 2)
+            await c.aclose()
+        assert r1.ok and r2.ok
+        assert r2.completion_tokens == N_TOKENS  # not the stray's LATE_TOKENS
         assert r2.connection_reused is False and c.connections_opened == 2
 
     run(main)
