@@ -39,11 +39,29 @@ async def one(c: StreamClient, rid: int, prompt: list[int] | None = None) -> Req
     )
 
 
+_LOOP = {"kind": "asyncio"}
+
+
+@pytest.fixture(autouse=True, params=["asyncio", "uvloop"])
+def loop_kind(request: pytest.FixtureRequest) -> str:
+    """Every test runs on the standard loop and on uvloop (their add_reader paths differ)."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+    _LOOP["kind"] = request.param
+    return str(request.param)
+
+
 def run(coro: Callable[[], Awaitable[None]]) -> None:
     async def guarded() -> None:
         await asyncio.wait_for(coro(), 60)
 
-    asyncio.run(guarded())
+    if _LOOP["kind"] == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(guarded())
+    else:
+        asyncio.run(guarded())
 
 
 def classify(r: RequestRecord) -> tuple[str, str | None]:
@@ -158,6 +176,23 @@ def test_every_mode_at_once_each_request_recorded_once_with_its_own_kind() -> No
         # any byte came back (the only retry the client makes)
         retried = srv.total_posts - len(recs)
         assert 0 <= retried <= srv.posts.get("reset_before_headers", 0) // 2 + 2
+
+    run(main)
+
+
+def test_a_dead_server_is_a_connect_failure_for_every_request() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: connection refused
+
+    async def main() -> None:
+        c = client(f"http://127.0.0.1:{port}/v1")
+        recs = await asyncio.gather(*(one(c, i) for i in range(5)))
+        await c.aclose()
+        assert sorted(r.request_id for r in recs) == list(range(5))
+        assert all(classify(r) == ("error", "connect") for r in recs)
+        assert all(r.error_message and "ECONNREFUSED" in r.error_message for r in recs)
+        assert all(r.sent_ns is None and r.done_ns is not None for r in recs)
 
     run(main)
 
