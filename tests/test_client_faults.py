@@ -82,6 +82,7 @@ def test_each_fault_is_classified_exactly_and_recorded_once(mode: str) -> None:
             await c.aclose()
         assert [classify(r) for r in recs] == [EXPECTED[mode]] * 2, [r.error_message for r in recs]
         assert [r.request_id for r in recs] == [1, 2]
+        assert c.stray_answers == (2 if mode == "double_response_one_write" else 0)
         assert srv.total_posts == 2  # each request sent once, no hidden retry
         for r in recs:
             assert r.sent_ns is not None and r.done_ns is not None
@@ -109,6 +110,7 @@ def test_a_late_answer_on_an_idle_connection_is_never_taken_for_the_next_request
         assert r1.ok and r2.ok
         assert r1.completion_tokens == r2.completion_tokens == N_TOKENS  # never LATE_TOKENS
         assert r2.connection_reused is False and c.connections_opened == 2
+        assert c.stray_answers == 1
 
     run(main)
 
@@ -127,6 +129,7 @@ def test_a_late_answer_already_waiting_in_the_kernel_is_seen_before_reuse() -> N
         assert r1.ok and r2.ok
         assert r2.completion_tokens == N_TOKENS  # not the stray's LATE_TOKENS
         assert r2.connection_reused is False and c.connections_opened == 2
+        assert c.stray_answers == 1
 
     run(main)
 
@@ -141,6 +144,7 @@ def test_two_answers_in_one_read_close_the_connection() -> None:
         assert r1.ok and r2.ok and LATE_TOKENS != N_TOKENS
         assert r1.completion_tokens == r2.completion_tokens == N_TOKENS
         assert r2.connection_reused is False and c.connections_opened == 2
+        assert c.stray_answers == 1
 
     run(main)
 

@@ -121,13 +121,13 @@ class Connection:
         "_sse",
         "_ssl",
         "_stamp",
-        "_stray",
         "_wbuf",
         "_write_done",
         "closed",
         "exchanges",
         "fd",
         "sock",
+        "stray",
     )
 
     def __init__(
@@ -160,11 +160,11 @@ class Connection:
         self._rview = rbuf
         self._stamp = 0
         self._message_complete = False
-        self._stray = False  # a second response began on one request: close after this read
         self._framed = False  # the answer has Content-Length or chunked encoding
         self._wbuf = bytearray()
         self._write_done: Callable[[int], None] | None = None
         self.closed = False
+        self.stray = False  # closed because an answer came with no request outstanding
         self.exchanges = 0
 
     # ------------------------------------------------------------------ setup
@@ -323,7 +323,8 @@ class Connection:
                 return
         ex = self._ex
         if ex is None or self._message_complete:
-            # bytes while idle or after a complete answer: the server broke HTTP framing
+            # bytes while idle or after a complete answer: a late or extra answer
+            self.stray = True
             self.close()
             return
         self._stamp = stamp
@@ -344,7 +345,7 @@ class Connection:
                 raise
         except httptools.HttpParserError as exc:
             self._fail("protocol", shorten(f"malformed HTTP response: {exc}"))
-        if self._stray:
+        if self.stray:
             # a second answer to one request (a late or duplicated response): the next request
             # on this socket would read it as its own, so the socket goes
             self.close()
@@ -398,7 +399,7 @@ class Connection:
     # httptools callbacks -------------------------------------------------
     def on_message_begin(self) -> None:
         if self._ex is None or self._message_complete:
-            self._stray = True
+            self.stray = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
         ex = self._ex
@@ -566,12 +567,14 @@ class Connection:
         """Whether an idle connection has unread bytes (a late answer) or was closed by the
         server; either way it must not carry the next request."""
         try:
-            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            data = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
             return True
-        return True  # bytes waiting, or b"" (closed)
+        if data:
+            self.stray = True  # an answer nobody asked for is waiting
+        return True
 
     def abandon(self) -> None:
         """The waiting side gave up (timeout, cancel): the stream cannot continue on this socket."""

@@ -121,6 +121,8 @@ class StreamClient:
         self._rbuf = memoryview(bytearray(RECV_SIZE))  # shared: reads never overlap in a loop
         self.connections_opened = 0
         self.connections_reused = 0
+        # connections closed because an answer arrived with no request outstanding on them
+        self.stray_answers = 0
         _raise_nofile(max_connections + 64)
 
     # ------------------------------------------------------------------ public
@@ -425,6 +427,8 @@ class StreamClient:
         self._wake_one()
 
     def _on_closed(self, conn: Connection) -> None:
+        if conn.stray:
+            self.stray_answers += 1
         with contextlib.suppress(ValueError):
             self._idle.remove(conn)
         self._slot_freed()
