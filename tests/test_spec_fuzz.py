@@ -149,3 +149,10 @@ def test_a_huge_bad_value_is_cut_in_the_error() -> None:
         parse_spec({"model": {"source": "x"}, "endpoint": {"url": "ftp://" + LONG}})
     assert "endpoint.url" in str(err.value)
     assert_one_line(err.value)
+
+
+def test_a_bad_url_is_shown_without_its_password() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec({"model": {"source": "x"}, "endpoint": {"url": "ftp://bob:pw-Q9SECRET@h/v1"}})
+    assert "endpoint.url" in str(err.value) and "***@h/v1" in str(err.value)
+    assert "pw-Q9SECRET" not in str(err.value)
