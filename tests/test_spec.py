@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tokenwatt.errors import SpecError
-from tokenwatt.spec import load_spec, parse_spec, redact
+from tokenwatt.spec import load_spec, parse_spec, redact, redact_text
 
 
 def test_minimal_spec_gets_documented_defaults() -> None:
@@ -87,3 +87,29 @@ def test_redact_removes_secrets_and_keeps_token_counts() -> None:
     assert out["endpoint"]["timeouts"] == {"first_token_s": 5.0}
     assert out["sim"] == {"max_batched_tokens": 8192}
     assert out["power"]["sources"][0]["password_env"] == "BMC_PW"
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets", "shown"),
+    [
+        (
+            "cannot reach http://bob:pa@ss@h:80/v1/models",
+            (),
+            "cannot reach http://***@h:80/v1/models",
+        ),
+        (
+            "GET https://h/m?api_key=K1&x=1&access_token=T2#f",
+            (),
+            "GET https://h/m?api_key=***&x=1&access_token=***#f",
+        ),
+        (
+            "HTTP 500: bad Authorization: Bearer sk-abcdef",
+            ("sk-abcdef",),
+            "HTTP 500: bad Authorization: Bearer ***",
+        ),
+        ("input_tokens=5, max_tokens: 7", ("ab", None), "input_tokens=5, max_tokens: 7"),
+        ("mail bob@example.com", (), "mail bob@example.com"),
+    ],
+)
+def test_redact_text(text: str, secrets: tuple[str | None, ...], shown: str) -> None:
+    assert redact_text(text, secrets) == shown
