@@ -369,3 +369,21 @@ def test_redirect_within_the_same_origin_is_followed(creds: dict[str, str]) -> N
     finally:
         bmc.shutdown()
         bmc.server_close()
+
+
+def test_an_oversized_answer_is_refused_not_buffered(
+    creds: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenwatt.power import _http
+
+    monkeypatch.setattr(_http, "MAX_BODY_BYTES", 10)  # the document is ~30 bytes
+    bmc, _ = _recorder(None)
+    try:
+        src = RedfishPower(
+            url=f"http://127.0.0.1:{bmc.server_address[1]}", paths=[CHASSIS], **creds
+        )
+        with pytest.raises(PowerSourceError, match="answer larger than 10 bytes"):
+            src.open()
+    finally:
+        bmc.shutdown()
+        bmc.server_close()

@@ -24,6 +24,9 @@ __all__ = ["HttpError", "basic_auth", "get", "safe_url"]
 safe_url = redact_text
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# a metrics page or a Redfish document is kilobytes (dcgm-exporter on 8 GPUs: ~100 KB); a
+# scraping thread must not buffer whatever a misbehaving endpoint sends
+MAX_BODY_BYTES = 16 << 20
 
 
 class HttpError(Exception):
@@ -92,8 +95,7 @@ def get(
     req = urllib.request.Request(url, headers=headers or {}, method="GET")
     try:
         with _opener(url, verify_tls).open(req, timeout=timeout_s) as resp:
-            body: bytes = resp.read()
-            return body
+            body: bytes = resp.read(MAX_BODY_BYTES + 1)
     except urllib.error.HTTPError as exc:
         raise HttpError(f"HTTP {exc.code} {exc.reason}", status=exc.code) from None
     except urllib.error.URLError as exc:
@@ -104,3 +106,6 @@ def get(
         raise HttpError(f"no answer within {timeout_s:g} s") from None
     except OSError as exc:
         raise HttpError(redact_text(exc.strerror or str(exc))) from None
+    if len(body) > MAX_BODY_BYTES:
+        raise HttpError(f"answer larger than {MAX_BODY_BYTES} bytes")
+    return body
