@@ -50,6 +50,8 @@ def test_turns_wait_for_the_answer_plus_think_time() -> None:
     assert t1.messages[1].content == "one two three"  # the answer, resent as written
     assert t1.history_tokens_client == 5 + 3 and t1.prompt_tokens_client == 5 + 3 + 5
     assert t1.messages[0] == t0.messages[0]  # the history is a prefix of the new prompt
+    assert [m["role"] for m in t1.chat_messages()] == ["user", "assistant", "user"]
+    assert t1.chat_messages()[1] == {"role": "assistant", "content": "one two three"}
     t2 = conv.answer_ended(10 * S, "a b c d e f g")  # token count falls back to words
     assert t2 is not None and t2.due_ns == 12 * S and t2.turn == 2
     assert t2.history_tokens_client == 5 + 3 + 5 + 7

@@ -112,6 +112,10 @@ def test_time_scale_and_rate() -> None:
     scale = t.time_scale_for(10.0)  # 2 gaps over 4.314579 s → 10 rps
     offs = list(TraceReplay(t, prompt_format="text", seed=0, time_scale=scale).offsets_ns())
     assert (len(offs) - 1) / (offs[-1] / 1e9) == pytest.approx(10.0, rel=1e-6)
+    fast = rep.at_rate(10.0)
+    assert fast.rate_rps == pytest.approx(10.0) and fast.first(9) == offs
+    assert rep.rate_rps == pytest.approx(2 * t.native_rate_rps)  # time_scale 0.5
+    assert [p.prompt for p in fast.plans()] == [p.prompt for p in rep.plans()]
     with pytest.raises(SpecError, match="time_scale"):
         TraceReplay(t, prompt_format="text", seed=0, time_scale=0.0)
     with pytest.raises(SpecError, match="positive"):

@@ -83,6 +83,10 @@ class TurnPlan:
         """Every message's tokens, as the client counts them (no chat template)."""
         return sum(m.tokens_client for m in self.messages)
 
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The ``messages`` of a chat-completions request body."""
+        return [{"role": m.role, "content": m.content} for m in self.messages]
+
     @property
     def history_tokens_client(self) -> int:
         """Tokens before the new user message: the part an earlier turn already sent."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -209,6 +210,26 @@ class TraceReplay:
             time_scale=spec.time_scale,
             block_tokens=spec.block_tokens,
         )
+
+    @property
+    def rate_rps(self) -> float:
+        """The mean arrival rate this replay sends: the traced rate ÷ ``time_scale``."""
+        return self.trace.native_rate_rps / self.time_scale
+
+    def at_rate(self, rate_rps: float) -> TraceReplay:
+        """The same trace and prompts, time-scaled to a mean of ``rate_rps`` (the search's
+        knob: a probe's rate replaces the spec's ``time_scale``)."""
+        return TraceReplay(
+            self.trace,
+            prompt_format=self.prompt_format,
+            seed=self.seed,
+            time_scale=self.trace.time_scale_for(rate_rps),
+            block_tokens=self.block_tokens,
+        )
+
+    def first(self, n: int) -> list[int]:
+        """The first ``n`` offsets (fewer when the trace is shorter), as schedules offer."""
+        return list(itertools.islice(self.offsets_ns(), n))
 
     def offsets_ns(self) -> Iterator[int]:
         """Arrival offsets after the probe's start, non-decreasing; ends with the trace."""
