@@ -3,16 +3,20 @@ conversations, trace replays (the probe-loop wiring and the simulator runs come 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tokenwatt.load.arrivals import OpenLoopSchedule
+from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.sessions import SessionPlanner, session_rate_rps
+from tokenwatt.load.target import open_target
 from tokenwatt.load.traces import TraceReplay
 from tokenwatt.load.workload import WorkloadGenerator, resolve_prompt_format
-from tokenwatt.spec import load_spec
+from tokenwatt.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -53,3 +57,32 @@ def test_trace_examples(name: str, rows: int, monkeypatch: pytest.MonkeyPatch) -
     assert len(offs) == len(plans) == rows and offs[0] == 0
     assert offs == sorted(offs)
     assert all(len(p.prompt) == p.prompt_tokens_client for p in plans)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("prompt_format", ["token_ids", "text"])
+def test_shared_prefix_example_against_the_simulator(prompt_format: str) -> None:
+    """End to end over HTTP: every prompt is prefix + unique part, and the simulator's
+    ``usage.prompt_tokens`` (its count of what it received) equals the client's count."""
+    raw = yaml.safe_load((EXAMPLES / "sim-shared-prefix.yaml").read_text())
+    raw["endpoint"]["prompt_format"] = prompt_format
+    raw["workload"]["output_tokens"] = 8
+    raw["search"]["probe"] = {
+        "warmup_s": 0.2,
+        "min_duration_s": 1.0,
+        "min_requests": 10,
+        "max_duration_s": 10,
+    }
+    spec = parse_spec(raw)
+
+    async def main() -> ProbeRun:
+        async with open_target(spec) as target:
+            return await run_probe(spec, target.client, rate_rps=10.0, seed=2)
+
+    run = asyncio.run(main())
+    ok = [r for r in run.counted if r.ok]  # requests sent after the window may be cut off
+    assert len(ok) >= 10 and len(ok) == len(run.counted)
+    for r in ok:
+        assert r.prompt_tokens_client == 2200
+        assert r.usage_source == "server" and r.prompt_tokens == 2200
+        assert r.output_tokens == 8
