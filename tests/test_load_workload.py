@@ -236,3 +236,15 @@ def parse_spec_error(workload: dict) -> str:
     with pytest.raises(SpecError) as info:
         parse_spec({**_spec(), **workload})
     return str(info.value)
+
+
+def test_trace_and_sessions_are_not_sent_as_single_requests() -> None:
+    """Until a caller replays them, asking for single requests from such a workload is an error
+    naming the field, never a silent fallback to the length distributions."""
+    with pytest.raises(SpecError, match=r"workload\.trace: .* remove workload\.trace"):
+        plans({"trace": {"path": "t.csv", "format": "azure"}}, 1)
+    with pytest.raises(SpecError, match=r"workload\.sessions: "):
+        plans({"sessions": {"turns": 2}}, 1, fmt="text")
+    with pytest.raises(SpecError, match=r"set endpoint\.api: chat"):
+        resolve_prompt_format(parse_spec({**_spec(), "workload": {"sessions": {}}}))
+    assert resolve_prompt_format(parse_spec({**_spec(api="chat"), "workload": {"sessions": {}}}))

@@ -183,10 +183,10 @@ class SessionPlanner:
         self.sessions: Sessions = workload.sessions
         self.seed = seed
         self.starts_ns = starts_ns
-        # User messages carry no prefix: the shared prefix is the system message.
+        # User messages: single requests without a prefix (the prefix is the system message).
         self._messages = iter(
             WorkloadGenerator(
-                workload.model_copy(update={"shared_prefix": None}),
+                workload.model_copy(update={"shared_prefix": None, "sessions": None}),
                 prompt_format="text",
                 seed=seed,
             )

@@ -103,6 +103,11 @@ class RequestPlan:
 def resolve_prompt_format(spec: BenchSpec) -> PromptFormat:
     """Token ids where they are exact and accepted, text otherwise; contradictions are errors."""
     ep = spec.endpoint
+    if spec.workload.sessions is not None and ep.api != "chat":
+        raise SpecError(
+            "workload.sessions: conversations resend their history as chat messages; "
+            "set endpoint.api: chat"
+        )
     if spec.workload.dataset is not None:
         if ep.prompt_format == "token_ids":
             raise SpecError(
@@ -269,6 +274,14 @@ class WorkloadGenerator:
     """Request i of a seed, in order. Iterate to get ``RequestPlan``s without end."""
 
     def __init__(self, workload: WorkloadSpec, *, prompt_format: PromptFormat, seed: int) -> None:
+        for key in ("trace", "sessions"):
+            if getattr(workload, key) is not None:
+                # Replayed by TraceReplay / SessionPlanner; refusing here keeps a caller that
+                # only knows single requests from silently sending something else.
+                raise SpecError(
+                    f"workload.{key}: this command sends independent requests and does not "
+                    f"replay {key} yet; remove workload.{key}"
+                )
         self.workload = workload
         self.prompt_format = prompt_format
         self.seed = seed
