@@ -176,3 +176,17 @@ def test_probe_csv_columns_units_and_empty_cells(tmp_path: Path) -> None:
     assert lines[1]["rate_rps"] == "" and lines[1]["concurrency"] == "3"
     assert lines[1]["tpot_p50_s"] == "" and lines[1]["output_tok_s_per_gpu"] == ""
     assert probe_table_csv([]) == ",".join(PROBE_COLUMNS) + "\n"
+
+
+def test_a_probe_with_no_completed_request() -> None:
+    """Every request failed: counts stay, distributions are absent (never zeros)."""
+    f = ProbeFigures(START, 5.0, [], [], [], [], failures=4, rate_rps=2.0)
+    data = to_br02(f, eid="e").model_dump(mode="json", exclude_none=True)
+    agg = data["results"]["request_performance"]["aggregate"]
+    assert agg["requests"] == {"total": 4, "failures": 4, "incomplete": 0}
+    assert agg["latency"] == {}
+    assert agg["throughput"]["output_token_rate"]["mean"] == 0.0
+    row = probe_row(f)
+    assert (row.completed, row.failures, row.ttft_p50_s, row.output_tok_s) == (0, 4, None, 0.0)
+    with pytest.raises(ValueError, match="duration_s"):
+        probe_row(ProbeFigures(START, 0.0, [], [], [], []))

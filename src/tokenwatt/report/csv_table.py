@@ -73,6 +73,8 @@ def probe_row(
     mbu: float | None = None,
 ) -> ProbeRow:
     """A probe's row from its per-request figures and the result-level figures given."""
+    if not (f.duration_s > 0):
+        raise ValueError(f"duration_s must be > 0, got {f.duration_s}")
     n_out = np.asarray(f.output_tokens, dtype=float)
     lat = np.asarray(f.latency_s, dtype=float)
     ttft = np.asarray(f.ttft_s, dtype=float)
