@@ -175,3 +175,76 @@ def test_resolve_prompt_format(tmp_path: Path) -> None:
     )
     with pytest.raises(SpecError, match="dataset's prompts are text"):
         resolve_prompt_format(ds)
+
+
+# --- shared prefixes ---------------------------------------------------------------------
+
+
+def test_shared_prefix_token_ids_exact_counts_and_sharing() -> None:
+    w = {"input_tokens": 40, "output_tokens": 4, "shared_prefix": {"count": 3, "length": 100}}
+    ps = plans(w, 300)
+    by_prefix: dict[int, list[RequestPlan]] = {}
+    for p in ps:
+        assert isinstance(p.prompt, list)
+        assert len(p.prompt) == 140 == p.prompt_tokens_client  # L + suffix, exact
+        assert p.shared_prefix_tokens == 100 and p.prefix_id in (0, 1, 2)
+        assert p.prefix_id is not None
+        by_prefix.setdefault(p.prefix_id, []).append(p)
+    assert sorted(by_prefix) == [0, 1, 2]
+    heads = {k: {tuple(p.prompt[:100]) for p in v} for k, v in by_prefix.items()}  # type: ignore[index]
+    assert all(len(h) == 1 for h in heads.values())  # one prefix per id ...
+    assert len({next(iter(h)) for h in heads.values()}) == 3  # ... and the ids differ
+    # the unique suffix is what the same seed draws without a prefix
+    plain = plans({"input_tokens": 40, "output_tokens": 4}, 300)
+    assert [p.prompt[100:] for p in ps] == [q.prompt for q in plain]  # type: ignore[index]
+
+
+def test_shared_prefix_text_word_counts() -> None:
+    w = {"input_tokens": {"kind": "uniform", "min": 1, "max": 30}}
+    ps = plans({**w, "shared_prefix": {"count": 2, "length": 25}}, 200, fmt="text")
+    heads: dict[int | None, set[str]] = {}
+    for p in ps:
+        assert isinstance(p.prompt, str)
+        words = p.prompt.split(" ")
+        assert len(words) == p.prompt_tokens_client == len(p.prompt.split())
+        assert p.prompt_tokens_client - 25 >= 1
+        heads.setdefault(p.prefix_id, set()).add(" ".join(words[:25]))
+    assert {k: len(v) for k, v in heads.items()} == {0: 1, 1: 1}
+
+
+def test_shared_prefix_weights_pick_in_proportion() -> None:
+    w = {"input_tokens": 1, "shared_prefix": {"count": 2, "length": 1, "weights": [3, 1]}}
+    ids = np.asarray([p.prefix_id for p in plans(w, 4000)])
+    # binomial: 4000 × 0.25 = 1000 expected for prefix 1, sd ≈ 27
+    assert 900 < int((ids == 1).sum()) < 1100
+    assert plans(w, 50, seed=1) == plans(w, 50, seed=1)
+    assert [p.prefix_id for p in plans(w, 50, seed=1)] != [p.prefix_id for p in plans(w, 50)]
+
+
+def test_shared_prefix_spec_errors() -> None:
+    with pytest.raises(ValueError, match="weights must be 2 positive"):
+        Workload.model_validate({"shared_prefix": {"count": 2, "length": 5, "weights": [1]}})
+    with pytest.raises(ValueError, match="weights must be 2 positive"):
+        Workload.model_validate({"shared_prefix": {"count": 2, "length": 5, "weights": [1, 0]}})
+    with pytest.raises(ValueError, match="trace or dataset fixes each prompt"):
+        Workload.model_validate({"shared_prefix": {"length": 5}, "dataset": {"path": "x.json"}})
+    err = parse_spec_error({"workload": {"shared_prefix": {"count": 0, "length": 5}}})
+    assert "workload.shared_prefix.count" in err and "\n" not in err
+
+
+def parse_spec_error(workload: dict) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_spec({**_spec(), **workload})
+    return str(info.value)
+
+
+def test_trace_and_sessions_are_not_sent_as_single_requests() -> None:
+    """Until a caller replays them, asking for single requests from such a workload is an error
+    naming the field, never a silent fallback to the length distributions."""
+    with pytest.raises(SpecError, match=r"workload\.trace: .* remove workload\.trace"):
+        plans({"trace": {"path": "t.csv", "format": "azure"}}, 1)
+    with pytest.raises(SpecError, match=r"workload\.sessions: "):
+        plans({"sessions": {"turns": 2}}, 1, fmt="text")
+    with pytest.raises(SpecError, match=r"set endpoint\.api: chat"):
+        resolve_prompt_format(parse_spec({**_spec(), "workload": {"sessions": {}}}))
+    assert resolve_prompt_format(parse_spec({**_spec(api="chat"), "workload": {"sessions": {}}}))

@@ -16,6 +16,12 @@ Prompt forms:
 A ShareGPT dataset gives real prompts instead: the first human turn of each conversation
 (empty ones skipped), in an order shuffled by the seed. Without a tokenizer its length is
 counted in words (``prompt_tokens_client``); the server's usage reports the true count.
+
+Shared prefixes (``workload.shared_prefix``): N prefixes of L tokens, each a pure function of
+(seed, prefix number), so every request that picks prefix k starts with the same L ids (or
+words) and a prefix cache can hit them; the request's own part, drawn exactly as without a
+prefix, follows. A plan carries its prefix number and shared length, so figures can say how
+much of a prompt was cacheable.
 """
 
 from __future__ import annotations
@@ -31,7 +37,15 @@ import orjson
 
 from tokenwatt.errors import SpecError
 from tokenwatt.spec import BenchSpec
-from tokenwatt.spec.workload import Dataset, Distribution, Empirical, Fixed, LogNormal, Normal
+from tokenwatt.spec.workload import (
+    Dataset,
+    Distribution,
+    Empirical,
+    Fixed,
+    LogNormal,
+    Normal,
+    SharedPrefix,
+)
 from tokenwatt.spec.workload import Workload as WorkloadSpec
 
 __all__ = [
@@ -39,8 +53,10 @@ __all__ = [
     "WORDS",
     "PromptFormat",
     "RequestPlan",
+    "SharedPrefixes",
     "WorkloadGenerator",
     "load_sharegpt",
+    "random_prompt",
     "resolve_prompt_format",
     "sample_lengths",
 ]
@@ -52,6 +68,7 @@ TOKENS_PER_WORD = 4 / 3
 
 _BLOCK = 1024
 _STREAM_INPUT, _STREAM_OUTPUT, _STREAM_PROMPT, _STREAM_DATASET = 1, 2, 3, 4
+_STREAM_PREFIX, _STREAM_PREFIX_CHOICE = 5, 6
 
 # Short, frequent English words; each is a single token in the BPE and SentencePiece
 # vocabularies of current LLMs when preceded by a space.
@@ -79,11 +96,18 @@ class RequestPlan:
     prompt: str | list[int]
     prompt_tokens_client: int  # exact for token ids and for the simulator's word count
     max_tokens: int
+    prefix_id: int | None = None  # which shared prefix the prompt starts with, if any
+    shared_prefix_tokens: int = 0  # leading tokens (client count) shared with other requests
 
 
 def resolve_prompt_format(spec: BenchSpec) -> PromptFormat:
     """Token ids where they are exact and accepted, text otherwise; contradictions are errors."""
     ep = spec.endpoint
+    if spec.workload.sessions is not None and ep.api != "chat":
+        raise SpecError(
+            "workload.sessions: conversations resend their history as chat messages; "
+            "set endpoint.api: chat"
+        )
     if spec.workload.dataset is not None:
         if ep.prompt_format == "token_ids":
             raise SpecError(
@@ -202,10 +226,62 @@ def load_sharegpt(dataset: Dataset) -> list[tuple[str, int | None]]:
     return out
 
 
+def random_prompt(rng: np.random.Generator, n: int, fmt: PromptFormat) -> str | list[int]:
+    """``n`` random token ids, or ``n`` words joined by single spaces."""
+    if fmt == "token_ids":
+        lo, hi = TOKEN_ID_RANGE
+        ids: list[int] = rng.integers(lo, hi, size=n).tolist()
+        return ids
+    idx = rng.integers(0, len(WORDS), size=n).tolist()
+    return " ".join([WORDS[k] for k in idx])
+
+
+def join_prompts(head: str | list[int], tail: str | list[int]) -> str | list[int]:
+    """Two prompt pieces of one form as one prompt (text joined by one space)."""
+    if isinstance(head, list) and isinstance(tail, list):
+        return head + tail
+    assert isinstance(head, str) and isinstance(tail, str)
+    return f"{head} {tail}" if head and tail else head + tail
+
+
+class SharedPrefixes:
+    """The spec's shared prefixes: prefix k is a pure function of (seed, k), so it is the same
+    in every request, probe and rerun; which prefix a request gets is a seeded weighted draw."""
+
+    def __init__(self, spec: SharedPrefix, *, prompt_format: PromptFormat, seed: int) -> None:
+        self.spec = spec
+        self.prompt_format = prompt_format
+        self.seed = seed
+        self._cache: dict[int, str | list[int]] = {}
+        w = np.asarray(spec.weights if spec.weights is not None else [1.0] * spec.count)
+        self.probabilities = w / w.sum()
+
+    def prompt(self, k: int) -> str | list[int]:
+        """Prefix ``k`` (0-based), exactly ``spec.length`` ids or words."""
+        if k not in self._cache:
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, _STREAM_PREFIX, k]))
+            self._cache[k] = random_prompt(rng, self.spec.length, self.prompt_format)
+        return self._cache[k]
+
+    def choices(self) -> Iterator[int]:
+        """The prefix number of request 0, 1, 2, ..."""
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, _STREAM_PREFIX_CHOICE]))
+        while True:
+            yield from rng.choice(self.spec.count, size=_BLOCK, p=self.probabilities).tolist()
+
+
 class WorkloadGenerator:
     """Request i of a seed, in order. Iterate to get ``RequestPlan``s without end."""
 
     def __init__(self, workload: WorkloadSpec, *, prompt_format: PromptFormat, seed: int) -> None:
+        for key in ("trace", "sessions"):
+            if getattr(workload, key) is not None:
+                # Replayed by TraceReplay / SessionPlanner; refusing here keeps a caller that
+                # only knows single requests from silently sending something else.
+                raise SpecError(
+                    f"workload.{key}: this command sends independent requests and does not "
+                    f"replay {key} yet; remove workload.{key}"
+                )
         self.workload = workload
         self.prompt_format = prompt_format
         self.seed = seed
@@ -235,17 +311,27 @@ class WorkloadGenerator:
                 text, reply = data[j]
                 out = next(outputs)
                 yield RequestPlan(i, text, len(text.split()), reply if by_reply and reply else out)
+        yield from self._synthetic(outputs)
+
+    def _synthetic(self, outputs: Iterator[int]) -> Iterator[RequestPlan]:
+        w = self.workload
         inputs = self._lengths(w.input_tokens, _STREAM_INPUT, "workload.input_tokens")
         rng = self._rng(_STREAM_PROMPT)
-        lo, hi = TOKEN_ID_RANGE
+        prefixes = (
+            SharedPrefixes(w.shared_prefix, prompt_format=self.prompt_format, seed=self.seed)
+            if w.shared_prefix is not None
+            else None
+        )
+        choices = prefixes.choices() if prefixes is not None else None
         i = 0
         while True:
             n_in = next(inputs)
-            prompt: str | list[int]
-            if self.prompt_format == "token_ids":
-                prompt = rng.integers(lo, hi, size=n_in).tolist()
+            prompt = random_prompt(rng, n_in, self.prompt_format)
+            if prefixes is None or choices is None:
+                yield RequestPlan(i, prompt, n_in, next(outputs))
             else:
-                idx = rng.integers(0, len(WORDS), size=n_in).tolist()
-                prompt = " ".join([WORDS[k] for k in idx])
-            yield RequestPlan(i, prompt, n_in, next(outputs))
+                k = next(choices)
+                shared = prefixes.spec.length
+                full = join_prompts(prefixes.prompt(k), prompt)
+                yield RequestPlan(i, full, shared + n_in, next(outputs), k, shared)
             i += 1

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from tokenwatt.spec._base import MAX_COUNT, MAX_SEED, MAX_TOKENS, Section
+from tokenwatt.spec._base import MAX_COUNT, MAX_SECONDS, MAX_SEED, MAX_TOKENS, Section
 
 
 class Fixed(Section):
@@ -111,6 +111,94 @@ class Concurrency(Section):
 Arrival = Annotated[Poisson | Gamma | Constant | Concurrency, Field(discriminator="kind")]
 
 
+# --- Production workloads (issue 14): shared prefixes, trace replay, conversations ---------
+
+
+class SharedPrefix(Section):
+    """N distinct shared prefixes (system prompts) of L tokens each, chosen per request by weight;
+    the request's unique part (``workload.input_tokens``) follows the prefix."""
+
+    count: int = Field(1, ge=1, le=MAX_COUNT, description="distinct prefixes")
+    length: int = Field(ge=1, le=MAX_TOKENS, description="tokens per prefix")
+    weights: list[float] | None = Field(
+        None, description="relative weight of each prefix (count entries); equal when omitted"
+    )
+
+    @model_validator(mode="after")
+    def _weights(self) -> Self:
+        w = self.weights
+        if w is not None and (len(w) != self.count or not all(0 < x < float("inf") for x in w)):
+            raise ValueError(f"weights must be {self.count} positive numbers, one per prefix")
+        return self
+
+
+class Trace(Section):
+    """A timestamped trace to replay: arrival times and per-request lengths come from it."""
+
+    path: Path = Field(description="trace file")
+    format: Literal["azure", "mooncake"] = Field(
+        description="azure: CSV TIMESTAMP,ContextTokens,GeneratedTokens; mooncake: JSONL "
+        "timestamp (ms), input_length, output_length, hash_ids"
+    )
+    time_scale: float = Field(
+        1.0,
+        gt=0,
+        le=1e6,
+        description="multiplies every arrival offset: 0.5 replays at twice the rate",
+    )
+    block_tokens: int = Field(
+        512, ge=1, le=MAX_TOKENS, description="tokens per Mooncake hash_ids block"
+    )
+
+
+class ThinkFixed(Section):
+    kind: Literal["fixed"] = "fixed"
+    value_s: float = Field(ge=0, le=MAX_SECONDS, description="seconds")
+
+
+class ThinkExponential(Section):
+    kind: Literal["exponential"] = "exponential"
+    mean_s: float = Field(gt=0, le=MAX_SECONDS, description="seconds")
+
+
+class ThinkUniform(Section):
+    kind: Literal["uniform"] = "uniform"
+    min_s: float = Field(ge=0, le=MAX_SECONDS, description="seconds, inclusive")
+    max_s: float = Field(ge=0, le=MAX_SECONDS, description="seconds")
+
+    @model_validator(mode="after")
+    def _order(self) -> Self:
+        if self.max_s < self.min_s:
+            raise ValueError(f"max_s ({self.max_s}) must be >= min_s ({self.min_s})")
+        return self
+
+
+ThinkTime = Annotated[ThinkFixed | ThinkExponential | ThinkUniform, Field(discriminator="kind")]
+
+
+class Sessions(Section):
+    """Multi-turn conversations: each turn resends the history plus a new user message
+    (``workload.input_tokens`` long) after the previous answer ended plus a think time."""
+
+    turns: Distribution = Field(
+        default_factory=lambda: Fixed(value=4), description="turns per session"
+    )
+    think_time_s: ThinkTime = Field(
+        default_factory=lambda: ThinkExponential(mean_s=5.0),
+        description="pause between an answer's end and the next turn",
+    )
+    rate_unit: Literal["sessions", "turns"] = Field(
+        "sessions", description="what a probe's rate counts: new sessions/s or turns/s"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "turns" in data:
+            data = {**data, "turns": _coerce_length(data["turns"])}
+        return data
+
+
 class Workload(Section):
     input_tokens: Distribution = Field(
         default_factory=lambda: Fixed(value=1024), description="prompt length"
@@ -128,6 +216,11 @@ class Workload(Section):
     seed: int = Field(
         0, ge=0, le=MAX_SEED, description="seed for lengths, prompts and arrival schedules"
     )
+    shared_prefix: SharedPrefix | None = Field(
+        None, description="shared system prompts before each request's unique part"
+    )
+    trace: Trace | None = Field(None, description="replay a timestamped trace")
+    sessions: Sessions | None = Field(None, description="multi-turn conversations")
 
     @model_validator(mode="before")
     @classmethod
@@ -138,3 +231,15 @@ class Workload(Section):
                 if key in data:
                     data[key] = _coerce_length(data[key])
         return data
+
+    @model_validator(mode="after")
+    def _kinds_combine(self) -> Self:
+        """Only combinations with one clear meaning: a trace fixes each prompt's length and a
+        dataset its text, so neither takes a shared prefix; conversations need made-up turns."""
+        if self.trace is not None and self.dataset is not None:
+            raise ValueError("give a trace or a dataset, not both")
+        if self.shared_prefix is not None and (self.trace or self.dataset):
+            raise ValueError("shared_prefix: a trace or dataset fixes each prompt; drop one")
+        if self.sessions is not None and self.dataset is not None:
+            raise ValueError("sessions: conversations use synthetic turns; drop the dataset")
+        return self
