@@ -226,6 +226,18 @@ class SimCollector(Collector):
         yield truth_counter(
             "tokenwatt_sim_overhead_seconds", "Fixed per-step overhead time", "overhead_s"
         )
+        yield truth_counter(
+            "tokenwatt_sim_running_seconds",
+            "Integral of sequences scheduled per step over step time (all replicas); its "
+            "increase over a window / (window x replicas) is the time-weighted mean running set",
+            "running_s",
+        )
+        yield truth_counter(
+            "tokenwatt_sim_decode_batch_seconds",
+            "Integral of decode sequences per step over step time (all replicas); its increase "
+            "over a window / (window x replicas) is the time-weighted mean decode batch",
+            "decode_batch_s",
+        )
         yield truth_counter("tokenwatt_sim_steps", "Engine steps", "steps")
         yield truth_counter("tokenwatt_sim_decode_steps", "Steps with a decode", "decode_steps")
         yield truth_counter("tokenwatt_sim_tokens_emitted", "Tokens emitted", "tokens_emitted")

@@ -547,6 +547,8 @@ class SimServer:
         )
         out: dict[str, float] = {k: float(sum(getattr(r, k) for r in self.truth)) for k in keys}
         out["energy_j"] = sum(r.energy_at(t) for r in self.truth)
+        out["running_s"] = sum(r.running_s_at(t) for r in self.truth)
+        out["decode_batch_s"] = sum(r.decode_batch_s_at(t) for r in self.truth)
         out["deficit_s"] = max(r.deficit_s for r in self.truth)
         out["max_deficit_s"] = max(r.max_deficit_s for r in self.truth)
         return out
