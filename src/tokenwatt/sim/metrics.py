@@ -163,10 +163,15 @@ class SimCollector(Collector):
         yield counter("vllm:num_preemptions", "Preemptions", "preemptions")
         yield counter("vllm:prompt_tokens", "Prompt tokens of completed prefills", "prompt_tokens")
         yield counter("vllm:generation_tokens", "Generated tokens", "generation_tokens")
-        for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
-            c = CounterMetricFamily(name, "Prefix cache (not simulated: always 0)", labels=labels)
-            for i in range(len(engines)):
-                c.add_metric([model, str(i)], 0.0)
+        for name, key in (
+            ("vllm:prefix_cache_queries", "prefix_queries"),
+            ("vllm:prefix_cache_hits", "prefix_hits"),
+        ):
+            c = CounterMetricFamily(
+                name, "Prefix cache tokens looked up / found at admission", labels=labels
+            )
+            for i, e in enumerate(engines):
+                c.add_metric([model, str(i)], float(e[key]))
             yield c
         succ = CounterMetricFamily(
             "vllm:request_success", "Finished requests", labels=[*labels, "finished_reason"]
@@ -189,7 +194,8 @@ class SimCollector(Collector):
                     "enable_prefix_caching"],
         )  # fmt: skip
         for i, e in enumerate(engines):
-            info.add_metric([model, str(i), "16", str(e["num_blocks"]), "0.9", "False"], 1.0)
+            caching = str(e["prefix_caching"])
+            info.add_metric([model, str(i), "16", str(e["num_blocks"]), "0.9", caching], 1.0)
         yield info
 
         # -- ground truth, node totals -------------------------------------------------
@@ -237,6 +243,11 @@ class SimCollector(Collector):
             "Integral of decode sequences per step over step time (all replicas); its increase "
             "over a window / (window x replicas) is the time-weighted mean decode batch",
             "decode_batch_s",
+        )
+        yield truth_counter(
+            "tokenwatt_sim_prefix_cache_evicted_blocks",
+            "Cached prompt blocks whose name was forgotten to make room",
+            "evicted_blocks",
         )
         yield truth_counter("tokenwatt_sim_steps", "Engine steps", "steps")
         yield truth_counter("tokenwatt_sim_decode_steps", "Steps with a decode", "decode_steps")

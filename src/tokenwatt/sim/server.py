@@ -190,6 +190,10 @@ class ReplicaDriver:
         writes: list[tuple[_Sink, bytes]] = []
         stalled: list[SimRequest] = []
         n_words = len(WORDS)
+        if step.cached:  # prefix caching: usage reports each admitted request's cached tokens
+            for req in step.admitted:
+                if req.sink is not None and req.sink.renderer.cached_tokens is None:
+                    req.sink.renderer.cached_tokens = max(0, req.cached_tokens)
         for req in step.emits:
             sink: _Sink | None = req.sink
             if sink is None or sink.ended or req.state == ABORTED:
@@ -468,7 +472,11 @@ class SimServer:
             raise ApiError(400, f"malformed JSON body: {exc}") from None
         c = self.config
         p = parse_request(
-            body, chat=chat, served_model=c.served_model_name, max_model_len=c.max_model_len
+            body,
+            chat=chat,
+            served_model=c.served_model_name,
+            max_model_len=c.max_model_len,
+            want_prompt=c.prefix_caching,
         )
         loop = asyncio.get_running_loop()
         done: asyncio.Future[str] = loop.create_future()
@@ -489,6 +497,7 @@ class SimServer:
             min_tokens=p.min_tokens,
             ignore_eos=p.ignore_eos,
             sink=sink,
+            prompt=p.prompt,
         )
         resp: web.StreamResponse | None = None
         if p.stream:
@@ -547,6 +556,9 @@ class SimServer:
         )
         out: dict[str, float] = {k: float(sum(getattr(r, k) for r in self.truth)) for k in keys}
         out["energy_j"] = sum(r.energy_at(t) for r in self.truth)
+        out["evicted_blocks"] = float(
+            sum(e.prefix.evictions for e in self.node.replicas if e.prefix is not None)
+        )
         out["running_s"] = sum(r.running_s_at(t) for r in self.truth)
         out["decode_batch_s"] = sum(r.decode_batch_s_at(t) for r in self.truth)
         out["deficit_s"] = max(r.deficit_s for r in self.truth)
@@ -563,6 +575,9 @@ class SimServer:
                     "kv_usage": e.kv_usage,
                     "num_blocks": e.num_blocks,
                     "stats": self.stats[e.index],
+                    "prefix_caching": e.prefix is not None,
+                    "prefix_queries": e.prefix.queries if e.prefix is not None else 0,
+                    "prefix_hits": e.prefix.hits if e.prefix is not None else 0,
                 }
                 for e in self.node.replicas
             ],
