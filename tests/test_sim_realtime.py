@@ -21,6 +21,7 @@ import pytest
 from test_sim_support import H100, config, geometry
 from tokenwatt.errors import TokenwattError
 from tokenwatt.sim import start_sim_subprocess, start_sim_thread
+from tokenwatt.sim.tokens import output_text
 
 # -- efficiency from the ground truth ------------------------------------------------------------
 
@@ -327,3 +328,48 @@ def _stats(url: str) -> Any:
 
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
+
+
+def test_a_slow_reader_gets_every_frame_in_order() -> None:
+    """The driver writes frames straight to the socket and hands what the kernel does not take
+    to the transport's buffer; a reader that stops reading (tiny buffers on both ends, then a
+    pause) must still get the whole stream, intact and in order, once it reads again."""
+    n = 3000
+    with start_sim_thread(config(kv_cache_bytes=4e9)) as sim:
+        assert sim.server is not None
+        host, port = sim.base_url.removeprefix("http://").split(":")
+        data = json.dumps({"prompt": "hi", "max_tokens": n, "ignore_eos": True, "stream": True})
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        sock.settimeout(30)
+        sock.connect((host, int(port)))
+        with sock:
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(data), data.encode())
+            )
+            deadline = time.monotonic() + 10
+            while not sim.server._sinks and time.monotonic() < deadline:
+                time.sleep(0.001)
+            (sink,) = sim.server._sinks  # the server's end: a small send buffer fills at once
+            assert sink.transport is not None
+            server_sock = sink.transport.get_extra_info("socket")
+            server_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            time.sleep(1.0)  # the server keeps emitting into the full window meanwhile
+            buf = b""
+            while chunk := sock.recv(65536):
+                buf += chunk
+    _, _, rest = buf.partition(b"\r\n\r\n")
+    body = b""
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        body += rest[:size]
+        rest = rest[size + 2 :]
+    events = [e for e in body.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    texts = [json.loads(e.removeprefix(b"data: "))["choices"][0]["text"] for e in events[:-1]]
+    assert "".join(texts) == output_text(0, n)
