@@ -81,8 +81,11 @@ def _read_request(text: str) -> tuple[SimConfig, str, int]:
         ) from None
     try:
         return SimConfig.from_dict(cfg), host, port
-    except (KeyError, TypeError) as exc:
-        raise SpecError(f"tokenwatt.sim.child: config is not a SimConfig ({exc})") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SpecError(
+            f"tokenwatt.sim.child: config is not a SimConfig.to_dict() ({type(exc).__name__}: "
+            f"{exc}); build it with SimConfig(...).to_dict()"
+        ) from None
 
 
 def main() -> int:
