@@ -260,7 +260,7 @@ class Derived:
             s_per_prefill_token=s_tok,
             tdp_w=tdp,
             idle_w=idle,
-            zipf_s=parse_routing(c.routing),  # valid: checked by SimSettings
+            zipf_s=parse_routing(c.routing),
             output_len=parse_output_len(c.output_len),
         )
 
