@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from test_sim_support import H100, config, geometry
 from tokenwatt.errors import TokenwattError
 from tokenwatt.sim import start_sim_subprocess, start_sim_thread
+from tokenwatt.sim.tokens import output_text
 
 # -- efficiency from the ground truth ------------------------------------------------------------
 
@@ -100,38 +103,116 @@ def test_bytes_read_over_elapsed_time_equals_the_efficiency_long(tmp_path: Path)
 # -- child process and CLI ------------------------------------------------------------
 
 
-def test_cli_child_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+def test_cli_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     truth = tmp_path / "t.jsonl"
-    args = [
-        "--model", "llama-3.1-8b", "--accelerator", "h200", "--max-model-len", "8192",
-        "--replicas", "2", "--efficiency", "0.7", "--no-prefill-cost", "--truth-log", str(truth),
+    cmd = [
+        sys.executable, "-m", "tokenwatt", "sim", "--model", "llama-3.1-8b",
+        "--accelerator", "h200", "--max-model-len", "8192", "--replicas", "2",
+        "--efficiency", "0.7", "--no-prefill-cost", "--truth-log", str(truth), "--port", "0",
     ]  # fmt: skip
-    sim = start_sim_subprocess(args)
-    with sim:
-        client = openai.OpenAI(base_url=sim.url, api_key="x", max_retries=0, timeout=20)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the sentence for people names the URL
+        m = re.search(r"serving (http://\S+/v1)", line)
+        assert m, line
+        client = openai.OpenAI(base_url=m.group(1), api_key="x", max_retries=0, timeout=20)
         models = client.models.list()
         assert models.data[0].id == "Llama-3.1-8B"
         out = client.completions.create(
             model=models.data[0].id, prompt="a b", max_tokens=3, extra_body={"ignore_eos": True}
         )
         assert out.usage is not None and out.usage.completion_tokens == 3
-    assert sim.process is not None and sim.process.returncode == 0
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0
     recs = [json.loads(x) for x in truth.read_text().splitlines()]
     assert len(recs) == 3 and {r["replica"] for r in recs} <= {0, 1}
 
 
-def test_cli_bad_input_is_one_line_and_exit_2() -> None:
+def test_child_prints_a_json_ready_line_and_stops_on_sigterm(tmp_path: Path) -> None:
+    truth = tmp_path / "t.jsonl"
+    c = config(kv_cache_bytes=4e9, truth_log=truth, replicas=2)
+    request = json.dumps({"config": c.to_dict(), "host": "127.0.0.1", "port": 0})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokenwatt.sim.child"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(request)
+        proc.stdin.close()
+        ready = json.loads(proc.stdout.readline())
+        assert ready["ready"] is True and ready["pid"] == proc.pid
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", ready["url"])
+        assert ready["metrics_url"] == ready["url"].removesuffix("/v1") + "/metrics"
+        client = openai.OpenAI(base_url=ready["url"], api_key="x", max_retries=0, timeout=20)
+        out = client.completions.create(
+            model=c.served_model_name, prompt="a b", max_tokens=4, extra_body={"ignore_eos": True}
+        )
+        assert out.usage is not None and out.usage.completion_tokens == 4
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
+    assert len(truth.read_text().splitlines()) == 4  # the log was flushed and closed
+
+
+def test_start_sim_subprocess_reads_the_ready_line() -> None:
+    with start_sim_subprocess(config(kv_cache_bytes=4e9)) as sim:
+        assert sim.process is not None
+        with urllib.request.urlopen(sim.url + "/models", timeout=10) as resp:
+            assert json.loads(resp.read())["data"][0]["id"] == "toy"
+    assert sim.process.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("stdin", "needle"),
+    [
+        ("not json", "stdin must be JSON"),
+        ('{"host": "127.0.0.1"}', "stdin must be JSON"),
+        ('{"config": {"geometry": {}}}', "config"),
+    ],
+)
+def test_child_bad_input_is_one_line_and_exit_2(stdin: str, needle: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tokenwatt", "sim", "--model", "llama-3.1-8b",
-         "--accelerator", "h100", "--efficiency", "1.5", "--port", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
+        [sys.executable, "-m", "tokenwatt.sim.child"],
+        input=stdin, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and needle in lines[0]
+
+
+def test_child_bad_knob_is_one_line_naming_it(tmp_path: Path) -> None:
+    data = config().to_dict()
+    data["routing"] = "zipf:inf"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokenwatt.sim.child"],
+        input=json.dumps({"config": data}), capture_output=True, text=True, timeout=60,
+        check=False,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr
     lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
-    assert len(lines) == 1 and "efficiency" in lines[0]
-    with pytest.raises(TokenwattError, match="unknown accelerator"):
-        start_sim_subprocess(["--model", "llama-3.1-8b", "--accelerator", "nope"])
+    assert len(lines) == 1 and "routing" in lines[0] and "zipf:inf" in lines[0]
+
+
+def test_cli_bad_input_is_one_line_and_exit_2() -> None:
+    for bad, needle in (
+        (["--efficiency", "1.5"], "efficiency"),
+        (["--accelerator", "nope"], "unknown accelerator"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "tokenwatt", "sim", "--model", "llama-3.1-8b",
+             "--accelerator", "h100", "--port", "0", *bad],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2
+        assert "Traceback" not in proc.stderr
+        lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+        assert len(lines) == 1 and needle in lines[0]
 
 
 def test_port_in_use_is_a_clear_error() -> None:
@@ -247,3 +328,48 @@ def _stats(url: str) -> Any:
 
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
+
+
+def test_a_slow_reader_gets_every_frame_in_order() -> None:
+    """The driver writes frames straight to the socket and hands what the kernel does not take
+    to the transport's buffer; a reader that stops reading (tiny buffers on both ends, then a
+    pause) must still get the whole stream, intact and in order, once it reads again."""
+    n = 3000
+    with start_sim_thread(config(kv_cache_bytes=4e9)) as sim:
+        assert sim.server is not None
+        host, port = sim.base_url.removeprefix("http://").split(":")
+        data = json.dumps({"prompt": "hi", "max_tokens": n, "ignore_eos": True, "stream": True})
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        sock.settimeout(30)
+        sock.connect((host, int(port)))
+        with sock:
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(data), data.encode())
+            )
+            deadline = time.monotonic() + 10
+            while not sim.server._sinks and time.monotonic() < deadline:
+                time.sleep(0.001)
+            (sink,) = sim.server._sinks  # the server's end: a small send buffer fills at once
+            assert sink.transport is not None
+            server_sock = sink.transport.get_extra_info("socket")
+            server_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            time.sleep(1.0)  # the server keeps emitting into the full window meanwhile
+            buf = b""
+            while chunk := sock.recv(65536):
+                buf += chunk
+    _, _, rest = buf.partition(b"\r\n\r\n")
+    body = b""
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        body += rest[:size]
+        rest = rest[size + 2 :]
+    events = [e for e in body.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    texts = [json.loads(e.removeprefix(b"data: "))["choices"][0]["text"] for e in events[:-1]]
+    assert "".join(texts) == output_text(0, n)

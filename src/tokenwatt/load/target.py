@@ -33,7 +33,6 @@ from tokenwatt.spec.hardware import HardwareSection
 __all__ = ["SimMode", "Target", "open_target", "resolve_accelerator", "resolve_api_key"]
 
 SimMode = Literal["thread", "subprocess"]
-_GIB = 1 << 30
 
 
 @dataclass(slots=True)
@@ -95,28 +94,24 @@ def resolve_accelerator(hw: HardwareSection) -> Accelerator:
 
 
 def sim_config(spec: BenchSpec, *, truth_log: str | Path | None = None) -> SimConfig:
-    """The simulator the spec describes: its model, its node, its ``sim`` knobs."""
-    m, s, hw = spec.model, spec.sim, spec.hardware
+    """The simulator the spec describes: its model, its node, its ``sim`` knobs.
+
+    ``truth_log`` (the caller's) wins over the spec's ``sim.truth_log``.
+    """
+    m, hw = spec.model, spec.hardware
     geometry = load_geometry(
         m.source, weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, overrides=m.overrides or None
     )
-    return SimConfig(
+    settings = spec.sim
+    if truth_log is not None:
+        settings = settings.model_copy(update={"truth_log": str(truth_log)})
+    return SimConfig.from_settings(
+        settings,
         geometry=geometry,
         accelerator=resolve_accelerator(hw),
         gpus_per_replica=hw.gpus_per_replica,
         replicas=hw.replicas,
-        efficiency=s.efficiency,
-        prefill_efficiency=s.prefill_efficiency,
-        prefill_cost=s.prefill_cost,
-        step_overhead_s=s.step_overhead_ms / 1e3,
-        routing=s.routing,
-        max_num_seqs=s.max_num_seqs,
-        max_batched_tokens=s.max_batched_tokens,
-        kv_cache_bytes=None if s.kv_cache_gib is None else s.kv_cache_gib * _GIB,
-        max_model_len=s.max_model_len,
-        seed=s.seed,
         served_model_name=spec.endpoint.model or "",
-        truth_log=truth_log,
     )
 
 

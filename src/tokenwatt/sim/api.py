@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tokenwatt.sim.tokens import count_chat_tokens, count_text_tokens
+from tokenwatt.sim.tokens import chat_words, count_chat_tokens, count_text_tokens, prompt_words
 
 __all__ = ["ApiError", "Parsed", "parse_request"]
 
@@ -34,6 +34,7 @@ class Parsed:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    prompt: list[Any] | None = None  # its tokens, when asked for (prefix caching)
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -99,7 +100,10 @@ def _messages_tokens(messages: Any) -> int:
     return count_chat_tokens(messages)
 
 
-def parse_request(body: Any, *, chat: bool, served_model: str, max_model_len: int) -> Parsed:
+def parse_request(
+    body: Any, *, chat: bool, served_model: str, max_model_len: int, want_prompt: bool = False
+) -> Parsed:
+    """The request's fields, checked; ``want_prompt`` also returns the prompt's tokens."""
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     model = body.get("model")
@@ -162,6 +166,9 @@ def parse_request(body: Any, *, chat: bool, served_model: str, max_model_len: in
             f"'min_tokens' ({min_tokens}) must be <= max_tokens ({max_tokens})", "min_tokens"
         )
     ignore_eos = _opt_bool(body, "ignore_eos")
+    prompt = None
+    if want_prompt:
+        prompt = chat_words(body["messages"]) if chat else prompt_words(body["prompt"])
     return Parsed(
         model=model,
         prompt_tokens=prompt_tokens,
@@ -171,4 +178,5 @@ def parse_request(body: Any, *, chat: bool, served_model: str, max_model_len: in
         stream=stream,
         include_usage=include_usage,
         continuous_usage=continuous,
+        prompt=prompt,
     )

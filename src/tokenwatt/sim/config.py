@@ -7,68 +7,28 @@ uses on every step (KV blocks, seconds per byte, seconds per prefill token, powe
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from tokenwatt.errors import SpecError
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
+from tokenwatt.simsettings import (
+    OutputLength,
+    SimSettings,
+    parse_output_len,
+    parse_routing,
+    settings_error,
+)
 
-__all__ = ["BLOCK_SIZE", "Derived", "OutputLength", "SimConfig", "parse_output_len"]
+__all__ = ["BLOCK_SIZE", "Derived", "OutputLength", "SimConfig", "SimSettings", "parse_output_len"]
+_GIB = 1 << 30
 
 BLOCK_SIZE = 16  # tokens per KV block, as in vLLM
 KV_MEMORY_FRACTION = 0.9  # share of HBM the engine may use (vLLM's gpu_memory_utilization)
-
-
-@dataclass(frozen=True, slots=True)
-class OutputLength:
-    """How long a request runs when ``ignore_eos`` is false (always capped by max_tokens).
-
-    ``max``: until max_tokens; ``fixed``: a; ``uniform``: integer uniform in [a, b];
-    ``geometric``: geometric with mean a (at least 1 token), like an EOS that is equally
-    likely after every token.
-    """
-
-    kind: str
-    a: float = 0.0
-    b: float = 0.0
-
-
-def parse_output_len(text: str) -> OutputLength:
-    """``max`` | ``fixed:N`` | ``uniform:A:B`` | ``geometric:MEAN``."""
-    parts = text.strip().split(":")
-    try:
-        if parts == ["max"]:
-            return OutputLength("max")
-        if parts[0] == "fixed" and len(parts) == 2 and int(parts[1]) >= 1:
-            return OutputLength("fixed", float(int(parts[1])))
-        if parts[0] == "uniform" and len(parts) == 3:
-            a, b = int(parts[1]), int(parts[2])
-            if 1 <= a <= b:
-                return OutputLength("uniform", float(a), float(b))
-        if parts[0] == "geometric" and len(parts) == 2 and float(parts[1]) >= 1:
-            return OutputLength("geometric", float(parts[1]))
-    except ValueError:
-        pass
-    raise SpecError(
-        f"sim output_len {text!r} is invalid; use max, fixed:N, uniform:A:B or geometric:MEAN"
-    )
-
-
-def parse_routing(text: str) -> float | None:
-    """``uniform`` → None; ``zipf:S`` → S (> 0)."""
-    if text == "uniform":
-        return None
-    if text.startswith("zipf:"):
-        try:
-            s = float(text.split(":", 1)[1])
-        except ValueError:
-            s = -1.0
-        if s > 0 and math.isfinite(s):
-            return s
-    raise SpecError(f"sim routing {text!r} is invalid; use uniform or zipf:S with S > 0")
 
 
 @dataclass(slots=True)
@@ -104,6 +64,7 @@ class SimConfig:
     tdp_w: float | None = None
     truth_log: str | Path | None = None
     output_len: str = "geometric:256"
+    prefix_caching: bool = False  # vLLM's automatic prefix caching, 16-token blocks
     # wire-format knobs for testing clients (off by default)
     tokens_per_chunk: int = 1
     keepalive_interval_s: float | None = None
@@ -117,51 +78,89 @@ class SimConfig:
             self.served_model_name = self.geometry.name
         self.validate()
 
-    def validate(self) -> None:
-        def need(ok: bool, name: str, fix: str) -> None:
-            if not ok:
-                raise SpecError(f"sim {name} is invalid: {fix}")
+    def settings(self) -> SimSettings:
+        """These knobs as ``SimSettings``, validated there: the one definition of what is valid.
 
-        need(self.gpus_per_replica >= 1, "gpus_per_replica", "give an integer >= 1")
-        need(self.replicas >= 1, "replicas", "give an integer >= 1")
-        need(0 < self.efficiency <= 1, "efficiency", "give a fraction in (0, 1]")
-        need(0 < self.prefill_efficiency <= 1, "prefill_efficiency", "give a fraction in (0, 1]")
-        need(self.step_overhead_s >= 0, "step_overhead_s", "give seconds >= 0")
-        need(self.max_num_seqs >= 1, "max_num_seqs", "give an integer >= 1")
-        need(self.max_batched_tokens >= 1, "max_batched_tokens", "give an integer >= 1")
-        need(self.max_model_len >= 2, "max_model_len", "give an integer >= 2")
-        need(
-            self.kv_cache_bytes is None or self.kv_cache_bytes > 0,
-            "kv_cache_bytes",
-            "give a positive size or leave it unset",
+        Raises ``SpecError`` (one line naming the knob) when a knob is out of range.
+        """
+        try:
+            return SimSettings(
+                efficiency=self.efficiency,
+                prefill_efficiency=self.prefill_efficiency,
+                prefill_cost=self.prefill_cost,
+                step_overhead_ms=self.step_overhead_s * 1e3,
+                routing=self.routing,
+                max_num_seqs=self.max_num_seqs,
+                max_batched_tokens=self.max_batched_tokens,
+                kv_cache_gib=None if self.kv_cache_bytes is None else self.kv_cache_bytes / _GIB,
+                kv_cache_blocks=self.kv_cache_blocks,
+                max_model_len=self.max_model_len,
+                output_len=self.output_len,
+                prefix_caching=self.prefix_caching,
+                seed=self.seed,
+                idle_power_fraction=self.idle_power_fraction,
+                idle_w=self.idle_w,
+                tdp_w=self.tdp_w,
+                tokens_per_chunk=self.tokens_per_chunk,
+                keepalive_s=self.keepalive_interval_s,
+                error_after_tokens=self.error_after_tokens,
+                stall_after_tokens=self.stall_after_tokens,
+                spin_s=self.spin_s,
+                truth_log=None if self.truth_log is None else str(self.truth_log),
+            )
+        except ValidationError as exc:
+            raise SpecError(settings_error(exc)) from None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: SimSettings,
+        *,
+        geometry: ModelGeometry,
+        accelerator: Accelerator,
+        gpus_per_replica: int = 1,
+        replicas: int = 1,
+        served_model_name: str = "",
+    ) -> SimConfig:
+        """The node these settings describe on this model and hardware."""
+        s = settings
+        return cls(
+            geometry=geometry,
+            accelerator=accelerator,
+            gpus_per_replica=gpus_per_replica,
+            replicas=replicas,
+            efficiency=s.efficiency,
+            prefill_efficiency=s.prefill_efficiency,
+            prefill_cost=s.prefill_cost,
+            step_overhead_s=s.step_overhead_ms / 1e3,
+            routing=s.routing,
+            max_num_seqs=s.max_num_seqs,
+            max_batched_tokens=s.max_batched_tokens,
+            kv_cache_bytes=None if s.kv_cache_gib is None else s.kv_cache_gib * _GIB,
+            kv_cache_blocks=s.kv_cache_blocks,
+            max_model_len=s.max_model_len,
+            seed=s.seed,
+            served_model_name=served_model_name,
+            idle_power_fraction=s.idle_power_fraction,
+            idle_w=s.idle_w,
+            tdp_w=s.tdp_w,
+            truth_log=s.truth_log,
+            output_len=s.output_len,
+            prefix_caching=s.prefix_caching,
+            tokens_per_chunk=s.tokens_per_chunk,
+            keepalive_interval_s=s.keepalive_s,
+            error_after_tokens=s.error_after_tokens,
+            stall_after_tokens=s.stall_after_tokens,
+            spin_s=s.spin_s,
         )
-        need(
-            self.kv_cache_blocks is None or self.kv_cache_blocks >= 1,
-            "kv_cache_blocks",
-            "give a block count >= 1 or leave it unset",
-        )
-        need(0 <= self.idle_power_fraction <= 1, "idle_power_fraction", "give a fraction in [0, 1]")
-        need(self.idle_w is None or self.idle_w >= 0, "idle_w", "give watts >= 0")
-        need(self.tdp_w is None or self.tdp_w > 0, "tdp_w", "give watts > 0")
-        need(self.tokens_per_chunk >= 1, "tokens_per_chunk", "give an integer >= 1")
-        need(
-            self.keepalive_interval_s is None or self.keepalive_interval_s > 0,
-            "keepalive_interval_s",
-            "give seconds > 0 or leave it unset",
-        )
-        need(
-            self.error_after_tokens is None or self.error_after_tokens >= 0,
-            "error_after_tokens",
-            "give an integer >= 0 or leave it unset",
-        )
-        need(
-            self.stall_after_tokens is None or self.stall_after_tokens >= 0,
-            "stall_after_tokens",
-            "give an integer >= 0 or leave it unset",
-        )
-        need(self.spin_s >= 0, "spin_s", "give seconds >= 0")
-        parse_routing(self.routing)
-        parse_output_len(self.output_len)
+
+    def validate(self) -> None:
+        """The knobs through ``SimSettings``; then what needs the model and hardware."""
+        if self.gpus_per_replica < 1:
+            raise SpecError("sim gpus_per_replica is invalid: give an integer >= 1")
+        if self.replicas < 1:
+            raise SpecError("sim replicas is invalid: give an integer >= 1")
+        self.settings()
         if self.prefill_cost and not self.accelerator.peak_flops(self.geometry.weight_dtype):
             raise SpecError(
                 f"sim prefill cost needs a peak FLOP/s for {self.accelerator.name}; give one in "

@@ -26,6 +26,7 @@ import numpy as np
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.sim.config import BLOCK_SIZE, Derived, SimConfig
+from tokenwatt.sim.prefix import PrefixCache
 from tokenwatt.sim.routing import DistinctExperts, make_routing
 
 __all__ = ["KVReader", "ReplicaEngine", "SimRequest", "Step"]
@@ -38,12 +39,15 @@ class SimRequest:
 
     __slots__ = (
         "arrival_ns",
+        "block_hashes",
         "blocks",
+        "cached_tokens",
         "computed",
         "finish_reason",
         "first_scheduled_ns",
         "first_token_ns",
         "generated",
+        "held",
         "last_scheduled_ns",
         "last_token_ns",
         "max_tokens",
@@ -65,6 +69,7 @@ class SimRequest:
         target_tokens: int,
         arrival_ns: int,
         sink: Any = None,
+        block_hashes: tuple[int, ...] = (),
     ) -> None:
         self.rid = rid
         self.prompt_tokens = prompt_tokens
@@ -77,6 +82,9 @@ class SimRequest:
         self.computed = 0
         self.prefill_target = prompt_tokens
         self.blocks = 0
+        self.block_hashes = block_hashes  # names of its full prompt blocks (prefix caching)
+        self.held: list[int] = []  # the leading named blocks it holds (prefix caching)
+        self.cached_tokens = -1  # prompt tokens found cached at its first admission
         self.state = WAITING
         self.preemptions = 0
         self.replica = -1
@@ -151,6 +159,9 @@ class Step:
     preempted: list[SimRequest] = field(default_factory=list)
     admitted: list[SimRequest] = field(default_factory=list)
     prompt_done_tokens: int = 0  # prompt tokens of prefills that completed (vLLM counter)
+    cached: list[tuple[int, int]] = field(default_factory=list)  # (rid, cached tokens) on
+    # first admission, prefix caching only
+    evicted_blocks: int = 0  # prefix-cache blocks evicted while scheduling this step
 
     @property
     def duration_ns(self) -> int:
@@ -183,6 +194,8 @@ class ReplicaEngine:
         self.running: list[SimRequest] = []
         self.num_blocks = self.d.num_blocks
         self.free_blocks = self.d.num_blocks
+        self.prefix = PrefixCache() if config.prefix_caching else None
+        self._evicted = 0  # evictions of the step being planned, before its last reconcile
         self.steps = 0
         self.preemptions = 0
         self.outstanding = 0  # requests routed here and not finished (router's measure)
@@ -225,7 +238,12 @@ class ReplicaEngine:
         return self._idle_power_w
 
     def _free(self, req: SimRequest) -> None:
-        self.free_blocks += req.blocks
+        if req.held:  # named blocks stay cached: free only when no other request holds them
+            assert self.prefix is not None
+            self.free_blocks += req.blocks - len(req.held) + self.prefix.release(req.held)
+            req.held = []
+        else:
+            self.free_blocks += req.blocks
         req.blocks = 0
 
     def _allocate(self, req: SimRequest, new_tokens: int) -> bool:
@@ -290,15 +308,20 @@ class ReplicaEngine:
             i += 1
         self.free_blocks = free
 
+        cached: list[tuple[int, int]] = []
         if not preempted:
             cap = self.config.max_num_seqs
             waiting = self.waiting
             while waiting and budget > 0 and len(running) < cap:
                 req = waiting[0]
-                new = req.num_tokens - req.computed
-                new = min(new, budget)
-                if not self._allocate(req, new):
-                    break  # head-of-line: admission never preempts
+                if self.prefix is not None and req.computed == 0:
+                    if not self._admit_cached(req, budget, cached):
+                        break  # head-of-line: admission never preempts
+                    new = min(req.num_tokens - req.computed, budget)
+                else:
+                    new = min(req.num_tokens - req.computed, budget)
+                    if not self._allocate(req, new):
+                        break  # head-of-line: admission never preempts
                 waiting.popleft()
                 req.state = RUNNING
                 if not req.first_scheduled_ns:
@@ -311,7 +334,47 @@ class ReplicaEngine:
 
         if not scheduled:
             return None
-        return self._advance_and_price(t_start_ns, scheduled, preempted, admitted)
+        step = self._advance_and_price(t_start_ns, scheduled, preempted, admitted)
+        if self.prefix is not None:
+            step.cached = cached
+            step.evicted_blocks = self.prefix.reconcile(self.free_blocks) + self._evicted
+            self._evicted = 0
+        return step
+
+    def _admit_cached(self, req: SimRequest, budget: int, cached: list[tuple[int, int]]) -> bool:
+        """Allocate a waiting request's blocks, reusing its cached prompt prefix; False (and
+        nothing changed) when the blocks do not fit. Cached tokens count as computed."""
+        prefix = self.prefix
+        assert prefix is not None
+        self._evicted += prefix.reconcile(self.free_blocks)  # fresh blocks handed out so far
+        hit = prefix.match(req.block_hashes, (req.prompt_tokens - 1) // BLOCK_SIZE)
+        names = req.block_hashes[:hit]
+        hit_tokens = hit * BLOCK_SIZE
+        new = min(req.num_tokens - hit_tokens, budget)
+        fresh = -(-(hit_tokens + new) // BLOCK_SIZE) - hit
+        if fresh + prefix.free_among(names) > self.free_blocks:
+            return False
+        self.free_blocks -= fresh + prefix.free_among(names)
+        prefix.acquire(names)
+        req.held = list(names)
+        req.blocks = hit + fresh
+        req.computed = hit_tokens
+        prefix.queries += req.num_tokens
+        prefix.hits += hit_tokens
+        # named now, as vLLM does when it allocates: a twin admitted later in this step hits
+        self._register(req, min(hit_tokens + new, req.prompt_tokens) // BLOCK_SIZE)
+        if req.cached_tokens < 0:
+            req.cached_tokens = hit_tokens
+            cached.append((req.rid, hit_tokens))
+        return True
+
+    def _register(self, req: SimRequest, full_blocks: int) -> None:
+        """Name the prompt blocks a request has now computed (scheduled, as vLLM does)."""
+        prefix = self.prefix
+        assert prefix is not None
+        held, names = req.held, req.block_hashes
+        while len(held) < min(full_blocks, len(names)) and prefix.register(names[len(held)]):
+            held.append(names[len(held)])
 
     def _advance_and_price(
         self,
@@ -334,6 +397,8 @@ class ReplicaEngine:
             else:
                 contexts.append(before + 1)  # token i = generated reads L + i cached tokens
             req.computed = after = before + new
+            if self.prefix is not None and len(req.held) < len(req.block_hashes):
+                self._register(req, min(after, req.prompt_tokens) // BLOCK_SIZE)
             generated = req.generated
             if after >= req.prompt_tokens + generated:
                 if generated == 0:

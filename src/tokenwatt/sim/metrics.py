@@ -130,6 +130,47 @@ _HISTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# The ground-truth counters: (name without _total, help, key of SimServer.truth_totals()).
+_TRUTH_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("tokenwatt_sim_energy_joules", "Energy of all GPUs of the node, J", "energy_j"),
+    (
+        "tokenwatt_sim_decode_weight_bytes",
+        "Weight bytes read by steps that decode at least one sequence",
+        "decode_weight_bytes",
+    ),
+    ("tokenwatt_sim_weight_bytes", "Weight bytes read by all steps", "weight_bytes"),
+    ("tokenwatt_sim_decode_kv_bytes", "KV-cache bytes read by decodes", "decode_kv_bytes"),
+    ("tokenwatt_sim_prefill_tokens", "Prompt and recompute tokens prefilled", "prefill_tokens"),
+    ("tokenwatt_sim_busy_seconds", "Modelled step time", "busy_s"),
+    ("tokenwatt_sim_idle_seconds", "Time with no step", "idle_s"),
+    ("tokenwatt_sim_memory_seconds", "Step time spent reading", "memory_s"),
+    ("tokenwatt_sim_prefill_seconds", "Step time spent in prefill", "prefill_s"),
+    ("tokenwatt_sim_overhead_seconds", "Fixed per-step overhead time", "overhead_s"),
+    (
+        "tokenwatt_sim_running_seconds",
+        "Integral of sequences scheduled per step over step time (all replicas); its "
+        "increase over a window / (window x replicas) is the time-weighted mean running set",
+        "running_s",
+    ),
+    (
+        "tokenwatt_sim_decode_batch_seconds",
+        "Integral of decode sequences per step over step time (all replicas); its increase "
+        "over a window / (window x replicas) is the time-weighted mean decode batch",
+        "decode_batch_s",
+    ),
+    (
+        "tokenwatt_sim_prefix_cache_evicted_blocks",
+        "Cached prompt blocks whose name was forgotten to make room",
+        "evicted_blocks",
+    ),
+    ("tokenwatt_sim_steps", "Engine steps", "steps"),
+    ("tokenwatt_sim_decode_steps", "Steps with a decode", "decode_steps"),
+    ("tokenwatt_sim_tokens_emitted", "Tokens emitted", "tokens_emitted"),
+    ("tokenwatt_sim_decode_tokens", "Tokens emitted by decodes (not first)", "decode_tokens"),
+    ("tokenwatt_sim_catchup_steps", "Steps that started behind schedule", "late_steps"),
+)
+
+
 class SimCollector(Collector):
     """Reads the server's state at scrape time. ``source`` returns a snapshot dict."""
 
@@ -138,6 +179,11 @@ class SimCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self.source()
+        yield from self._engine_families(s)
+        yield from self._truth_families(s)
+
+    def _engine_families(self, s: dict[str, Any]) -> Iterator[Metric]:
+        """vLLM's names, one sample per replica (``engine`` label)."""
         model: str = s["model"]
         engines: list[dict[str, Any]] = s["engines"]
         labels = ["model_name", "engine"]
@@ -163,10 +209,15 @@ class SimCollector(Collector):
         yield counter("vllm:num_preemptions", "Preemptions", "preemptions")
         yield counter("vllm:prompt_tokens", "Prompt tokens of completed prefills", "prompt_tokens")
         yield counter("vllm:generation_tokens", "Generated tokens", "generation_tokens")
-        for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
-            c = CounterMetricFamily(name, "Prefix cache (not simulated: always 0)", labels=labels)
-            for i in range(len(engines)):
-                c.add_metric([model, str(i)], 0.0)
+        for name, key in (
+            ("vllm:prefix_cache_queries", "prefix_queries"),
+            ("vllm:prefix_cache_hits", "prefix_hits"),
+        ):
+            c = CounterMetricFamily(
+                name, "Prefix cache tokens looked up / found at admission", labels=labels
+            )
+            for i, e in enumerate(engines):
+                c.add_metric([model, str(i)], float(e[key]))
             yield c
         succ = CounterMetricFamily(
             "vllm:request_success", "Finished requests", labels=[*labels, "finished_reason"]
@@ -189,53 +240,15 @@ class SimCollector(Collector):
                     "enable_prefix_caching"],
         )  # fmt: skip
         for i, e in enumerate(engines):
-            info.add_metric([model, str(i), "16", str(e["num_blocks"]), "0.9", "False"], 1.0)
+            caching = str(e["prefix_caching"])
+            info.add_metric([model, str(i), "16", str(e["num_blocks"]), "0.9", caching], 1.0)
         yield info
 
-        # -- ground truth, node totals -------------------------------------------------
+    def _truth_families(self, s: dict[str, Any]) -> Iterator[Metric]:
+        """The ``tokenwatt_sim_*`` ground truth: node totals without labels."""
         t = s["truth"]
-
-        def truth_counter(name: str, doc: str, key: str) -> CounterMetricFamily:
-            return CounterMetricFamily(name, doc, value=float(t[key]))
-
-        yield truth_counter(
-            "tokenwatt_sim_energy_joules", "Energy of all GPUs of the node, J", "energy_j"
-        )
-        yield truth_counter(
-            "tokenwatt_sim_decode_weight_bytes",
-            "Weight bytes read by steps that decode at least one sequence",
-            "decode_weight_bytes",
-        )
-        yield truth_counter(
-            "tokenwatt_sim_weight_bytes", "Weight bytes read by all steps", "weight_bytes"
-        )
-        yield truth_counter(
-            "tokenwatt_sim_decode_kv_bytes", "KV-cache bytes read by decodes", "decode_kv_bytes"
-        )
-        yield truth_counter(
-            "tokenwatt_sim_prefill_tokens",
-            "Prompt and recompute tokens prefilled",
-            "prefill_tokens",
-        )
-        yield truth_counter("tokenwatt_sim_busy_seconds", "Modelled step time", "busy_s")
-        yield truth_counter("tokenwatt_sim_idle_seconds", "Time with no step", "idle_s")
-        yield truth_counter("tokenwatt_sim_memory_seconds", "Step time spent reading", "memory_s")
-        yield truth_counter(
-            "tokenwatt_sim_prefill_seconds", "Step time spent in prefill", "prefill_s"
-        )
-        yield truth_counter(
-            "tokenwatt_sim_overhead_seconds", "Fixed per-step overhead time", "overhead_s"
-        )
-        yield truth_counter("tokenwatt_sim_steps", "Engine steps", "steps")
-        yield truth_counter("tokenwatt_sim_decode_steps", "Steps with a decode", "decode_steps")
-        yield truth_counter("tokenwatt_sim_tokens_emitted", "Tokens emitted", "tokens_emitted")
-        yield truth_counter(
-            "tokenwatt_sim_decode_tokens", "Tokens emitted by decodes (not first tokens)",
-            "decode_tokens",
-        )  # fmt: skip
-        yield truth_counter(
-            "tokenwatt_sim_catchup_steps", "Steps that started behind schedule", "late_steps"
-        )
+        for name, doc, key in _TRUTH_COUNTERS:
+            yield CounterMetricFamily(name, doc, value=float(t[key]))
         yield GaugeMetricFamily(
             "tokenwatt_sim_catchup_deficit_seconds",
             "How far behind its deadlines the slowest replica is now",

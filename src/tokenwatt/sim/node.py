@@ -6,12 +6,14 @@ ties broken round-robin so equal replicas share the load evenly.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tokenwatt.sim.config import SimConfig
 from tokenwatt.sim.engine import ReplicaEngine, SimRequest
+from tokenwatt.sim.prefix import block_hashes
 
 __all__ = ["SimNode"]
 
@@ -50,10 +52,15 @@ class SimNode:
         min_tokens: int = 0,
         ignore_eos: bool = False,
         sink: Any = None,
+        prompt: Sequence[Hashable] | None = None,
     ) -> SimRequest:
+        """``prompt``: the prompt's tokens, for prefix caching (None: shares no prefix)."""
         self._next_rid += 1
         target = self.output_tokens(max_tokens, min_tokens, ignore_eos)
-        return SimRequest(self._next_rid, prompt_tokens, max_tokens, target, arrival_ns, sink)
+        names = block_hashes(prompt) if prompt is not None and self.config.prefix_caching else ()
+        return SimRequest(
+            self._next_rid, prompt_tokens, max_tokens, target, arrival_ns, sink, names
+        )
 
     def route(self) -> ReplicaEngine:
         """The replica with the fewest outstanding requests (round-robin among ties)."""

@@ -2,8 +2,8 @@
 
 All three give a ``RunningSim`` handle with ``url`` (``http://127.0.0.1:PORT/v1``),
 ``metrics_url`` and ``stop()``. The thread has its own event loop (uvloop when installed)
-but shares the GIL with the caller; the child process (``python -m tokenwatt sim``) has its
-own interpreter, so its timing does not suffer from the caller's CPU use.
+but shares the GIL with the caller; the child process (``python -m tokenwatt.sim.child``) has
+its own interpreter, so its timing does not suffer from the caller's CPU use.
 """
 
 from __future__ import annotations
@@ -11,15 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import IO, Any
 
@@ -28,8 +24,6 @@ from tokenwatt.sim.config import SimConfig
 from tokenwatt.sim.server import SimServer
 
 __all__ = ["RunningSim", "new_event_loop", "serve_sim", "start_sim_subprocess", "start_sim_thread"]
-
-_URL_RE = re.compile(r"(http://\S+?/v1)\b")
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -161,61 +155,58 @@ def start_sim_thread(
 
 
 def start_sim_subprocess(
-    config: SimConfig | Sequence[str],
+    config: SimConfig,
     host: str = "127.0.0.1",
     port: int = 0,
     timeout_s: float = 60.0,
     stderr: Any = None,
 ) -> RunningSim:
-    """``python -m tokenwatt sim …`` as a child; returns once it printed its URL.
-
-    ``config`` is a ``SimConfig`` (sent as a JSON file) or the CLI's own arguments.
-    """
-    tmp: Path | None = None
-    if isinstance(config, SimConfig):
-        fd, name = tempfile.mkstemp(prefix="tokenwatt-sim-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(config.to_dict(), f)
-        tmp = Path(name)
-        args = ["--config-json", str(tmp)]
-    else:
-        args = list(config)
-    cmd = [sys.executable, "-m", "tokenwatt", "sim", *args, "--host", host, "--port", str(port)]
+    """``python -m tokenwatt.sim.child`` with the config as JSON on its stdin; returns once the
+    child printed its JSON ready line (see ``tokenwatt.sim.child``)."""
+    cmd = [sys.executable, "-m", "tokenwatt.sim.child"]
     proc = subprocess.Popen(
         cmd,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr if stderr is not None else subprocess.PIPE,
         text=True,
         bufsize=1,
     )
-    url = None
-    deadline = time.monotonic() + timeout_s
-    lines: list[str] = []
+    assert proc.stdin is not None and proc.stdout is not None
+    request = {"config": config.to_dict(), "host": host, "port": port}
     try:
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = _URL_RE.search(line)
-            if m:
-                url = m.group(1)
-                break
-    finally:
-        if tmp is not None and url is None:
-            tmp.unlink(missing_ok=True)
-    if url is None:
+        proc.stdin.write(json.dumps(request))
+        proc.stdin.close()
+    except OSError:
+        pass  # the child died at once; its stderr says why
+    ready = _read_ready(proc.stdout, time.monotonic() + timeout_s)
+    if ready is None:
         _stop_process(proc)
         err = proc.stderr.read() if proc.stderr is not None else ""
-        tail = (err or "".join(lines)).strip().splitlines()[-1:] or ["no output"]
+        tail = err.strip().splitlines()[-1:] or ["no output"]
         raise TokenwattError(f"the simulator process did not start: {tail[0]}")
-    if tmp is not None:
-        tmp.unlink(missing_ok=True)  # read by the child before it printed its URL
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             threading.Thread(target=_drain, args=(pipe,), daemon=True).start()
-    return RunningSim(url, process=proc)
+    return RunningSim(str(ready["url"]), process=proc)
+
+
+def _read_ready(stdout: IO[str], deadline: float) -> dict[str, Any] | None:
+    """The child's JSON ready line; None when it exits or the deadline passes first.
+
+    Lines that are not a JSON object with ``ready: true`` are skipped (a library may print).
+    """
+    while time.monotonic() < deadline:
+        line = stdout.readline()
+        if not line:
+            return None
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("ready") is True and "url" in data:
+            return data
+    return None
 
 
 def _drain(pipe: IO[str]) -> None:

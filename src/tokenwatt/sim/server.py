@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import time
 from typing import Any
 
@@ -60,6 +61,7 @@ class _Sink:
         "ended",
         "error_after",
         "fast",
+        "fd",
         "frames",
         "pending",
         "renderer",
@@ -79,6 +81,7 @@ class _Sink:
         self.stream = stream
         self.done = done
         self.transport: asyncio.Transport | None = None
+        self.fd = -1  # the socket's descriptor: step frames are written to it directly
         self.pending = 0  # tokens held back for a multi-token chunk
         self.error_after = config.error_after_tokens
         self.stall_after = config.stall_after_tokens
@@ -190,6 +193,10 @@ class ReplicaDriver:
         writes: list[tuple[_Sink, bytes]] = []
         stalled: list[SimRequest] = []
         n_words = len(WORDS)
+        if step.cached:  # prefix caching: usage reports each admitted request's cached tokens
+            for req in step.admitted:
+                if req.sink is not None and req.sink.renderer.cached_tokens is None:
+                    req.sink.renderer.cached_tokens = max(0, req.cached_tokens)
         for req in step.emits:
             sink: _Sink | None = req.sink
             if sink is None or sink.ended or req.state == ABORTED:
@@ -230,7 +237,10 @@ class ReplicaDriver:
         return writes, stalled
 
     def _write(self, writes: list[tuple[_Sink, bytes]], deadline: int) -> int:
-        clock = now_ns
+        """Each frame straight to its socket with one ``write(2)`` (the transport's buffer
+        only takes what the kernel did not, or everything while it already holds bytes, so
+        order is kept); every write is stamped for the lateness record."""
+        clock, write = now_ns, os.write
         t_emit = clock()
         stamps: list[int] = []
         dead: list[_Sink] = []
@@ -239,7 +249,18 @@ class ReplicaDriver:
             if tr is None or tr.is_closing():
                 dead.append(sink)
                 continue
-            tr.write(data)
+            if sink.fd < 0 or tr.get_write_buffer_size():
+                tr.write(data)
+            else:
+                try:
+                    n = write(sink.fd, data)
+                except BlockingIOError:
+                    n = 0
+                except OSError:  # reset or closed by the peer: as a disconnect
+                    dead.append(sink)
+                    continue
+                if n < len(data):
+                    tr.write(data[n:])
             stamps.append(clock())
         self.server.lateness.add_ns(stamps, deadline)
         for sink in dead:
@@ -468,7 +489,11 @@ class SimServer:
             raise ApiError(400, f"malformed JSON body: {exc}") from None
         c = self.config
         p = parse_request(
-            body, chat=chat, served_model=c.served_model_name, max_model_len=c.max_model_len
+            body,
+            chat=chat,
+            served_model=c.served_model_name,
+            max_model_len=c.max_model_len,
+            want_prompt=c.prefix_caching,
         )
         loop = asyncio.get_running_loop()
         done: asyncio.Future[str] = loop.create_future()
@@ -489,6 +514,7 @@ class SimServer:
             min_tokens=p.min_tokens,
             ignore_eos=p.ignore_eos,
             sink=sink,
+            prompt=p.prompt,
         )
         resp: web.StreamResponse | None = None
         if p.stream:
@@ -498,7 +524,9 @@ class SimServer:
                 await resp.prepare(request)
             except ConnectionError:  # the client left before its stream began: as a cancel
                 raise asyncio.CancelledError from None
-            sink.transport = request.transport
+            sink.transport = tr = request.transport
+            sock = tr.get_extra_info("socket") if tr is not None else None
+            sink.fd = sock.fileno() if sock is not None else -1
         replica = self.node.submit(req)
         self._sinks.add(sink)
         self.drivers[replica.index].wake()
@@ -547,6 +575,11 @@ class SimServer:
         )
         out: dict[str, float] = {k: float(sum(getattr(r, k) for r in self.truth)) for k in keys}
         out["energy_j"] = sum(r.energy_at(t) for r in self.truth)
+        out["evicted_blocks"] = float(
+            sum(e.prefix.evictions for e in self.node.replicas if e.prefix is not None)
+        )
+        out["running_s"] = sum(r.running_s_at(t) for r in self.truth)
+        out["decode_batch_s"] = sum(r.decode_batch_s_at(t) for r in self.truth)
         out["deficit_s"] = max(r.deficit_s for r in self.truth)
         out["max_deficit_s"] = max(r.max_deficit_s for r in self.truth)
         return out
@@ -561,6 +594,9 @@ class SimServer:
                     "kv_usage": e.kv_usage,
                     "num_blocks": e.num_blocks,
                     "stats": self.stats[e.index],
+                    "prefix_caching": e.prefix is not None,
+                    "prefix_queries": e.prefix.queries if e.prefix is not None else 0,
+                    "prefix_hits": e.prefix.hits if e.prefix is not None else 0,
                 }
                 for e in self.node.replicas
             ],

@@ -18,9 +18,11 @@ __all__ = [
     "CHAT_TOKENS_PER_MESSAGE",
     "CHAT_TOKENS_REPLY",
     "WORDS",
+    "chat_words",
     "count_chat_tokens",
     "count_text_tokens",
     "output_text",
+    "prompt_words",
 ]
 
 CHAT_TOKENS_PER_MESSAGE = 3
@@ -64,6 +66,42 @@ def _content_words(content: Any) -> int:
                 n += count_text_tokens(part["text"])
         return n
     raise TypeError("content must be a string, a list of parts or null")
+
+
+def prompt_words(prompt: Any) -> list[Any]:
+    """The tokens of a completion prompt (a string's words, or the token ids as given): what
+    prefix caching names blocks by. ``len`` equals the counted prompt tokens."""
+    if isinstance(prompt, str):
+        return prompt.split()
+    if isinstance(prompt, list) and len(prompt) == 1 and not isinstance(prompt[0], int):
+        return prompt_words(prompt[0])
+    return list(prompt)
+
+
+def _content_text(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return content.split()
+    if isinstance(content, list):
+        return [
+            w
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            for w in part["text"].split()
+        ]
+    return []
+
+
+def chat_words(messages: list[dict[str, Any]]) -> list[Any]:
+    """The tokens of a chat prompt: per message ``CHAT_TOKENS_PER_MESSAGE`` template tokens
+    naming its role, then its words; then ``CHAT_TOKENS_REPLY`` reply-header tokens.
+    ``len`` equals ``count_chat_tokens``."""
+    out: list[Any] = []
+    for m in messages:
+        role = m.get("role")
+        out.extend(("<|msg|>", role, i) for i in range(CHAT_TOKENS_PER_MESSAGE))
+        out.extend(_content_text(m.get("content")))
+    out.extend(("<|reply|>", i) for i in range(CHAT_TOKENS_REPLY))
+    return out
 
 
 def count_chat_tokens(messages: list[dict[str, Any]]) -> int:

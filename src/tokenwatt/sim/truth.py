@@ -26,6 +26,7 @@ class ReplicaTruth:
 
     __slots__ = (
         "busy_s",
+        "decode_batch_s",
         "decode_kv_bytes",
         "decode_steps",
         "decode_tokens",
@@ -42,8 +43,11 @@ class ReplicaTruth:
         "preemptions",
         "prefill_s",
         "prefill_tokens",
+        "running_s",
+        "step_decode_batch_s",
         "step_end_ns",
         "step_energy_j",
+        "step_running_s",
         "step_start_ns",
         "steps",
         "tokens_emitted",
@@ -66,6 +70,8 @@ class ReplicaTruth:
         self.prefill_s = 0.0
         self.overhead_s = 0.0
         self.energy_j = 0.0
+        self.running_s = 0.0  # Σ sequences scheduled × step time: integral of the running set
+        self.decode_batch_s = 0.0  # Σ decode sequences × step time: integral of the batch B
         self.preemptions = 0
         self.late_steps = 0
         self.deficit_s = 0.0
@@ -74,6 +80,8 @@ class ReplicaTruth:
         self.step_start_ns = 0
         self.step_end_ns = 0
         self.step_energy_j = 0.0
+        self.step_running_s = 0.0
+        self.step_decode_batch_s = 0.0
 
     def begin_step(self, step: Step) -> float:
         """Account the idle gap before ``step`` and the step itself; returns that idle time."""
@@ -101,21 +109,38 @@ class ReplicaTruth:
         self.step_end_ns = step.t_end_ns
         self.step_energy_j = step.energy_j
         self.energy_j += step.energy_j
+        self.step_running_s = (step.batch + step.prefill_seqs) * step.duration_s
+        self.running_s += self.step_running_s
+        self.step_decode_batch_s = step.batch * step.duration_s
+        self.decode_batch_s += self.step_decode_batch_s
         return idle
 
     def go_idle(self, since_ns: int) -> None:
         self.idle_since_ns = since_ns
+
+    def _left_of_step(self, now_ns: int) -> float:
+        """The fraction of the current step still ahead of ``now_ns`` (0 when idle or past)."""
+        if self.idle_since_ns is not None:
+            return 0.0
+        span = self.step_end_ns - self.step_start_ns
+        if span > 0 and now_ns < self.step_end_ns:
+            return (self.step_end_ns - max(now_ns, self.step_start_ns)) / span
+        return 0.0
 
     def energy_at(self, now_ns: int) -> float:
         """Energy through ``now_ns``: counted steps and idle gaps, minus the unfinished part
         of the current step, plus the running idle gap."""
         if self.idle_since_ns is not None:
             return self.energy_j + max(0, now_ns - self.idle_since_ns) / 1e9 * self.idle_power_w
-        span = self.step_end_ns - self.step_start_ns
-        if span > 0 and now_ns < self.step_end_ns:
-            left = (self.step_end_ns - max(now_ns, self.step_start_ns)) / span
-            return self.energy_j - left * self.step_energy_j
-        return self.energy_j
+        return self.energy_j - self._left_of_step(now_ns) * self.step_energy_j
+
+    def running_s_at(self, now_ns: int) -> float:
+        """∫ running sequences dt through ``now_ns`` (continuous, like the energy meter)."""
+        return self.running_s - self._left_of_step(now_ns) * self.step_running_s
+
+    def decode_batch_s_at(self, now_ns: int) -> float:
+        """∫ decode batch dt through ``now_ns`` (continuous, like the energy meter)."""
+        return self.decode_batch_s - self._left_of_step(now_ns) * self.step_decode_batch_s
 
     def note_deficit(self, late_s: float) -> None:
         self.deficit_s = late_s
@@ -235,6 +260,11 @@ class TruthLog:
             "batch": step.batch,
             "prefill_tokens": step.prefill_tokens,
             "prefill_seqs": step.prefill_seqs,
+            "scheduled": step.batch + step.prefill_seqs,
+            "prompt_done_tokens": step.prompt_done_tokens,
+            "cached_tokens": sum(n for _, n in step.cached),
+            "cached": step.cached,
+            "evicted_blocks": step.evicted_blocks,
             "tokens_emitted": len(step.emits),
             "finished": len(step.finished),
             "preempted": len(step.preempted),

@@ -10,6 +10,7 @@ scheduler and step-time tests run here.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,11 +55,17 @@ class VirtualSim:
         *,
         min_tokens: int = 0,
         ignore_eos: bool = True,
+        prompt: Sequence[Hashable] | None = None,
     ) -> SimRequest:
+        """``prompt``: its tokens (prefix caching reads them; their count must be
+        ``prompt_tokens``); None: a prompt that shares no prefix with any other."""
+        if prompt is not None and len(prompt) != prompt_tokens:
+            raise ValueError(f"prompt has {len(prompt)} tokens, prompt_tokens is {prompt_tokens}")
         t = round(arrival_s * 1e9)
         req = self.node.new_request(
-            prompt_tokens, max_tokens, t, min_tokens=min_tokens, ignore_eos=ignore_eos
-        )
+            prompt_tokens, max_tokens, t, min_tokens=min_tokens, ignore_eos=ignore_eos,
+            prompt=prompt,
+        )  # fmt: skip
         heapq.heappush(self._arrivals, (t, req.rid, _Pending(t, req)))
         self.requests[req.rid] = req
         self.token_ns[req.rid] = []

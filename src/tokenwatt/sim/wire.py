@@ -70,6 +70,7 @@ class ChunkRenderer:
     """Renders one request's stream: token chunks, the final chunk, usage and [DONE]."""
 
     __slots__ = (
+        "cached_tokens",
         "chat",
         "continuous_usage",
         "created",
@@ -97,6 +98,7 @@ class ChunkRenderer:
         self.prompt_tokens = prompt_tokens
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage
+        self.cached_tokens: int | None = None  # set with prefix caching: usage reports it
 
     def _chunk(self, text: str, finish: str | None, completion_tokens: int) -> dict[str, Any]:
         if self.chat:
@@ -135,12 +137,15 @@ class ChunkRenderer:
             obj["usage"] = self.usage(completion_tokens)
         return obj
 
-    def usage(self, completion_tokens: int) -> dict[str, int]:
-        return {
+    def usage(self, completion_tokens: int) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
         }
+        if self.cached_tokens is not None:  # vLLM's shape, with prefix caching on
+            out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return out
 
     def role_event(self) -> bytes:
         obj: dict[str, Any] = {
