@@ -101,8 +101,13 @@ def _show_geometry(g: ModelGeometry, rows: list[dict[str, Any]]) -> None:
     t.add_section()
     t.add_row("KV dtype", g.kv_dtype, "")
     t.add_row(
-        "KV per token",
-        f"{g.kv_bytes_per_token / 1024:,.2f} KiB",
+        "KV per cached token",
+        f"{g.kv_bytes_per_token_all_layers / 1024:,.2f} KiB",
+        "all attention layers (within every window)",
+    )
+    t.add_row(
+        "  growing with context",
+        f"{g.kv_bytes_per_token_full_context / 1024:,.2f} KiB",
         "full-attention + MLA layers",
     )
     for grp in g.kv_groups:
@@ -154,6 +159,7 @@ def geometry(  # noqa: PLR0917 (typer maps parameters to options)
     rows = _per_batch(g, batches)
     if as_json:
         data = g.to_dict()
+        data["kv_bytes_per_token_all_layers"] = g.kv_bytes_per_token_all_layers
         if batch is not None:
             data["per_batch"] = rows
         typer.echo(json.dumps(data, indent=2))
