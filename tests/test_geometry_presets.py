@@ -117,8 +117,13 @@ def test_seed_figures() -> None:
 
 
 def test_kv_dtype_fp8_halves_the_cache() -> None:
-    assert load_geometry("qwen3-30b-a3b", kv_dtype="fp8").kv_bytes_per_token_full_context == 48 * 1024
-    assert load_geometry("deepseek-v3", kv_dtype="fp8_e4m3").kv_bytes_per_token_full_context == 61 * 576
+    assert (
+        load_geometry("qwen3-30b-a3b", kv_dtype="fp8").kv_bytes_per_token_full_context == 48 * 1024
+    )
+    assert (
+        load_geometry("deepseek-v3", kv_dtype="fp8_e4m3").kv_bytes_per_token_full_context
+        == 61 * 576
+    )
 
 
 def test_bf16_bytes_are_two_per_param_outside_experts_and_embedding() -> None:

@@ -198,8 +198,8 @@ def apply_outputs(geom: ModelGeometry, outputs: Mapping[str, Any]) -> ModelGeome
         given = changes.setdefault("kv_bytes_per_token_full_context", derived)
         if given != derived:
             raise GeometryError(
-                f"override kv_bytes_per_token_full_context={given} disagrees with the full/MLA groups of "
-                f"kv_groups ({derived}); set one of them"
+                f"override kv_bytes_per_token_full_context={given} disagrees with the "
+                f"full/MLA groups of kv_groups ({derived}); set one of them"
             )
     note = "set by hand: " + ", ".join(sorted(outputs))
     out = dataclasses.replace(geom, **changes, notes=(*geom.notes, note))

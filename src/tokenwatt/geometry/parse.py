@@ -649,7 +649,9 @@ def build_geometry(
         ),
         kv_groups=groups,
         stored_weight_bytes=(
-            c.body.nbytes + plain.vector_bytes(h) + plain.matrix_bytes(s.vocab, h) * (1 if tied else 2)
+            c.body.nbytes
+            + plain.vector_bytes(h)
+            + plain.matrix_bytes(s.vocab, h) * (1 if tied else 2)
         ),
         source=source,
         notes=(*prec.notes, *notes),

@@ -123,7 +123,9 @@ class Reader:
         if found is None:
             return None
         if not isinstance(found[1], list):
-            raise GeometryError(f"config.json: {key} must be a list of integers, got {_short(found[1])}")
+            raise GeometryError(
+                f"config.json: {key} must be a list of integers, got {_short(found[1])}"
+            )
         return [self._as_int(key, v, minimum) for v in found[1]]
 
     def str_list(self, key: str) -> list[str] | None:
@@ -132,7 +134,9 @@ class Reader:
             return None
         value = found[1]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise GeometryError(f"config.json: {key} must be a list of strings, got {_short(value)}")
+            raise GeometryError(
+                f"config.json: {key} must be a list of strings, got {_short(value)}"
+            )
         return list(value)
 
     def mapping(self, key: str) -> Mapping[str, Any] | None:
