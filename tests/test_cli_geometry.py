@@ -143,6 +143,23 @@ def test_errors_are_one_line_exit_2(args: list[str], fragment: str) -> None:
         ('{"model_type": "llama"}', "has no hidden_size"),
         ('{"model_type": "llama", "hidden_size": 0}', "hidden_size must be ≥ 1"),
         ('{"model_type": "llama", "hidden_size": "big"}', "hidden_size must be an integer"),
+        (
+            '{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, '
+            '"vocab_size": 128256, "num_attention_heads": 32, "num_key_value_heads": 64, '
+            '"intermediate_size": 14336}',
+            "num_key_value_heads 64 does not divide num_attention_heads 32",
+        ),
+        (
+            '{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, '
+            '"vocab_size": 128256, "num_attention_heads": 9223372036854775808}',
+            "num_attention_heads 9223372036854775808 is beyond any real model",
+        ),
+        (
+            '{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, '
+            '"vocab_size": 1e40, "num_attention_heads": 32}',
+            "vocab_size 1e+40 is beyond any real model",
+        ),
+        ('{"model_type": "rwkv", "hidden_size": 768}', "model_type 'rwkv' is an attention-free"),
     ],
 )
 def test_bad_config_files_exit_2(tmp_path: Path, content: str, fragment: str) -> None:

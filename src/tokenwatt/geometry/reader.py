@@ -54,6 +54,7 @@ class Reader:
             raise GeometryError(
                 f"config.json: {key} must be an integer, got {_short(value)}; {fix}"
             )
+        given = value
         if isinstance(value, float):
             if not value.is_integer():
                 raise GeometryError(
@@ -64,7 +65,7 @@ class Reader:
             raise GeometryError(f"config.json: {key} must be ≥ {minimum}, got {value}; {fix}")
         if value > maximum:
             raise GeometryError(
-                f"config.json: {key} {_short(value)} is beyond any real model (at most "
+                f"config.json: {key} {_short(given)} is beyond any real model (at most "
                 f"{maximum:,}); {fix}"
             )
         return int(value)
