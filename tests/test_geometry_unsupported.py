@@ -224,3 +224,18 @@ def test_cli_refuses_in_one_line(tmp_path: Path, cfg: dict[str, Any], model_type
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert f"model_type {model_type!r}" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_layer_types_with_linear_attention_layers_are_refused() -> None:
+    # a Qwen3-Next-style layer list on an otherwise Llama-looking config
+    cfg = {
+        "model_type": "my_hybrid",
+        "hidden_size": 2048,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "intermediate_size": 5120,
+        "vocab_size": 151936,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    }
+    assert "layer_types has linear_attention layers" in refusal(cfg)

@@ -18,7 +18,7 @@ from tokenwatt.errors import GeometryError
 from tokenwatt.geometry.dtypes import WeightFormat, canonical_dtype, kv_bytes_per_element
 from tokenwatt.geometry.model import KVGroup, KVKind, ModelGeometry
 from tokenwatt.geometry.precision import Precision, resolve_precision
-from tokenwatt.geometry.reader import Reader
+from tokenwatt.geometry.reader import Reader, short_repr
 from tokenwatt.geometry.support import check_supported
 
 __all__ = ["build_geometry", "text_config"]
@@ -305,42 +305,49 @@ def _moe_flags(r: Reader, mt: str, layers: int, experts: int) -> list[bool]:
     return [True] * n
 
 
-def _layer_kinds(r: Reader, mt: str, layers: int) -> list[tuple[KVKind, int | None]]:
-    """Attention kind and window of each decoder layer (GQA models)."""
-    types = r.str_list("layer_types")
-    if types is not None:
-        if len(types) != layers:
+_Kinds = list[tuple[KVKind, int | None]]
+
+
+def _kinds_from_layer_types(r: Reader, types: list[str], layers: int) -> _Kinds:
+    """An explicit ``layer_types`` list (gpt-oss, newer Gemma 3 and Llama 4 files)."""
+    if len(types) != layers:
+        raise GeometryError(
+            f"config.json: layer_types lists {len(types)} layers but the model has "
+            f"{layers}; fix one with --set config.layer_types=[...] or --set layers=N"
+        )
+    out: _Kinds = []
+    for t in types:
+        kind = _LAYER_KINDS.get(t)
+        if kind is None:
             raise GeometryError(
-                f"config.json: layer_types lists {len(types)} layers but the model has "
-                f"{layers}; fix one with --set config.layer_types=[...] or --set layers=N"
+                f"config.json: layer_types has {short_repr(t)}, whose KV cache this parser "
+                "cannot size; give the groups with --set kv_groups=[...]"
             )
-        out: list[tuple[KVKind, int | None]] = []
-        for t in types:
-            kind = _LAYER_KINDS.get(t)
-            if kind is None:
-                raise GeometryError(
-                    f"config.json: layer_types has {t!r}, whose KV cache this parser cannot "
-                    "size; set kv_bytes_per_token and kv_groups with --set"
-                )
-            if kind == "sliding":
-                out.append((kind, r.int_("sliding_window")))
-            elif kind == "chunked":
-                out.append((kind, r.int_("attention_chunk_size")))
-            else:
-                out.append((kind, None))
-        return out
-    if mt in _LLAMA4_TYPES or r.has("attention_chunk_size"):
-        chunk = r.opt_int("attention_chunk_size", minimum=1)
-        if chunk is None:
-            return [("full", None)] * layers
-        every = r.opt_int("no_rope_layer_interval", minimum=1, default=4) or 4
-        rope = r.int_list("no_rope_layers") or [int((i + 1) % every != 0) for i in range(layers)]
-        if len(rope) < layers:
-            raise GeometryError(
-                f"config.json: no_rope_layers lists {len(rope)} layers but the model has {layers}"
-            )
-        # layers that use RoPE attend within their chunk; the NoPE layers are global
-        return [("chunked", chunk) if rope[i] else ("full", None) for i in range(layers)]
+        if kind == "sliding":
+            out.append((kind, r.int_("sliding_window")))
+        elif kind == "chunked":
+            out.append((kind, r.int_("attention_chunk_size")))
+        else:
+            out.append((kind, None))
+    return out
+
+
+def _chunked_kinds(r: Reader, layers: int) -> _Kinds:
+    """Llama 4: layers that use RoPE attend within their chunk; the NoPE layers are global."""
+    chunk = r.opt_int("attention_chunk_size", minimum=1)
+    if chunk is None:
+        return [("full", None)] * layers
+    every = r.opt_int("no_rope_layer_interval", minimum=1, default=4) or 4
+    rope = r.int_list("no_rope_layers") or [int((i + 1) % every != 0) for i in range(layers)]
+    if len(rope) < layers:
+        raise GeometryError(
+            f"config.json: no_rope_layers lists {len(rope)} layers but the model has {layers}"
+        )
+    return [("chunked", chunk) if rope[i] else ("full", None) for i in range(layers)]
+
+
+def _sliding_kinds(r: Reader, mt: str, layers: int) -> _Kinds:
+    """Sliding windows from a pattern (Gemma), Qwen's switches, or on every layer (Mistral)."""
     pattern = r.opt_int("sliding_window_pattern", "_sliding_window_pattern", minimum=1)
     if pattern is None and mt == "gemma2":
         pattern = 2  # Gemma 2 alternates sliding and global layers in code, not in its config
@@ -359,7 +366,17 @@ def _layer_kinds(r: Reader, mt: str, layers: int) -> list[tuple[KVKind, int | No
     return [("sliding", window)] * layers  # Mistral-style: every layer slides
 
 
-def _kv_groups(kinds: list[tuple[KVKind, int | None]], per_layer_bytes: int) -> tuple[KVGroup, ...]:
+def _layer_kinds(r: Reader, mt: str, layers: int) -> _Kinds:
+    """Attention kind and window of each decoder layer (GQA models)."""
+    types = r.str_list("layer_types")
+    if types is not None:
+        return _kinds_from_layer_types(r, types, layers)
+    if mt in _LLAMA4_TYPES or r.has("attention_chunk_size"):
+        return _chunked_kinds(r, layers)
+    return _sliding_kinds(r, mt, layers)
+
+
+def _kv_groups(kinds: _Kinds, per_layer_bytes: int) -> tuple[KVGroup, ...]:
     counts: dict[tuple[KVKind, int | None], int] = {}
     for key in kinds:
         counts[key] = counts.get(key, 0) + 1
@@ -489,7 +506,7 @@ def _read_moe(r: Reader, mt: str) -> _MoE | None:
         if "experts" not in r.forced and top is not None and not dense_top:
             key = (r.raw(*_EXPERT_KEYS) or (_EXPERT_KEYS[0],))[0]
             raise GeometryError(
-                f"config.json: {top[0]} is {_short_value(top[1])} but {key} is missing or 0; "
+                f"config.json: {top[0]} is {short_repr(top[1])} but {key} is missing or 0; "
                 f"set the expert count with --set experts=N (or experts=0 for a dense model)"
             )
         return None
@@ -512,11 +529,6 @@ def _read_moe(r: Reader, mt: str) -> _MoE | None:
         correction_bias=r.str_("topk_method") == "noaux_tc",
         expert_bias=mt == "gpt_oss",
     )
-
-
-def _short_value(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(slots=True)
@@ -569,7 +581,7 @@ def _kv_layout(
 ) -> tuple[KVGroup, ...]:
     """The attention-layer groups and each one's KV bytes per cached token."""
     kvb = kv_bytes_per_element(kv_dtype)
-    kinds: list[tuple[KVKind, int | None]]
+    kinds: _Kinds
     if attn.mla:
         kinds = [("mla", None)] * s.layers
         per_layer_kv = (attn.kv_lora_rank + attn.qk_rope_head_dim) * kvb

@@ -11,7 +11,7 @@ from typing import Any
 
 from tokenwatt.errors import GeometryError
 
-__all__ = ["Reader"]
+__all__ = ["MAX_SIZE", "Reader", "short_repr"]
 
 _SET_HINT = "(or model.overrides in a spec)"
 # No size in a real config.json comes near this (the largest are context lengths and
@@ -20,7 +20,7 @@ _SET_HINT = "(or model.overrides in a spec)"
 MAX_SIZE = 2**40
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
     """``repr`` cut to one short line, so an error naming a huge value stays readable."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -52,20 +52,20 @@ class Reader:
         fix = f"fix it in the file or with --set config.{key}=N"
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise GeometryError(
-                f"config.json: {key} must be an integer, got {_short(value)}; {fix}"
+                f"config.json: {key} must be an integer, got {short_repr(value)}; {fix}"
             )
         given = value
         if isinstance(value, float):
             if not value.is_integer():
                 raise GeometryError(
-                    f"config.json: {key} must be an integer, got {_short(value)}; {fix}"
+                    f"config.json: {key} must be an integer, got {short_repr(value)}; {fix}"
                 )
             value = int(value)
         if value < minimum:
             raise GeometryError(f"config.json: {key} must be ≥ {minimum}, got {value}; {fix}")
         if value > maximum:
             raise GeometryError(
-                f"config.json: {key} {_short(given)} is beyond any real model (at most "
+                f"config.json: {key} {short_repr(given)} is beyond any real model (at most "
                 f"{maximum:,}); {fix}"
             )
         return int(value)
@@ -108,7 +108,9 @@ class Reader:
         if found is None:
             return default
         if not isinstance(found[1], bool):
-            raise GeometryError(f"config.json: {key} must be true or false, got {_short(found[1])}")
+            raise GeometryError(
+                f"config.json: {key} must be true or false, got {short_repr(found[1])}"
+            )
         return found[1]
 
     def str_(self, key: str) -> str | None:
@@ -116,7 +118,7 @@ class Reader:
         if found is None:
             return None
         if not isinstance(found[1], str):
-            raise GeometryError(f"config.json: {key} must be a string, got {_short(found[1])}")
+            raise GeometryError(f"config.json: {key} must be a string, got {short_repr(found[1])}")
         return found[1]
 
     def int_list(self, key: str, *, minimum: int = 0) -> list[int] | None:
@@ -125,7 +127,7 @@ class Reader:
             return None
         if not isinstance(found[1], list):
             raise GeometryError(
-                f"config.json: {key} must be a list of integers, got {_short(found[1])}"
+                f"config.json: {key} must be a list of integers, got {short_repr(found[1])}"
             )
         return [self._as_int(key, v, minimum) for v in found[1]]
 
@@ -136,7 +138,7 @@ class Reader:
         value = found[1]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise GeometryError(
-                f"config.json: {key} must be a list of strings, got {_short(value)}"
+                f"config.json: {key} must be a list of strings, got {short_repr(value)}"
             )
         return list(value)
 
@@ -145,5 +147,5 @@ class Reader:
         if found is None:
             return None
         if not isinstance(found[1], dict):
-            raise GeometryError(f"config.json: {key} must be an object, got {_short(found[1])}")
+            raise GeometryError(f"config.json: {key} must be an object, got {short_repr(found[1])}")
         return found[1]

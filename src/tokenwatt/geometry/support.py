@@ -112,6 +112,10 @@ _KEY_KINDS: dict[str, str] = {
     "num_decoder_layers": "an encoder-decoder model",
     "decoder_layers": "an encoder-decoder model",
 }
+# layer_types entries of layers that hold a recurrent state instead of a KV cache
+_NON_ATTENTION_LAYERS = frozenset(
+    {"linear_attention", "mamba", "mamba2", "conv", "recurrent", "ssm", "rwkv", "lightning"}
+)
 _ARCH_WORDS: dict[str, str] = {
     "mamba": "an attention-free state-space/recurrent model",
     "rwkv": "an attention-free state-space/recurrent model",
@@ -155,6 +159,11 @@ def unsupported_reason(cfg: Mapping[str, Any]) -> str | None:
         return f"model_type {mt!r} is {kind}"
     if (found := _kind_of_arch(cfg.get("architectures"))) is not None:
         return f"architecture {found[0]!r} is {found[1]}"
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        odd = sorted({t for t in types if isinstance(t, str) and t in _NON_ATTENTION_LAYERS})
+        if odd:
+            return f"layer_types has {', '.join(odd)} layers: a hybrid without KV cache there"
     if cfg.get("is_encoder_decoder") is True:
         return "is_encoder_decoder is true: an encoder-decoder model"
     for key, kind in _KEY_KINDS.items():
