@@ -218,3 +218,17 @@ def test_mutated_configs_load_or_fail_in_one_line(cfg: dict[str, Any]) -> None:
     assert g.kv_bytes_per_token_full_context >= 0
     assert all(k.bytes_per_token > 0 and k.layers > 0 for k in g.kv_groups)
     json.dumps(g.to_dict())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"shared_experts": 2_000_000_000}, "override shared_experts=2000000000 is out of range"),
+        ({"experts": 10**9}, "override experts=1000000000 is out of range"),
+        ({"experts_per_token": 10**9}, "override experts_per_token=1000000000 is out of range"),
+    ],
+)
+def test_overrides_are_held_to_the_same_bounds(overrides: dict[str, Any], fragment: str) -> None:
+    # a shared-expert count of 2e9 used to loop 2e9 times
+    msg = error_of(preset("deepseek-v3"), overrides=overrides)
+    assert fragment in msg

@@ -493,7 +493,7 @@ def _shared_experts(r: Reader, mt: str, expert_size: int) -> tuple[int, int, boo
     elif (qs := r.opt_int("shared_expert_intermediate_size", maximum=_MAX_HIDDEN) or 0) > 0:
         shared, shared_size, shared_gate = 1, qs, True
     if "shared_experts" in r.forced:
-        shared, shared_size = int(r.forced["shared_experts"]), expert_size
+        shared, shared_size = r.forced_int("shared_experts", 0, _MAX_SHARED), expert_size
     return shared, shared_size, shared_gate
 
 

@@ -70,13 +70,23 @@ class Reader:
             )
         return int(value)
 
+    def forced_int(self, field: str, minimum: int, maximum: int) -> int:
+        """A user-set value, held to the same bounds as the config key it replaces."""
+        value = int(self.forced[field])
+        if not minimum <= value <= maximum:
+            raise GeometryError(
+                f"override {field}={value} is out of range; give a whole number from "
+                f"{minimum} to {maximum:,}"
+            )
+        return value
+
     def int_(
         self, *keys: str, field: str | None = None, minimum: int = 1, maximum: int = MAX_SIZE
     ) -> int:
         """A required integer in [``minimum``, ``maximum``]; ``field`` names the geometry
         field that forces it."""
         if field is not None and field in self.forced:
-            return int(self.forced[field])
+            return self.forced_int(field, minimum, maximum)
         found = self.raw(*keys)
         if found is None:
             hint = f"{field}=N" if field is not None else f"config.{keys[0]}=N"
@@ -95,7 +105,7 @@ class Reader:
     ) -> int | None:
         """An optional integer in [``minimum``, ``maximum``]; ``default`` when absent or null."""
         if field is not None and field in self.forced:
-            return int(self.forced[field])
+            return self.forced_int(field, minimum, maximum)
         found = self.raw(*keys)
         if found is None:
             return default
