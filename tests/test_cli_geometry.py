@@ -87,7 +87,8 @@ def test_flags_reach_the_library() -> None:
     )  # fmt: skip
     assert (data["weight_dtype"], data["kv_dtype"], data["layers"]) == ("fp8", "fp8", 24)
     assert data["name"] == "half"
-    assert data["kv_bytes_per_token_full_context"] == 24 * 1024
+    assert data["kv_bytes_per_token_full_context"] == 24 * 1024  # the 12 full layers
+    assert data["kv_bytes_per_token_all_layers"] == 48 * 1024  # + 12 sliding layers
     fp8 = run_json("geometry", "qwen3-30b-a3b-fp8")
     assert data["expert_bytes"] == fp8["expert_bytes"]
 
