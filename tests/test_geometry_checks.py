@@ -167,6 +167,8 @@ def _paths(cfg: dict[str, Any]) -> list[tuple[str, ...]]:
 @st.composite
 def mutated(draw: st.DrawFn) -> dict[str, Any]:
     cfg = copy.deepcopy(preset(draw(st.sampled_from(list_presets()))))
+    if draw(st.booleans()):  # a multimodal wrapper: the language model under text_config
+        cfg = {"model_type": "wrapper", "text_config": cfg}
     for _ in range(draw(st.integers(min_value=1, max_value=4))):
         paths = _paths(cfg)
         op = draw(st.sampled_from(["drop", "set", "add"]))
