@@ -87,10 +87,18 @@ def test_flags_reach_the_library() -> None:
     )  # fmt: skip
     assert (data["weight_dtype"], data["kv_dtype"], data["layers"]) == ("fp8", "fp8", 24)
     assert data["name"] == "half"
-    assert data["kv_bytes_per_token_full_context"] == 24 * 1024  # the 12 full layers
-    assert data["kv_bytes_per_token_all_layers"] == 48 * 1024  # + 12 sliding layers
+    # 24 full-attention layers × 2 × 4 KV heads × 128 × 1 B (fp8)
+    assert data["kv_bytes_per_token_full_context"] == 24 * 1024
+    assert data["kv_bytes_per_token_all_layers"] == 24 * 1024  # no windowed layers
     fp8 = run_json("geometry", "qwen3-30b-a3b-fp8")
     assert data["expert_bytes"] == fp8["expert_bytes"]
+
+
+def test_json_kv_per_token_of_gpt_oss() -> None:
+    data = run_json("geometry", "gpt-oss-20b")
+    # one layer: 2 × 8 KV heads × 64 × 2 B = 2,048 B; 12 full + 12 sliding (window 128) layers
+    assert data["kv_bytes_per_token_full_context"] == 12 * 2048
+    assert data["kv_bytes_per_token_all_layers"] == 24 * 2048
 
 
 def test_table_output_is_readable() -> None:
