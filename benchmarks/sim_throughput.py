@@ -51,7 +51,7 @@ def bench_geometry(step_s: float, efficiency: float, bandwidth: float) -> ModelG
         kv_dtype="bf16",
         dense_weight_bytes=weights,
         expert_bytes=0,
-        kv_bytes_per_token=256,
+        kv_bytes_per_token_full_context=256,
         kv_groups=(KVGroup("full", 32, 256),),
     )
 

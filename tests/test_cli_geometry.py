@@ -33,7 +33,7 @@ def test_deepseek_v3_json_total_within_a_tenth_of_a_percent() -> None:
     data = run_json("geometry", "deepseek-v3")
     assert abs(data["total_params"] - 671.0e9) / 671.0e9 < 0.001
     assert data["mtp_params"] == 11_610_068_224
-    assert data["kv_bytes_per_token"] == 61 * 576 * 2
+    assert data["kv_bytes_per_token_full_context"] == 61 * 576 * 2
     assert "per_batch" not in data
 
 
@@ -42,12 +42,12 @@ def test_json_fields_are_the_geometry_field_names_with_integers() -> None:
     for key in (
         "total_params", "active_params", "mtp_params", "embedding_params", "lm_head_params",
         "layers", "moe_layers", "experts", "experts_per_token", "shared_experts",
-        "expert_params", "dense_weight_bytes", "expert_bytes", "kv_bytes_per_token",
+        "expert_params", "dense_weight_bytes", "expert_bytes", "kv_bytes_per_token_full_context",
     ):  # fmt: skip
         assert type(data[key]) is int, key
     assert data["tied_embeddings"] is False
     assert (data["weight_dtype"], data["kv_dtype"]) == ("bf16", "bf16")
-    assert data["kv_bytes_per_token"] == 96 * 1024
+    assert data["kv_bytes_per_token_full_context"] == 96 * 1024
     assert data["expert_params"] == 4_718_592
     assert data["kv_groups"] == [
         {"kind": "full", "layers": 48, "bytes_per_token": 98_304, "window": None}
@@ -87,9 +87,18 @@ def test_flags_reach_the_library() -> None:
     )  # fmt: skip
     assert (data["weight_dtype"], data["kv_dtype"], data["layers"]) == ("fp8", "fp8", 24)
     assert data["name"] == "half"
-    assert data["kv_bytes_per_token"] == 24 * 1024
+    # 24 full-attention layers × 2 × 4 KV heads × 128 × 1 B (fp8)
+    assert data["kv_bytes_per_token_full_context"] == 24 * 1024
+    assert data["kv_bytes_per_token_all_layers"] == 24 * 1024  # no windowed layers
     fp8 = run_json("geometry", "qwen3-30b-a3b-fp8")
     assert data["expert_bytes"] == fp8["expert_bytes"]
+
+
+def test_json_kv_per_token_of_gpt_oss() -> None:
+    data = run_json("geometry", "gpt-oss-20b")
+    # one layer: 2 × 8 KV heads × 64 × 2 B = 2,048 B; 12 full + 12 sliding (window 128) layers
+    assert data["kv_bytes_per_token_full_context"] == 12 * 2048
+    assert data["kv_bytes_per_token_all_layers"] == 24 * 2048
 
 
 def test_table_output_is_readable() -> None:
@@ -111,7 +120,7 @@ def test_config_path_argument(tmp_path: Path) -> None:
     data = run_json("geometry", str(path))
     per_layer = 64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64
     assert data["total_params"] == 2 * per_layer + 64 + 100 * 64
-    assert data["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 2
+    assert data["kv_bytes_per_token_full_context"] == 2 * 2 * 2 * 16 * 2
 
 
 @pytest.mark.parametrize(
@@ -143,6 +152,23 @@ def test_errors_are_one_line_exit_2(args: list[str], fragment: str) -> None:
         ('{"model_type": "llama"}', "has no hidden_size"),
         ('{"model_type": "llama", "hidden_size": 0}', "hidden_size must be ≥ 1"),
         ('{"model_type": "llama", "hidden_size": "big"}', "hidden_size must be an integer"),
+        (
+            '{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, '
+            '"vocab_size": 128256, "num_attention_heads": 32, "num_key_value_heads": 64, '
+            '"intermediate_size": 14336}',
+            "num_key_value_heads 64 does not divide num_attention_heads 32",
+        ),
+        (
+            '{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, '
+            '"vocab_size": 128256, "num_attention_heads": 9223372036854775808}',
+            "num_attention_heads 9223372036854775808 is beyond any real model",
+        ),
+        (
+            '{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, '
+            '"vocab_size": 1e40, "num_attention_heads": 32}',
+            "vocab_size 1e+40 is beyond any real model",
+        ),
+        ('{"model_type": "rwkv", "hidden_size": 768}', "model_type 'rwkv' is an attention-free"),
     ],
 )
 def test_bad_config_files_exit_2(tmp_path: Path, content: str, fragment: str) -> None:

@@ -212,8 +212,11 @@ def test_layer_types_length_mismatch() -> None:
 
 def test_unknown_layer_type() -> None:
     cfg = _preset_json("gpt-oss-20b")
-    cfg["layer_types"] = ["linear_attention"] * 24
-    with pytest.raises(GeometryError, match="'linear_attention'"):
+    cfg["layer_types"] = ["dilated_attention"] * 24
+    with pytest.raises(GeometryError, match=r"'dilated_attention'.*--set kv_groups"):
+        geometry_from_config(cfg, name="x")
+    cfg["layer_types"] = ["linear_attention"] * 24  # a state-holding layer: refused as hybrid
+    with pytest.raises(GeometryError, match="linear_attention layers: a hybrid"):
         geometry_from_config(cfg, name="x")
 
 

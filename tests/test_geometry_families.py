@@ -194,7 +194,7 @@ def test_deepseek_v2_lite_q_lora_null() -> None:
     assert g.active_params - g.embedding_params == 2_451_435_008  # README: 2.4B
     assert g.total_params - 2 * g.embedding_params == 15_287_053_824
     assert (g.moe_layers, g.experts, g.experts_per_token, g.shared_experts) == (26, 64, 6, 2)
-    assert g.kv_bytes_per_token == 27 * 576 * 2
+    assert g.kv_bytes_per_token_full_context == 27 * 576 * 2
     assert g.mtp_params == 0
 
 
@@ -238,7 +238,7 @@ def test_llama4_chunked_kv_groups() -> None:
         ("full", 12, None),
         ("chunked", 36, 8192),
     ]
-    assert g.kv_bytes_per_token == 12 * per_layer == 48 * 1024
+    assert g.kv_bytes_per_token_full_context == 12 * per_layer == 48 * 1024
     # ≤ 8192 tokens: every layer grows (192 KiB per token); beyond, only the global ones
     assert g.kv_bytes_read(8191) == 8191 * 48 * per_layer
     assert g.kv_bytes_read(8192) == 8192 * 12 * per_layer  # a new chunk starts: nothing local
@@ -261,7 +261,7 @@ def test_mistral_7b_v03() -> None:
 def test_mistral_v01_sliding_window_every_layer() -> None:
     g = geometry_from_config({**MISTRAL_7B_V03, "sliding_window": 4096}, name="Mistral-7B-v0.1")
     assert [(k.kind, k.layers, k.window) for k in g.kv_groups] == [("sliding", 32, 4096)]
-    assert g.kv_bytes_per_token == 0  # no layer grows with the whole context
+    assert g.kv_bytes_per_token_full_context == 0  # no layer grows with the whole context
     assert g.kv_bytes_read(10_000) == 4096 * 2 * 32 * 8 * 128 * 2
 
 
@@ -277,7 +277,7 @@ def test_qwen25_hardcoded_qkv_biases() -> None:
     assert g.total_params - 2 * g.embedding_params == pytest.approx(6.53e9, rel=1e-3)  # card
     # sliding_window 131072 with use_sliding_window false means no sliding window
     assert [(k.kind, k.layers) for k in g.kv_groups] == [("full", 28)]
-    assert g.kv_bytes_per_token == 2 * 28 * 4 * 128 * 2
+    assert g.kv_bytes_per_token_full_context == 2 * 28 * 4 * 128 * 2
 
 
 def test_qwen25_sliding_window_when_enabled() -> None:
@@ -333,7 +333,7 @@ def test_kimi_k2_by_hand() -> None:
     assert g.active_params == pytest.approx(32e9, rel=0.03)  # "32B activated"
     assert g.model_type == "kimi_k2"
     assert g.weight_dtype == "fp8"
-    assert g.kv_bytes_per_token == 61 * 576 * 2  # 64 KV heads are irrelevant under MLA
+    assert g.kv_bytes_per_token_full_context == 61 * 576 * 2  # 64 KV heads are irrelevant under MLA
     assert [(k.kind, k.layers) for k in g.kv_groups] == [("mla", 61)]
 
 
@@ -383,7 +383,7 @@ def test_missing_optional_keys_use_class_defaults() -> None:
     cfg = copy.deepcopy(MISTRAL_7B_V03)
     del cfg["num_key_value_heads"], cfg["tie_word_embeddings"], cfg["torch_dtype"]
     g = geometry_from_config(cfg, name="x")
-    assert g.kv_bytes_per_token == 2 * 32 * 32 * 128 * 2  # MHA fallback
+    assert g.kv_bytes_per_token_full_context == 2 * 32 * 32 * 128 * 2  # MHA fallback
     assert not g.tied_embeddings  # MistralConfig default
     assert g.weight_dtype == "bf16"
     assert any("torch_dtype" in n for n in g.notes)

@@ -58,7 +58,9 @@ def _geom(kv_groups: tuple[KVGroup, ...]) -> ModelGeometry:
         embedding_params=1, lm_head_params=1, tied_embeddings=False, layers=2, moe_layers=0,
         experts=0, experts_per_token=0, shared_experts=0, expert_params=0, weight_dtype="bf16",
         kv_dtype="bf16", dense_weight_bytes=20, expert_bytes=0,
-        kv_bytes_per_token=sum(g.bytes_per_token for g in kv_groups if g.kind in ("full", "mla")),
+        kv_bytes_per_token_full_context=sum(
+            g.bytes_per_token for g in kv_groups if g.kind in ("full", "mla")
+        ),
         kv_groups=kv_groups,
     )  # fmt: skip
 

@@ -14,7 +14,7 @@ def test_input_overrides_recompute_everything() -> None:
     per_layer = (base.total_params - 2 * base.embedding_params - 2048) // 48
     assert g.layers == g.moe_layers == 24
     assert g.total_params == 24 * per_layer + 2 * base.embedding_params + 2048
-    assert g.kv_bytes_per_token == base.kv_bytes_per_token // 2
+    assert g.kv_bytes_per_token_full_context == base.kv_bytes_per_token_full_context // 2
 
     k4 = load_geometry("qwen3-30b-a3b", overrides={"experts_per_token": 4})
     assert base.active_params - k4.active_params == 48 * 4 * base.expert_params
@@ -56,7 +56,7 @@ def test_output_overrides_replace_values_as_given() -> None:
 def test_dtype_overrides_via_mapping() -> None:
     g = load_geometry("llama-3.1-8b", overrides={"kv_dtype": "fp8", "weight_dtype": "fp8"})
     assert (g.kv_dtype, g.weight_dtype) == ("fp8", "fp8")
-    assert g.kv_bytes_per_token == 64 * 1024
+    assert g.kv_bytes_per_token_full_context == 64 * 1024
 
 
 def test_kv_bytes_override_keeps_groups_consistent() -> None:
@@ -76,7 +76,7 @@ def test_kv_groups_override_from_json_text() -> None:
         ' {"kind": "sliding", "layers": 4, "bytes_per_token": 50, "window": 8}]'
     )
     g = load_geometry("llama-3.1-8b", overrides={"kv_groups": text})
-    assert g.kv_bytes_per_token == 100
+    assert g.kv_bytes_per_token_full_context == 100
     assert g.kv_bytes_read(20) == 20 * 100 + 8 * 50
     with pytest.raises(GeometryError, match="disagrees"):
         load_geometry("llama-3.1-8b", overrides={"kv_groups": text, "kv_bytes_per_token": 5})

@@ -106,19 +106,24 @@ def test_kv_bytes_per_token_bf16(preset: str) -> None:
     g = load_geometry(preset)
     elements, groups = KV[preset]
     assert g.kv_dtype == "bf16"
-    assert g.kv_bytes_per_token == 2 * elements
+    assert g.kv_bytes_per_token_full_context == 2 * elements
     assert [(k.kind, k.layers, k.window) for k in g.kv_groups] == groups
 
 
 def test_seed_figures() -> None:
-    assert load_geometry("qwen3-30b-a3b").kv_bytes_per_token == 96 * 1024
-    assert load_geometry("deepseek-v3").kv_bytes_per_token == 70_272
-    assert load_geometry("llama-3.1-8b").kv_bytes_per_token == 128 * 1024
+    assert load_geometry("qwen3-30b-a3b").kv_bytes_per_token_full_context == 96 * 1024
+    assert load_geometry("deepseek-v3").kv_bytes_per_token_full_context == 70_272
+    assert load_geometry("llama-3.1-8b").kv_bytes_per_token_full_context == 128 * 1024
 
 
 def test_kv_dtype_fp8_halves_the_cache() -> None:
-    assert load_geometry("qwen3-30b-a3b", kv_dtype="fp8").kv_bytes_per_token == 48 * 1024
-    assert load_geometry("deepseek-v3", kv_dtype="fp8_e4m3").kv_bytes_per_token == 61 * 576
+    assert (
+        load_geometry("qwen3-30b-a3b", kv_dtype="fp8").kv_bytes_per_token_full_context == 48 * 1024
+    )
+    assert (
+        load_geometry("deepseek-v3", kv_dtype="fp8_e4m3").kv_bytes_per_token_full_context
+        == 61 * 576
+    )
 
 
 def test_bf16_bytes_are_two_per_param_outside_experts_and_embedding() -> None:

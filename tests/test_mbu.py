@@ -39,7 +39,7 @@ def _geom(**kw: object) -> ModelGeometry:
         "kv_dtype": "bf16",
         "dense_weight_bytes": 16_000_000_000,
         "expert_bytes": 0,
-        "kv_bytes_per_token": 131_072,
+        "kv_bytes_per_token_full_context": 131_072,
         "kv_groups": (KVGroup("full", 32, 131_072),),
     }
     base.update(kw)
@@ -57,20 +57,20 @@ MOE = _geom(
     experts_per_token=8,
     dense_weight_bytes=2_000_000_000,
     expert_bytes=EXPERT_BYTES,
-    kv_bytes_per_token=98_304,
+    kv_bytes_per_token_full_context=98_304,
     kv_groups=(KVGroup("full", 48, 98_304),),
 )
 # DeepSeek-V3-like MLA: 61 layers × (512 + 64) latent elements × 2 bytes.
 MLA_BPT = 61 * 576 * 2
 MLA = _geom(
     layers=61,
-    kv_bytes_per_token=MLA_BPT,
+    kv_bytes_per_token_full_context=MLA_BPT,
     kv_groups=(KVGroup("mla", 61, MLA_BPT),),
 )
 # Half the layers full attention, half a 128-token sliding window, 16,384 B/token per group.
 SWA = _geom(
     layers=48,
-    kv_bytes_per_token=32_768,
+    kv_bytes_per_token_full_context=32_768,
     kv_groups=(KVGroup("full", 24, 16_384), KVGroup("sliding", 24, 16_384, window=128)),
 )
 
@@ -281,7 +281,7 @@ def test_parsed_qwen3_moe_preset_batch_one() -> None:
     g = load_geometry("qwen3-30b-a3b")
     assert (g.moe_layers, g.experts, g.experts_per_token) == (48, 128, 8)
     assert g.expert_bytes == 3 * 2048 * 768 * 2
-    assert g.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2  # 96 KiB
+    assert g.kv_bytes_per_token_full_context == 2 * 48 * 4 * 128 * 2  # 96 KiB
     r = compute_mbu(
         g,
         output_tokens_per_s=40.0,

@@ -41,7 +41,7 @@ def geometry(
         kv_dtype="bf16",
         dense_weight_bytes=dense_weight_bytes,
         expert_bytes=expert_bytes,
-        kv_bytes_per_token=sum(g.bytes_per_token for g in groups),
+        kv_bytes_per_token_full_context=sum(g.bytes_per_token for g in groups),
         kv_groups=groups,
     )
 
@@ -60,5 +60,5 @@ def config(geom: ModelGeometry | None = None, **kw: Any) -> SimConfig:
 
 def test_hand_built_geometry_is_self_consistent() -> None:
     g = geometry(groups=(KVGroup("full", 8, 1000), KVGroup("sliding", 8, 500, window=4)))
-    assert g.kv_bytes_per_token == 1500
+    assert g.kv_bytes_per_token_full_context == 1500
     assert g.kv_bytes_read(10) == 10 * 1000 + 4 * 500

@@ -95,9 +95,10 @@ def rate_for_batch(
     Little's law with the roofline step time at that batch. Placement only."""
     g = load_geometry(case.model)
     bw = get_accelerator(case.accelerator).bandwidth_bytes_per_s * case.gpus
-    step = (g.weight_bytes_per_step(batch) + batch * (n_in + n_out / 2) * g.kv_bytes_per_token) / (
-        bw * efficiency
-    ) + overhead_s
+    step = (
+        g.weight_bytes_per_step(batch)
+        + batch * (n_in + n_out / 2) * g.kv_bytes_per_token_full_context
+    ) / (bw * efficiency) + overhead_s
     return batch / (n_out * step), n_out * step
 
 

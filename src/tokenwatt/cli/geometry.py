@@ -15,6 +15,7 @@ from tokenwatt.errors import GeometryError, HardwareError
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from tokenwatt.geometry import ModelGeometry
     from tokenwatt.hardware import Accelerator
@@ -61,6 +62,28 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
+def _add_kv_rows(t: Table, g: ModelGeometry) -> None:
+    """KV bytes per cached token: all layers, the part that grows with context, each group."""
+    t.add_row("KV dtype", g.kv_dtype, "")
+    t.add_row(
+        "KV per cached token",
+        f"{g.kv_bytes_per_token_all_layers / 1024:,.2f} KiB",
+        "all attention layers (within every window)",
+    )
+    t.add_row(
+        "  growing with context",
+        f"{g.kv_bytes_per_token_full_context / 1024:,.2f} KiB",
+        "full-attention + MLA layers",
+    )
+    for grp in g.kv_groups:
+        window = f", window {grp.window:,}" if grp.window else ""
+        t.add_row(
+            f"  {grp.kind} layers",
+            f"{grp.bytes_per_token / 1024:,.2f} KiB",
+            f"{grp.layers} layers{window}",
+        )
+
+
 def _show_geometry(g: ModelGeometry, rows: list[dict[str, Any]]) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -99,19 +122,7 @@ def _show_geometry(g: ModelGeometry, rows: list[dict[str, Any]]) -> None:
     if g.stored_weight_bytes:
         t.add_row("checkpoint weights", gb(g.stored_weight_bytes), "to hold in memory")
     t.add_section()
-    t.add_row("KV dtype", g.kv_dtype, "")
-    t.add_row(
-        "KV per token",
-        f"{g.kv_bytes_per_token / 1024:,.2f} KiB",
-        "full-attention + MLA layers",
-    )
-    for grp in g.kv_groups:
-        window = f", window {grp.window:,}" if grp.window else ""
-        t.add_row(
-            f"  {grp.kind} layers",
-            f"{grp.bytes_per_token / 1024:,.2f} KiB",
-            f"{grp.layers} layers{window}",
-        )
+    _add_kv_rows(t, g)
     console = _console()
     console.print(t)
     if rows:
@@ -154,6 +165,7 @@ def geometry(  # noqa: PLR0917 (typer maps parameters to options)
     rows = _per_batch(g, batches)
     if as_json:
         data = g.to_dict()
+        data["kv_bytes_per_token_all_layers"] = g.kv_bytes_per_token_all_layers
         if batch is not None:
             data["per_batch"] = rows
         typer.echo(json.dumps(data, indent=2))

@@ -20,7 +20,8 @@ from tokenwatt.geometry.config import list_presets, read_config
 from tokenwatt.geometry.dtypes import bytes_per_param
 from tokenwatt.geometry.model import KVGroup, ModelGeometry
 from tokenwatt.geometry.overrides import apply_outputs, check_consistent, split_overrides
-from tokenwatt.geometry.parse import build_geometry
+from tokenwatt.geometry.parse import build_geometry, text_config
+from tokenwatt.geometry.support import check_supported
 
 __all__ = [
     "KVGroup",
@@ -56,6 +57,8 @@ def _build(
 ) -> ModelGeometry:
     if not isinstance(config, Mapping):
         raise GeometryError(f"a model config must be a JSON object, got {type(config).__name__}")
+    # on the config as written: a config.KEY override cannot make a Mamba count as a Llama
+    check_supported(text_config(config))
     split = split_overrides(overrides)
     geom = build_geometry(
         _patched(config, split.config),

@@ -39,6 +39,18 @@ class KVGroup:
             return context_len % self.window
         return context_len
 
+    def tokens_cached(self, context_len: int) -> int:
+        """Tokens of this group a sequence of ``context_len`` tokens keeps in its cache.
+
+        A window (sliding or chunk) caps what must stay resident at ``window`` tokens, as a
+        paged allocator that frees blocks behind the window does (block rounding ignored).
+        """
+        if context_len <= 0:
+            return 0
+        if self.kind in ("sliding", "chunked") and self.window is not None:
+            return min(context_len, self.window)
+        return context_len
+
     def tokens_read_prefix(self, m: int) -> int:
         """Σ tokens_read(x) for x in [0, m): closed form, exact in integers."""
         if m <= 0:
@@ -83,7 +95,9 @@ class ModelGeometry:
     kv_dtype: str
     dense_weight_bytes: int
     expert_bytes: int
-    kv_bytes_per_token: int
+    # KV bytes per cached token of the layers whose cache grows with the whole context
+    # (full attention + MLA); windowed layers are in kv_groups only (see kv_bytes_per_token_by_kind)
+    kv_bytes_per_token_full_context: int
     kv_groups: tuple[KVGroup, ...] = field(default=())
     # provenance and memory fit (added by the parser; defaults keep hand-built geometries valid)
     stored_weight_bytes: int = 0  # checkpoint bytes of the main model (tied matrix once)
@@ -110,6 +124,41 @@ class ModelGeometry:
             self.moe_layers * self.expected_unique_experts(batch) * self.expert_bytes
         )
 
+    def kv_bytes_per_token_of(self, kind: KVKind) -> int:
+        """KV bytes per cached token of the layers of one kind (all their groups together)."""
+        return sum(g.bytes_per_token for g in self.kv_groups if g.kind == kind)
+
+    @property
+    def kv_bytes_per_token_full_attention(self) -> int:
+        """Full-attention (GQA/MHA) layers: every token of the context stays cached."""
+        return self.kv_bytes_per_token_of("full")
+
+    @property
+    def kv_bytes_per_token_sliding_window(self) -> int:
+        """Sliding-window layers: per cached token, at most ``window`` tokens stay cached."""
+        return self.kv_bytes_per_token_of("sliding")
+
+    @property
+    def kv_bytes_per_token_chunked(self) -> int:
+        """Chunked-attention layers (Llama 4): at most one chunk stays cached."""
+        return self.kv_bytes_per_token_of("chunked")
+
+    @property
+    def kv_bytes_per_token_mla(self) -> int:
+        """Multi-head latent attention layers: the compressed latent, every token cached."""
+        return self.kv_bytes_per_token_of("mla")
+
+    @property
+    def kv_bytes_per_token_all_layers(self) -> int:
+        """Every attention layer: what one cached token costs while the context is within
+        every window. This is the cost per cached token a per-token block allocator pays."""
+        return sum(g.bytes_per_token for g in self.kv_groups)
+
+    def kv_cache_bytes(self, context_len: int) -> int:
+        """KV bytes a sequence of ``context_len`` tokens occupies: full and MLA layers hold
+        every token, sliding-window and chunked layers at most their window."""
+        return sum(g.bytes_per_token * g.tokens_cached(context_len) for g in self.kv_groups)
+
     def kv_bytes_read(self, context_len: int) -> int:
         """KV-cache bytes one new token reads when ``context_len`` tokens precede it (exact for
         full, sliding-window, chunked and MLA layers)."""
@@ -135,6 +184,9 @@ class ModelGeometry:
     def from_dict(cls, data: dict[str, Any]) -> ModelGeometry:
         groups = tuple(KVGroup(**g) for g in data.get("kv_groups", ()))
         fields = {k: v for k, v in data.items() if k != "kv_groups"}
+        if "kv_bytes_per_token" in fields:  # the field's old name, in older result files
+            legacy = fields.pop("kv_bytes_per_token")
+            fields.setdefault("kv_bytes_per_token_full_context", legacy)
         if "notes" in fields:
             fields["notes"] = tuple(fields["notes"])
         return cls(**fields, kv_groups=groups)

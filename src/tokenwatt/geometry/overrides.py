@@ -8,7 +8,7 @@ Three kinds, applied at the point where they mean something:
 * ``config.KEY`` sets a raw config.json key (of the text config) before parsing, for keys
   the config lacks or gets wrong;
 * any other ModelGeometry field replaces the computed value as given (nothing else is
-  recomputed from it), except that ``kv_bytes_per_token`` and ``kv_groups`` are kept
+  recomputed from it), except that ``kv_bytes_per_token_full_context`` and ``kv_groups`` are kept
   consistent with each other.
 """
 
@@ -44,10 +44,12 @@ _INT_FIELDS = frozenset(
         "expert_params",
         "dense_weight_bytes",
         "expert_bytes",
-        "kv_bytes_per_token",
+        "kv_bytes_per_token_full_context",
         "stored_weight_bytes",
     }
 )
+# old override names still accepted (specs written before the rename)
+_RENAMED = {"kv_bytes_per_token": "kv_bytes_per_token_full_context"}
 _STR_FIELDS = frozenset({"name", "model_type", "source"})
 _NOT_SETTABLE = frozenset({"notes"})
 _KINDS: tuple[str, ...] = get_args(KVKind)
@@ -146,6 +148,7 @@ def split_overrides(overrides: Mapping[str, Any] | None) -> SplitOverrides:
     valid = {f.name for f in dataclasses.fields(ModelGeometry)} - _NOT_SETTABLE
     for raw_key, value in (overrides or {}).items():
         key = str(raw_key).strip()
+        key = _RENAMED.get(key, key)
         if key.startswith("config."):
             ckey = key.removeprefix("config.")
             if not ckey:
@@ -183,8 +186,8 @@ def apply_outputs(geom: ModelGeometry, outputs: Mapping[str, Any]) -> ModelGeome
         return geom
     changes = dict(outputs)
     groups = changes.get("kv_groups", geom.kv_groups)
-    if "kv_bytes_per_token" in changes and "kv_groups" not in changes:
-        value = changes["kv_bytes_per_token"]
+    if "kv_bytes_per_token_full_context" in changes and "kv_groups" not in changes:
+        value = changes["kv_bytes_per_token_full_context"]
         growing = [g for g in groups if g.kind in ("full", "mla")]
         kind: KVKind = growing[0].kind if len(growing) == 1 else "full"
         layers = sum(g.layers for g in growing) or geom.layers
@@ -192,11 +195,11 @@ def apply_outputs(geom: ModelGeometry, outputs: Mapping[str, Any]) -> ModelGeome
         changes["kv_groups"] = (*([KVGroup(kind, layers, value)] if value else []), *rest)
     elif "kv_groups" in changes:
         derived = sum(g.bytes_per_token for g in groups if g.kind in ("full", "mla"))
-        given = changes.setdefault("kv_bytes_per_token", derived)
+        given = changes.setdefault("kv_bytes_per_token_full_context", derived)
         if given != derived:
             raise GeometryError(
-                f"override kv_bytes_per_token={given} disagrees with the full/MLA groups of "
-                f"kv_groups ({derived}); set one of them"
+                f"override kv_bytes_per_token_full_context={given} disagrees with the "
+                f"full/MLA groups of kv_groups ({derived}); set one of them"
             )
     note = "set by hand: " + ", ".join(sorted(outputs))
     out = dataclasses.replace(geom, **changes, notes=(*geom.notes, note))

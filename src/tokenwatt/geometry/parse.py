@@ -18,7 +18,8 @@ from tokenwatt.errors import GeometryError
 from tokenwatt.geometry.dtypes import WeightFormat, canonical_dtype, kv_bytes_per_element
 from tokenwatt.geometry.model import KVGroup, KVKind, ModelGeometry
 from tokenwatt.geometry.precision import Precision, resolve_precision
-from tokenwatt.geometry.reader import Reader
+from tokenwatt.geometry.reader import Reader, short_repr
+from tokenwatt.geometry.support import check_supported
 
 __all__ = ["build_geometry", "text_config"]
 
@@ -304,42 +305,49 @@ def _moe_flags(r: Reader, mt: str, layers: int, experts: int) -> list[bool]:
     return [True] * n
 
 
-def _layer_kinds(r: Reader, mt: str, layers: int) -> list[tuple[KVKind, int | None]]:
-    """Attention kind and window of each decoder layer (GQA models)."""
-    types = r.str_list("layer_types")
-    if types is not None:
-        if len(types) != layers:
+_Kinds = list[tuple[KVKind, int | None]]
+
+
+def _kinds_from_layer_types(r: Reader, types: list[str], layers: int) -> _Kinds:
+    """An explicit ``layer_types`` list (gpt-oss, newer Gemma 3 and Llama 4 files)."""
+    if len(types) != layers:
+        raise GeometryError(
+            f"config.json: layer_types lists {len(types)} layers but the model has "
+            f"{layers}; fix one with --set config.layer_types=[...] or --set layers=N"
+        )
+    out: _Kinds = []
+    for t in types:
+        kind = _LAYER_KINDS.get(t)
+        if kind is None:
             raise GeometryError(
-                f"config.json: layer_types lists {len(types)} layers but the model has "
-                f"{layers}; fix one with --set config.layer_types=[...] or --set layers=N"
+                f"config.json: layer_types has {short_repr(t)}, whose KV cache this parser "
+                "cannot size; give the groups with --set kv_groups=[...]"
             )
-        out: list[tuple[KVKind, int | None]] = []
-        for t in types:
-            kind = _LAYER_KINDS.get(t)
-            if kind is None:
-                raise GeometryError(
-                    f"config.json: layer_types has {t!r}, whose KV cache this parser cannot "
-                    "size; set kv_bytes_per_token and kv_groups with --set"
-                )
-            if kind == "sliding":
-                out.append((kind, r.int_("sliding_window")))
-            elif kind == "chunked":
-                out.append((kind, r.int_("attention_chunk_size")))
-            else:
-                out.append((kind, None))
-        return out
-    if mt in _LLAMA4_TYPES or r.has("attention_chunk_size"):
-        chunk = r.opt_int("attention_chunk_size", minimum=1)
-        if chunk is None:
-            return [("full", None)] * layers
-        every = r.opt_int("no_rope_layer_interval", minimum=1, default=4) or 4
-        rope = r.int_list("no_rope_layers") or [int((i + 1) % every != 0) for i in range(layers)]
-        if len(rope) < layers:
-            raise GeometryError(
-                f"config.json: no_rope_layers lists {len(rope)} layers but the model has {layers}"
-            )
-        # layers that use RoPE attend within their chunk; the NoPE layers are global
-        return [("chunked", chunk) if rope[i] else ("full", None) for i in range(layers)]
+        if kind == "sliding":
+            out.append((kind, r.int_("sliding_window")))
+        elif kind == "chunked":
+            out.append((kind, r.int_("attention_chunk_size")))
+        else:
+            out.append((kind, None))
+    return out
+
+
+def _chunked_kinds(r: Reader, layers: int) -> _Kinds:
+    """Llama 4: layers that use RoPE attend within their chunk; the NoPE layers are global."""
+    chunk = r.opt_int("attention_chunk_size", minimum=1)
+    if chunk is None:
+        return [("full", None)] * layers
+    every = r.opt_int("no_rope_layer_interval", minimum=1, default=4) or 4
+    rope = r.int_list("no_rope_layers") or [int((i + 1) % every != 0) for i in range(layers)]
+    if len(rope) < layers:
+        raise GeometryError(
+            f"config.json: no_rope_layers lists {len(rope)} layers but the model has {layers}"
+        )
+    return [("chunked", chunk) if rope[i] else ("full", None) for i in range(layers)]
+
+
+def _sliding_kinds(r: Reader, mt: str, layers: int) -> _Kinds:
+    """Sliding windows from a pattern (Gemma), Qwen's switches, or on every layer (Mistral)."""
     pattern = r.opt_int("sliding_window_pattern", "_sliding_window_pattern", minimum=1)
     if pattern is None and mt == "gemma2":
         pattern = 2  # Gemma 2 alternates sliding and global layers in code, not in its config
@@ -358,7 +366,17 @@ def _layer_kinds(r: Reader, mt: str, layers: int) -> list[tuple[KVKind, int | No
     return [("sliding", window)] * layers  # Mistral-style: every layer slides
 
 
-def _kv_groups(kinds: list[tuple[KVKind, int | None]], per_layer_bytes: int) -> tuple[KVGroup, ...]:
+def _layer_kinds(r: Reader, mt: str, layers: int) -> _Kinds:
+    """Attention kind and window of each decoder layer (GQA models)."""
+    types = r.str_list("layer_types")
+    if types is not None:
+        return _kinds_from_layer_types(r, types, layers)
+    if mt in _LLAMA4_TYPES or r.has("attention_chunk_size"):
+        return _chunked_kinds(r, layers)
+    return _sliding_kinds(r, mt, layers)
+
+
+def _kv_groups(kinds: _Kinds, per_layer_bytes: int) -> tuple[KVGroup, ...]:
     counts: dict[tuple[KVKind, int | None], int] = {}
     for key in kinds:
         counts[key] = counts.get(key, 0) + 1
@@ -369,6 +387,227 @@ def _kv_groups(kinds: list[tuple[KVKind, int | None]], per_layer_bytes: int) -> 
             counts.items(), key=lambda kv: (order[kv[0][0]], kv[0][1] or 0)
         )
     )
+
+
+# Physical bounds (docs/methodology.md, "config.json checks"): far above any released model,
+# far below what a corrupted or hostile file can say. Layers are bounded by _MAX_LAYERS.
+_MAX_HIDDEN = 2**20  # hidden_size, intermediate sizes, LoRA ranks (largest real: ~10^5)
+_MAX_HEADS = 2**16  # attention heads, KV heads and head_dim (largest real: 128 / 256)
+_MAX_VOCAB = 2**24  # vocabulary rows (largest real: ~2.6·10^5)
+_MAX_EXPERTS = 2**16  # routed experts per MoE layer (largest real: 384)
+_MAX_SHARED = 2**8  # always-on shared experts (largest real: 2)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """The sizes every family reads the same way."""
+
+    mt: str
+    hidden: int
+    layers: int
+    vocab: int
+    heads: int
+    tied: bool
+
+
+def _read_shape(r: Reader, cfg: Mapping[str, Any], notes: list[str]) -> _Shape:
+    mt = _model_type(r)
+    if mt not in _KNOWN_TYPES:
+        notes.append(
+            f"model_type {mt!r} has no rules of its own here: counted as a Llama-style decoder "
+            "(RMSNorm, SwiGLU, GQA); compare with the published count or set fields with --set"
+        )
+    h = r.int_("hidden_size", "n_embd", "d_model", maximum=_MAX_HIDDEN)
+    layers = r.int_("num_hidden_layers", "n_layer", "num_layers", field="layers")
+    if layers > _MAX_LAYERS:
+        raise GeometryError(
+            f"config.json: {layers} layers is implausible (more than {_MAX_LAYERS:,}); "
+            "set the right count with --set layers=N"
+        )
+    vocab = r.int_("vocab_size", maximum=_MAX_VOCAB)
+    heads = r.int_("num_attention_heads", "n_head", "num_heads", maximum=_MAX_HEADS)
+    tied = r.bool_("tie_word_embeddings", mt not in _UNTIED_BY_DEFAULT, field="tied_embeddings")
+    if "tie_word_embeddings" not in cfg and "tied_embeddings" not in r.forced:
+        notes.append(f"config has no tie_word_embeddings: {mt} default ({str(tied).lower()}) used")
+    return _Shape(mt, h, layers, vocab, heads, tied)
+
+
+def _mla_attention(r: Reader, s: _Shape) -> _Attention:
+    """DeepSeek-style multi-head latent attention: low-rank Q and a compressed KV latent."""
+    return _Attention(
+        mla=True,
+        hidden=s.hidden,
+        heads=s.heads,
+        kv_heads=1,
+        head_dim=0,
+        qkv_bias=False,
+        o_bias=r.bool_("attention_bias", False),
+        qk_norm=False,
+        sinks=False,
+        q_lora_rank=r.opt_int("q_lora_rank", minimum=1, maximum=_MAX_HIDDEN),
+        kv_lora_rank=r.int_("kv_lora_rank", maximum=_MAX_HIDDEN),
+        qk_nope_head_dim=r.int_("qk_nope_head_dim", minimum=0, maximum=_MAX_HEADS),
+        qk_rope_head_dim=r.int_("qk_rope_head_dim", maximum=_MAX_HEADS),
+        v_head_dim=r.int_("v_head_dim", maximum=_MAX_HEADS),
+    )
+
+
+def _gqa_attention(r: Reader, s: _Shape) -> _Attention:
+    """Grouped-query (or multi-head) attention; KV heads must share the query heads evenly."""
+    kv_heads = r.opt_int(*_KV_HEAD_KEYS, minimum=1, maximum=_MAX_HEADS) or s.heads
+    if s.heads % kv_heads:
+        key = (r.raw(*_KV_HEAD_KEYS) or ("num_key_value_heads",))[0]
+        raise GeometryError(
+            f"config.json: {key} {kv_heads} does not divide num_attention_heads {s.heads} "
+            f"(each KV head serves a whole group of query heads); fix it with --set config.{key}=N"
+        )
+    head_dim = r.opt_int("head_dim", minimum=0, maximum=_MAX_HEADS) or 0
+    if head_dim == 0:
+        if s.hidden % s.heads:
+            raise GeometryError(
+                f"config.json has no head_dim and hidden_size {s.hidden} is not a multiple of "
+                f"num_attention_heads {s.heads}; set it with --set config.head_dim=N"
+            )
+        head_dim = s.hidden // s.heads
+    attention_bias = r.bool_("attention_bias", False)
+    return _Attention(
+        mla=False,
+        hidden=s.hidden,
+        heads=s.heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        qkv_bias=attention_bias or s.mt in _QKV_BIAS_TYPES,
+        o_bias=attention_bias,
+        qk_norm=s.mt in _QK_NORM_TYPES,
+        sinks=s.mt == "gpt_oss",
+    )
+
+
+def _shared_experts(r: Reader, mt: str, expert_size: int) -> tuple[int, int, bool]:
+    """(count, size, gated) of the always-on shared experts of each MoE layer."""
+    shared, shared_size, shared_gate = 0, expert_size, False
+    if mt in _LLAMA4_TYPES:
+        shared = 1
+    elif r.has("n_shared_experts"):
+        shared = r.opt_int("n_shared_experts", maximum=_MAX_SHARED, default=0) or 0
+    elif (qs := r.opt_int("shared_expert_intermediate_size", maximum=_MAX_HIDDEN) or 0) > 0:
+        shared, shared_size, shared_gate = 1, qs, True
+    if "shared_experts" in r.forced:
+        shared, shared_size = r.forced_int("shared_experts", 0, _MAX_SHARED), expert_size
+    return shared, shared_size, shared_gate
+
+
+def _read_moe(r: Reader, mt: str) -> _MoE | None:
+    """The MoE block, or None for a dense model. Routing needs experts to route to."""
+    experts = r.opt_int(*_EXPERT_KEYS, field="experts", maximum=_MAX_EXPERTS, default=0) or 0
+    if experts == 0:
+        top = r.raw(*_TOPK_KEYS)
+        dense_top = top is None or (type(top[1]) in (int, float) and top[1] == 0)
+        if "experts" not in r.forced and top is not None and not dense_top:
+            key = (r.raw(*_EXPERT_KEYS) or (_EXPERT_KEYS[0],))[0]
+            raise GeometryError(
+                f"config.json: {top[0]} is {short_repr(top[1])} but {key} is missing or 0; "
+                f"set the expert count with --set experts=N (or experts=0 for a dense model)"
+            )
+        return None
+    top_k = r.int_(*_TOPK_KEYS, field="experts_per_token", maximum=_MAX_EXPERTS)
+    if top_k > experts:
+        raise GeometryError(
+            f"config.json: {top_k} experts per token but only {experts} experts; "
+            "fix it with --set experts_per_token=N"
+        )
+    expert_size = r.int_("moe_intermediate_size", "intermediate_size", maximum=_MAX_HIDDEN)
+    shared, shared_size, shared_gate = _shared_experts(r, mt, expert_size)
+    return _MoE(
+        experts=experts,
+        top_k=top_k,
+        expert_size=expert_size,
+        shared=shared,
+        shared_size=shared_size,
+        shared_gate=shared_gate,
+        router_bias=mt == "gpt_oss",
+        correction_bias=r.str_("topk_method") == "noaux_tc",
+        expert_bias=mt == "gpt_oss",
+    )
+
+
+@dataclass(slots=True)
+class _Counts:
+    """Sums over the main model's decoder layers."""
+
+    body: _Acc  # every layer's parameters and stored bytes, all experts included
+    dense_bytes: int = 0  # bytes read every step whatever the routing
+    active: int = 0  # parameters one token uses
+    moe_layers: int = 0
+    expert_params: int = 0  # one routed expert
+    expert_bytes: int = 0  # one routed expert, mean over MoE layers
+
+
+def _count_layers(decoder: _Decoder, flags: list[bool], layers: int) -> _Counts:
+    c = _Counts(_Acc())
+    moe, expert_sum = decoder.moe, _Acc()
+    for i in range(layers):
+        lay = decoder.layer(i, flags[i])
+        c.body.params += lay.dense.params
+        c.body.nbytes += lay.dense.nbytes
+        c.dense_bytes += lay.dense.nbytes
+        c.active += lay.dense.params
+        if lay.expert is not None and moe is not None:
+            c.moe_layers += 1
+            c.expert_params = lay.expert.params
+            expert_sum.params += lay.expert.params
+            expert_sum.nbytes += lay.expert.nbytes
+            c.body.params += moe.experts * lay.expert.params
+            c.body.nbytes += moe.experts * lay.expert.nbytes
+            c.active += moe.top_k * lay.expert.params
+    c.expert_bytes = round(expert_sum.nbytes / c.moe_layers) if c.moe_layers else 0
+    return c
+
+
+def _count_mtp(decoder: _Decoder, flags: list[bool], layers: int) -> int:
+    """MTP (DeepSeek's next-token-prediction layers): enorm, hnorm, eh_proj, a decoder
+    layer and shared_head.norm; its stored embedding/head copies are duplicates."""
+    h, moe, mtp = decoder.hidden, decoder.moe, 0
+    for idx in range(layers, len(flags)):
+        lay = decoder.layer(idx, flags[idx])
+        n_exp = moe.experts if (moe is not None and lay.expert is not None) else 0
+        mtp += 3 * h + 2 * h * h + lay.dense.params
+        mtp += n_exp * (lay.expert.params if lay.expert is not None else 0)
+    return mtp
+
+
+def _kv_layout(
+    r: Reader, s: _Shape, attn: _Attention, kv_dtype: str, notes: list[str]
+) -> tuple[KVGroup, ...]:
+    """The attention-layer groups and each one's KV bytes per cached token."""
+    kvb = kv_bytes_per_element(kv_dtype)
+    kinds: _Kinds
+    if attn.mla:
+        kinds = [("mla", None)] * s.layers
+        per_layer_kv = (attn.kv_lora_rank + attn.qk_rope_head_dim) * kvb
+        notes.append(
+            "MLA: KV bytes are the compressed latent (kv_lora_rank + qk_rope_head_dim) per "
+            "layer, as vLLM/SGLang cache it; HF eager attention caches decompressed K/V"
+        )
+    else:
+        kinds = _layer_kinds(r, s.mt, s.layers)
+        per_layer_kv = 2 * attn.kv_heads * attn.head_dim * kvb
+    return _kv_groups(kinds, per_layer_kv)
+
+
+def _decoder(r: Reader, s: _Shape, prec: Precision) -> tuple[_Decoder, list[bool]]:
+    """Attention, MoE and dense-MLP rules of the decoder layers, and which layers are MoE."""
+    mla = s.mt in _MLA_TYPES or r.has("kv_lora_rank")
+    attn = _mla_attention(r, s) if mla else _gqa_attention(r, s)
+    moe = _read_moe(r, s.mt)
+    flags = _moe_flags(r, s.mt, s.layers, moe.experts if moe is not None else 0)
+    dense_size = 0
+    if not all(flags[: s.layers]) or moe is None:
+        # Llama 4's dense layers use intermediate_size_mlp; its intermediate_size is the expert's
+        key = "intermediate_size_mlp" if s.mt in _LLAMA4_TYPES else "intermediate_size"
+        dense_size = r.int_(key, maximum=_MAX_HIDDEN)
+    mlp_bias = r.bool_("mlp_bias", False)
+    return _Decoder(s.hidden, attn, moe, dense_size, mlp_bias, prec), flags
 
 
 def build_geometry(
@@ -383,192 +622,49 @@ def build_geometry(
 ) -> ModelGeometry:
     """Count one config; ``forced`` holds user values for layers/experts/top-k/shared/tying."""
     cfg = text_config(root)
+    check_supported(cfg)
     r = Reader(cfg, forced)
     notes: list[str] = []
-    mt = _model_type(r)
-    if mt not in _KNOWN_TYPES:
-        notes.append(
-            f"model_type {mt!r} has no rules of its own here: counted as a Llama-style decoder "
-            "(RMSNorm, SwiGLU, GQA); compare with the published count or set fields with --set"
-        )
-
-    h = r.int_("hidden_size", "n_embd", "d_model")
-    layers = r.int_("num_hidden_layers", "n_layer", "num_layers", field="layers")
-    if layers > _MAX_LAYERS:
-        raise GeometryError(
-            f"config.json: {layers} layers is implausible (more than {_MAX_LAYERS:,}); "
-            "set the right count with --set layers=N"
-        )
-    vocab = r.int_("vocab_size")
-    heads = r.int_("num_attention_heads", "n_head", "num_heads")
-    tied = r.bool_("tie_word_embeddings", mt not in _UNTIED_BY_DEFAULT, field="tied_embeddings")
-    if "tie_word_embeddings" not in cfg and "tied_embeddings" not in r.forced:
-        notes.append(f"config has no tie_word_embeddings: {mt} default ({str(tied).lower()}) used")
-
-    mla = mt in _MLA_TYPES or r.has("kv_lora_rank")
-    attention_bias = r.bool_("attention_bias", False)
-    if mla:
-        attn = _Attention(
-            mla=True,
-            hidden=h,
-            heads=heads,
-            kv_heads=1,
-            head_dim=0,
-            qkv_bias=False,
-            o_bias=attention_bias,
-            qk_norm=False,
-            sinks=False,
-            q_lora_rank=r.opt_int("q_lora_rank", minimum=1),
-            kv_lora_rank=r.int_("kv_lora_rank"),
-            qk_nope_head_dim=r.int_("qk_nope_head_dim", minimum=0),
-            qk_rope_head_dim=r.int_("qk_rope_head_dim"),
-            v_head_dim=r.int_("v_head_dim"),
-        )
-    else:
-        kv_heads = r.opt_int(*_KV_HEAD_KEYS, minimum=1) or heads
-        head_dim = r.opt_int("head_dim", minimum=0) or 0
-        if head_dim == 0:
-            if h % heads:
-                raise GeometryError(
-                    f"config.json has no head_dim and hidden_size {h} is not a multiple of "
-                    f"num_attention_heads {heads}; set it with --set config.head_dim=N"
-                )
-            head_dim = h // heads
-        attn = _Attention(
-            mla=False,
-            hidden=h,
-            heads=heads,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            qkv_bias=attention_bias or mt in _QKV_BIAS_TYPES,
-            o_bias=attention_bias,
-            qk_norm=mt in _QK_NORM_TYPES,
-            sinks=mt == "gpt_oss",
-        )
-
-    experts = r.opt_int(*_EXPERT_KEYS, field="experts", default=0) or 0
-    moe: _MoE | None = None
-    if experts > 0:
-        top_k = r.int_(*_TOPK_KEYS, field="experts_per_token")
-        if top_k > experts:
-            raise GeometryError(
-                f"config.json: {top_k} experts per token but only {experts} experts; "
-                "fix it with --set experts_per_token=N"
-            )
-        expert_size = r.int_("moe_intermediate_size", "intermediate_size")
-        shared, shared_size, shared_gate = 0, expert_size, False
-        if mt in _LLAMA4_TYPES:
-            shared = 1
-        elif r.has("n_shared_experts"):
-            shared = r.opt_int("n_shared_experts", default=0) or 0
-        elif (qs := r.opt_int("shared_expert_intermediate_size", default=0) or 0) > 0:
-            shared, shared_size, shared_gate = 1, qs, True
-        if "shared_experts" in r.forced:
-            shared, shared_size = int(r.forced["shared_experts"]), expert_size
-        moe = _MoE(
-            experts=experts,
-            top_k=top_k,
-            expert_size=expert_size,
-            shared=shared,
-            shared_size=shared_size,
-            shared_gate=shared_gate,
-            router_bias=mt == "gpt_oss",
-            correction_bias=r.str_("topk_method") == "noaux_tc",
-            expert_bias=mt == "gpt_oss",
-        )
-    flags = _moe_flags(r, mt, layers, experts)
-    dense_size = 0
-    if not all(flags[:layers]) or moe is None:
-        # Llama 4's dense layers use intermediate_size_mlp; its intermediate_size is the expert's
-        key = "intermediate_size_mlp" if mt in _LLAMA4_TYPES else "intermediate_size"
-        dense_size = r.int_(key)
-    mlp_bias = r.bool_("mlp_bias", False)
-
+    s = _read_shape(r, cfg, notes)
     prec = resolve_precision(cfg, weight_dtype=weight_dtype, folder=folder)
+    decoder, flags = _decoder(r, s, prec)
+    moe = decoder.moe
+    c = _count_layers(decoder, flags, s.layers)
     kv_dt = canonical_dtype(kv_dtype, what="kv dtype") if kv_dtype else "bf16"
-    kvb = kv_bytes_per_element(kv_dt)
-    plain = prec.plain
-    decoder = _Decoder(h, attn, moe, dense_size, mlp_bias, prec)
+    groups = _kv_layout(r, s, decoder.attn, kv_dt, notes)
 
-    body, expert_sum = _Acc(), _Acc()
-    dense_bytes = 0
-    active = 0
-    moe_layers = 0
-    expert_params = 0
-    for i in range(layers):
-        lay = decoder.layer(i, flags[i])
-        body.params += lay.dense.params
-        body.nbytes += lay.dense.nbytes
-        dense_bytes += lay.dense.nbytes
-        active += lay.dense.params
-        if lay.expert is not None and moe is not None:
-            moe_layers += 1
-            expert_params = lay.expert.params
-            expert_sum.params += lay.expert.params
-            expert_sum.nbytes += lay.expert.nbytes
-            body.params += moe.experts * lay.expert.params
-            body.nbytes += moe.experts * lay.expert.nbytes
-            active += moe.top_k * lay.expert.params
-    expert_bytes = round(expert_sum.nbytes / moe_layers) if moe_layers else 0
-
-    # MTP (DeepSeek's next-token-prediction layers): enorm, hnorm, eh_proj, a decoder
-    # layer and shared_head.norm; its stored embedding/head copies are duplicates.
-    mtp = 0
-    for j in range(len(flags) - layers):
-        idx = layers + j
-        lay = decoder.layer(idx, flags[idx])
-        n_exp = moe.experts if (moe is not None and lay.expert is not None) else 0
-        mtp += 3 * h + 2 * h * h + lay.dense.params
-        mtp += n_exp * (lay.expert.params if lay.expert is not None else 0)
-
-    final_norm = h
-    embedding = vocab * h
-    head = vocab * h
-    total = embedding + (0 if tied else head) + body.params + final_norm
-    active_total = embedding + (0 if tied else head) + active + final_norm
-    dense_weight_bytes = dense_bytes + plain.vector_bytes(final_norm) + 2 * head
-    stored = (
-        body.nbytes
-        + plain.vector_bytes(final_norm)
-        + plain.matrix_bytes(vocab, h) * (1 if tied else 2)
-    )
-
-    kinds: list[tuple[KVKind, int | None]]
-    if mla:
-        kinds = [("mla", None)] * layers
-        per_layer_kv = (attn.kv_lora_rank + attn.qk_rope_head_dim) * kvb
-        notes.append(
-            "MLA: KV bytes are the compressed latent (kv_lora_rank + qk_rope_head_dim) per "
-            "layer, as vLLM/SGLang cache it; HF eager attention caches decompressed K/V"
-        )
-    else:
-        kinds = _layer_kinds(r, mt, layers)
-        per_layer_kv = 2 * attn.kv_heads * attn.head_dim * kvb
-    groups = _kv_groups(kinds, per_layer_kv)
-    kv_full = sum(g.bytes_per_token for g in groups if g.kind in ("full", "mla"))
-
+    plain, h, tied = prec.plain, s.hidden, s.tied
+    embedding = head = s.vocab * h
+    untied_head = 0 if tied else head
+    routed = moe is not None and c.moe_layers > 0
     return ModelGeometry(
         name=name,
-        model_type=mt,
-        total_params=total,
-        active_params=active_total,
-        mtp_params=mtp,
+        model_type=s.mt,
+        total_params=embedding + untied_head + c.body.params + h,  # + final norm
+        active_params=embedding + untied_head + c.active + h,
+        mtp_params=_count_mtp(decoder, flags, s.layers),
         embedding_params=embedding,
         lm_head_params=head,
         tied_embeddings=tied,
-        layers=layers,
-        moe_layers=moe_layers,
-        experts=moe.experts if moe is not None and moe_layers else 0,
-        experts_per_token=moe.top_k if moe is not None and moe_layers else 0,
-        shared_experts=moe.shared if moe is not None and moe_layers else 0,
-        expert_params=expert_params,
+        layers=s.layers,
+        moe_layers=c.moe_layers,
+        experts=moe.experts if moe is not None and routed else 0,
+        experts_per_token=moe.top_k if moe is not None and routed else 0,
+        shared_experts=moe.shared if moe is not None and routed else 0,
+        expert_params=c.expert_params,
         weight_dtype=prec.weight_dtype,
         kv_dtype=kv_dt,
-        dense_weight_bytes=dense_weight_bytes,
-        expert_bytes=expert_bytes,
-        kv_bytes_per_token=kv_full,
+        dense_weight_bytes=c.dense_bytes + plain.vector_bytes(h) + 2 * head,
+        expert_bytes=c.expert_bytes,
+        kv_bytes_per_token_full_context=sum(
+            g.bytes_per_token for g in groups if g.kind in ("full", "mla")
+        ),
         kv_groups=groups,
-        stored_weight_bytes=stored,
+        stored_weight_bytes=(
+            c.body.nbytes
+            + plain.vector_bytes(h)
+            + plain.matrix_bytes(s.vocab, h) * (1 if tied else 2)
+        ),
         source=source,
         notes=(*prec.notes, *notes),
     )

@@ -204,7 +204,7 @@ def compute_mbu(
         weight_bytes_per_step=w,
         weight_bytes_per_s=w_per_s,
         mean_context_per_token=float(mean_context_per_token),
-        kv_bytes_per_token=float(geometry.kv_bytes_per_token),
+        kv_bytes_per_token=float(geometry.kv_bytes_per_token_full_context),
         kv_bytes_per_output_token=float(kv_bytes_per_output_token),
         kv_bytes_per_s=kv_per_s,
         bytes_per_s=total,

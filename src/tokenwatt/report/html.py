@@ -309,7 +309,7 @@ def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
             ("weight / KV dtype", f"{g.weight_dtype} / {g.kv_dtype}"),
             ("dense weight bytes/step", fmt_bytes(g.dense_weight_bytes)),
             ("bytes per expert", fmt_bytes(g.expert_bytes) if g.is_moe else DASH),
-            ("KV bytes per token", fmt_bytes(g.kv_bytes_per_token)),
+            ("KV bytes per token", fmt_bytes(g.kv_bytes_per_token_full_context)),
         ]
     )
     s = r.search

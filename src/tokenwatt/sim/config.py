@@ -215,7 +215,12 @@ class Derived:
     def of(cls, c: SimConfig) -> Derived:
         g, acc = c.geometry, c.accelerator
         weights = float(g.dense_weight_bytes + g.moe_layers * g.experts * g.expert_bytes)
-        per_token = max(1, g.kv_bytes_per_token)
+        # The engine gives every cached token a slot in every layer group (one block table per
+        # sequence), so a block costs BLOCK_SIZE tokens × the KV bytes of *all* attention
+        # layers: sliding-window and chunked layers included. (Sizing it from the full-context
+        # layers alone gave an all-sliding model 16-byte blocks and overstated gpt-oss's
+        # capacity 2×.) Hand-built geometries without groups fall back to the full-context size.
+        per_token = max(1, g.kv_bytes_per_token_all_layers or g.kv_bytes_per_token_full_context)
         block = per_token * BLOCK_SIZE
         if c.kv_cache_blocks is not None:
             kv = float(c.kv_cache_blocks * block)
