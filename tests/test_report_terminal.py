@@ -143,6 +143,18 @@ def test_check_search_stops_and_interruption() -> None:
     )
 
 
+def test_check_max_probes_with_a_closed_bracket_claims_no_precision_miss() -> None:
+    # 9.1% < the 15% target: the bracket closed; only the confirming re-run was cut.
+    data = _data()
+    data["search"]["stop_reason"] = "max_probes"
+    data["search"]["precision_target"] = 0.15
+    data["search"]["precision_reached"] = 0.091
+    msgs = [m for m in _messages(data) if m.startswith("the search stopped")]
+    assert msgs == [
+        "the search stopped (max_probes) before confirming the boundary: raise search.max_probes"
+    ]
+
+
 def test_check_failures_at_the_boundary() -> None:
     data = _data()
     data["boundary"]["requests_failed"] = 3

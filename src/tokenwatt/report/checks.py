@@ -164,14 +164,16 @@ def _search(result: BenchResult) -> list[Check]:
         "failed_at_start": "the SLO failed at the lowest rate; lower search.start_rate_rps "
         "or relax the SLO",
     }.get(s.stop_reason, "see the warnings above")
-    reached = f" (reached {s.precision_reached:.1%})" if s.precision_reached is not None else ""
-    out.append(
-        Check(
-            "warning",
+    if s.precision_reached is not None and s.precision_reached < s.precision_target:
+        # The bracket did close (a confirm re-run used the last probe): no precision claim.
+        message = f"the search stopped ({s.stop_reason}) before confirming the boundary"
+    else:
+        reached = f" (reached {s.precision_reached:.1%})" if s.precision_reached is not None else ""
+        message = (
             f"the search stopped ({s.stop_reason}) before the bracket closed to "
-            f"{s.precision_target:.0%}{reached}: {remedy}",
+            f"{s.precision_target:.0%}{reached}"
         )
-    )
+    out.append(Check("warning", f"{message}: {remedy}"))
     return out
 
 
