@@ -20,7 +20,7 @@ Timeline (monotonic ns)::
 * Every request ever sent is in ``ProbeRun.records``, failures and cancellations included;
   figures come from ``tokenwatt.metrics.latency`` over the counted ones.
 * Cancelling the task that awaits ``run_probe`` (Ctrl-C under ``asyncio.run``) stops the
-  probe: in-flight requests are cancelled (records with ``error_kind='cancelled'``), the
+  probe: in-flight requests are cancelled (records with ``status='cancelled'``), the
   window ends at that moment, and ``run_probe`` *returns* the partial run with
   ``interrupted=True`` instead of raising. Callers must check ``interrupted``.
 """
@@ -35,15 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import orjson
-
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
 from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
-from tokenwatt.records import RequestRecord
+from tokenwatt.records import RequestPhase, RequestRecord, write_requests
 from tokenwatt.spec import BenchSpec, ProbeSettings
 
 __all__ = [
@@ -125,7 +123,7 @@ class ProbeRun:
     def counted(self) -> list[RequestRecord]:
         return [r for r in self.records if self.is_counted(r)]
 
-    def phase_of(self, rec: RequestRecord) -> Literal["warmup", "window", "after"]:
+    def phase_of(self, rec: RequestRecord) -> RequestPhase:
         if rec.scheduled_ns < self.window_start_ns:
             return "warmup"
         return "window" if rec.scheduled_ns < self.window_end_ns else "after"
@@ -146,16 +144,9 @@ class ProbeRun:
         }
 
     def write_requests(self, path: str | Path) -> Path:
-        """Every record as one JSON line, with its ``phase`` (warmup, window, after)."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with p.open("wb") as fh:
-            for rec in self.records:
-                d = rec.to_dict()
-                d["phase"] = self.phase_of(rec)
-                fh.write(orjson.dumps(d))
-                fh.write(b"\n")
-        return p
+        """Every record as one JSON line, with its ``phase`` (``records.read_requests`` reads
+        it back)."""
+        return write_requests(path, ((self.phase_of(r), r) for r in self.records))
 
 
 class _Probe:
@@ -297,7 +288,7 @@ class _Probe:
             )
         except asyncio.CancelledError:
             if rec.status == "ok":  # cancelled before the client could mark it
-                rec.status, rec.error_kind = "error", "cancelled"
+                rec.error_kind = "cancelled"
                 rec.error_message = rec.error_message or "cancelled"
                 rec.done_ns = rec.done_ns or now_ns()
             self._done(rec, counted)
@@ -320,13 +311,16 @@ class _Probe:
         )
 
     def _done(self, rec: RequestRecord, counted: bool) -> None:
+        if rec.error_kind == "cancelled":
+            # The client ended it, not the server: its own kind, not a failure.
+            rec.status = "cancelled"
         self.records.append(rec)
         self.recorded.add(rec.request_id)
         if counted:
             self.counted_ids_in_flight.discard(rec.request_id)
             self.counted_done.append(rec)
             self.counted_tokens += rec.output_tokens
-            if not rec.ok:
+            if rec.failed:
                 self.counted_failed += 1
             if self.w1 is not None and not self.counted_ids_in_flight:
                 self.wake.set()
@@ -451,8 +445,9 @@ class _Probe:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         for rec in self.records:
-            if rec.request_id in self.timed_out_ids and rec.error_kind == "cancelled":
-                rec.error_kind = "timeout_total"
+            if rec.request_id in self.timed_out_ids and rec.cancelled:
+                # cut at the drain timeout: the server did not finish it in time, a failure
+                rec.status, rec.error_kind = "error", "timeout_total"
                 rec.error_message = (
                     f"still running drain_timeout_s={self.settings.drain_timeout_s:g} s "
                     "after the window closed"

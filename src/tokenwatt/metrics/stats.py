@@ -1,8 +1,9 @@
-"""Summary statistics with one percentile definition everywhere.
+"""Summary statistics: the reported percentiles, one definition (interpolated).
 
 Percentiles use linear interpolation between order statistics (numpy's default, the one vLLM
-``bench serve`` reports), so figures are comparable with it. A value of +inf (a failed request
-in an SLO check) propagates: any quantile whose interpolation touches it is +inf.
+``bench serve`` reports), so figures are comparable with it. The SLO verdict is a count and
+uses nearest rank instead (``metrics.slo.nearest_rank``); the two are named for what they
+are. A value of +inf propagates: any quantile whose interpolation touches it is +inf.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Distribution", "quantile", "summarize"]
+__all__ = ["Distribution", "interpolated_quantile", "summarize"]
 
 
 class Distribution(BaseModel):
@@ -29,7 +30,9 @@ class Distribution(BaseModel):
     max: float | None = None
 
 
-def quantile(values: Sequence[float], q: float, *, presorted: bool = False) -> float | None:
+def interpolated_quantile(
+    values: Sequence[float], q: float, *, presorted: bool = False
+) -> float | None:
     """The q-quantile (0 ≤ q ≤ 1) by linear interpolation; None for no values."""
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must be in [0, 1], got {q}")
@@ -58,9 +61,9 @@ def summarize(values: Sequence[float]) -> Distribution:
     return Distribution(
         count=n,
         mean=math.fsum(xs) / n,
-        p50=quantile(xs, 0.50, presorted=True),
-        p90=quantile(xs, 0.90, presorted=True),
-        p95=quantile(xs, 0.95, presorted=True),
-        p99=quantile(xs, 0.99, presorted=True),
+        p50=interpolated_quantile(xs, 0.50, presorted=True),
+        p90=interpolated_quantile(xs, 0.90, presorted=True),
+        p95=interpolated_quantile(xs, 0.95, presorted=True),
+        p99=interpolated_quantile(xs, 0.99, presorted=True),
         max=xs[-1],
     )
