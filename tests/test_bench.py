@@ -23,7 +23,7 @@ import yaml
 from tokenwatt.geometry import load_geometry
 from tokenwatt.metrics.slo import EarlyStop, Limits
 from tokenwatt.records import RequestRecord
-from tokenwatt.report.schema import load_result
+from tokenwatt.result import load_result
 
 SECRET = "sk-bench-test-7d1e"
 

@@ -111,7 +111,7 @@ def test_edge_cases_zero_tokens_zero_energy_and_bad_input() -> None:
 
 
 def test_flags_travel_and_fit_the_result_schema() -> None:
-    from tokenwatt.report.schema import EnergySummary
+    from tokenwatt.result import EnergySummary
 
     s = scope("gpu", 42.0, 0.5, flags=("window_short",))
     m = energy_metrics(report(s, window_s=0.5), output_tokens=84)
@@ -125,7 +125,7 @@ def test_flags_travel_and_fit_the_result_schema() -> None:
 
 
 def test_whole_metrics_dict_fills_the_result_headline() -> None:
-    from tokenwatt.report.schema import EnergySummary
+    from tokenwatt.result import EnergySummary
 
     rep = report(
         scope("gpu", 900.0, 30.0),

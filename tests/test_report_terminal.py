@@ -20,8 +20,8 @@ from tokenwatt.report.format import (
     fmt_signed_pct,
     rel_change,
 )
-from tokenwatt.report.schema import BenchResult
 from tokenwatt.report.terminal import ResultView, describe_slo, energy_text, headline
+from tokenwatt.result import BenchResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tokenwatt.load.bench import BenchEvent
-    from tokenwatt.report.schema import BenchResult
+    from tokenwatt.result import BenchResult
     from tokenwatt.spec import BenchSpec
 
 DEMO_SPEC = "demo.yaml"
@@ -145,7 +145,7 @@ def _run(spec: BenchSpec, out: Path, console: Console) -> BenchResult | None:
 
 
 def _report(out: Path, console: Console) -> BenchResult | None:
-    from tokenwatt.report.schema import RESULT_FILE, load_result
+    from tokenwatt.result import RESULT_FILE, load_result
 
     if not (out / RESULT_FILE).exists():
         console.print("nothing was measured; no result written", highlight=False)

@@ -33,10 +33,10 @@ from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
 from tokenwatt.metrics.energy import energy_metrics
 from tokenwatt.power import PowerMonitor, open_power
-from tokenwatt.report.env import collect_machine
-from tokenwatt.report.schema import (
+from tokenwatt.result import (
     BenchResult,
     EnergySummary,
+    MachineInfo,
     ProbeSummary,
     SearchStep,
     SearchSummary,
@@ -266,7 +266,7 @@ def _new_result(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerat
         gpus=spec.hardware.gpus,
         replicas=spec.hardware.replicas,
         slo=SloSettings(**spec.slo.model_dump()),
-        machine=collect_machine(timestamp_source="kernel"),
+        machine=MachineInfo.collect(timestamp_source="kernel"),
         started_at=datetime.now(UTC),
     )
 

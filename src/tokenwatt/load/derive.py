@@ -15,10 +15,8 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import MBUResult, compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
-from tokenwatt.metrics.stats import Distribution
-from tokenwatt.report.schema import (
+from tokenwatt.result import (
     EnergySummary,
-    LatencySummary,
     MbuDetail,
     ProbeSummary,
     SloDetail,
@@ -95,12 +93,6 @@ def probe_flags(run: ProbeRun, mbu: MBUResult | None) -> list[str]:
     return flags
 
 
-def _lat(d: Distribution) -> LatencySummary:
-    return LatencySummary(
-        mean=d.mean, p50=d.p50, p90=d.p90, p95=d.p95, p99=d.p99, max=d.max, count=d.count
-    )
-
-
 def _or0(x: float | None) -> float:
     return 0.0 if x is None or not math.isfinite(x) else float(x)
 
@@ -159,11 +151,11 @@ def summarize_probe(
         slo_passed=verdict.passed,
         slo_detail=_slo_detail(verdict),
         attainment=m.slo_attainment,
-        ttft_s=_lat(m.ttft_s),
-        tpot_s=_lat(m.tpot_s),
-        itl_s=_lat(m.itl_chunk_s),
-        e2e_s=_lat(m.e2e_s),
-        send_lateness_s=_lat(m.send_lateness_s),
+        ttft_s=m.ttft_s,
+        tpot_s=m.tpot_s,
+        itl_s=m.itl_chunk_s,
+        e2e_s=m.e2e_s,
+        send_lateness_s=m.send_lateness_s,
         requests_ok=m.requests_ok,
         requests_failed=m.requests_failed,
         requests_cancelled=m.requests_cancelled,

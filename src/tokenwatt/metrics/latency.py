@@ -31,8 +31,9 @@ from tokenwatt.metrics.request import (
     ttft_s,
 )
 from tokenwatt.metrics.slo import Limits, RequestLatency
-from tokenwatt.metrics.stats import Distribution, summarize
+from tokenwatt.metrics.stats import summarize
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import Latency
 from tokenwatt.spec.slo import SLO
 
 __all__ = [
@@ -87,10 +88,10 @@ class ProbeMetrics(BaseModel):
     counted_output_tokens: int  # Σ n over counted requests (what they delivered, ever)
     throughput_balance: float | None  # counted_output_tokens / output_tokens (≈ 1 at steady state)
     # per-request latency distributions (counted successful requests)
-    ttft_s: Distribution
-    tpot_s: Distribution
-    itl_chunk_s: Distribution  # gaps between consecutive content chunks, pooled
-    e2e_s: Distribution
+    ttft_s: Latency
+    tpot_s: Latency
+    itl_chunk_s: Latency  # gaps between consecutive content chunks, pooled
+    e2e_s: Latency
     itl_token_weighted_s: float | None  # τ = Σ(E2E − TTFT) / Σ(n − 1)
     mean_concurrency: float | None  # Little's law: Σ(done − sent) over counted / window
     mean_context_per_token: float | None  # Σ(n·L + n(n−1)/2) / Σn, L = server prompt tokens
@@ -106,7 +107,7 @@ class ProbeMetrics(BaseModel):
     usage_fallback_requests: int  # counted requests whose token counts are the client's fallback
     timestamp_source: Literal["kernel", "user", "mixed", "none"]
     # client keeping up
-    send_lateness_s: Distribution  # sent − scheduled, counted requests
+    send_lateness_s: Latency  # sent − scheduled, counted requests
     # SLO: attained / (counted − cancelled); goodput over the window
     slo_attainment: float | None
     goodput_requests_per_s: float | None

@@ -11,23 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from tokenwatt.result import Latency
 
-__all__ = ["Distribution", "interpolated_quantile", "summarize"]
-
-
-class Distribution(BaseModel):
-    """Mean and percentiles of one per-request or per-gap quantity, in the unit of its key."""
-
-    model_config = ConfigDict(frozen=True)
-
-    count: int
-    mean: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    max: float | None = None
+__all__ = ["interpolated_quantile", "summarize"]
 
 
 def interpolated_quantile(
@@ -52,13 +38,13 @@ def interpolated_quantile(
     return a + (b - a) * frac
 
 
-def summarize(values: Sequence[float]) -> Distribution:
+def summarize(values: Sequence[float]) -> Latency:
     """Count, mean, p50/p90/p95/p99 and max of ``values``."""
     n = len(values)
     if n == 0:
-        return Distribution(count=0)
+        return Latency(count=0)
     xs = sorted(float(v) for v in values)
-    return Distribution(
+    return Latency(
         count=n,
         mean=math.fsum(xs) / n,
         p50=interpolated_quantile(xs, 0.50, presorted=True),

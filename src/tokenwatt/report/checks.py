@@ -10,18 +10,15 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from tokenwatt.metrics.latency import sent_late
 from tokenwatt.report.format import fmt_count, fmt_ms, fmt_quantile
-from tokenwatt.report.schema import BenchResult, ProbeSummary
+from tokenwatt.result import BenchResult, ProbeSummary
 
 __all__ = ["MIN_TAIL_SAMPLES", "Check", "probe_label", "self_checks"]
 
 # A q-quantile needs at least this many samples beyond it before it is more than the
 # sample maximum: p99 over 200 requests has 2 requests beyond it.
 MIN_TAIL_SAMPLES = 2
-# Client send lateness is a problem when its p99 exceeds this share of the mean gap between
-# arrivals (the arrival process is then visibly distorted) and this absolute floor.
-LATENESS_SHARE_OF_GAP = 0.1
-LATENESS_FLOOR_S = 1e-3
 
 _ENERGY_FLAGS = {
     "window_short": "the window is shorter than a few update periods of the power source; "
@@ -85,10 +82,7 @@ def _lateness(result: BenchResult) -> list[Check]:
     late: list[tuple[ProbeSummary, float]] = []
     for p in result.probes:
         s = p.send_lateness_s
-        if s is None or s.p99 is None or not p.achieved_rate_rps > 0:
-            continue
-        limit = max(LATENESS_FLOOR_S, LATENESS_SHARE_OF_GAP / p.achieved_rate_rps)
-        if s.p99 > limit:
+        if s is not None and s.p99 is not None and sent_late(s.p99, p.achieved_rate_rps):
             late.append((p, s.p99))
     if not late:
         return []

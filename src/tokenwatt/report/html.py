@@ -27,8 +27,8 @@ from tokenwatt.report.format import (
     fmt_rate,
     fmt_tokens_per_s,
 )
-from tokenwatt.report.schema import BenchResult, ProbeSummary
 from tokenwatt.report.terminal import describe_run, describe_slo, energy_text
+from tokenwatt.result import BenchResult, ProbeSummary
 
 __all__ = ["REPORT_FILE", "SECTION_IDS", "render_html", "write_html"]
 
