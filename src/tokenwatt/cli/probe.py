@@ -292,6 +292,24 @@ async def _probe(
     return data
 
 
+def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None) -> BenchSpec:
+    """The spec with ``--duration``/``--warmup`` applied to its probe settings."""
+    changes: dict[str, Any] = {}
+    if duration is not None:
+        if not duration > 0:
+            raise SpecError(f"--duration must be > 0 s, got {duration}")
+        changes.update(min_duration_s=duration, max_duration_s=duration, min_requests=1)
+    if warmup is not None:
+        if warmup < 0:
+            raise SpecError(f"--warmup must be >= 0 s, got {warmup}")
+        changes["warmup_s"] = warmup
+    if not changes:
+        return spec
+    probe_settings = spec.search.probe.model_copy(update=changes)
+    search = spec.search.model_copy(update={"probe": probe_settings})
+    return spec.model_copy(update={"search": search})
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
@@ -337,7 +355,6 @@ def register(app: typer.Typer) -> None:
         """Run one probe at one offered load and write probe.json and requests.jsonl."""
         from tokenwatt.spec import load_spec
 
-        spec = load_spec(spec_path)
         if sim_mode not in ("thread", "subprocess"):
             raise SpecError(f"--sim-mode: {sim_mode!r} is not one of thread, subprocess")
         if rate is not None and concurrency is not None:
@@ -346,20 +363,7 @@ def register(app: typer.Typer) -> None:
             raise SpecError(f"--rate must be a positive number of requests/s, got {rate}")
         if max_requests is not None and max_requests < 1:
             raise SpecError("--max-requests must be at least 1")
-        probe_settings = spec.search.probe
-        changes: dict[str, Any] = {}
-        if duration is not None:
-            if not duration > 0:
-                raise SpecError(f"--duration must be > 0 s, got {duration}")
-            changes.update(min_duration_s=duration, max_duration_s=duration, min_requests=1)
-        if warmup is not None:
-            if warmup < 0:
-                raise SpecError(f"--warmup must be >= 0 s, got {warmup}")
-            changes["warmup_s"] = warmup
-        if changes:
-            probe_settings = probe_settings.model_copy(update=changes)
-            search = spec.search.model_copy(update={"probe": probe_settings})
-            spec = spec.model_copy(update={"search": search})
+        spec = _with_flags(load_spec(spec_path), duration=duration, warmup=warmup)
         folder = out or Path(f"tokenwatt-probe-{dt.datetime.now():%Y%m%d-%H%M%S}")
         from tokenwatt.cli._loop import run_async
 
