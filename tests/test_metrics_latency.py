@@ -199,13 +199,15 @@ def test_slo_attainment_and_goodput(records: list[RequestRecord]) -> None:
     assert (limits.ttft_s, limits.tpot_s, limits.e2e_s) == (0.4, 0.2, None)
     assert m.slo_attainment == pytest.approx(0.2)
     assert m.goodput_requests_per_s == pytest.approx(0.1)
-    assert m.goodput_output_tokens_per_s == pytest.approx(0.4)
+    # T × the attaining share of the judged requests' tokens: 1.4 × 4/13 (B's 4 of 13)
+    assert m.goodput_output_tokens_per_s == pytest.approx(1.4 * 4 / 13)
     # Generous limits: the three successes attain, the two failures never do.
     mg = compute_probe_metrics(
         records, window_start_ns=W0, window_end_ns=W1, slo=SLO(ttft_ms=10_000, tpot_ms=10_000)
     )
     assert mg.slo_attainment == pytest.approx(0.6)
-    assert mg.goodput_output_tokens_per_s == pytest.approx(1.2)
+    assert mg.goodput_output_tokens_per_s == pytest.approx(1.4 * 12 / 13)
+    assert mg.goodput_output_tokens_per_s <= mg.output_tokens_per_s
     # Without an SLO there is no attainment to report.
     mn = compute_probe_metrics(records, window_start_ns=W0, window_end_ns=W1)
     assert mn.slo_attainment is None and mn.goodput_requests_per_s is None

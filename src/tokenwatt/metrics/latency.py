@@ -108,7 +108,7 @@ class ProbeMetrics(BaseModel):
     timestamp_source: Literal["kernel", "user", "mixed", "none"]
     # client keeping up
     send_lateness_s: Latency  # sent − scheduled, counted requests
-    # SLO: attained / (counted − cancelled); goodput over the window
+    # SLO: attained / (counted − cancelled); goodput tokens = T × attaining share of tokens
     slo_attainment: float | None
     goodput_requests_per_s: float | None
     goodput_output_tokens_per_s: float | None
@@ -196,8 +196,11 @@ def _prompt_figures(ok: Sequence[RequestRecord]) -> dict[str, object]:
 
 
 def _slo_figures(
-    judged: Sequence[RequestRecord], slo: SLO | None, window_s: float
+    judged: Sequence[RequestRecord], slo: SLO | None, window_s: float, t_rate: float | None
 ) -> dict[str, object]:
+    """Attainment and goodput. Goodput in tokens is T × the share of the judged requests'
+    tokens that came from attaining requests: on T's footing (tokens received in the window),
+    so goodput ≤ T always; at steady state it equals attaining tokens ÷ window."""
     if slo is None:
         return {
             "slo_attainment": None,
@@ -206,10 +209,12 @@ def _slo_figures(
         }
     limits = Limits.from_spec(slo)
     good = [r for r in judged if RequestLatency.from_record(r).meets(limits)]
+    judged_tokens = sum(r.output_tokens for r in judged)
+    good_share = sum(r.output_tokens for r in good) / judged_tokens if judged_tokens else 0.0
     return {
         "slo_attainment": len(good) / len(judged) if judged else None,
         "goodput_requests_per_s": _rate(len(good), window_s),
-        "goodput_output_tokens_per_s": _rate(sum(r.output_tokens for r in good), window_s),
+        "goodput_output_tokens_per_s": None if t_rate is None else t_rate * good_share,
     }
 
 
@@ -259,5 +264,5 @@ def compute_probe_metrics(
         send_lateness_s=summarize(lateness),
         **_prompt_figures(ok),
         **_chunk_figures(counted),
-        **_slo_figures(judged, slo, window_s),
+        **_slo_figures(judged, slo, window_s, _rate(tokens, window_s)),
     )

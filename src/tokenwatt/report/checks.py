@@ -14,7 +14,7 @@ from tokenwatt.metrics.latency import sent_late
 from tokenwatt.report.format import fmt_count, fmt_ms, fmt_quantile
 from tokenwatt.result import BenchResult, ProbeSummary
 
-__all__ = ["MIN_TAIL_SAMPLES", "Check", "probe_label", "self_checks"]
+__all__ = ["MIN_TAIL_SAMPLES", "Check", "self_checks"]
 
 # A q-quantile needs at least this many samples beyond it before it is more than the
 # sample maximum: p99 over 200 requests has 2 requests beyond it.
@@ -36,10 +36,6 @@ _ENERGY_FLAGS = {
 class Check:
     level: Literal["warning", "note"]
     message: str
-
-
-def probe_label(p: ProbeSummary) -> str:
-    return "single stream" if p.index == 0 else f"probe {p.index}"
 
 
 def _labels(probes: list[ProbeSummary]) -> str:
