@@ -57,7 +57,8 @@ __all__ = [
     "EnergySummary",
     "Latency",
     "MachineInfo",
-    "MbuDetail",
+    "Mbu",
+    "MbuFlags",
     "MbuInputs",
     "ProbeSummary",
     "ScopeEnergy",
@@ -97,9 +98,11 @@ class Latency(_Strict):
 class MbuInputs(_Strict):
     """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU).
 
-    Field names are those of ``tokenwatt.metrics.mbu.MBUInputs``; the quantities that only
-    exist when decode was measured (s, B, W(B), …) are None otherwise.
+    The quantities that only exist when decode was measured (s, B, W(B), …) are None
+    otherwise.
     """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     output_tokens_per_s: float = Field(description="T: output tokens/s for the node")
     itl_token_weighted_s: float = Field(description="τ: token-weighted mean inter-token latency")
@@ -128,21 +131,56 @@ class MbuInputs(_Strict):
     estimated_idle_fraction: float | None = Field(None, description="e^(−B)")
 
 
-class MbuDetail(_Strict):
-    """MBU, its split (``mbu = mbu_weights + mbu_kv``), every input and where it bends.
+class MbuFlags(_Strict):
+    """Where MBU's assumptions bend. True means "read the figure with this in mind"."""
 
-    The shape of ``tokenwatt.metrics.mbu.MBUResult.to_dict()``.
-    """
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    multi_token_chunks: bool = Field(
+        False, description="several tokens per chunk: s = 1/τ overstates steps/s"
+    )
+    moe_uniform_routing_upper_bound: bool = Field(
+        False, description="small batch: uniform routing overstates W(B)"
+    )
+    low_load_busy_bias: bool = Field(
+        False, description="replicas idle part of the time: the weight term is per busy time"
+    )
+    no_decode: bool = Field(False, description="T or τ not measured: MBU undefined")
+
+    def notes(self) -> list[str]:
+        """One line per raised flag, for people."""
+        out = []
+        if self.no_decode:
+            out.append("no decode measured (T or τ missing): MBU undefined")
+        if self.multi_token_chunks:
+            out.append(
+                "several tokens per chunk (speculative decoding or coalescing): one engine step "
+                "is not one token per sequence, so s = 1/τ and MBU are overstated"
+            )
+        if self.moe_uniform_routing_upper_bound:
+            out.append(
+                "small MoE batch: uniform routing is an upper bound on distinct experts; "
+                "skewed routing reads fewer, so MBU reads high"
+            )
+        if self.low_load_busy_bias:
+            out.append(
+                "low load: replicas idle part of the window; the weight term counts busy time, "
+                "so MBU exceeds bytes ÷ (elapsed × bandwidth)"
+            )
+        return out
+
+
+class Mbu(_Strict):
+    """MBU, its split (``mbu = mbu_weights + mbu_kv``), every input and where it bends.
+    ``metrics.mbu.compute_mbu`` returns it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     mbu: float | None
     mbu_weights: float | None
     mbu_kv: float | None
     inputs: MbuInputs
-    flags: dict[str, bool] = Field(
-        default_factory=dict,
-        description="multi_token_chunks, moe_uniform_routing_upper_bound, low_load_busy_bias, "
-        "no_decode",
-    )
+    flags: MbuFlags = Field(default_factory=MbuFlags)
     notes: list[str] = Field(default_factory=list, description="one line per raised flag")
 
 
@@ -260,7 +298,7 @@ class ProbeSummary(_Strict):
     batch_per_replica: float | None = Field(description="B = T·τ/R")
     mean_context_per_token: float | None
     mbu: float | None
-    mbu_detail: MbuDetail | None = None
+    mbu_detail: Mbu | None = None
     goodput_output_tokens_per_s: float
     goodput_output_tokens_per_s_per_gpu: float
     tokens_per_joule: float | None = Field(description="None: not measured")

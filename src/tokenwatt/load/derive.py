@@ -8,16 +8,15 @@ requests, the one SLO judge (``metrics.slo.judge_probe``), the spec's node.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
-from tokenwatt.metrics.mbu import MBUResult, compute_mbu, kv_read_per_output_token
+from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
     EnergySummary,
-    MbuDetail,
+    Mbu,
     ProbeSummary,
     SloDetail,
 )
@@ -40,7 +39,7 @@ def early_stop_for(
 
 def probe_mbu(
     run: ProbeRun, geometry: ModelGeometry, hardware: HardwareSection, accelerator: Accelerator
-) -> MBUResult | None:
+) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
     so T and the context sum no longer describe one steady state."""
@@ -76,10 +75,10 @@ def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None)
     )
 
 
-def probe_flags(run: ProbeRun, mbu: MBUResult | None) -> list[str]:
+def probe_flags(run: ProbeRun, mbu: Mbu | None) -> list[str]:
     """Conditions a reader of the figures must know, as short flags."""
     m = run.metrics
-    flags = [] if mbu is None else [k for k, v in asdict(mbu.flags).items() if v]
+    flags = [] if mbu is None else [k for k, v in mbu.flags.model_dump().items() if v]
     if run.stopped_early or run.interrupted:
         flags.append("window_cut")
     if m.timestamp_source not in ("kernel", "none"):
@@ -142,7 +141,7 @@ def summarize_probe(
         batch_per_replica=None if mbu is None else mbu.inputs.batch_per_replica,
         mean_context_per_token=m.mean_context_per_token,
         mbu=None if mbu is None else mbu.mbu,
-        mbu_detail=None if mbu is None else MbuDetail.model_validate(mbu.to_dict()),
+        mbu_detail=mbu,
         goodput_output_tokens_per_s=goodput,
         goodput_output_tokens_per_s_per_gpu=goodput / spec.hardware.gpus,
         tokens_per_joule=energy.tokens_per_joule if energy is not None else None,

@@ -98,7 +98,7 @@ def _multi_token(result: BenchResult) -> list[Check]:
         p
         for p in _all_probes(result)
         if "multi_token_chunks" in p.flags
-        or (p.mbu_detail is not None and p.mbu_detail.flags.get("multi_token_chunks", False))
+        or (p.mbu_detail is not None and p.mbu_detail.flags.multi_token_chunks)
     ]
     if not hit:
         return []
