@@ -185,7 +185,7 @@ class Mbu(_Strict):
 
 
 class ScopeEnergy(_Strict):
-    """One scope's energy over the window (``tokenwatt.metrics.energy.ScopeEfficiency``)."""
+    """One scope's energy over the window (``tokenwatt.metrics.energy.scope_efficiency``)."""
 
     scope: str
     source: str
@@ -219,9 +219,9 @@ _HEADLINE_KEYS = (
 class EnergySummary(_Strict):
     """Energy over exactly a probe's measurement window.
 
-    The flat fields describe the headline scope. Either give them directly, or give the shape
-    of ``tokenwatt.metrics.energy.EnergyMetrics.to_dict()`` (``primary_scope`` + ``scopes``)
-    and they are filled from the primary scope; the per-scope figures stay under ``scopes``.
+    ``metrics.energy.energy_metrics`` returns it. The flat fields describe the headline scope;
+    a dict with only ``primary_scope`` + ``scopes`` has them filled from the primary scope; the
+    per-scope figures stay under ``scopes``.
     """
 
     energy_j: float | None = None
@@ -240,6 +240,11 @@ class EnergySummary(_Strict):
     output_tokens: int | None = Field(None, description="tokens the energy is divided by")
     kind: str | None = Field(None, description="the headline source's kind, e.g. energy_counter")
     valid: bool = Field(True, description="false: the headline scope's energy is unusable")
+
+    @property
+    def primary(self) -> ScopeEnergy | None:
+        """The headline scope's figures, when the per-scope figures are kept."""
+        return self.scopes.get(self.primary_scope) if self.primary_scope else None
 
     @property
     def is_modelled(self) -> bool:

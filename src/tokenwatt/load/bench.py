@@ -90,23 +90,9 @@ async def _energy(
     if monitor is None or not monitor.sources or run.window_end_ns <= run.window_start_ns:
         return None, None
     report = await monitor.energy_async(run.window_start_ns, run.window_end_ns, max_wait_s=2.0)
-    eff = energy_metrics(report, run.metrics.output_tokens)
-    p = eff.primary
-    if p is None or p.energy_j is None:
+    summary = energy_metrics(report, run.metrics.output_tokens)
+    if summary.primary is None or summary.energy_j is None:
         return None, None
-    summary = EnergySummary(
-        energy_j=p.energy_j,
-        mean_power_w=p.mean_power_w or 0.0,
-        joules_per_output_token=p.joules_per_output_token,
-        tokens_per_joule=p.tokens_per_joule,
-        source=p.source,
-        scope=p.scope,
-        modelled=p.modelled,
-        window_s=p.window_s,
-        flags=list(p.flags),
-        valid=p.valid,
-        scopes={k: v.to_dict() for k, v in eff.scopes.items()},
-    )
     series = monitor.samples(run.window_start_ns, run.window_end_ns, max_points=120)
     return summary, series.primary_points()
 
