@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tokenwatt.metrics.latency import ProbeMetrics
     from tokenwatt.spec import BenchSpec
 
-SCHEMA = "tokenwatt.probe/1"
+SCHEMA = "tokenwatt.probe/2"
 T = TypeVar("T")
 console = Console()
 
@@ -178,7 +178,7 @@ def result_dict(
             "failed": verdict.failed,
             "reason": verdict.reason,
             "attainment": summary.attainment,
-            "quantiles_s": (verdict.model_extra or {}).get("quantiles_s"),
+            "quantiles_s": verdict.quantiles_s,
         },
         "mbu": summary.mbu,
         "mbu_inputs": None if summary.mbu_detail is None else summary.mbu_detail.model_dump(),
