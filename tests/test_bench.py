@@ -21,11 +21,9 @@ import pytest
 import yaml
 
 from tokenwatt.geometry import load_geometry
-from tokenwatt.load.bench import EarlyStop
-from tokenwatt.load.probe import ProbeProgress
-from tokenwatt.metrics.slo import Limits
+from tokenwatt.metrics.slo import EarlyStop, Limits
 from tokenwatt.records import RequestRecord
-from tokenwatt.report.schema import load_result
+from tokenwatt.result import load_result
 
 SECRET = "sk-bench-test-7d1e"
 
@@ -213,35 +211,30 @@ def _rec(i: int, ttft_s: float, tpot_s: float = 0.02, ok: bool = True) -> Reques
     return r
 
 
-def _progress(counted: int) -> ProbeProgress:
-    return ProbeProgress("window", 1.0, 1.0, 60, 600, 200, None, counted, counted, 0, counted,
-                         counted, 0, 0)  # fmt: skip
-
-
 def test_early_stop_needs_both_a_lost_budget_and_a_clear_binomial_failure() -> None:
     stop = EarlyStop(P99, expected_requests=200)  # budget: 2 misses
     good = [_rec(i, 0.1) for i in range(40)]
-    stop.on_progress(_progress(43))
+    stop.on_counted(43)
     # 3 misses of 43: over the budget, and P(X ≥ 3 | 43, 0.01) ≈ 0.009 < 1 %: stop.
     assert stop([*good, _rec(40, 0.9), _rec(41, 0.9), _rec(42, 0.9)])
     assert stop.reason is not None and "ttft" in stop.reason
     # 2 misses: within the budget of a 200-request probe, whatever the binomial says.
     stop2 = EarlyStop(P99, expected_requests=200)
-    stop2.on_progress(_progress(12))
+    stop2.on_counted(12)
     assert not stop2([*good[:10], _rec(40, 0.9), _rec(41, 0.9)])
     # 3 misses but among 400 counted so far: plausible for a p99 server (P ≈ 0.76): go on.
     stop3 = EarlyStop(P99, expected_requests=200)
-    stop3.on_progress(_progress(400))
+    stop3.on_counted(400)
     assert not stop3([*good, _rec(40, 0.9), _rec(41, 0.9), _rec(42, 0.9)])
 
 
 def test_early_stop_counts_errors_and_tpot() -> None:
     stop = EarlyStop(P99, expected_requests=100)  # budget: 1
-    stop.on_progress(_progress(20))
+    stop.on_counted(20)
     errs = [_rec(i, 0.0, ok=False) for i in range(3)]
     assert stop([*[_rec(i, 0.1) for i in range(3, 20)], *errs])
     stop_tpot = EarlyStop(P99, expected_requests=100)
-    stop_tpot.on_progress(_progress(20))
+    stop_tpot.on_counted(20)
     slow = [_rec(i, 0.1, tpot_s=0.08) for i in range(3)]
     assert stop_tpot([*[_rec(i, 0.1) for i in range(3, 20)], *slow])
     assert stop_tpot.reason is not None and "tpot" in stop_tpot.reason
@@ -251,7 +244,7 @@ def test_early_stop_attainment_form() -> None:
     att = Limits("attainment", ttft_s=0.5, tpot_s=0.05, e2e_s=None, percentile=0.99,
                  attainment=0.9)  # fmt: skip
     stop = EarlyStop(att, expected_requests=100)  # may miss 10
-    stop.on_progress(_progress(40))
+    stop.on_counted(40)
     ok = [_rec(i, 0.1) for i in range(28)]
     assert not stop([*ok, *[_rec(i, 0.9) for i in range(28, 36)]])  # 8 misses: within budget
     assert stop([*ok, *[_rec(i, 0.9) for i in range(28, 40)]])  # 12 of 40: clear failure

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.compare import compare_results, load_runs
-from tokenwatt.report.schema import BenchResult
 from tokenwatt.report.terminal import comparison_view
+from tokenwatt.result import BenchResult
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
 

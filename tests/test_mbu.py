@@ -252,14 +252,14 @@ def test_flags_and_undefined_cases() -> None:
     assert r.flags.multi_token_chunks
     assert r.flags.low_load_busy_bias  # B = 1
     assert r.inputs.estimated_idle_fraction == pytest.approx(math.exp(-1.0))
-    d = r.to_dict()
+    d = r.model_dump()
     assert set(d) >= {"mbu", "mbu_weights", "mbu_kv", "inputs", "flags", "notes"}
     assert any("several tokens per chunk" in n for n in d["notes"])
 
     for tau in (0.0, float("nan")):
         none = compute_mbu(DENSE, output_tokens_per_s=100.0, itl_token_weighted_s=tau, **common)  # type: ignore[arg-type]
         assert none.mbu is None and none.flags.no_decode
-        assert none.to_dict()["mbu"] is None
+        assert none.model_dump()["mbu"] is None
     with pytest.raises(ValueError, match="bandwidth"):
         compute_mbu(
             DENSE,

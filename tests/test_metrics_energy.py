@@ -73,7 +73,7 @@ def test_not_measured_is_none_everywhere() -> None:
     m = energy_metrics(report(window_s=10.0, primary=None), output_tokens=1000)
     assert m.primary is None and not m.measured
     assert m.tokens_per_joule is None and m.joules_per_output_token is None
-    assert m.to_dict()["tokens_per_joule"] is None
+    assert m.model_dump()["tokens_per_joule"] is None
     gone = energy_metrics(
         report(scope("gpu", None, 10.0, flags=("no_samples",)), window_s=10.0), 1000
     )
@@ -96,7 +96,8 @@ def test_modelled_is_computed_but_labelled() -> None:
     assert p is not None and p.modelled and not p.measured and not p.valid
     assert p.tokens_per_joule == pytest.approx(0.5)
     assert not m.measured  # a model is never reported as a measurement
-    assert m.to_dict()["scopes"]["gpu"]["modelled"] is True
+    assert m.model_dump()["scopes"]["gpu"]["modelled"] is True
+    assert m.is_modelled
 
 
 def test_edge_cases_zero_tokens_zero_energy_and_bad_input() -> None:
@@ -111,11 +112,11 @@ def test_edge_cases_zero_tokens_zero_energy_and_bad_input() -> None:
 
 
 def test_flags_travel_and_fit_the_result_schema() -> None:
-    from tokenwatt.report.schema import EnergySummary
+    from tokenwatt.result import EnergySummary
 
     s = scope("gpu", 42.0, 0.5, flags=("window_short",))
     m = energy_metrics(report(s, window_s=0.5), output_tokens=84)
-    d = m.primary.to_dict()  # type: ignore[union-attr]
+    d = m.primary.model_dump()  # type: ignore[union-attr]
     assert d["flags"] == ["window_short"] and d["valid"] is False
     summary = EnergySummary.model_validate(d)
     assert summary.tokens_per_joule == pytest.approx(2.0)
@@ -125,14 +126,16 @@ def test_flags_travel_and_fit_the_result_schema() -> None:
 
 
 def test_whole_metrics_dict_fills_the_result_headline() -> None:
-    from tokenwatt.report.schema import EnergySummary
+    from tokenwatt.result import EnergySummary
 
     rep = report(
         scope("gpu", 900.0, 30.0),
         scope("cpu", 300.0, 30.0, source="rapl"),
         window_s=30.0,
     )
-    summary = EnergySummary.model_validate(energy_metrics(rep, 4500).to_dict())
+    # what energy_metrics returns is the result's type; its file form reads back the same
+    summary = energy_metrics(rep, 4500)
+    assert EnergySummary.model_validate_json(summary.model_dump_json()) == summary
     assert summary.scope == "gpu" and summary.source == "nvml"
     assert summary.tokens_per_joule == pytest.approx(5.0)  # 4500 / 900
     assert summary.mean_power_w == pytest.approx(30.0)

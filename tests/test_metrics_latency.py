@@ -23,10 +23,11 @@ import pytest
 from tokenwatt.metrics.latency import (
     compute_probe_metrics,
     is_counted,
-    meets_slo,
     tpot_s,
 )
-from tokenwatt.metrics.stats import quantile, summarize
+from tokenwatt.metrics.slo import Limits, RequestLatency
+from tokenwatt.metrics.stats import interpolated_quantile as quantile
+from tokenwatt.metrics.stats import summarize
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec.slo import SLO
 
@@ -133,12 +134,12 @@ def test_counts_rates_and_throughput(records: list[RequestRecord]) -> None:
     assert m.target_requests_per_s == 0.4
     assert m.offered_requests_per_s == pytest.approx(0.5)
     assert m.achieved_requests_per_s == pytest.approx(0.3)
+    # T: chunks arriving in [10, 20), whichever request: A 2, B 4, C 6, D 1, G 1 = 14
+    assert m.output_tokens == 14
+    assert m.output_tokens_per_s == pytest.approx(1.4)
     # Σn over counted: 4 + 6 + 1 (D's fallback chunk sum) + 0 + 2 = 13
-    assert m.output_tokens == 13
-    assert m.output_tokens_per_s == pytest.approx(1.3)
-    # chunks arriving in [10, 20): A 2, B 4, C 6, D 1, G 1 = 14
-    assert m.window_output_tokens_per_s == pytest.approx(1.4)
-    assert m.throughput_balance == pytest.approx(1.3 / 1.4)
+    assert m.counted_output_tokens == 13
+    assert m.throughput_balance == pytest.approx(13 / 14)
     assert m.output_tokens_mean == pytest.approx(12 / 3)
 
 
@@ -194,29 +195,31 @@ def test_concurrency_context_and_chunks(records: list[RequestRecord]) -> None:
 def test_slo_attainment_and_goodput(records: list[RequestRecord]) -> None:
     m = compute_probe_metrics(records, window_start_ns=W0, window_end_ns=W1, slo=SLO_400_200)
     # Only B meets TTFT ≤ 0.4 and TPOT ≤ 0.2 (C: TTFT 0.5; G: TPOT 0.6; D, E failed).
-    assert m.slo is not None
-    assert (m.slo.ttft_limit_s, m.slo.tpot_limit_s, m.slo.e2e_limit_s) == (0.4, 0.2, None)
-    assert m.slo.attained_requests == 1
+    limits = Limits.from_spec(SLO_400_200)
+    assert (limits.ttft_s, limits.tpot_s, limits.e2e_s) == (0.4, 0.2, None)
     assert m.slo_attainment == pytest.approx(0.2)
     assert m.goodput_requests_per_s == pytest.approx(0.1)
-    assert m.goodput_output_tokens_per_s == pytest.approx(0.4)
+    # T × the attaining share of the judged requests' tokens: 1.4 × 4/13 (B's 4 of 13)
+    assert m.goodput_output_tokens_per_s == pytest.approx(1.4 * 4 / 13)
     # Generous limits: the three successes attain, the two failures never do.
     mg = compute_probe_metrics(
         records, window_start_ns=W0, window_end_ns=W1, slo=SLO(ttft_ms=10_000, tpot_ms=10_000)
     )
     assert mg.slo_attainment == pytest.approx(0.6)
-    assert mg.goodput_output_tokens_per_s == pytest.approx(1.2)
+    assert mg.goodput_output_tokens_per_s == pytest.approx(1.4 * 12 / 13)
+    assert mg.goodput_output_tokens_per_s <= mg.output_tokens_per_s
     # Without an SLO there is no attainment to report.
     mn = compute_probe_metrics(records, window_start_ns=W0, window_end_ns=W1)
-    assert mn.slo is None and mn.goodput_requests_per_s is None
+    assert mn.slo_attainment is None and mn.goodput_requests_per_s is None
 
 
 def test_e2e_limit_and_one_token_outputs() -> None:
     one = rec(0, 1.0, 1.0, [(1.2, 1)], n=1, prompt=3, done=1.2)
     assert tpot_s(one) is None
-    assert meets_slo(one, SLO(ttft_ms=250, tpot_ms=1))  # TPOT of one token counts as 0
-    assert not meets_slo(one, SLO(ttft_ms=250, tpot_ms=1, e2e_ms=150))
-    assert meets_slo(one, SLO(ttft_ms=250, tpot_ms=1, e2e_ms=250))
+    lat = RequestLatency.from_record(one)
+    assert lat.meets(Limits.from_spec(SLO(ttft_ms=250, tpot_ms=1)))  # one token: TPOT is 0
+    assert not lat.meets(Limits.from_spec(SLO(ttft_ms=250, tpot_ms=1, e2e_ms=150)))
+    assert lat.meets(Limits.from_spec(SLO(ttft_ms=250, tpot_ms=1, e2e_ms=250)))
     m = compute_probe_metrics([one], window_start_ns=0, window_end_ns=2 * S)
     assert m.tpot_s.count == 0 and m.tpot_s.mean is None
     assert m.itl_token_weighted_s is None  # no inter-token time exists
@@ -228,7 +231,7 @@ def test_empty_window() -> None:
     assert m.requests_counted == 0
     assert m.output_tokens_per_s == 0.0
     assert m.ttft_s.count == 0
-    assert m.slo is not None and m.slo.slo_attainment is None
+    assert m.slo_attainment is None
     assert m.timestamp_source == "none"
 
 
@@ -243,3 +246,23 @@ def test_quantile_matches_numpy_and_handles_inf() -> None:
     assert quantile([], 0.5) is None
     d = summarize([3.0, 1.0, 2.0])
     assert (d.count, d.mean, d.p50, d.max) == (3, 2.0, 2.0, 3.0)
+
+
+def test_cancelled_requests_are_neither_failures_nor_misses(records: list[RequestRecord]) -> None:
+    """Requests the client cancelled (early stop, Ctrl-C) say nothing about the server: they
+    are counted as offered but leave failures, attainment and the verdict alone."""
+    cancelled = rec(7, 18.0, 18.0, [(18.2, 1)], n=1, prompt=5, done=18.3)
+    cancelled.status, cancelled.error_kind = "cancelled", "cancelled"
+    m = compute_probe_metrics(
+        [*records, cancelled], window_start_ns=W0, window_end_ns=W1, slo=SLO_400_200
+    )
+    assert (m.requests_counted, m.requests_ok, m.requests_failed, m.requests_cancelled) == (
+        6,
+        3,
+        2,
+        1,
+    )
+    assert m.errors_by_kind == {"connect": 1, "stall": 1}
+    assert m.slo_attainment == pytest.approx(1 / 5)  # B of the 5 judged, as without it
+    assert m.offered_requests_per_s == pytest.approx(0.6)
+    assert m.output_tokens == 15  # its token arrived in the window: it was delivered

@@ -57,7 +57,7 @@ def test_probe_writes_results(spec_file: Path, tmp_path: Path) -> None:
     data = orjson.loads((out / "probe.json").read_bytes())
     lines = (out / "requests.jsonl").read_bytes().splitlines()
     m = data["metrics"]
-    assert data["schema"] == "tokenwatt.probe/1"
+    assert data["schema"] == "tokenwatt.probe/2"
     assert data["probe"]["rate_rps"] == 12 and data["probe"]["arrival"] == "poisson"
     assert data["probe"]["seed"] == 4  # workload.seed by default
     assert data["spec"]["endpoint"]["api_key_env"] == "TW_PROBE_KEY"  # the name, never the key

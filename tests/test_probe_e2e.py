@@ -19,7 +19,7 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target
-from tokenwatt.records import RequestRecord
+from tokenwatt.records import RequestRecord, read_requests
 from tokenwatt.spec import BenchSpec, ProbeSettings, parse_spec
 from tokenwatt.spec.endpoint import Timeouts
 
@@ -50,8 +50,10 @@ def assert_nothing_lost(run: ProbeRun) -> None:
     assert run.metrics.requests_total == len(ids)
     counted = run.counted
     assert run.metrics.requests_counted == len(counted)
-    assert run.metrics.requests_ok + run.metrics.requests_failed == len(counted)
-    assert sum(run.metrics.errors_by_kind.values()) == run.metrics.requests_failed
+    m = run.metrics
+    assert m.requests_ok + m.requests_failed + m.requests_cancelled == len(counted)
+    assert sum(m.errors_by_kind.values()) == m.requests_failed
+    assert "cancelled" not in m.errors_by_kind  # cancellation is not failure
     for r in counted:
         assert r.done_ns is not None  # every counted request ended one way or another
 
@@ -194,6 +196,7 @@ def test_cancelling_keeps_what_was_measured() -> None:
     assert run.window_end_ns <= run.ended_ns
     cancelled = [r for r in run.records if r.error_kind == "cancelled"]
     assert cancelled, "requests in flight at the interrupt are recorded as cancelled"
+    assert all(r.status == "cancelled" for r in cancelled)
     assert any(r.chunk_ns for r in cancelled), "cancelled streams keep the chunks they received"
     assert run.metrics.requests_ok > 0
 
@@ -444,13 +447,12 @@ def test_records_round_trip_through_requests_jsonl(tmp_path: Any) -> None:
 
     run = asyncio.run(main())
     path = run.write_requests(tmp_path / "requests.jsonl")
-    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
-    assert len(lines) == len(run.records)
-    phases = [d.pop("phase") for d in lines]
+    back = read_requests(path)  # what was written, read back without edits
+    assert [rec for _, rec in back] == run.records
+    phases = [phase for phase, _ in back]
+    assert phases == [run.phase_of(r) for r in run.records]
     assert phases.count("window") == run.metrics.requests_counted
     assert set(phases) <= {"warmup", "window", "after"}
-    back = [RequestRecord.from_dict(d) for d in lines]
-    assert back == run.records
 
 
 def test_probe_settings_default_from_spec() -> None:
@@ -488,7 +490,7 @@ def test_request_cancelled_before_its_first_step_is_recorded() -> None:
         return probe
 
     probe = asyncio.run(main())
-    assert [(r.request_id, r.scheduled_ns, r.error_kind) for r in probe.records] == [
-        (0, 123, "cancelled")
+    assert [(r.request_id, r.scheduled_ns, r.status, r.error_kind) for r in probe.records] == [
+        (0, 123, "cancelled", "cancelled")
     ]
     assert not probe.counted_ids_in_flight

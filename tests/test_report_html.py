@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tokenwatt.report.html import SECTION_IDS, render_html, write_html
-from tokenwatt.report.schema import BenchResult
+from tokenwatt.result import BenchResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 _URL_ATTRS = {"src", "href", "xlink:href", "srcset", "action", "formaction", "data", "poster"}

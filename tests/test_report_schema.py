@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tokenwatt.errors import ReportError
-from tokenwatt.report.schema import (
+from tokenwatt.result import (
     SCHEMA_VERSION,
     BenchResult,
     load_result,
@@ -17,6 +17,7 @@ from tokenwatt.report.schema import (
 )
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
+DEMO_V1 = Path(__file__).parent / "fixtures" / "report" / "result-v1-demo.json"
 
 
 def _golden_data() -> dict:
@@ -24,13 +25,53 @@ def _golden_data() -> dict:
 
 
 def test_golden_round_trips_exactly(tmp_path: Path) -> None:
+    """A version-1 file reads; written back it keeps every figure it had, reads back equal."""
     result = load_result(GOLDEN)
-    assert result.schema_version == SCHEMA_VERSION == 1
+    assert result.schema_version == 1 and SCHEMA_VERSION == 2
     out = write_result(result, tmp_path / "run")
     assert out == tmp_path / "run" / "result.json"
-    assert json.loads(out.read_text("utf-8")) == _golden_data()
+    written = json.loads(out.read_text("utf-8"))
+    assert _subset(_golden_data(), written)
     assert load_result(tmp_path / "run") == result
     assert not [p for p in (tmp_path / "run").iterdir() if p.name != "result.json"]
+
+
+def _subset(small: object, big: object) -> bool:
+    """Every key and value of ``small`` is in ``big`` (new version-2 fields may be added)."""
+    if isinstance(small, dict):
+        return isinstance(big, dict) and all(
+            k in big and _subset(v, big[k]) for k, v in small.items()
+        )
+    if isinstance(small, list):
+        return (
+            isinstance(big, list)
+            and len(small) == len(big)
+            and all(_subset(a, b) for a, b in zip(small, big, strict=True))
+        )
+    return small == big
+
+
+def test_version_1_demo_file_reads_with_every_extra_declared(tmp_path: Path) -> None:
+    """``tokenwatt demo`` as of version 1 (kept verbatim) wrote ~15 undeclared keys per probe;
+    version 2 declares them, so the strict reader loads the file and nothing is lost."""
+    raw = json.loads(DEMO_V1.read_text("utf-8"))
+    r = load_result(DEMO_V1)
+    assert r.schema_version == 1
+    b, rb = r.boundary, raw["boundary"]
+    assert b is not None
+    assert (b.phase, b.seed, b.window_start_ns, b.requests_counted) == (
+        rb["phase"],
+        rb["seed"],
+        rb["window_start_ns"],
+        rb["requests_counted"],
+    )
+    assert b.slo_detail.quantiles_s == rb["slo_detail"]["quantiles_s"]
+    assert b.slo_detail.trend_rank_correlation == rb["slo_detail"]["trend_rank_correlation"]
+    assert r.search is not None and r.search.lo_rps == raw["search"]["lo_rps"]
+    assert [s.reason for s in r.search.history] == [h["reason"] for h in raw["search"]["history"]]
+    out = write_result(r, tmp_path / "again")
+    assert _subset(raw, json.loads(out.read_text("utf-8")))
+    assert load_result(out) == r
 
 
 def test_golden_content_is_what_the_views_need() -> None:
@@ -109,12 +150,17 @@ def test_missing_file_and_dir_name_the_fix(tmp_path: Path) -> None:
         load_result(binary)
 
 
-def test_top_level_is_strict_and_probes_are_open() -> None:
+def test_every_level_is_strict() -> None:
+    """Version 2 declares every field: an unknown key is an error wherever it is."""
     data = _golden_data()
-    data["probes"][0]["queue_depth_mean"] = 3.5  # an optional figure the search may add
-    r = BenchResult.model_validate(data)
-    assert r.probes[0].model_extra == {"queue_depth_mean": 3.5}
-    assert json.loads(r.model_dump_json())["probes"][0]["queue_depth_mean"] == 3.5
+    data["probes"][0]["queue_depth_mean"] = 3.5
+    with pytest.raises(ValueError, match="queue_depth_mean"):
+        BenchResult.model_validate(data)
+    data = _golden_data()
+    data["boundary"]["slo_detail"]["typo"] = 1
+    with pytest.raises(ValueError, match="typo"):
+        BenchResult.model_validate(data)
+    data = _golden_data()
     data["throughput_typo"] = 1
     with pytest.raises(ValueError, match="throughput_typo"):
         BenchResult.model_validate(data)
@@ -162,7 +208,7 @@ def test_redaction_keeps_token_counts_and_drops_secrets() -> None:
 
 
 def test_energy_accepts_the_metrics_shape_and_fills_the_headline() -> None:
-    from tokenwatt.report.schema import EnergySummary
+    from tokenwatt.result import EnergySummary
 
     metrics = {
         "output_tokens": 142_848,

@@ -20,8 +20,8 @@ from tokenwatt.report.format import (
     fmt_signed_pct,
     rel_change,
 )
-from tokenwatt.report.schema import BenchResult
 from tokenwatt.report.terminal import ResultView, describe_slo, energy_text, headline
+from tokenwatt.result import BenchResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 
@@ -141,6 +141,18 @@ def test_check_search_stops_and_interruption() -> None:
         "the search stopped (max_probes) before the bracket closed to 5% (reached 25.0%): "
         "raise search.max_probes"
     )
+
+
+def test_check_max_probes_with_a_closed_bracket_claims_no_precision_miss() -> None:
+    # 9.1% < the 15% target: the bracket closed; only the confirming re-run was cut.
+    data = _data()
+    data["search"]["stop_reason"] = "max_probes"
+    data["search"]["precision_target"] = 0.15
+    data["search"]["precision_reached"] = 0.091
+    msgs = [m for m in _messages(data) if m.startswith("the search stopped")]
+    assert msgs == [
+        "the search stopped (max_probes) before confirming the boundary: raise search.max_probes"
+    ]
 
 
 def test_check_failures_at_the_boundary() -> None:

@@ -231,3 +231,14 @@ def test_confirmed_pass_keeps_an_earlier_failure_above_it() -> None:
     for s in out.steps:
         if s.lo_rps is not None and s.hi_rps is not None:
             assert s.lo_rps < s.hi_rps
+
+
+def test_running_out_of_probes_while_descending_is_max_probes() -> None:
+    # Every rate fails, and the budget (3) ends the descent long before the rate floor: the
+    # search ran out of probes; it did not prove that the lowest rate fails.
+    async def never(rate: float, seed: int) -> ProbeOutcome[None]:
+        return ProbeOutcome(False, reason="down")
+
+    out = asyncio.run(BoundarySearch(never, start_rate_rps=1.0, growth=2.0, max_probes=3).run())
+    assert out.stop_reason == "max_probes"
+    assert len(out.steps) == 3 and out.lo_rps is None

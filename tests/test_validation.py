@@ -36,7 +36,7 @@ from tokenwatt.load.bench import run_bench
 from tokenwatt.load.derive import probe_mbu
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target, resolve_accelerator
-from tokenwatt.metrics.mbu import MBUResult
+from tokenwatt.result import Mbu
 from tokenwatt.spec import parse_spec
 
 
@@ -115,7 +115,7 @@ async def measure(
     n_in: int = 512,
     n_out: int = 128,
     seed: int = 1,
-) -> tuple[MBUResult, Truth, ProbeRun]:
+) -> tuple[Mbu, Truth, ProbeRun]:
     rate, lifetime = rate_for_batch(
         case, efficiency, batch, n_in=n_in, n_out=n_out, overhead_s=overhead_ms / 1e3
     )
@@ -155,7 +155,7 @@ async def measure(
     return mbu, truth, run
 
 
-def _report(label: str, mbu: MBUResult, truth: Truth, **extra: Any) -> str:
+def _report(label: str, mbu: Mbu, truth: Truth, **extra: Any) -> str:
     b = mbu.inputs.batch_per_replica or 0.0
     more = " ".join(f"{k}={v}" for k, v in extra.items())
     return (

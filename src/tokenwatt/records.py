@@ -3,12 +3,31 @@
 Every timestamp is ``time.perf_counter_ns`` (monotonic) nanoseconds; see ``tokenwatt.clock``.
 A record is filled by the client while the stream runs and is immutable in spirit afterwards.
 Failures are data: ``status == "error"`` with an ``error_kind``, never an exception.
+Cancellation is not failure: a request still running when a probe ends (early stop, Ctrl-C,
+drain-time load) is ``status == "cancelled"``; it says nothing about the server, so it is
+neither a failure nor an attainment miss.
+
+``write_requests``/``read_requests`` are the one format of ``requests-NN.jsonl``: what is
+written reads back into equal records, each with the probe phase it was scheduled in.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal
+
+import orjson
+
+__all__ = [
+    "ErrorKind",
+    "RequestPhase",
+    "RequestRecord",
+    "RequestStatus",
+    "read_requests",
+    "write_requests",
+]
 
 ErrorKind = Literal[
     "connect",  # could not connect or write the request
@@ -20,8 +39,11 @@ ErrorKind = Literal[
     "protocol",  # malformed HTTP or SSE, undecodable JSON
     "stream_error",  # a JSON error object inside a 200 stream
     "truncated",  # a 200 stream that ended (framing end or clean close) without a proper end
-    "cancelled",  # the run was interrupted (Ctrl-C) while the request was in flight
+    "cancelled",  # ended by the client (probe end, early stop, Ctrl-C) while in flight
 ]
+RequestStatus = Literal["ok", "error", "cancelled"]
+# When a request was scheduled relative to its probe's measurement window.
+RequestPhase = Literal["warmup", "window", "after"]
 
 
 @dataclass(slots=True)
@@ -41,7 +63,7 @@ class RequestRecord:
     prompt_tokens: int | None = None  # the server's usage.prompt_tokens, else client count
     completion_tokens: int | None = None  # the server's usage.completion_tokens, else fallback
     usage_source: Literal["server", "fallback"] = "server"
-    status: Literal["ok", "error"] = "ok"
+    status: RequestStatus = "ok"
     http_status: int | None = None
     error_kind: ErrorKind | None = None
     error_message: str | None = None
@@ -60,6 +82,15 @@ class RequestRecord:
         return self.status == "ok"
 
     @property
+    def cancelled(self) -> bool:
+        """Ended by the client, not the server: excluded from failures and attainment."""
+        return self.status == "cancelled"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "error"
+
+    @property
     def output_tokens(self) -> int:
         if self.completion_tokens is not None:
             return self.completion_tokens
@@ -71,3 +102,34 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         return cls(**data)
+
+
+_FIELDS = frozenset(f.name for f in fields(RequestRecord))
+
+
+def write_requests(path: str | Path, rows: Iterable[tuple[RequestPhase, RequestRecord]]) -> Path:
+    """One JSON line per record: its fields plus ``phase``."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("wb") as fh:
+        for phase, rec in rows:
+            fh.write(orjson.dumps({"phase": phase, **rec.to_dict()}))
+            fh.write(b"\n")
+    return p
+
+
+def read_requests(path: str | Path) -> list[tuple[RequestPhase, RequestRecord]]:
+    """Read what ``write_requests`` wrote. A line with unknown keys is an error naming them
+    (a file from a newer tokenwatt), not silently dropped data."""
+    out: list[tuple[RequestPhase, RequestRecord]] = []
+    with Path(path).open("rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            data = orjson.loads(line)
+            phase = data.pop("phase", "window")
+            unknown = sorted(set(data) - _FIELDS)
+            if unknown:
+                raise ValueError(f"{path}:{lineno}: unknown request fields {unknown}")
+            out.append((phase, RequestRecord.from_dict(data)))
+    return out

@@ -7,7 +7,6 @@ Ctrl-C ends the probe in flight; what was measured is written and reported, exit
 
 from __future__ import annotations
 
-import asyncio
 import importlib.resources
 import sys
 from datetime import datetime
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tokenwatt.load.bench import BenchEvent
-    from tokenwatt.report.schema import BenchResult
+    from tokenwatt.result import BenchResult
     from tokenwatt.spec import BenchSpec
 
 DEMO_SPEC = "demo.yaml"
@@ -133,52 +132,35 @@ class _Display:
 
 
 def _run(spec: BenchSpec, out: Path, console: Console) -> BenchResult | None:
+    from tokenwatt.cli._loop import run_async
     from tokenwatt.load.bench import run_bench
 
     display = _Display(console, spec)
     console.print(f"writing to {out}", highlight=False)
     with display.progress:
         try:
-            return asyncio.run(run_bench(spec, out, on_event=display))
+            return run_async(run_bench(spec, out, on_event=display))
         except KeyboardInterrupt:
             return None
 
 
 def _report(out: Path, console: Console) -> BenchResult | None:
-    from tokenwatt.report.schema import RESULT_FILE, load_result
+    from tokenwatt.result import RESULT_FILE, load_result
 
     if not (out / RESULT_FILE).exists():
         console.print("nothing was measured; no result written", highlight=False)
         return None
     result = load_result(out)
-    try:
-        from tokenwatt.report.terminal import ResultView
-    except ImportError:  # pragma: no cover - the report package ships with the tool
-        _minimal(result, console)
-    else:
-        console.print(ResultView(result))
-    try:
-        from tokenwatt.report.html import write_html
-    except ImportError:  # pragma: no cover
-        return result
+    from tokenwatt.report.html import write_html
+    from tokenwatt.report.terminal import ResultView
+
+    console.print(ResultView(result))
     try:
         path = write_html(result, out)
         console.print(f"\nreport: {path}", highlight=False, soft_wrap=True)
     except OSError as exc:
         console.print(f"could not write report.html: {exc}", highlight=False, markup=False)
     return result
-
-
-def _minimal(result: BenchResult, console: Console) -> None:
-    b = result.boundary
-    if b is None:
-        console.print("no boundary found", highlight=False)
-        return
-    console.print(
-        f"boundary {b.rate_rps} rps: goodput {b.goodput_output_tokens_per_s:.0f} tok/s "
-        f"({b.goodput_output_tokens_per_s_per_gpu:.0f} per GPU), MBU {b.mbu}",
-        highlight=False,
-    )
 
 
 def _bench_and_report(spec: BenchSpec, out: Path | None) -> None:

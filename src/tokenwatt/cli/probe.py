@@ -8,10 +8,8 @@ Ctrl-C stops the probe, writes what was measured and exits 130.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import math
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -25,12 +23,14 @@ from rich.table import Table
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
+    from tokenwatt.geometry.model import ModelGeometry
+    from tokenwatt.hardware import Accelerator
     from tokenwatt.load.probe import ProbeProgress, ProbeRun
     from tokenwatt.load.target import Target
     from tokenwatt.metrics.latency import ProbeMetrics
     from tokenwatt.spec import BenchSpec
 
-SCHEMA = "tokenwatt.probe/1"
+SCHEMA = "tokenwatt.probe/2"
 T = TypeVar("T")
 console = Console()
 
@@ -45,6 +45,8 @@ def _num(v: float | None, fmt: str = ".2f") -> str:
 
 def warnings_for(m: ProbeMetrics) -> list[str]:
     """What a reader must know before trusting the figures."""
+    from tokenwatt.metrics.latency import sent_late
+
     out = []
     if m.requests_counted == 0:
         out.append("no request was counted: the window was empty")
@@ -58,13 +60,16 @@ def warnings_for(m: ProbeMetrics) -> list[str]:
     bal = m.throughput_balance
     if bal is not None and not 0.9 <= bal <= 1.1:
         out.append(
-            f"T (tokens of counted requests ÷ window) is {bal:.2f}× the tokens delivered inside "
-            "the window: not at steady state (a warm-up shorter than a request's latency, a "
-            "window too short, or a queue that grows under overload)"
+            f"the counted requests delivered {bal:.2f}× the tokens received inside the window: "
+            "not at steady state (a window too short for a request's lifetime, or a queue "
+            "that grows under overload)"
         )
     p99 = m.send_lateness_s.p99
-    if p99 is not None and p99 > 0.010:
-        out.append(f"the client sent late (p99 {p99 * 1e3:.1f} ms): it may be the bottleneck")
+    if sent_late(p99, m.offered_requests_per_s):
+        out.append(
+            f"the client sent late (p99 {(p99 or 0) * 1e3:.1f} ms, over 10% of the mean gap "
+            "between arrivals): it may be the bottleneck"
+        )
     if m.usage_fallback_requests:
         out.append(
             f"{m.usage_fallback_requests} requests had no server usage: token counts are the "
@@ -130,13 +135,24 @@ def result_dict(
     *,
     max_requests: int | None,
     geometry_error: str | None,
-    mbu: Any,
+    geometry: ModelGeometry | None,
+    accelerator: Accelerator | None,
+    early_stop_reason: str | None,
 ) -> dict[str, Any]:
     from tokenwatt import __version__
-    from tokenwatt.load.derive import probe_slo_verdict
+    from tokenwatt.load.derive import summarize_probe
     from tokenwatt.spec import redact
 
-    verdict = probe_slo_verdict(run, spec.slo)
+    summary = summarize_probe(
+        index=1,
+        run=run,
+        spec=spec,
+        geometry=geometry,
+        accelerator=accelerator,
+        early_stop_reason=early_stop_reason,
+        requests_file="requests.jsonl",
+    )
+    verdict = summary.slo_detail
     return {
         "schema": SCHEMA,
         "tokenwatt_version": __version__,
@@ -155,16 +171,17 @@ def result_dict(
         "window": run.window_dict(),
         "interrupted": run.interrupted,
         "metrics": run.metrics.model_dump(mode="json"),
+        "summary": summary.model_dump(mode="json"),
         "slo_verdict": {
-            "passed": verdict.passed,
+            "passed": summary.slo_passed,
             "kind": verdict.kind,
             "failed": verdict.failed,
             "reason": verdict.reason,
-            "attainment": verdict.attainment,
+            "attainment": summary.attainment,
             "quantiles_s": verdict.quantiles_s,
         },
-        "mbu": None if mbu is None else mbu.mbu,
-        "mbu_inputs": None if mbu is None else mbu.to_dict(),
+        "mbu": summary.mbu,
+        "mbu_inputs": None if summary.mbu_detail is None else summary.mbu_detail.model_dump(),
         "mbu_unavailable": geometry_error,
         "warnings": warnings_for(run.metrics),
         "clock": run.clock,
@@ -211,11 +228,11 @@ async def _probe(
 ) -> dict[str, Any]:
     from tokenwatt.errors import TokenwattError
     from tokenwatt.geometry import load_geometry
-    from tokenwatt.load.derive import probe_mbu
+    from tokenwatt.load.derive import early_stop_for
     from tokenwatt.load.probe import run_probe
     from tokenwatt.load.target import open_target, resolve_accelerator
 
-    geometry = geometry_error = None
+    geometry = geometry_error = accelerator = None
     try:
         m = spec.model
         geometry = load_geometry(
@@ -240,6 +257,13 @@ async def _probe(
         )
         with progress:
             bar = _Bar(progress, spec.search.probe.warmup_s)
+            stopper = early_stop_for(spec, rate, spec.search.probe)
+
+            def on_progress(p: ProbeProgress) -> None:
+                if stopper is not None:
+                    stopper.on_counted(p.counted)
+                bar(p)
+
             run = await run_probe(
                 spec,
                 target.client,
@@ -247,11 +271,18 @@ async def _probe(
                 seed=seed,
                 concurrency=concurrency,
                 max_requests=max_requests,
-                on_progress=bar,
+                on_progress=on_progress,
+                should_stop=stopper,
             )
-        mbu = probe_mbu(run, geometry, spec.hardware, accelerator) if geometry else None
         data = result_dict(
-            spec, run, target, max_requests=max_requests, geometry_error=geometry_error, mbu=mbu
+            spec,
+            run,
+            target,
+            max_requests=max_requests,
+            geometry_error=geometry_error,
+            geometry=geometry,
+            accelerator=accelerator,
+            early_stop_reason=stopper.reason if stopper is not None else None,
         )
     out.mkdir(parents=True, exist_ok=True)
     run.write_requests(out / "requests.jsonl")
@@ -261,15 +292,22 @@ async def _probe(
     return data
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop where it is installed (tighter timers and I/O wake-ups for send times),
-    else asyncio's loop. Either way Ctrl-C cancels the main task, which the probe turns into a
-    partial result."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None) -> BenchSpec:
+    """The spec with ``--duration``/``--warmup`` applied to its probe settings."""
+    changes: dict[str, Any] = {}
+    if duration is not None:
+        if not duration > 0:
+            raise SpecError(f"--duration must be > 0 s, got {duration}")
+        changes.update(min_duration_s=duration, max_duration_s=duration, min_requests=1)
+    if warmup is not None:
+        if warmup < 0:
+            raise SpecError(f"--warmup must be >= 0 s, got {warmup}")
+        changes["warmup_s"] = warmup
+    if not changes:
+        return spec
+    probe_settings = spec.search.probe.model_copy(update=changes)
+    search = spec.search.model_copy(update={"probe": probe_settings})
+    return spec.model_copy(update={"search": search})
 
 
 def register(app: typer.Typer) -> None:
@@ -317,7 +355,6 @@ def register(app: typer.Typer) -> None:
         """Run one probe at one offered load and write probe.json and requests.jsonl."""
         from tokenwatt.spec import load_spec
 
-        spec = load_spec(spec_path)
         if sim_mode not in ("thread", "subprocess"):
             raise SpecError(f"--sim-mode: {sim_mode!r} is not one of thread, subprocess")
         if rate is not None and concurrency is not None:
@@ -326,21 +363,10 @@ def register(app: typer.Typer) -> None:
             raise SpecError(f"--rate must be a positive number of requests/s, got {rate}")
         if max_requests is not None and max_requests < 1:
             raise SpecError("--max-requests must be at least 1")
-        probe_settings = spec.search.probe
-        changes: dict[str, Any] = {}
-        if duration is not None:
-            if not duration > 0:
-                raise SpecError(f"--duration must be > 0 s, got {duration}")
-            changes.update(min_duration_s=duration, max_duration_s=duration, min_requests=1)
-        if warmup is not None:
-            if warmup < 0:
-                raise SpecError(f"--warmup must be >= 0 s, got {warmup}")
-            changes["warmup_s"] = warmup
-        if changes:
-            probe_settings = probe_settings.model_copy(update=changes)
-            search = spec.search.model_copy(update={"probe": probe_settings})
-            spec = spec.model_copy(update={"search": search})
+        spec = _with_flags(load_spec(spec_path), duration=duration, warmup=warmup)
         folder = out or Path(f"tokenwatt-probe-{dt.datetime.now():%Y%m%d-%H%M%S}")
+        from tokenwatt.cli._loop import run_async
+
         data = run_async(
             _probe(
                 spec,

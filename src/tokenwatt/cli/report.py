@@ -19,8 +19,8 @@ def report(
 
     from tokenwatt.errors import ReportError
     from tokenwatt.report.html import write_html
-    from tokenwatt.report.schema import load_result, result_path
     from tokenwatt.report.terminal import ResultView
+    from tokenwatt.result import load_result, result_path
 
     result = load_result(run)
     console = Console(width=width, soft_wrap=False)

@@ -16,9 +16,8 @@ after every probe, atomically, so an interrupted or crashed run keeps what it me
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -27,35 +26,20 @@ from tokenwatt import __version__
 from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
-from tokenwatt.load.derive import probe_mbu
+from tokenwatt.load.derive import early_stop_for, summarize_probe
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
 from tokenwatt.metrics.energy import energy_metrics
-from tokenwatt.metrics.latency import e2e_s, tpot_s, ttft_s
-from tokenwatt.metrics.slo import (
-    Limits,
-    RequestLatency,
-    Trend,
-    clearly_failed,
-    detect_trend,
-    evaluate_slo,
-    violation_budget,
-)
-from tokenwatt.metrics.stats import Distribution
 from tokenwatt.power import PowerMonitor, open_power
-from tokenwatt.records import RequestRecord
-from tokenwatt.report.env import collect_machine
-from tokenwatt.report.schema import (
+from tokenwatt.result import (
     BenchResult,
     EnergySummary,
-    LatencySummary,
-    MbuDetail,
+    MachineInfo,
     ProbeSummary,
     SearchStep,
     SearchSummary,
-    SloDetail,
     SloSettings,
     write_result,
 )
@@ -64,8 +48,6 @@ from tokenwatt.spec import BenchSpec, ProbeSettings, redact
 __all__ = [
     "WARMUP_LIFETIMES",
     "BenchEvent",
-    "EarlyStop",
-    "latencies",
     "run_bench",
     "summarize_probe",
 ]
@@ -102,208 +84,15 @@ OnEvent = Callable[[BenchEvent], None]
 WARMUP_LIFETIMES = 1.5
 
 
-def latencies(records: Sequence[RequestRecord]) -> list[RequestLatency]:
-    """The SLO's view of records, with the probe's own TTFT/TPOT/E2E definitions."""
-    out = []
-    for r in records:
-        sent = r.sent_ns if r.sent_ns is not None else r.scheduled_ns
-        out.append(
-            RequestLatency(
-                ok=r.ok,
-                sent_s=sent / 1e9,
-                ttft_s=ttft_s(r),
-                tpot_s=tpot_s(r),
-                e2e_s=e2e_s(r),
-            )
-        )
-    return out
-
-
-@dataclass(slots=True)
-class EarlyStop:
-    """``should_stop`` for a probe: True once the probe has clearly failed.
-
-    Two conditions, both required: (1) the misses seen so far already exceed what the whole
-    probe may have (the violation budget of the requests it is expected to count, so the final
-    verdict is a fail whatever comes next, up to the count's own randomness), and (2) a passing
-    server would show that many misses among the requests counted so far with probability below
-    1 % (binomial, MLPerf LoadGen's early-stopping argument turned around). The denominator is
-    every request counted so far, finished or not, which only makes the test more cautious.
-    """
-
-    limits: Limits
-    expected_requests: int
-    counted_so_far: int = 0
-    reason: str | None = None
-
-    def on_progress(self, p: ProbeProgress) -> None:
-        self.counted_so_far = p.counted
-
-    def __call__(self, done: Sequence[RequestRecord]) -> bool:
-        lats = latencies(done)
-        n = max(self.counted_so_far, len(lats))
-        lim = self.limits
-        allowed = lim.allowed_violation_fraction
-        checks: list[tuple[str, int, int]] = []
-        if lim.kind == "percentile":
-            budget = violation_budget(self.expected_requests, lim.percentile)
-            for name, limit in (("ttft", lim.ttft_s), ("tpot", lim.tpot_s), ("e2e", lim.e2e_s)):
-                if limit is not None:
-                    misses = sum(1 for r in lats if r.value(name) > limit)
-                    checks.append((name, misses, budget))
-        else:
-            budget = self.expected_requests - math.ceil(
-                lim.attainment * self.expected_requests - 1e-9
-            )
-            checks.append(("attainment", sum(1 for r in lats if not r.meets(lim)), budget))
-        for name, misses, budget in checks:
-            if misses > budget and clearly_failed(misses, n, allowed):
-                self.reason = (
-                    f"stopped early: {misses} of {n} requests already miss {name} "
-                    f"(a passing probe of ~{self.expected_requests} may miss {budget})"
-                )
-                return True
-        return False
-
-
-def _lat(d: Distribution) -> LatencySummary:
-    return LatencySummary(
-        mean=d.mean, p50=d.p50, p90=d.p90, p95=d.p95, p99=d.p99, max=d.max, count=d.count
-    )
-
-
-def _or0(x: float | None) -> float:
-    return 0.0 if x is None or not math.isfinite(x) else float(x)
-
-
-def summarize_probe(
-    *,
-    index: int,
-    run: ProbeRun,
-    spec: BenchSpec,
-    geometry: ModelGeometry,
-    accelerator: Accelerator,
-    energy: EnergySummary | None = None,
-    power_series: list[tuple[float, float]] | None = None,
-    early_stop_reason: str | None = None,
-    requests_file: str | None = None,
-    phase: str | None = None,
-) -> ProbeSummary:
-    """One probe's figures and verdict, in the result schema's shape."""
-    m = run.metrics
-    limits = Limits.from_spec(spec.slo)
-    judged = run.counted
-    if run.stopped_early or run.interrupted:
-        # Requests the stop itself cancelled say nothing about the server: judge the rest.
-        judged = [r for r in judged if r.error_kind != "cancelled"]
-    lats = latencies(judged)
-    verdict = evaluate_slo(limits, lats)
-    trend: Trend = detect_trend(lats, limits.ttft_s)
-    failed = list(verdict.failed)
-    reasons = [verdict.reason] if verdict.reason else []
-    if trend.rising:
-        failed.append("trend")
-        reasons.append(trend.reason or "TTFT rose across the window")
-    if run.stopped_early:
-        failed.append("early_stop")
-        reasons.append(early_stop_reason or "stopped early: clearly failing")
-    if run.interrupted:
-        failed.append("interrupted")
-        reasons.append("interrupted before the window completed")
-    passed = not failed
-    # A window cut short (early stop, Ctrl-C) cancelled its counted requests mid-stream: T and
-    # the context sum no longer describe one steady state, so no MBU is derived from them.
-    cut = run.stopped_early or run.interrupted
-    mbu = None if cut else probe_mbu(run, geometry, spec.hardware, accelerator)
-    flags = [] if mbu is None else [k for k, v in asdict(mbu.flags).items() if v]
-    if cut:
-        flags.append("window_cut")
-    if m.timestamp_source not in ("kernel", "none"):
-        flags.append(f"timestamps_{m.timestamp_source}")
-    if run.drain_timeouts:
-        flags.append("drain_timeouts")
-    if run.stopped_early:
-        flags.append("early_stopped")
-    if m.usage_fallback_requests:
-        flags.append("usage_fallback")
-    gpus = spec.hardware.gpus
-    goodput = _or0(m.goodput_output_tokens_per_s)
-    return ProbeSummary(
-        index=index,
-        rate_rps=run.rate_rps,
-        achieved_rate_rps=_or0(m.offered_requests_per_s),
-        output_tokens_per_s=_or0(m.output_tokens_per_s),
-        itl_token_weighted_s=m.itl_token_weighted_s,
-        batch_per_replica=None if mbu is None else mbu.inputs.batch_per_replica,
-        mean_context_per_token=m.mean_context_per_token,
-        mbu=None if mbu is None else mbu.mbu,
-        mbu_detail=None if mbu is None else MbuDetail.model_validate(mbu.to_dict()),
-        goodput_output_tokens_per_s=goodput,
-        goodput_output_tokens_per_s_per_gpu=goodput / gpus,
-        tokens_per_joule=energy.tokens_per_joule if energy is not None else None,
-        energy=energy,
-        power_series=power_series,
-        slo_passed=passed,
-        slo_detail=SloDetail(
-            kind=limits.kind,
-            failed=failed,
-            trend_rising=trend.rising,
-            early_stopped=run.stopped_early,
-            reason="; ".join(reasons) or None,
-            quantiles_s=verdict.quantiles_s,
-            trend_first_third_ttft_s=trend.first_third_ttft_s,
-            trend_last_third_ttft_s=trend.last_third_ttft_s,
-            trend_rise_s=trend.rise_s,
-            trend_rank_correlation=trend.rank_correlation,
-        ),
-        attainment=m.slo_attainment,
-        ttft_s=_lat(m.ttft_s),
-        tpot_s=_lat(m.tpot_s),
-        itl_s=_lat(m.itl_chunk_s),
-        e2e_s=_lat(m.e2e_s),
-        send_lateness_s=_lat(m.send_lateness_s),
-        requests_ok=m.requests_ok,
-        requests_failed=m.requests_failed,
-        errors_by_kind=m.errors_by_kind,
-        window_s=m.window_s,
-        requests_file=requests_file,
-        flags=flags,
-        # optional extras (the schema keeps unknown keys of a probe)
-        phase=phase,
-        seed=run.seed,
-        concurrency=run.concurrency,
-        warmup_s=(run.window_start_ns - run.started_ns) / 1e9,
-        window_start_ns=run.window_start_ns,
-        window_end_ns=run.window_end_ns,
-        mean_concurrency=m.mean_concurrency,
-        requests_counted=m.requests_counted,
-        interrupted=run.interrupted,
-    )
-
-
 async def _energy(
     monitor: PowerMonitor | None, run: ProbeRun
 ) -> tuple[EnergySummary | None, list[tuple[float, float]] | None]:
     if monitor is None or not monitor.sources or run.window_end_ns <= run.window_start_ns:
         return None, None
     report = await monitor.energy_async(run.window_start_ns, run.window_end_ns, max_wait_s=2.0)
-    eff = energy_metrics(report, run.metrics.output_tokens)
-    p = eff.primary
-    if p is None or p.energy_j is None:
+    summary = energy_metrics(report, run.metrics.output_tokens)
+    if summary.primary is None or summary.energy_j is None:
         return None, None
-    summary = EnergySummary(
-        energy_j=p.energy_j,
-        mean_power_w=p.mean_power_w or 0.0,
-        joules_per_output_token=p.joules_per_output_token,
-        tokens_per_joule=p.tokens_per_joule,
-        source=p.source,
-        scope=p.scope,
-        modelled=p.modelled,
-        window_s=p.window_s,
-        flags=list(p.flags),
-        valid=p.valid,
-        scopes={k: v.to_dict() for k, v in eff.scopes.items()},
-    )
     series = monitor.samples(run.window_start_ns, run.window_end_ns, max_points=120)
     return summary, series.primary_points()
 
@@ -365,16 +154,11 @@ class _Run:
         if settings is None and rate_rps is not None:
             settings = self.settings_for(rate_rps)
         probe_settings = settings or spec.search.probe
-        stopper: EarlyStop | None = None
-        if rate_rps is not None and probe_settings.early_stop:
-            expected = max(
-                probe_settings.min_requests, math.ceil(rate_rps * probe_settings.min_duration_s)
-            )
-            stopper = EarlyStop(Limits.from_spec(spec.slo), expected)
+        stopper = early_stop_for(spec, rate_rps, probe_settings)
 
         def progress(p: ProbeProgress) -> None:
             if stopper is not None:
-                stopper.on_progress(p)
+                stopper.on_counted(p.counted)
             self.emit(
                 BenchEvent(
                     "probe_progress", index=index, rate_rps=rate_rps, phase=phase, progress=p
@@ -468,7 +252,7 @@ def _new_result(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerat
         gpus=spec.hardware.gpus,
         replicas=spec.hardware.replicas,
         slo=SloSettings(**spec.slo.model_dump()),
-        machine=collect_machine(timestamp_source="kernel"),
+        machine=MachineInfo.collect(timestamp_source="kernel"),
         started_at=datetime.now(UTC),
     )
 

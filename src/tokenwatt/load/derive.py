@@ -1,28 +1,51 @@
-"""Figures derived from one probe beyond its latency metrics: MBU and the SLO verdict.
+"""A probe's result: figures, MBU and the SLO verdict of one ``ProbeRun``, in the result type.
 
-Both ``tokenwatt probe`` and the benchmark call these, so a probe's MBU is computed one way:
-T, τ and the KV reads of the same counted requests (``ProbeRun.counted``), the spec's node.
+``tokenwatt probe`` and ``tokenwatt bench`` both call ``summarize_probe``, so the two commands
+judge and report a probe one way by construction: T, τ and the KV reads of the same counted
+requests, the one SLO judge (``metrics.slo.judge_probe``), the spec's node.
 """
 
 from __future__ import annotations
 
+import math
+
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
-from tokenwatt.metrics.latency import e2e_s, tpot_s, ttft_s
-from tokenwatt.metrics.mbu import MBUResult, compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.slo import Limits, RequestLatency, SLOVerdict, evaluate_slo
-from tokenwatt.spec import SLO
+from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
+from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
+from tokenwatt.result import (
+    EnergySummary,
+    Mbu,
+    ProbeSummary,
+    SloDetail,
+)
+from tokenwatt.spec import BenchSpec, ProbeSettings
 from tokenwatt.spec.hardware import HardwareSection
 
-__all__ = ["probe_latencies", "probe_mbu", "probe_slo_verdict"]
+__all__ = ["early_stop_for", "probe_flags", "probe_mbu", "probe_verdict", "summarize_probe"]
+
+
+def early_stop_for(
+    spec: BenchSpec, rate_rps: float | None, settings: ProbeSettings
+) -> EarlyStop | None:
+    """The early-stop rule of an open-loop probe at ``rate_rps`` (None: closed loop, or the
+    settings turn it off). It expects the requests the window will count at that rate."""
+    if rate_rps is None or not settings.early_stop:
+        return None
+    expected = max(settings.min_requests, math.ceil(rate_rps * settings.min_duration_s))
+    return EarlyStop(Limits.from_spec(spec.slo), expected)
 
 
 def probe_mbu(
     run: ProbeRun, geometry: ModelGeometry, hardware: HardwareSection, accelerator: Accelerator
-) -> MBUResult | None:
-    """MBU of the probe's window; None when nothing was decoded (no T or no τ)."""
+) -> Mbu | None:
+    """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
+    window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
+    so T and the context sum no longer describe one steady state."""
     m = run.metrics
+    if run.stopped_early or run.interrupted:
+        return None
     if m.output_tokens_per_s is None or m.itl_token_weighted_s is None:
         return None
     pairs = [(r.prompt_tokens, r.output_tokens) for r in run.counted if r.prompt_tokens is not None]
@@ -40,20 +63,112 @@ def probe_mbu(
     )
 
 
-def probe_latencies(run: ProbeRun) -> list[RequestLatency]:
-    """The counted requests as the SLO verdict sees them (send time in seconds from t0)."""
-    return [
-        RequestLatency(
-            ok=r.ok,
-            sent_s=((r.sent_ns if r.sent_ns is not None else r.scheduled_ns) - run.started_ns)
-            / 1e9,
-            ttft_s=ttft_s(r),
-            tpot_s=tpot_s(r),
-            e2e_s=e2e_s(r),
-        )
-        for r in run.counted
-    ]
+def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None) -> SLOVerdict:
+    """The one SLO verdict of a probe (send times counted from its first arrival slot)."""
+    return judge_probe(
+        Limits.from_spec(spec.slo),
+        run.counted,
+        origin_ns=run.started_ns,
+        early_stop_reason=early_stop_reason,
+        stopped_early=run.stopped_early,
+        interrupted=run.interrupted,
+    )
 
 
-def probe_slo_verdict(run: ProbeRun, slo: SLO) -> SLOVerdict:
-    return evaluate_slo(Limits.from_spec(slo), probe_latencies(run))
+def probe_flags(run: ProbeRun, mbu: Mbu | None) -> list[str]:
+    """Conditions a reader of the figures must know, as short flags."""
+    m = run.metrics
+    flags = [] if mbu is None else [k for k, v in mbu.flags.model_dump().items() if v]
+    if run.stopped_early or run.interrupted:
+        flags.append("window_cut")
+    if m.timestamp_source not in ("kernel", "none"):
+        flags.append(f"timestamps_{m.timestamp_source}")
+    if run.drain_timeouts:
+        flags.append("drain_timeouts")
+    if run.stopped_early:
+        flags.append("early_stopped")
+    if m.usage_fallback_requests:
+        flags.append("usage_fallback")
+    return flags
+
+
+def _or0(x: float | None) -> float:
+    return 0.0 if x is None or not math.isfinite(x) else float(x)
+
+
+def _slo_detail(verdict: SLOVerdict) -> SloDetail:
+    trend = verdict.trend
+    return SloDetail(
+        kind=verdict.kind,
+        failed=verdict.failed,
+        trend_rising=trend is not None and trend.rising,
+        early_stopped=verdict.early_stopped,
+        reason=verdict.reason,
+        quantiles_s=verdict.quantiles_s,
+        trend_first_third_ttft_s=None if trend is None else trend.first_third_ttft_s,
+        trend_last_third_ttft_s=None if trend is None else trend.last_third_ttft_s,
+        trend_rise_s=None if trend is None else trend.rise_s,
+        trend_rank_correlation=None if trend is None else trend.rank_correlation,
+    )
+
+
+def summarize_probe(
+    *,
+    index: int,
+    run: ProbeRun,
+    spec: BenchSpec,
+    geometry: ModelGeometry | None,
+    accelerator: Accelerator | None,
+    energy: EnergySummary | None = None,
+    power_series: list[tuple[float, float]] | None = None,
+    early_stop_reason: str | None = None,
+    requests_file: str | None = None,
+    phase: str | None = None,
+) -> ProbeSummary:
+    """One probe's figures and verdict, in the result's shape (no geometry: no MBU)."""
+    m = run.metrics
+    verdict = probe_verdict(run, spec, early_stop_reason)
+    mbu = None
+    if geometry is not None and accelerator is not None:
+        mbu = probe_mbu(run, geometry, spec.hardware, accelerator)
+    goodput = _or0(m.goodput_output_tokens_per_s)
+    return ProbeSummary(
+        index=index,
+        rate_rps=run.rate_rps,
+        achieved_rate_rps=_or0(m.offered_requests_per_s),
+        output_tokens_per_s=_or0(m.output_tokens_per_s),
+        itl_token_weighted_s=m.itl_token_weighted_s,
+        batch_per_replica=None if mbu is None else mbu.inputs.batch_per_replica,
+        mean_context_per_token=m.mean_context_per_token,
+        mbu=None if mbu is None else mbu.mbu,
+        mbu_detail=mbu,
+        goodput_output_tokens_per_s=goodput,
+        goodput_output_tokens_per_s_per_gpu=goodput / spec.hardware.gpus,
+        tokens_per_joule=energy.tokens_per_joule if energy is not None else None,
+        energy=energy,
+        power_series=power_series,
+        slo_passed=verdict.passed,
+        slo_detail=_slo_detail(verdict),
+        attainment=m.slo_attainment,
+        ttft_s=m.ttft_s,
+        tpot_s=m.tpot_s,
+        itl_s=m.itl_chunk_s,
+        e2e_s=m.e2e_s,
+        send_lateness_s=m.send_lateness_s,
+        requests_ok=m.requests_ok,
+        requests_failed=m.requests_failed,
+        requests_cancelled=m.requests_cancelled,
+        errors_by_kind=m.errors_by_kind,
+        window_s=m.window_s,
+        requests_file=requests_file,
+        flags=probe_flags(run, mbu),
+        phase=phase,
+        seed=run.seed,
+        concurrency=run.concurrency,
+        warmup_s=(run.window_start_ns - run.started_ns) / 1e9,
+        window_start_ns=run.window_start_ns,
+        window_end_ns=run.window_end_ns,
+        mean_concurrency=m.mean_concurrency,
+        requests_counted=m.requests_counted,
+        interrupted=run.interrupted,
+    )

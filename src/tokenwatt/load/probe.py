@@ -6,7 +6,8 @@ Timeline (monotonic ns)::
           requests     requests scheduled here COUNT    load goes on until every counted
           not counted                                    request has ended (or drain_timeout)
 
-* The window opens ``warmup_s`` after the first arrival slot ``t0``. It closes at ``w1``: the
+* The window's rules are the pure ``load.window.WindowRules``. It opens ``warmup_s`` after
+  the first arrival slot ``t0``. It closes at ``w1``: the
   first moment the window is at least ``min_duration_s`` long *and* holds at least
   ``min_requests`` counted requests (when the count binds, ``w1`` is the arrival time of the
   first request that would exceed it, which keeps count ÷ length an unbiased rate), or at
@@ -20,7 +21,7 @@ Timeline (monotonic ns)::
 * Every request ever sent is in ``ProbeRun.records``, failures and cancellations included;
   figures come from ``tokenwatt.metrics.latency`` over the counted ones.
 * Cancelling the task that awaits ``run_probe`` (Ctrl-C under ``asyncio.run``) stops the
-  probe: in-flight requests are cancelled (records with ``error_kind='cancelled'``), the
+  probe: in-flight requests are cancelled (records with ``status='cancelled'``), the
   window ends at that moment, and ``run_probe`` *returns* the partial run with
   ``interrupted=True`` instead of raising. Callers must check ``interrupted``.
 """
@@ -35,15 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import orjson
-
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
+from tokenwatt.load.window import WindowRules
 from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
-from tokenwatt.records import RequestRecord
+from tokenwatt.records import RequestPhase, RequestRecord, write_requests
 from tokenwatt.spec import BenchSpec, ProbeSettings
 
 __all__ = [
@@ -125,7 +125,7 @@ class ProbeRun:
     def counted(self) -> list[RequestRecord]:
         return [r for r in self.records if self.is_counted(r)]
 
-    def phase_of(self, rec: RequestRecord) -> Literal["warmup", "window", "after"]:
+    def phase_of(self, rec: RequestRecord) -> RequestPhase:
         if rec.scheduled_ns < self.window_start_ns:
             return "warmup"
         return "window" if rec.scheduled_ns < self.window_end_ns else "after"
@@ -146,16 +146,9 @@ class ProbeRun:
         }
 
     def write_requests(self, path: str | Path) -> Path:
-        """Every record as one JSON line, with its ``phase`` (warmup, window, after)."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with p.open("wb") as fh:
-            for rec in self.records:
-                d = rec.to_dict()
-                d["phase"] = self.phase_of(rec)
-                fh.write(orjson.dumps(d))
-                fh.write(b"\n")
-        return p
+        """Every record as one JSON line, with its ``phase`` (``records.read_requests`` reads
+        it back)."""
+        return write_requests(path, ((self.phase_of(r), r) for r in self.records))
 
 
 class _Probe:
@@ -180,15 +173,16 @@ class _Probe:
         self.on_progress = on_progress
         self.should_stop = should_stop
         self.ignore_eos = spec.workload.ignore_eos
-        self.min_dur_ns = round(settings.min_duration_s * _NS)
-        self.max_dur_ns = round(settings.max_duration_s * _NS)
+        self.window = WindowRules(
+            min_duration_ns=round(settings.min_duration_s * _NS),
+            max_duration_ns=round(settings.max_duration_s * _NS),
+            min_requests=settings.min_requests,
+            max_requests=max_requests,
+            closed_loop=isinstance(schedule, ClosedLoop),
+        )
         self.drain_ns = round(settings.drain_timeout_s * _NS)
         self.t0 = 0
-        self.w0 = 0
-        self.w1: int | None = None
         self.drain_deadline: int | None = None
-        self.count = 0  # counted requests scheduled so far
-        self.last_counted_ns = 0
         self.records: list[RequestRecord] = []
         self.recorded: set[int] = set()
         self.counted_done: list[RequestRecord] = []
@@ -204,48 +198,36 @@ class _Probe:
         self.stopped_early = False
 
     # ------------------------------------------------------------------ window bookkeeping
-    def _close(self, at_ns: int) -> None:
-        if self.w1 is None:
-            self.w1 = at_ns
-            self.drain_deadline = max(at_ns, now_ns()) + self.drain_ns
+    @property
+    def w0(self) -> int:
+        return self.window.w0
+
+    @property
+    def w1(self) -> int | None:
+        return self.window.w1
+
+    @property
+    def count(self) -> int:
+        return self.window.count
+
+    def _closed_now(self) -> None:
+        """After a window rule ran: start the drain clock the moment the window closes."""
+        if self.window.w1 is not None and self.drain_deadline is None:
+            self.drain_deadline = max(self.window.w1, now_ns()) + self.drain_ns
             self.wake.set()
 
+    def _close(self, at_ns: int) -> None:
+        self.window.close(at_ns)
+        self._closed_now()
+
     def _admit(self, t_ns: int) -> bool:
-        """Decide whether a request scheduled at ``t_ns`` counts; may close the window."""
-        if t_ns < self.w0 or self.w1 is not None:
-            return False
-        end_min = self.w0 + self.min_dur_ns
-        if t_ns >= self.w0 + self.max_dur_ns:
-            self._close(self.w0 + self.max_dur_ns)
-            return False
-        if self.max_requests is not None:
-            if self.count >= self.max_requests:
-                self._close(t_ns)
-                return False
-        elif self.count >= self.settings.min_requests and t_ns >= end_min:
-            self._close(t_ns if self.last_counted_ns >= end_min else end_min)
-            return False
-        self.count += 1
-        self.last_counted_ns = t_ns
-        return True
+        counted = self.window.admit(t_ns)
+        self._closed_now()
+        return counted
 
     def _close_on_time(self, now: int) -> None:
-        """Window ends that no arrival triggers: the longest window, and (closed loop, where
-        starts are not known ahead) the shortest once enough requests are counted. Open-loop
-        arrivals are admitted ahead of their send time, so only they may close on the count."""
-        if self.w1 is not None or now < self.w0:
-            return
-        end_min = self.w0 + self.min_dur_ns
-        if now >= self.w0 + self.max_dur_ns:
-            self._close(self.w0 + self.max_dur_ns)
-        elif (
-            isinstance(self.schedule, ClosedLoop)
-            and self.max_requests is None
-            and self.count >= self.settings.min_requests
-            and now >= end_min
-        ):
-            # no start since the last counted one, else _admit would have closed the window
-            self._close(now if self.last_counted_ns >= end_min else end_min)
+        self.window.on_time(now)
+        self._closed_now()
 
     @property
     def counted_in_flight(self) -> int:
@@ -297,7 +279,7 @@ class _Probe:
             )
         except asyncio.CancelledError:
             if rec.status == "ok":  # cancelled before the client could mark it
-                rec.status, rec.error_kind = "error", "cancelled"
+                rec.error_kind = "cancelled"
                 rec.error_message = rec.error_message or "cancelled"
                 rec.done_ns = rec.done_ns or now_ns()
             self._done(rec, counted)
@@ -320,13 +302,16 @@ class _Probe:
         )
 
     def _done(self, rec: RequestRecord, counted: bool) -> None:
+        if rec.error_kind == "cancelled":
+            # The client ended it, not the server: its own kind, not a failure.
+            rec.status = "cancelled"
         self.records.append(rec)
         self.recorded.add(rec.request_id)
         if counted:
             self.counted_ids_in_flight.discard(rec.request_id)
             self.counted_done.append(rec)
             self.counted_tokens += rec.output_tokens
-            if not rec.ok:
+            if rec.failed:
                 self.counted_failed += 1
             if self.w1 is not None and not self.counted_ids_in_flight:
                 self.wake.set()
@@ -395,7 +380,7 @@ class _Probe:
     async def run(self) -> tuple[list[RequestRecord], int, int]:
         loop = asyncio.get_running_loop()
         self.t0 = now_ns() + _LEAD_NS
-        self.w0 = self.t0 + round(self.settings.warmup_s * _NS)
+        self.window.w0 = self.t0 + round(self.settings.warmup_s * _NS)
         workers: list[asyncio.Task[None]] = []
         if isinstance(self.schedule, ClosedLoop):
             for _ in range(self.schedule.concurrency):
@@ -451,8 +436,9 @@ class _Probe:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         for rec in self.records:
-            if rec.request_id in self.timed_out_ids and rec.error_kind == "cancelled":
-                rec.error_kind = "timeout_total"
+            if rec.request_id in self.timed_out_ids and rec.cancelled:
+                # cut at the drain timeout: the server did not finish it in time, a failure
+                rec.status, rec.error_kind = "error", "timeout_total"
                 rec.error_message = (
                     f"still running drain_timeout_s={self.settings.drain_timeout_s:g} s "
                     "after the window closed"

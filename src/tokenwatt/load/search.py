@@ -195,8 +195,11 @@ class BoundarySearch(Generic[P]):
         # Descend while the start rate fails.
         while not passed:
             rate /= self.growth
-            if rate < self.min_rate_rps or not self._budget_left():
-                out.stop_reason = "failed_at_start" if out.lo_rps is None else "max_probes"
+            if not self._budget_left():
+                out.stop_reason = "max_probes"
+                return out
+            if rate < self.min_rate_rps:
+                out.stop_reason = "failed_at_start"
                 return out
             passed = await self._run_one(rate, "descend")
         # Grow while passing (only if nothing above has failed yet).
@@ -221,8 +224,11 @@ class BoundarySearch(Generic[P]):
         rate = hi
         while out.lo_rps is None:
             rate /= self.growth
-            if rate < self.min_rate_rps or not self._budget_left():
-                out.stop_reason = "failed_at_start" if out.lo_rps is None else "max_probes"
+            if not self._budget_left():
+                out.stop_reason = "max_probes"
+                return out
+            if rate < self.min_rate_rps:
+                out.stop_reason = "failed_at_start"
                 return out
             await self._run_one(rate, "descend")
         return await self._bisect()

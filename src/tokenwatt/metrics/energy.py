@@ -16,10 +16,11 @@ not depend on ``power`` (docs/architecture.md).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-__all__ = ["EnergyMetrics", "ScopeEfficiency", "energy_metrics", "scope_efficiency"]
+from tokenwatt.result import EnergySummary, ScopeEnergy
+
+__all__ = ["energy_metrics", "scope_efficiency"]
 
 
 class _ScopeEnergyLike(Protocol):
@@ -52,95 +53,15 @@ class _EnergyReportLike(Protocol):
     def window_s(self) -> float: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeEfficiency:
-    """Energy efficiency in one scope over one window."""
-
-    scope: str
-    source: str
-    kind: str
-    measured: bool
-    energy_j: float | None
-    mean_power_w: float | None
-    output_tokens: int
-    window_s: float
-    tokens_per_joule: float | None
-    joules_per_output_token: float | None
-    flags: tuple[str, ...]
-    valid: bool
-
-    @property
-    def modelled(self) -> bool:
-        return not self.measured
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "scope": self.scope,
-            "source": self.source,
-            "kind": self.kind,
-            "measured": self.measured,
-            "modelled": self.modelled,
-            "energy_j": self.energy_j,
-            "mean_power_w": self.mean_power_w,
-            "output_tokens": self.output_tokens,
-            "window_s": self.window_s,
-            "tokens_per_joule": self.tokens_per_joule,
-            "joules_per_output_token": self.joules_per_output_token,
-            "flags": list(self.flags),
-            "valid": self.valid,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class EnergyMetrics:
-    """Per-scope efficiency for one window; ``primary`` is the headline scope."""
-
-    output_tokens: int
-    window_s: float
-    primary_scope: str | None
-    scopes: dict[str, ScopeEfficiency] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def primary(self) -> ScopeEfficiency | None:
-        return self.scopes.get(self.primary_scope) if self.primary_scope else None
-
-    @property
-    def measured(self) -> bool:
-        p = self.primary
-        return p is not None and p.measured and p.energy_j is not None
-
-    @property
-    def tokens_per_joule(self) -> float | None:
-        p = self.primary
-        return p.tokens_per_joule if p is not None else None
-
-    @property
-    def joules_per_output_token(self) -> float | None:
-        p = self.primary
-        return p.joules_per_output_token if p is not None else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "output_tokens": self.output_tokens,
-            "window_s": self.window_s,
-            "primary_scope": self.primary_scope,
-            "measured": self.measured,
-            "tokens_per_joule": self.tokens_per_joule,
-            "joules_per_output_token": self.joules_per_output_token,
-            "scopes": {k: v.to_dict() for k, v in self.scopes.items()},
-            "warnings": list(self.warnings),
-        }
-
-
-def scope_efficiency(e: _ScopeEnergyLike, output_tokens: int) -> ScopeEfficiency:
+def scope_efficiency(e: _ScopeEnergyLike, output_tokens: int) -> ScopeEnergy:
     """Efficiency of one scope's energy over its window."""
     energy, window = e.energy_j, e.window_s
-    return ScopeEfficiency(
+    return ScopeEnergy(
         scope=e.scope,
         source=e.source,
         kind=e.kind,
         measured=e.measured,
+        modelled=not e.measured,
         energy_j=energy,
         mean_power_w=energy / window if energy is not None and window > 0 else None,
         output_tokens=output_tokens,
@@ -149,19 +70,39 @@ def scope_efficiency(e: _ScopeEnergyLike, output_tokens: int) -> ScopeEfficiency
         joules_per_output_token=(
             energy / output_tokens if energy is not None and output_tokens > 0 else None
         ),
-        flags=tuple(e.flags),
+        flags=list(e.flags),
         valid=e.valid,
     )
 
 
-def energy_metrics(report: _EnergyReportLike, output_tokens: int) -> EnergyMetrics:
-    """Efficiency per scope from an ``EnergyReport`` and the output tokens of its window."""
+def energy_metrics(report: _EnergyReportLike, output_tokens: int) -> EnergySummary:
+    """Efficiency per scope from an ``EnergyReport`` and the output tokens of its window, as
+    the result's ``EnergySummary``: the headline fields are the primary scope's, and
+    ``measured`` is true only when that scope measured (not modelled) an energy."""
     if output_tokens < 0:
         raise ValueError(f"output_tokens must be >= 0, got {output_tokens}")
-    return EnergyMetrics(
-        output_tokens=output_tokens,
-        window_s=report.window_s,
-        primary_scope=report.primary_scope,
-        scopes={k: scope_efficiency(v, output_tokens) for k, v in report.scopes.items()},
-        warnings=tuple(report.warnings),
+    scopes = {k: scope_efficiency(v, output_tokens) for k, v in report.scopes.items()}
+    head = scopes.get(report.primary_scope) if report.primary_scope else None
+    common = {
+        "output_tokens": output_tokens,
+        "window_s": report.window_s,
+        "primary_scope": report.primary_scope,
+        "scopes": scopes,
+        "warnings": list(report.warnings),
+    }
+    if head is None:
+        return EnergySummary(measured=False, **common)
+    return EnergySummary(
+        energy_j=head.energy_j,
+        mean_power_w=head.mean_power_w,
+        joules_per_output_token=head.joules_per_output_token,
+        tokens_per_joule=head.tokens_per_joule,
+        source=head.source,
+        scope=head.scope,
+        kind=head.kind,
+        modelled=head.modelled,
+        measured=head.measured and head.energy_j is not None,
+        flags=list(head.flags),
+        valid=head.valid,
+        **common,
     )

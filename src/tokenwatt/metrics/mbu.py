@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.result import Mbu, MbuFlags, MbuInputs
 
 __all__ = [
     "LOW_LOAD_BATCH",
     "MOE_UNTOUCHED_FRACTION",
-    "MBUFlags",
-    "MBUInputs",
-    "MBUResult",
     "compute_mbu",
     "kv_read_per_output_token",
 ]
@@ -66,85 +62,6 @@ def kv_read_per_output_token(
     return context / tokens, kv_bytes / tokens
 
 
-@dataclass(frozen=True, slots=True)
-class MBUInputs:
-    """Every quantity the MBU figure is built from, in the seed's symbols and in SI units."""
-
-    output_tokens_per_s: float  # T, node
-    itl_token_weighted_s: float  # τ
-    replicas: int  # R
-    gpus: int  # N_GPU
-    bandwidth_bytes_per_s_per_gpu: float  # rated
-    steps_per_s_per_replica: float | None  # s = 1/τ
-    batch_per_replica: float | None  # B = T·τ/R
-    experts: int  # E per MoE layer (0: dense)
-    moe_layers: int
-    expected_distinct_experts: float | None  # per MoE layer at B, uniform routing
-    dense_weight_bytes: float
-    expert_bytes: float
-    weight_bytes_per_step: float | None  # W(B)
-    weight_bytes_per_s: float | None  # R·s·W(B)
-    mean_context_per_token: float
-    kv_bytes_per_token: float  # geometry's bytes per cached token, all layers
-    kv_bytes_per_output_token: float  # exact, from the geometry's per-group rule
-    kv_bytes_per_s: float  # T × KV bytes per output token
-    bytes_per_s: float | None  # numerator
-    node_bandwidth_bytes_per_s: float  # denominator: N_GPU × rated bandwidth
-    estimated_idle_fraction: float | None  # e^(−B), see LOW_LOAD_BATCH
-
-
-@dataclass(frozen=True, slots=True)
-class MBUFlags:
-    """Where the figure's assumptions bend. True means "read the figure with this in mind"."""
-
-    multi_token_chunks: bool  # several tokens per chunk: s = 1/τ overstates steps/s
-    moe_uniform_routing_upper_bound: bool  # small batch: uniform routing overstates W(B)
-    low_load_busy_bias: bool  # replicas idle part of the time: weight term is per busy time
-    no_decode: bool  # T or τ not measured: MBU undefined
-
-    def notes(self) -> list[str]:
-        out = []
-        if self.no_decode:
-            out.append("no decode measured (T or τ missing): MBU undefined")
-        if self.multi_token_chunks:
-            out.append(
-                "several tokens per chunk (speculative decoding or coalescing): one engine step "
-                "is not one token per sequence, so s = 1/τ and MBU are overstated"
-            )
-        if self.moe_uniform_routing_upper_bound:
-            out.append(
-                "small MoE batch: uniform routing is an upper bound on distinct experts; "
-                "skewed routing reads fewer, so MBU reads high"
-            )
-        if self.low_load_busy_bias:
-            out.append(
-                "low load: replicas idle part of the window; the weight term counts busy time, "
-                "so MBU exceeds bytes ÷ (elapsed × bandwidth)"
-            )
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class MBUResult:
-    """MBU, its split into weight and KV traffic, every input and the flags."""
-
-    mbu: float | None
-    mbu_weights: float | None
-    mbu_kv: float | None
-    inputs: MBUInputs
-    flags: MBUFlags
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mbu": self.mbu,
-            "mbu_weights": self.mbu_weights,
-            "mbu_kv": self.mbu_kv,
-            "inputs": asdict(self.inputs),
-            "flags": asdict(self.flags),
-            "notes": self.flags.notes(),
-        }
-
-
 def _positive(x: float) -> bool:
     return math.isfinite(x) and x > 0
 
@@ -160,7 +77,7 @@ def compute_mbu(
     mean_context_per_token: float,
     kv_bytes_per_output_token: float,
     multi_token_chunks: bool = False,
-) -> MBUResult:
+) -> Mbu:
     """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU), with s = 1/τ, B = T·τ/R.
 
     ``bandwidth_bytes_per_s`` is the rated bandwidth of ONE GPU. ``kv_bytes_per_output_token``
@@ -188,7 +105,7 @@ def compute_mbu(
         total = w_per_s + kv_per_s
         idle = math.exp(-b)
 
-    inputs = MBUInputs(
+    inputs = MbuInputs(
         output_tokens_per_s=t,
         itl_token_weighted_s=tau,
         replicas=replicas,
@@ -211,23 +128,35 @@ def compute_mbu(
         node_bandwidth_bytes_per_s=node_bw,
         estimated_idle_fraction=idle,
     )
+    flags = _flags(geometry, decoded, distinct, b, multi_token_chunks)
+    if w_per_s is None or total is None:
+        return Mbu(mbu=None, mbu_weights=None, mbu_kv=None, inputs=inputs, flags=flags,
+                   notes=flags.notes())  # fmt: skip
+    return Mbu(
+        mbu=total / node_bw,
+        mbu_weights=w_per_s / node_bw,
+        mbu_kv=kv_per_s / node_bw,
+        inputs=inputs,
+        flags=flags,
+        notes=flags.notes(),
+    )
+
+
+def _flags(
+    geometry: ModelGeometry,
+    decoded: bool,
+    distinct: float | None,
+    b: float | None,
+    multi_token_chunks: bool,
+) -> MbuFlags:
     untouched = (
         1.0 - distinct / geometry.experts if distinct is not None and geometry.experts else 0.0
     )
-    flags = MBUFlags(
+    return MbuFlags(
         multi_token_chunks=bool(multi_token_chunks),
         moe_uniform_routing_upper_bound=geometry.is_moe
         and decoded
         and untouched > MOE_UNTOUCHED_FRACTION,
         low_load_busy_bias=b is not None and b < LOW_LOAD_BATCH,
         no_decode=not decoded,
-    )
-    if w_per_s is None or total is None:
-        return MBUResult(None, None, None, inputs, flags)
-    return MBUResult(
-        mbu=total / node_bw,
-        mbu_weights=w_per_s / node_bw,
-        mbu_kv=kv_per_s / node_bw,
-        inputs=inputs,
-        flags=flags,
     )

@@ -6,19 +6,29 @@ least a fraction of requests meet every limit. In both forms a failed request co
 missing every limit, so errors count against the SLO rather than vanishing from it.
 
 Quantiles here are nearest-rank (the ⌈q·N⌉-th smallest sample), so the verdict is a count:
-p99 over N requests passes exactly when at most N − ⌈0.99·N⌉ of them exceed the limit.
+p99 over N requests passes exactly when at most N − ⌈0.99·N⌉ of them exceed the limit. (The
+reported distributions use ``stats.interpolated_quantile``, vLLM's definition; the verdict
+never does.)
+
+This module is the one SLO judge: ``Limits.from_spec`` is the one ms → s conversion,
+``RequestLatency.meets`` the one per-request check, ``judge_probe`` the one verdict
+(quantiles or attainment, trend, early stop, interruption) that ``tokenwatt probe`` and
+``tokenwatt bench`` both call, and ``EarlyStop`` the one early-stop rule. Cancelled requests
+(ended by the client) are not judged.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from tokenwatt.metrics.request import e2e_s, tpot_s, ttft_s
+from tokenwatt.records import RequestRecord
 from tokenwatt.spec.slo import SLO
 
 __all__ = [
@@ -26,6 +36,7 @@ __all__ = [
     "TREND_MIN_RANK_CORRELATION",
     "TREND_MIN_REQUESTS",
     "TREND_SHIFT_OF_LIMIT",
+    "EarlyStop",
     "Limits",
     "RequestLatency",
     "SLOVerdict",
@@ -34,6 +45,8 @@ __all__ = [
     "clearly_failed",
     "detect_trend",
     "evaluate_slo",
+    "judge_probe",
+    "latencies",
     "nearest_rank",
     "violation_budget",
 ]
@@ -106,6 +119,18 @@ class RequestLatency:
     tpot_s: float | None = None
     e2e_s: float | None = None
 
+    @classmethod
+    def from_record(cls, rec: RequestRecord, origin_ns: int = 0) -> RequestLatency:
+        """A record as the SLO sees it; ``sent_s`` counts from ``origin_ns``."""
+        sent = rec.sent_ns if rec.sent_ns is not None else rec.scheduled_ns
+        return cls(
+            ok=rec.ok,
+            sent_s=(sent - origin_ns) / 1e9,
+            ttft_s=ttft_s(rec),
+            tpot_s=tpot_s(rec),
+            e2e_s=e2e_s(rec),
+        )
+
     def value(self, metric: str) -> float:
         """The metric, with a failure as +inf so that it misses every limit."""
         if not self.ok:
@@ -133,6 +158,11 @@ def violation_budget(n: int, q: float) -> int:
     return n - math.ceil(q * n - 1e-9)
 
 
+def latencies(records: Iterable[RequestRecord], origin_ns: int = 0) -> list[RequestLatency]:
+    """The judged requests (every one but the cancelled) as the SLO sees them."""
+    return [RequestLatency.from_record(r, origin_ns) for r in records if not r.cancelled]
+
+
 @dataclass(slots=True)
 class SLOVerdict:
     passed: bool
@@ -143,6 +173,9 @@ class SLOVerdict:
     requests: int = 0
     errors: int = 0
     reason: str | None = None
+    trend: Trend | None = None  # judge_probe only
+    early_stopped: bool = False
+    interrupted: bool = False
 
 
 def evaluate_slo(limits: Limits, reqs: Sequence[RequestLatency]) -> SLOVerdict:
@@ -305,3 +338,87 @@ def _median(v: list[float]) -> float:
     s = sorted(v)
     m = len(s) // 2
     return s[m] if len(s) % 2 else 0.5 * (s[m - 1] + s[m])
+
+
+def judge_probe(
+    limits: Limits,
+    counted: Sequence[RequestRecord],
+    *,
+    origin_ns: int = 0,
+    early_stop_reason: str | None = None,
+    stopped_early: bool = False,
+    interrupted: bool = False,
+) -> SLOVerdict:
+    """The probe's verdict: the SLO over its judged requests (cancelled ones excluded), a
+    rising TTFT trend, an early stop and an interruption each fail it, with one reason line."""
+    lats = latencies(counted, origin_ns)
+    verdict = evaluate_slo(limits, lats)
+    trend = detect_trend(lats, limits.ttft_s)
+    failed = list(verdict.failed)
+    reasons = [verdict.reason] if verdict.reason else []
+    if trend.rising:
+        failed.append("trend")
+        reasons.append(trend.reason or "TTFT rose across the window")
+    if stopped_early:
+        failed.append("early_stop")
+        reasons.append(early_stop_reason or "stopped early: clearly failing")
+    if interrupted:
+        failed.append("interrupted")
+        reasons.append("interrupted before the window completed")
+    verdict.passed = not failed
+    verdict.failed = failed
+    verdict.reason = "; ".join(reasons) or None
+    verdict.trend = trend
+    verdict.early_stopped = stopped_early
+    verdict.interrupted = interrupted
+    return verdict
+
+
+@dataclass(slots=True)
+class EarlyStop:
+    """``should_stop`` for a probe: True once the probe has clearly failed.
+
+    Two conditions, both required: (1) the misses seen so far already exceed what the whole
+    probe may have (the violation budget of the requests it is expected to count, so the final
+    verdict is a fail whatever comes next, up to the count's own randomness), and (2) a passing
+    server would show that many misses among the requests counted so far with probability below
+    1 % (binomial, MLPerf LoadGen's early-stopping argument turned around). The denominator is
+    every request counted so far, finished or not, which only makes the test more cautious.
+    """
+
+    limits: Limits
+    expected_requests: int
+    counted_so_far: int = 0
+    reason: str | None = None
+
+    def on_counted(self, counted: int) -> None:
+        """The probe's count of requests scheduled in the window so far."""
+        self.counted_so_far = counted
+
+    def _checks(self, lats: Sequence[RequestLatency]) -> list[tuple[str, int, int]]:
+        lim = self.limits
+        if lim.kind == "attainment":
+            budget = self.expected_requests - math.ceil(
+                lim.attainment * self.expected_requests - 1e-9
+            )
+            return [("attainment", sum(1 for r in lats if not r.meets(lim)), budget)]
+        budget = violation_budget(self.expected_requests, lim.percentile)
+        return [
+            (name, sum(1 for r in lats if r.value(name) > limit), budget)
+            for name, limit in lim._pairs()
+            if limit is not None
+        ]
+
+    def __call__(self, done: Sequence[RequestRecord]) -> bool:
+        lats = latencies(done)
+        n = max(self.counted_so_far, len(lats))
+        for name, misses, budget in self._checks(lats):
+            if misses > budget and clearly_failed(
+                misses, n, self.limits.allowed_violation_fraction
+            ):
+                self.reason = (
+                    f"stopped early: {misses} of {n} requests already miss {name} "
+                    f"(a passing probe of ~{self.expected_requests} may miss {budget})"
+                )
+                return True
+        return False

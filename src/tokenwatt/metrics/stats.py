@@ -1,8 +1,9 @@
-"""Summary statistics with one percentile definition everywhere.
+"""Summary statistics: the reported percentiles, one definition (interpolated).
 
 Percentiles use linear interpolation between order statistics (numpy's default, the one vLLM
-``bench serve`` reports), so figures are comparable with it. A value of +inf (a failed request
-in an SLO check) propagates: any quantile whose interpolation touches it is +inf.
+``bench serve`` reports), so figures are comparable with it. The SLO verdict is a count and
+uses nearest rank instead (``metrics.slo.nearest_rank``); the two are named for what they
+are. A value of +inf propagates: any quantile whose interpolation touches it is +inf.
 """
 
 from __future__ import annotations
@@ -10,26 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from tokenwatt.result import Latency
 
-__all__ = ["Distribution", "quantile", "summarize"]
-
-
-class Distribution(BaseModel):
-    """Mean and percentiles of one per-request or per-gap quantity, in the unit of its key."""
-
-    model_config = ConfigDict(frozen=True)
-
-    count: int
-    mean: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    max: float | None = None
+__all__ = ["interpolated_quantile", "summarize"]
 
 
-def quantile(values: Sequence[float], q: float, *, presorted: bool = False) -> float | None:
+def interpolated_quantile(
+    values: Sequence[float], q: float, *, presorted: bool = False
+) -> float | None:
     """The q-quantile (0 ≤ q ≤ 1) by linear interpolation; None for no values."""
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must be in [0, 1], got {q}")
@@ -49,18 +38,18 @@ def quantile(values: Sequence[float], q: float, *, presorted: bool = False) -> f
     return a + (b - a) * frac
 
 
-def summarize(values: Sequence[float]) -> Distribution:
+def summarize(values: Sequence[float]) -> Latency:
     """Count, mean, p50/p90/p95/p99 and max of ``values``."""
     n = len(values)
     if n == 0:
-        return Distribution(count=0)
+        return Latency(count=0)
     xs = sorted(float(v) for v in values)
-    return Distribution(
+    return Latency(
         count=n,
         mean=math.fsum(xs) / n,
-        p50=quantile(xs, 0.50, presorted=True),
-        p90=quantile(xs, 0.90, presorted=True),
-        p95=quantile(xs, 0.95, presorted=True),
-        p99=quantile(xs, 0.99, presorted=True),
+        p50=interpolated_quantile(xs, 0.50, presorted=True),
+        p90=interpolated_quantile(xs, 0.90, presorted=True),
+        p95=interpolated_quantile(xs, 0.95, presorted=True),
+        p99=interpolated_quantile(xs, 0.99, presorted=True),
         max=xs[-1],
     )

@@ -10,18 +10,15 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from tokenwatt.metrics.latency import sent_late
 from tokenwatt.report.format import fmt_count, fmt_ms, fmt_quantile
-from tokenwatt.report.schema import BenchResult, ProbeSummary
+from tokenwatt.result import BenchResult, ProbeSummary
 
-__all__ = ["MIN_TAIL_SAMPLES", "Check", "probe_label", "self_checks"]
+__all__ = ["MIN_TAIL_SAMPLES", "Check", "self_checks"]
 
 # A q-quantile needs at least this many samples beyond it before it is more than the
 # sample maximum: p99 over 200 requests has 2 requests beyond it.
 MIN_TAIL_SAMPLES = 2
-# Client send lateness is a problem when its p99 exceeds this share of the mean gap between
-# arrivals (the arrival process is then visibly distorted) and this absolute floor.
-LATENESS_SHARE_OF_GAP = 0.1
-LATENESS_FLOOR_S = 1e-3
 
 _ENERGY_FLAGS = {
     "window_short": "the window is shorter than a few update periods of the power source; "
@@ -39,10 +36,6 @@ _ENERGY_FLAGS = {
 class Check:
     level: Literal["warning", "note"]
     message: str
-
-
-def probe_label(p: ProbeSummary) -> str:
-    return "single stream" if p.index == 0 else f"probe {p.index}"
 
 
 def _labels(probes: list[ProbeSummary]) -> str:
@@ -85,10 +78,7 @@ def _lateness(result: BenchResult) -> list[Check]:
     late: list[tuple[ProbeSummary, float]] = []
     for p in result.probes:
         s = p.send_lateness_s
-        if s is None or s.p99 is None or not p.achieved_rate_rps > 0:
-            continue
-        limit = max(LATENESS_FLOOR_S, LATENESS_SHARE_OF_GAP / p.achieved_rate_rps)
-        if s.p99 > limit:
+        if s is not None and s.p99 is not None and sent_late(s.p99, p.achieved_rate_rps):
             late.append((p, s.p99))
     if not late:
         return []
@@ -108,7 +98,7 @@ def _multi_token(result: BenchResult) -> list[Check]:
         p
         for p in _all_probes(result)
         if "multi_token_chunks" in p.flags
-        or (p.mbu_detail is not None and p.mbu_detail.flags.get("multi_token_chunks", False))
+        or (p.mbu_detail is not None and p.mbu_detail.flags.multi_token_chunks)
     ]
     if not hit:
         return []
@@ -164,14 +154,16 @@ def _search(result: BenchResult) -> list[Check]:
         "failed_at_start": "the SLO failed at the lowest rate; lower search.start_rate_rps "
         "or relax the SLO",
     }.get(s.stop_reason, "see the warnings above")
-    reached = f" (reached {s.precision_reached:.1%})" if s.precision_reached is not None else ""
-    out.append(
-        Check(
-            "warning",
+    if s.precision_reached is not None and s.precision_reached < s.precision_target:
+        # The bracket did close (a confirm re-run used the last probe): no precision claim.
+        message = f"the search stopped ({s.stop_reason}) before confirming the boundary"
+    else:
+        reached = f" (reached {s.precision_reached:.1%})" if s.precision_reached is not None else ""
+        message = (
             f"the search stopped ({s.stop_reason}) before the bracket closed to "
-            f"{s.precision_target:.0%}{reached}: {remedy}",
+            f"{s.precision_target:.0%}{reached}"
         )
-    )
+    out.append(Check("warning", f"{message}: {remedy}"))
     return out
 
 

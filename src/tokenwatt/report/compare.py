@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.format import fmt_quantile, rel_change
-from tokenwatt.report.schema import BenchResult, load_result
 from tokenwatt.report.terminal import describe_slo
+from tokenwatt.result import BenchResult, load_result
 
 __all__ = ["Comparison", "MetricRow", "compare_results", "load_runs"]
 

@@ -27,8 +27,8 @@ from tokenwatt.report.format import (
     fmt_rate,
     fmt_tokens_per_s,
 )
-from tokenwatt.report.schema import BenchResult, ProbeSummary
 from tokenwatt.report.terminal import describe_run, describe_slo, energy_text
+from tokenwatt.result import BenchResult, ProbeSummary
 
 __all__ = ["REPORT_FILE", "SECTION_IDS", "render_html", "write_html"]
 
@@ -410,6 +410,11 @@ def render_html(result: BenchResult) -> str:
     parts.append(_inputs(result, geometry))
     spec_text = json.dumps(result.spec, indent=2, ensure_ascii=False)
     parts.append(_section("spec", "Spec (secrets removed)", f"<pre>{_e(spec_text)}</pre>"))
+    return _page(result, parts)
+
+
+def _page(result: BenchResult, parts: list[str]) -> str:
+    """The document around the sections: title, header, footer and the embedded result."""
     title = f"TokenWatt Bench · {describe_run(result)}"
     header = (
         f"<header><h1>{_e(result.name)}</h1>"

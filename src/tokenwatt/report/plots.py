@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.report.format import fmt_quantile
-from tokenwatt.report.schema import BenchResult, ProbeSummary
+from tokenwatt.result import BenchResult, ProbeSummary
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

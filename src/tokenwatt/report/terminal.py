@@ -29,7 +29,7 @@ from tokenwatt.report.format import (
     fmt_signed_pct,
     fmt_tokens_per_s,
 )
-from tokenwatt.report.schema import BenchResult, ProbeSummary, SloSettings
+from tokenwatt.result import BenchResult, ProbeSummary, SloSettings
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult

@@ -1,16 +1,24 @@
-"""The result file ``DIR/result.json``: the product of a run, versioned.
+"""The result of a run, ``DIR/result.json``: the measurement types themselves, versioned.
 
-Every view (terminal, HTML, ``compare``) is rendered from this file, never from in-memory
-state, so a result can be re-rendered or compared years later. The top level is strict
-(unknown keys are an error: a typo must not silently vanish); a probe summary and its
-sub-records accept extra keys so the search can add optional figures without a version bump.
+This is the base of the house: ``metrics`` returns these types (``summarize() -> Latency``),
+``load`` assembles them into a ``BenchResult`` and writes it, and every view (terminal, HTML,
+``compare``) is rendered from the file, never from in-memory state, so a result can be
+re-rendered or compared years later. Every field is declared: unknown keys are an error at
+every level (a typo must not silently vanish, and nothing is read back through extras).
 
 Schema changelog (bump ``SCHEMA_VERSION`` and add a line for any change a reader of an
 older file must know about; ``load_result`` accepts exactly the versions listed here):
 
     1 - (tokenwatt 0.1.0) first version: spec (redacted), geometry, accelerator, gpus,
         replicas, slo, machine, single_stream, probes[], boundary, search, interrupted,
-        warnings.
+        warnings. Sub-records accepted undeclared extra keys.
+    2 - every field declared (probe: phase, seed, concurrency, warmup_s, window_start_ns,
+        window_end_ns, mean_concurrency, requests_counted, requests_cancelled, interrupted;
+        slo_detail: quantiles_s, trend_*; search: lo_rps, hi_rps; search step: seed,
+        reason); extras forbidden; latency summaries always carry ``count``; cancelled
+        requests are their own count (``requests_cancelled``), not failures; T
+        (``output_tokens_per_s``) is the tokens received inside the window ÷ window.
+        A version-1 file still loads (its extras are exactly the fields declared here).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -20,7 +28,11 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import socket
+import sys
 import tempfile
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -43,9 +55,10 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "BenchResult",
     "EnergySummary",
-    "LatencySummary",
+    "Latency",
     "MachineInfo",
-    "MbuDetail",
+    "Mbu",
+    "MbuFlags",
     "MbuInputs",
     "ProbeSummary",
     "ScopeEnergy",
@@ -58,39 +71,38 @@ __all__ = [
     "write_result",
 ]
 
-SCHEMA_VERSION = 1
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({1})
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({1, 2})
 RESULT_FILE = "result.json"
-
-
-class _Open(BaseModel):
-    """Sub-records: known fields validated, extra optional fields kept."""
-
-    model_config = ConfigDict(extra="allow")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class LatencySummary(_Open):
-    """Summary of one latency over a probe's counted requests, seconds (None: no samples)."""
+class Latency(_Strict):
+    """Count, mean, interpolated percentiles and max of one per-request or per-gap quantity,
+    in the unit of its key (None: no samples). ``metrics.stats.summarize`` returns it."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    count: int = Field(0, description="samples the summary rests on")
     mean: float | None = None
     p50: float | None = None
     p90: float | None = None
     p95: float | None = None
     p99: float | None = None
     max: float | None = None
-    count: int | None = Field(None, description="samples the summary rests on")
 
 
-class MbuInputs(_Open):
+class MbuInputs(_Strict):
     """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU).
 
-    Field names are those of ``tokenwatt.metrics.mbu.MBUInputs``; the quantities that only
-    exist when decode was measured (s, B, W(B), …) are None otherwise.
+    The quantities that only exist when decode was measured (s, B, W(B), …) are None
+    otherwise.
     """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     output_tokens_per_s: float = Field(description="T: output tokens/s for the node")
     itl_token_weighted_s: float = Field(description="τ: token-weighted mean inter-token latency")
@@ -119,26 +131,61 @@ class MbuInputs(_Open):
     estimated_idle_fraction: float | None = Field(None, description="e^(−B)")
 
 
-class MbuDetail(_Open):
-    """MBU, its split (``mbu = mbu_weights + mbu_kv``), every input and where it bends.
+class MbuFlags(_Strict):
+    """Where MBU's assumptions bend. True means "read the figure with this in mind"."""
 
-    The shape of ``tokenwatt.metrics.mbu.MBUResult.to_dict()``.
-    """
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    multi_token_chunks: bool = Field(
+        False, description="several tokens per chunk: s = 1/τ overstates steps/s"
+    )
+    moe_uniform_routing_upper_bound: bool = Field(
+        False, description="small batch: uniform routing overstates W(B)"
+    )
+    low_load_busy_bias: bool = Field(
+        False, description="replicas idle part of the time: the weight term is per busy time"
+    )
+    no_decode: bool = Field(False, description="T or τ not measured: MBU undefined")
+
+    def notes(self) -> list[str]:
+        """One line per raised flag, for people."""
+        out = []
+        if self.no_decode:
+            out.append("no decode measured (T or τ missing): MBU undefined")
+        if self.multi_token_chunks:
+            out.append(
+                "several tokens per chunk (speculative decoding or coalescing): one engine step "
+                "is not one token per sequence, so s = 1/τ and MBU are overstated"
+            )
+        if self.moe_uniform_routing_upper_bound:
+            out.append(
+                "small MoE batch: uniform routing is an upper bound on distinct experts; "
+                "skewed routing reads fewer, so MBU reads high"
+            )
+        if self.low_load_busy_bias:
+            out.append(
+                "low load: replicas idle part of the window; the weight term counts busy time, "
+                "so MBU exceeds bytes ÷ (elapsed × bandwidth)"
+            )
+        return out
+
+
+class Mbu(_Strict):
+    """MBU, its split (``mbu = mbu_weights + mbu_kv``), every input and where it bends.
+    ``metrics.mbu.compute_mbu`` returns it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     mbu: float | None
     mbu_weights: float | None
     mbu_kv: float | None
     inputs: MbuInputs
-    flags: dict[str, bool] = Field(
-        default_factory=dict,
-        description="multi_token_chunks, moe_uniform_routing_upper_bound, low_load_busy_bias, "
-        "no_decode",
-    )
+    flags: MbuFlags = Field(default_factory=MbuFlags)
     notes: list[str] = Field(default_factory=list, description="one line per raised flag")
 
 
-class ScopeEnergy(_Open):
-    """One scope's energy over the window (``tokenwatt.metrics.energy.ScopeEfficiency``)."""
+class ScopeEnergy(_Strict):
+    """One scope's energy over the window (``tokenwatt.metrics.energy.scope_efficiency``)."""
 
     scope: str
     source: str
@@ -169,12 +216,12 @@ _HEADLINE_KEYS = (
 )
 
 
-class EnergySummary(_Open):
+class EnergySummary(_Strict):
     """Energy over exactly a probe's measurement window.
 
-    The flat fields describe the headline scope. Either give them directly, or give the shape
-    of ``tokenwatt.metrics.energy.EnergyMetrics.to_dict()`` (``primary_scope`` + ``scopes``)
-    and they are filled from the primary scope; the per-scope figures stay under ``scopes``.
+    ``metrics.energy.energy_metrics`` returns it. The flat fields describe the headline scope;
+    a dict with only ``primary_scope`` + ``scopes`` has them filled from the primary scope; the
+    per-scope figures stay under ``scopes``.
     """
 
     energy_j: float | None = None
@@ -190,6 +237,14 @@ class EnergySummary(_Open):
     primary_scope: str | None = None
     scopes: dict[str, ScopeEnergy] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    output_tokens: int | None = Field(None, description="tokens the energy is divided by")
+    kind: str | None = Field(None, description="the headline source's kind, e.g. energy_counter")
+    valid: bool = Field(True, description="false: the headline scope's energy is unusable")
+
+    @property
+    def primary(self) -> ScopeEnergy | None:
+        """The headline scope's figures, when the per-scope figures are kept."""
+        return self.scopes.get(self.primary_scope) if self.primary_scope else None
 
     @property
     def is_modelled(self) -> bool:
@@ -212,7 +267,7 @@ class EnergySummary(_Open):
         return data
 
 
-class SloDetail(_Open):
+class SloDetail(_Strict):
     """Why a probe passed or failed its SLO."""
 
     kind: Literal["percentile", "attainment"] = "percentile"
@@ -224,9 +279,17 @@ class SloDetail(_Open):
     trend_rising: bool = Field(False, description="queue or TTFT grew across the window")
     early_stopped: bool = Field(False, description="the probe stopped early, clearly failing")
     reason: str | None = Field(None, description="one line a person can read")
+    quantiles_s: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="nearest-rank quantile per limit, e.g. ttft_p99 (None: failed requests)",
+    )
+    trend_first_third_ttft_s: float | None = Field(None, description="median TTFT, first third")
+    trend_last_third_ttft_s: float | None = Field(None, description="median TTFT, last third")
+    trend_rise_s: float | None = Field(None, description="Theil–Sen slope × span of send times")
+    trend_rank_correlation: float | None = Field(None, description="Spearman, TTFT vs send time")
 
 
-class ProbeSummary(_Open):
+class ProbeSummary(_Strict):
     """One probe (one offered rate) or the single-stream point, over its measurement window.
 
     ``index`` is the probe's position in the search, from 1; the single-stream point is 0.
@@ -240,7 +303,7 @@ class ProbeSummary(_Open):
     batch_per_replica: float | None = Field(description="B = T·τ/R")
     mean_context_per_token: float | None
     mbu: float | None
-    mbu_detail: MbuDetail | None = None
+    mbu_detail: Mbu | None = None
     goodput_output_tokens_per_s: float
     goodput_output_tokens_per_s_per_gpu: float
     tokens_per_joule: float | None = Field(description="None: not measured")
@@ -251,33 +314,46 @@ class ProbeSummary(_Open):
     slo_passed: bool
     slo_detail: SloDetail = Field(default_factory=SloDetail)
     attainment: float | None = Field(description="fraction of requests meeting every limit")
-    ttft_s: LatencySummary
-    tpot_s: LatencySummary
-    itl_s: LatencySummary = Field(description="chunk-level inter-arrival gaps")
-    e2e_s: LatencySummary
-    send_lateness_s: LatencySummary | None = Field(
+    ttft_s: Latency
+    tpot_s: Latency
+    itl_s: Latency = Field(description="chunk-level inter-arrival gaps")
+    e2e_s: Latency
+    send_lateness_s: Latency | None = Field(
         None, description="actual send − scheduled send: the load generator's own error"
     )
     requests_ok: int
-    requests_failed: int
+    requests_failed: int = Field(description="counted requests the server failed")
+    requests_cancelled: int = Field(
+        0, description="counted requests the client cancelled (early stop, Ctrl-C): no failure"
+    )
+    requests_counted: int | None = Field(None, description="scheduled inside the window")
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
     window_s: float
     requests_file: str | None = Field(None, description="e.g. requests-03.jsonl")
     flags: list[str] = Field(default_factory=list)
+    phase: str | None = Field(
+        None, description="single_stream, or the search phase: grow, descend, bisect, confirm"
+    )
+    seed: int | None = Field(None, description="seed of the probe's schedule and requests")
+    concurrency: int | None = Field(None, description="closed-loop streams (None: open loop)")
+    warmup_s: float | None = Field(None, description="first arrival slot → window start")
+    window_start_ns: int | None = Field(None, description="monotonic ns, see machine.clock")
+    window_end_ns: int | None = None
+    mean_concurrency: float | None = Field(None, description="Little's law over counted requests")
+    interrupted: bool = Field(False, description="Ctrl-C ended the probe")
 
     def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
         """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,
-        0.99}, else from the SLO verdict's ``slo_detail.quantiles_s`` when it holds that q."""
+        0.99}, else from the SLO verdict's nearest-rank ``slo_detail.quantiles_s``."""
         label = f"p{q * 100:g}"
-        summary: LatencySummary = getattr(self, f"{metric}_s")
-        value = getattr(summary, label, None) if label in LatencySummary.model_fields else None
+        summary: Latency = getattr(self, f"{metric}_s")
+        value = getattr(summary, label, None) if label in Latency.model_fields else None
         if value is None:
-            extra = (self.slo_detail.model_extra or {}).get("quantiles_s")
-            value = extra.get(f"{metric}_{label}") if isinstance(extra, dict) else None
+            value = self.slo_detail.quantiles_s.get(f"{metric}_{label}")
         return float(value) if isinstance(value, int | float) else None
 
 
-class SearchStep(_Open):
+class SearchStep(_Strict):
     """One probe of the search and the bracket after it."""
 
     index: int
@@ -290,18 +366,22 @@ class SearchStep(_Open):
     )
     lo_rps: float | None = Field(None, description="highest passing rate so far")
     hi_rps: float | None = Field(None, description="lowest failing rate so far")
+    seed: int | None = None
+    reason: str | None = Field(None, description="why the probe failed, if it did")
 
 
-class SearchSummary(_Open):
+class SearchSummary(_Strict):
     history: list[SearchStep] = Field(default_factory=list)
     precision_target: float = Field(description="stop when (hi − lo)/lo is below this")
     precision_reached: float | None = Field(None, description="(hi − lo)/lo at the end")
     stop_reason: str = Field(
         description="converged, max_probes, max_rate, failed_at_start, interrupted, error"
     )
+    lo_rps: float | None = Field(None, description="the boundary: highest passing rate")
+    hi_rps: float | None = Field(None, description="lowest failing rate above it")
 
 
-class SloSettings(_Open):
+class SloSettings(_Strict):
     """The SLO the run was judged against (the spec's, presets resolved)."""
 
     kind: Literal["percentile", "attainment"] = "percentile"
@@ -313,7 +393,7 @@ class SloSettings(_Open):
     attainment: float = 0.9
 
 
-class MachineInfo(_Open):
+class MachineInfo(_Strict):
     """Facts about the client machine, for reproducing and for comparing runs."""
 
     hostname: str
@@ -325,6 +405,25 @@ class MachineInfo(_Open):
     realtime_minus_monotonic_s: float = Field(
         description="wall − monotonic at the start: add to a monotonic stamp for wall time"
     )
+
+    @classmethod
+    def collect(cls, *, timestamp_source: str = "user") -> MachineInfo:
+        """This machine, now (the clock pair read back to back)."""
+        mono = time.perf_counter_ns()
+        wall = time.time_ns()
+        try:
+            clock = time.get_clock_info("perf_counter").implementation
+        except (AttributeError, ValueError):  # pragma: no cover - every CPython has it
+            clock = "perf_counter"
+        return cls(
+            hostname=socket.gethostname(),
+            os=f"{platform.system()} {platform.release()}",
+            python=f"{platform.python_implementation()} {sys.version.split()[0]}",
+            cpu_count=os.cpu_count(),
+            clock=f"time.perf_counter_ns ({clock})",
+            timestamp_source=timestamp_source,
+            realtime_minus_monotonic_s=(wall - mono) / 1e9,
+        )
 
 
 class BenchResult(_Strict):
@@ -404,6 +503,8 @@ def load_result(path_or_dir: str | Path) -> BenchResult:
         raise ReportError(
             f"{p}: unknown schema_version {version}{newer}; this tokenwatt reads {_versions()}"
         )
+    if version == 1:
+        data = _upgrade_v1(data)
     try:
         return BenchResult.model_validate(data)
     except ValidationError as exc:
@@ -411,6 +512,26 @@ def load_result(path_or_dir: str | Path) -> BenchResult:
         loc = ".".join(str(x) for x in err["loc"]) or "<root>"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ReportError(f"{p}: invalid result file: {loc}: {err['msg']}{more}") from None
+
+
+_LATENCY_KEYS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "send_lateness_s")
+
+
+def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 file in version-2 shape. Its extra keys are exactly the fields version 2
+    declares; what differs is a latency summary's ``count``, which version 1 allowed to be
+    null (no samples: 0 now). Figures are kept as written (T was then the tokens of the
+    requests scheduled in the window ÷ window)."""
+    out = dict(data)
+    probes = [out.get("single_stream"), out.get("boundary"), *(out.get("probes") or [])]
+    for probe in probes:
+        if not isinstance(probe, dict):
+            continue
+        for key in _LATENCY_KEYS:
+            lat = probe.get(key)
+            if isinstance(lat, dict) and lat.get("count") is None:
+                probe[key] = {**lat, "count": 0}
+    return out
 
 
 def write_result(result: BenchResult, out_dir: str | Path) -> Path:

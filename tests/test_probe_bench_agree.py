@@ -1,0 +1,115 @@
+"""``tokenwatt probe`` and the benchmark's probe judge and report one run identically.
+
+One seeded probe runs through the real command line against the simulator (its own process,
+real HTTP). Its ``requests.jsonl`` is read back (no edits) and handed, with the window the
+probe wrote, to ``tokenwatt.load.bench``'s summarizer: the figures and the SLO verdict must be
+the ones ``probe.json`` holds, to the last bit. A passing rate and a failing SLO are both run,
+so the verdict's reasons are compared too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tokenwatt.geometry import load_geometry
+from tokenwatt.load import bench
+from tokenwatt.load.probe import ProbeRun
+from tokenwatt.load.target import resolve_accelerator
+from tokenwatt.metrics.latency import compute_probe_metrics
+from tokenwatt.records import read_requests
+from tokenwatt.result import ProbeSummary
+from tokenwatt.spec import ProbeSettings, load_spec
+
+SPEC = """
+name: agree
+model: {source: llama-3.1-8b}
+hardware: {accelerator: h100-sxm}
+endpoint: {url: sim}
+sim: {efficiency: 0.5, prefill_cost: false}
+workload: {input_tokens: 64, output_tokens: 24, seed: 4}
+slo: {ttft_ms: 2000, tpot_ms: TPOT}
+search: {probe: {warmup_s: 0.5, min_duration_s: 2.0, min_requests: 20}}
+"""
+
+
+CLI = [sys.executable, "-m", "tokenwatt", "probe"]
+
+
+def _run_cli(spec_path: Path, out: Path) -> dict[str, Any]:
+    res = subprocess.run(
+        [*CLI, str(spec_path), "--rate", "15", "--seed", "11", "--out", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    data: dict[str, Any] = orjson.loads((out / "probe.json").read_bytes())
+    return data
+
+
+def _bench_summary(spec_path: Path, out: Path, data: dict[str, Any]) -> ProbeSummary:
+    """What the benchmark's summarizer makes of the same records and window."""
+    spec = load_spec(spec_path)
+    rows = read_requests(out / "requests.jsonl")
+    records = [rec for _, rec in rows]
+    w = data["window"]
+    run = ProbeRun(
+        records=records,
+        window_start_ns=w["window_start_ns"],
+        window_end_ns=w["window_end_ns"],
+        metrics=compute_probe_metrics(
+            records,
+            window_start_ns=w["window_start_ns"],
+            window_end_ns=w["window_end_ns"],
+            slo=spec.slo,
+            target_rate_rps=data["probe"]["rate_rps"],
+        ),
+        rate_rps=data["probe"]["rate_rps"],
+        concurrency=data["probe"]["concurrency"],
+        arrival=data["probe"]["arrival"],
+        seed=data["probe"]["seed"],
+        settings=ProbeSettings.model_validate(data["probe"]["settings"]),
+        prompt_format=data["probe"]["prompt_format"],
+        started_ns=w["started_ns"],
+        ended_ns=w["ended_ns"],
+        interrupted=w["interrupted"],
+        stopped_early=w["stopped_early"],
+        drain_timeouts=w["drain_timeouts"],
+    )
+    geometry = load_geometry(spec.model.source)
+    reason = None
+    if w["stopped_early"]:
+        # the early-stop line is the stopper's text, not the judge's: carry it over
+        reason = next(
+            r for r in data["summary"]["slo_detail"]["reason"].split("; ") if "stopped early" in r
+        )
+    return bench.summarize_probe(
+        index=1,
+        run=run,
+        spec=spec,
+        geometry=geometry,
+        accelerator=resolve_accelerator(spec.hardware),
+        early_stop_reason=reason,
+        requests_file="requests.jsonl",
+    )
+
+
+@pytest.mark.parametrize(("tpot_ms", "passes"), [(200, True), (1, False)])
+def test_probe_and_bench_agree_on_one_run(tmp_path: Path, tpot_ms: int, passes: bool) -> None:
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC.replace("TPOT", str(tpot_ms)))
+    out = tmp_path / "probe"
+    data = _run_cli(spec_path, out)
+    from_probe = ProbeSummary.model_validate(data["summary"])
+    from_bench = _bench_summary(spec_path, out, data)
+    assert from_probe.slo_passed is passes
+    assert from_bench.model_dump(mode="json") == from_probe.model_dump(mode="json")
+    assert data["slo_verdict"]["passed"] is passes
+    assert data["metrics"]["output_tokens_per_s"] == from_bench.output_tokens_per_s
