@@ -157,7 +157,11 @@ def test_sharegpt_errors(tmp_path: Path) -> None:
 
 
 def _spec(**endpoint: object) -> dict:
-    return {"model": {"source": "qwen3-8b"}, "endpoint": dict(endpoint)}
+    return {
+        "model": {"source": "qwen3-8b"},
+        "hardware": {"accelerator": "h100-sxm"},
+        "endpoint": {"url": "sim", **endpoint},
+    }
 
 
 def test_resolve_prompt_format(tmp_path: Path) -> None:

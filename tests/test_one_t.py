@@ -39,6 +39,7 @@ def spec(n_out: int, **probe: Any) -> BenchSpec:
         {
             "model": {"source": "llama-3.1-8b"},
             "hardware": {"accelerator": "h100-sxm", "gpus": 1},
+            "endpoint": {"url": "sim"},
             "sim": {"efficiency": 0.5, "prefill_cost": False},
             "workload": {"input_tokens": 128, "output_tokens": n_out, "seed": 3},
             "search": {

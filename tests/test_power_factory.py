@@ -177,6 +177,8 @@ def test_power_section_from_a_spec_file_shape() -> None:
     spec = parse_spec(
         {
             "model": {"source": "llama-3.1-8b"},
+            "endpoint": {"url": "sim"},
+            "hardware": {"accelerator": "h100-sxm"},
             "power": {
                 "sources": [
                     {"kind": "nvml", "devices": [0, "GPU-abc"]},
@@ -208,6 +210,8 @@ def test_power_section_from_a_spec_file_shape() -> None:
         parse_spec(
             {
                 "model": {"source": "x"},
+                "endpoint": {"url": "sim"},
+                "hardware": {"accelerator": "h100-sxm"},
                 "power": {"sources": [{"kind": "prometheus", "url": "node:9400"}]},
             }
         )

@@ -35,6 +35,7 @@ def sim_spec(**probe: Any) -> BenchSpec:
         {
             "model": {"source": "llama-3.1-8b"},
             "hardware": {"accelerator": "h100-sxm"},
+            "endpoint": {"url": "sim"},
             "sim": {"efficiency": 0.5, "prefill_cost": False},
             "workload": {"input_tokens": IN_TOKENS, "output_tokens": OUT_TOKENS, "seed": 3},
             "slo": {"ttft_ms": 2000, "tpot_ms": 200},
@@ -315,6 +316,7 @@ def remote_spec(url: str, **probe: Any) -> BenchSpec:
     return parse_spec(
         {
             "model": {"source": "llama-3.1-8b"},
+            "hardware": {"accelerator": "h100-sxm"},
             "endpoint": {
                 "url": url,
                 "prompt_format": "token_ids",
@@ -427,7 +429,11 @@ def test_unknown_model_and_missing_key_are_errors(monkeypatch: pytest.MonkeyPatc
     asyncio.run(main())
     monkeypatch.delenv("TW_TEST_KEY", raising=False)
     spec = parse_spec(
-        {"model": {"source": "llama-3.1-8b"}, "endpoint": {"api_key_env": "TW_TEST_KEY"}}
+        {
+            "model": {"source": "llama-3.1-8b"},
+            "hardware": {"accelerator": "h100-sxm"},
+            "endpoint": {"url": "sim", "api_key_env": "TW_TEST_KEY"},
+        }
     )
 
     async def open_it() -> None:

@@ -102,6 +102,7 @@ def spec_for(url: str, *, api: str = "completions", **probe: Any) -> BenchSpec:
         {
             "model": {"source": "qwen3-8b"},  # geometry is not used by a probe's latency figures
             "endpoint": {"url": url, "api": api, "model": ALIAS},
+            "hardware": {"accelerator": "h100-sxm"},
             "workload": {"input_tokens": 24, "output_tokens": 16, "seed": 1},
             "search": {"probe": settings},
         }

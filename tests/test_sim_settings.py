@@ -49,9 +49,16 @@ CASES: list[tuple[str, Any, bool]] = [
 ]
 
 
+BASE = {
+    "model": {"source": "llama-3.1-8b"},
+    "endpoint": {"url": "sim"},
+    "hardware": {"accelerator": "h100-sxm"},
+}
+
+
 def spec_accepts(knob: str, value: Any) -> bool:
     try:
-        parse_spec({"model": {"source": "llama-3.1-8b"}, "sim": {knob: value}})
+        parse_spec({**BASE, "sim": {knob: value}})
     except SpecError as exc:
         assert knob in str(exc)
         return False
@@ -137,4 +144,4 @@ def test_spec_truth_log_reaches_the_simulator(tmp_path: Path) -> None:
 
 def test_unknown_sim_key_is_rejected_by_name() -> None:
     with pytest.raises(SpecError, match=r"sim\.efficency"):
-        parse_spec({"model": {"source": "llama-3.1-8b"}, "sim": {"efficency": 0.5}})
+        parse_spec({**BASE, "sim": {"efficency": 0.5}})

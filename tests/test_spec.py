@@ -11,7 +11,7 @@ from tokenwatt.spec import load_spec, parse_spec, redact, redact_text
 
 
 def test_minimal_spec_gets_documented_defaults() -> None:
-    spec = parse_spec({"model": {"source": "qwen3-30b-a3b"}})
+    spec = parse_spec({**M, "model": {"source": "qwen3-30b-a3b"}})
     assert spec.endpoint.is_sim
     assert spec.slo.kind == "percentile"
     assert (spec.slo.ttft_ms, spec.slo.tpot_ms, spec.slo.percentile) == (2000.0, 200.0, 0.99)
@@ -21,7 +21,7 @@ def test_minimal_spec_gets_documented_defaults() -> None:
 def test_length_shorthand_and_slo_preset() -> None:
     spec = parse_spec(
         {
-            "model": {"source": "x"},
+            **M,
             "workload": {
                 "input_tokens": 512,
                 "output_tokens": {"kind": "uniform", "min": 8, "max": 9},
@@ -33,14 +33,15 @@ def test_length_shorthand_and_slo_preset() -> None:
     assert (spec.slo.ttft_ms, spec.slo.tpot_ms) == (450.0, 40.0)
 
 
-M = {"model": {"source": "x"}}
+H100 = {"accelerator": "h100-sxm"}
+M = {"model": {"source": "x"}, "endpoint": {"url": "sim"}, "hardware": H100}
 
 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
         ({**M, "slo": {"ttft_ms": -1}}, "slo.ttft_ms: Input should be greater than 0"),
-        ({**M, "hardware": {"gpus": 3, "replicas": 2}}, "multiple of hardware.replicas"),
+        ({**M, "hardware": {**H100, "gpus": 3, "replicas": 2}}, "multiple of hardware.replicas"),
         ({**M, "endpoint": {"url": "ftp://x"}}, "endpoint.url: must be 'sim' or an http(s) URL"),
         ({**M, "bogus": 1}, "bogus: Extra inputs are not permitted"),
         ({}, "model: Field required"),

@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECS = [*sorted((ROOT / "examples").glob("*.yaml")), ROOT / "src/tokenwatt/examples/demo.yaml"]
 BASES = [yaml.safe_load(p.read_text("utf-8")) for p in SPECS]
 LONG = "9" * 200_000
+BASE = {
+    "model": {"source": "x"},
+    "endpoint": {"url": "sim"},
+    "hardware": {"accelerator": "h100-sxm"},
+}
 
 values = st.one_of(
     st.none(),
@@ -126,33 +131,37 @@ def test_corrupted_spec_files_fail_on_one_line(
 @pytest.mark.parametrize(
     ("section", "value", "field"),
     [
-        ({"endpoint": {"timeouts": {"total_s": math.inf}}}, "inf", "total_s"),
-        ({"endpoint": {"timeouts": {"first_token_s": 1e308}}}, "1e+308", "first_token_s"),
+        ({"endpoint": {"url": "sim", "timeouts": {"total_s": math.inf}}}, "inf", "total_s"),
+        (
+            {"endpoint": {"url": "sim", "timeouts": {"first_token_s": 1e308}}},
+            "1e+308",
+            "first_token_s",
+        ),
         ({"search": {"probe": {"min_duration_s": math.nan}}}, "nan", "min_duration_s"),
         ({"search": {"max_rate_rps": 1e12}}, "1000000000000.0", "max_rate_rps"),
         ({"workload": {"output_tokens": 10**40}}, "1000000000000000", "value"),
         ({"power": {"sample_interval_s": 1e-300}}, "1e-300", "sample_interval_s"),
-        ({"hardware": {"gpus": 2**63}}, "9223372036854775808", "gpus"),
+        ({"hardware": {"accelerator": "h100-sxm", "gpus": 2**63}}, "9223372036854775808", "gpus"),
     ],
 )
 def test_extreme_numbers_are_refused_by_name(
     section: dict[str, Any], value: str, field: str
 ) -> None:
     with pytest.raises(SpecError) as err:
-        parse_spec({"model": {"source": "x"}, **section})
+        parse_spec({**BASE, **section})
     assert field in str(err.value) and value in str(err.value)
     assert_one_line(err.value)
 
 
 def test_a_huge_bad_value_is_cut_in_the_error() -> None:
     with pytest.raises(SpecError) as err:
-        parse_spec({"model": {"source": "x"}, "endpoint": {"url": "ftp://" + LONG}})
+        parse_spec({**BASE, "endpoint": {"url": "ftp://" + LONG}})
     assert "endpoint.url" in str(err.value)
     assert_one_line(err.value)
 
 
 def test_a_bad_url_is_shown_without_its_password() -> None:
     with pytest.raises(SpecError) as err:
-        parse_spec({"model": {"source": "x"}, "endpoint": {"url": "ftp://bob:pw-Q9SECRET@h/v1"}})
+        parse_spec({**BASE, "endpoint": {"url": "ftp://bob:pw-Q9SECRET@h/v1"}})
     assert "endpoint.url" in str(err.value) and "***@h/v1" in str(err.value)
     assert "pw-Q9SECRET" not in str(err.value)

@@ -123,6 +123,7 @@ async def measure(
         {
             "model": {"source": case.model},
             "hardware": {"accelerator": case.accelerator, "gpus": case.gpus},
+            "endpoint": {"url": "sim"},
             "sim": {
                 "efficiency": efficiency,
                 "prefill_cost": prefill,
@@ -263,6 +264,7 @@ def _search_spec(seed: int) -> dict[str, Any]:
         "name": f"search-{seed}",
         "model": {"source": "qwen3-30b-a3b"},
         "hardware": {"accelerator": "h100-sxm"},
+        "endpoint": {"url": "sim"},
         "sim": {"efficiency": 0.5, "step_overhead_ms": 0.5},
         "workload": {
             "input_tokens": {"kind": "uniform", "min": 256, "max": 768},

@@ -229,6 +229,7 @@ async def _probe(
     from tokenwatt.errors import TokenwattError
     from tokenwatt.geometry import load_geometry
     from tokenwatt.load.derive import early_stop_for
+    from tokenwatt.load.fit import check_fits
     from tokenwatt.load.probe import run_probe
     from tokenwatt.load.target import open_target, resolve_accelerator
 
@@ -246,6 +247,8 @@ async def _probe(
         if spec.endpoint.is_sim:
             raise
         geometry_error = str(exc)  # a remote endpoint can still be probed; MBU is then absent
+    if geometry is not None and accelerator is not None:
+        check_fits(spec, geometry, accelerator)  # a stated node that cannot hold the model
     async with open_target(spec, sim_mode=sim_mode) as target:
         progress = Progress(
             TextColumn("{task.description}"),

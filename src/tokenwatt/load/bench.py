@@ -27,6 +27,7 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.derive import early_stop_for, summarize_probe
+from tokenwatt.load.fit import check_fits
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.load.search import SearchStep as SearchStepT
@@ -271,8 +272,7 @@ async def run_bench(
     ``result.json`` with everything completed and ``interrupted: true``; the returned result
     says so (if the cancellation arrives outside a probe it is re-raised after the write).
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)  # created by the first write, once every check has passed
     m = spec.model
     geometry = await asyncio.to_thread(
         load_geometry,
@@ -282,6 +282,7 @@ async def run_bench(
         overrides=m.overrides or None,
     )
     accelerator = resolve_accelerator(spec.hardware)
+    check_fits(spec, geometry, accelerator)
     result = _new_result(spec, geometry, accelerator)
     async with open_target(spec, sim_mode=sim_mode, truth_log=truth_log) as target:
         monitor = open_power(

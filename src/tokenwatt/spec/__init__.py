@@ -52,14 +52,29 @@ class BenchSpec(Section):
     """A whole benchmark: what to drive, what it serves, on what, with which load and goals."""
 
     name: str = Field("tokenwatt", description="label for results and reports")
-    endpoint: Endpoint = Field(default_factory=Endpoint)
+    endpoint: Endpoint = Field(
+        description="required: what to drive (an http(s) URL, or 'sim' for the simulator)"
+    )
     model: ModelSection
-    hardware: HardwareSection = Field(default_factory=HardwareSection)
+    hardware: HardwareSection = Field(
+        description="required: the accelerator and GPU count serving the model (MBU, per-GPU)"
+    )
     workload: Workload = Field(default_factory=Workload)
     slo: SLO = Field(default_factory=SLO)
     search: SearchSettings = Field(default_factory=SearchSettings)
     power: PowerSection = Field(default_factory=PowerSection)
     sim: SimSection = Field(default_factory=SimSection)
+
+
+# ``endpoint`` and ``hardware`` change every figure, so neither has a default: a spec without
+# ``hardware`` once reported a 70B model on 8 GPUs as 1 × H100 at MBU 200%, and one without
+# ``endpoint`` quietly benchmarked the simulator. Their "Field required" says how to give them.
+REQUIRED_HINTS = {
+    "endpoint": "endpoint is required (endpoint.url: http://HOST:PORT/v1, or 'sim' for the "
+    "simulator; or --base-url)",
+    "hardware": "hardware is required (hardware.accelerator from `tokenwatt hardware` and "
+    "hardware.gpus; or --set hardware.accelerator=NAME)",
+}
 
 
 ERROR_LINE_MAX = 300  # characters of one spec error line (a 200,000-character value was echoed)
@@ -80,13 +95,15 @@ def format_validation_error(exc: ValidationError, *, source: str = "spec") -> st
             _cut(str(p), _SHOWN_MAX) for p in err["loc"] if not str(p).startswith("function-")
         )
         msg = _cut(err["msg"].removeprefix("Value error, "), _SHOWN_MAX * 3)
+        if err["type"] == "missing" and len(err["loc"]) == 1 and err["loc"][0] in REQUIRED_HINTS:
+            loc, msg = "", REQUIRED_HINTS[str(err["loc"][0])]
         got = err.get("input")
         shown = (
             ""
             if isinstance(got, dict | list) or got is None
             else f" (got {_cut(redact_text(repr(got)), _SHOWN_MAX)})"
         )
-        parts.append(f"{loc or '<root>'}: {msg}{shown}")
+        parts.append(f"{loc}: {msg}{shown}" if loc else msg)
     return _cut(f"{_cut(source, _SHOWN_MAX * 2)}: " + "; ".join(parts), ERROR_LINE_MAX)
 
 

@@ -28,9 +28,8 @@ class Timeouts(Section):
 
 class Endpoint(Section):
     url: str = Field(
-        "sim",
-        description="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1, "
-        "or 'sim' to start the built-in simulator in-process",
+        description="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 "
+        "(without /v1 it is added), or 'sim' to start the built-in simulator"
     )
     api: Literal["completions", "chat"] = Field("completions", description="which OpenAI API")
     model: str | None = Field(None, description="served model name; None: the first of /v1/models")
@@ -60,7 +59,9 @@ class Endpoint(Section):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be 'sim' or an http(s) URL such as http://127.0.0.1:8000/v1")
-        return v.rstrip("/")
+        v = v.rstrip("/")
+        # The peers' form (http://localhost:8000) gave "HTTP 404 ... GET /models": add /v1.
+        return v if parts.path.rstrip("/") else v + "/v1"
 
     @property
     def is_sim(self) -> bool:

@@ -28,7 +28,7 @@ class CustomAccelerator(Section):
 
 class HardwareSection(Section):
     accelerator: str | None = Field(
-        "h100-sxm", description="catalog name (see `tokenwatt hardware`); None with `custom`"
+        None, description="catalog name (see `tokenwatt hardware`); required unless `custom`"
     )
     custom: CustomAccelerator | None = Field(
         None, description="figures for an accelerator the catalog lacks, or to replace its own"
@@ -43,7 +43,10 @@ class HardwareSection(Section):
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.accelerator is None and self.custom is None:
-            raise ValueError("give hardware.accelerator (a catalog name) or hardware.custom")
+            raise ValueError(
+                "give hardware.accelerator (a catalog name, see `tokenwatt hardware`) or "
+                "hardware.custom: nothing is assumed"
+            )
         if self.gpus % self.replicas:
             raise ValueError(
                 f"hardware.gpus ({self.gpus}) must be a multiple of hardware.replicas "
