@@ -19,6 +19,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         requests are their own count (``requests_cancelled``), not failures; T
         (``output_tokens_per_s``) is the tokens received inside the window ÷ window.
         A version-1 file still loads (its extras are exactly the fields declared here).
+        (+) ``target``: what was driven, ``{kind: sim|endpoint, base_url, model, sim_mode,
+        sim}`` with the simulator's settings, so a simulated result says so (None: older
+        file; readers then look at ``spec.endpoint.url``).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -446,6 +449,11 @@ class BenchResult(_Strict):
     probes: list[ProbeSummary] = Field(default_factory=list)
     boundary: ProbeSummary | None = None
     search: SearchSummary | None = None
+    target: dict[str, Any] | None = Field(
+        None,
+        description="what was driven: kind (sim or endpoint), base_url, model, sim_mode and, "
+        "for the simulator, its settings; a simulated result must never read as a measurement",
+    )
     interrupted: bool = False
     warnings: list[str] = Field(default_factory=list)
 
@@ -534,6 +542,12 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_result(result: BenchResult, out_dir: str | Path) -> Path:
     """Write ``DIR/result.json`` atomically (temp file + rename), so a crash or Ctrl-C during
     the write never leaves half a file where a good one was."""
@@ -543,6 +557,9 @@ def write_result(result: BenchResult, out_dir: str | Path) -> Path:
     text = result.model_dump_json(indent=2) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json", dir=d)
     try:
+        # mkstemp makes 0600; every other file of the folder is 0666 less the umask, and
+        # nothing secret is left in a result after redaction: give it the same permissions.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, target)

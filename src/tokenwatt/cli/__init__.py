@@ -41,6 +41,27 @@ def _root(
     """TokenWatt Bench."""
 
 
+def _hide_flag_types() -> None:
+    """Typer's help shows ``<bool>`` beside every flag (``--json <bool>``), which reads as if
+    it took a value; users then wrote ``--json true``. A flag shows no type here."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:  # an older typer: it never showed one
+        return
+
+    def display_type_rich(self: TyperOption, ctx: object) -> str | None:
+        if getattr(self, "is_flag", False):
+            return None
+        result: str | None = shown(self, ctx)
+        return result
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_hide_flag_types()
+
+
 def _register() -> None:
     from tokenwatt.cli import bench, geometry, probe, report, sim
 

@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import importlib.resources
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from tokenwatt.cli.options import (
+    ApiOption,
+    BaseUrlOption,
+    ModelOption,
+    SetOption,
+    SloTpotOption,
+    SloTtftOption,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,20 +33,20 @@ if TYPE_CHECKING:
 DEMO_SPEC = "demo.yaml"
 OutOption = Annotated[
     Path | None,
-    typer.Option("--out", "-o", help="output folder (default: a new folder under results/)"),
+    typer.Option(
+        "--out",
+        "-o",
+        help="output folder; if it holds an earlier run, a new timestamped folder inside it "
+        "(default: a new folder under results/)",
+    ),
 ]
 
 
 def default_out_dir(name: str, root: Path = Path("results")) -> Path:
     """A new folder ``results/<name>-YYYYmmdd-HHMMSS`` (suffixed if it exists already)."""
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "run"
-    base = root / f"{safe}-{stamp}"
-    out, k = base, 1
-    while out.exists():
-        k += 1
-        out = root / f"{base.name}-{k}"
-    return out
+    from tokenwatt.cli.outdir import fresh_dir
+
+    return fresh_dir(name, root)
 
 
 def _fmt_rate(r: float | None) -> str:
@@ -139,7 +147,9 @@ def _run(spec: BenchSpec, out: Path, console: Console) -> BenchResult | None:
     console.print(f"writing to {out}", highlight=False)
     with display.progress:
         try:
-            return run_async(run_bench(spec, out, on_event=display))
+            # The simulator in its own process: in a thread of this one it shared the GIL
+            # with the client, whose send lateness then reached 46 ms p99 in the demo.
+            return run_async(run_bench(spec, out, on_event=display, sim_mode="subprocess"))
         except KeyboardInterrupt:
             return None
 
@@ -163,11 +173,13 @@ def _report(out: Path, console: Console) -> BenchResult | None:
     return result
 
 
-def _bench_and_report(spec: BenchSpec, out: Path | None) -> None:
+def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = False) -> None:
     from rich.console import Console
 
+    from tokenwatt.cli.outdir import choose_out_dir
+
     console = Console()
-    out_dir = out if out is not None else default_out_dir(spec.name)
+    out_dir = choose_out_dir(out, spec.name, overwrite=overwrite)
     finished = _run(spec, out_dir, console)
     result = _report(out_dir, console)
     if finished is None or (result is not None and result.interrupted):
@@ -175,28 +187,66 @@ def _bench_and_report(spec: BenchSpec, out: Path | None) -> None:
         sys.exit(130)
 
 
-def bench(
-    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="benchmark spec (YAML)")],
-    out: OutOption = None,
-) -> None:
-    """Find the SLO boundary and report goodput, tokens per joule and MBU there."""
-    from tokenwatt.spec import load_spec
+OverwriteOption = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite", help="write into --out itself, replacing an earlier run's files there"
+    ),
+]
 
-    _bench_and_report(load_spec(spec_path), out)
+
+def bench(  # noqa: PLR0917 - one parameter per flag
+    spec_path: Annotated[
+        Path | None,
+        typer.Argument(metavar="[SPEC]", help="benchmark spec (YAML); flags override it"),
+    ] = None,
+    base_url: BaseUrlOption = None,
+    model: ModelOption = None,
+    api: ApiOption = None,
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", "-r", help="rate of the first probe, req/s (search.start_rate_rps)"),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(
+            "--duration", "-d", help="each probe's window, s (search.probe.min_duration_s)"
+        ),
+    ] = None,
+    slo_ttft_ms: SloTtftOption = None,
+    slo_tpot_ms: SloTpotOption = None,
+    sets: SetOption = None,
+    out: OutOption = None,
+    overwrite: OverwriteOption = False,
+) -> None:
+    """Find the SLO boundary and report goodput, tokens per joule and MBU there.
+
+    Without a spec: tokenwatt bench --base-url http://HOST:8000 --model NAME
+    --set hardware.accelerator=h100-sxm --set hardware.gpus=1
+    """
+    from tokenwatt.cli.options import Flags, build_spec
+
+    extra: dict[str, object] = {}
+    if rate is not None:
+        extra["search.start_rate_rps"] = rate
+    if duration is not None:
+        extra["search.probe.min_duration_s"] = duration
+    flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
+    _bench_and_report(build_spec(spec_path, flags), out, overwrite=overwrite)
 
 
 def demo_spec_text() -> str:
     return (importlib.resources.files("tokenwatt.examples") / DEMO_SPEC).read_text("utf-8")
 
 
-def demo(out: OutOption = None) -> None:
+def demo(out: OutOption = None, overwrite: OverwriteOption = False) -> None:
     """Run the bundled demo: Qwen3-30B-A3B (MoE) on a simulated H100, about two minutes."""
     import yaml
 
     from tokenwatt.spec import parse_spec
 
     spec = parse_spec(yaml.safe_load(demo_spec_text()), source=f"bundled {DEMO_SPEC}")
-    _bench_and_report(spec, out)
+    _bench_and_report(spec, out, overwrite=overwrite)
 
 
 def register(app: typer.Typer) -> None:

@@ -221,6 +221,9 @@ def _show_accelerator(a: Accelerator) -> None:
     _console().print(t)
 
 
+_BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off"})
+
+
 def hardware(
     name: str | None = typer.Argument(None, help="accelerator, e.g. h100-sxm; omit to list all"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
@@ -237,6 +240,11 @@ def hardware(
         return
     if not name.strip():
         raise HardwareError("give an accelerator name, e.g. h100-sxm (omit it to list all)")
+    if name.lower() in _BOOL_WORDS:
+        raise HardwareError(
+            f"{name!r} is not an accelerator: --json is a flag and takes no value "
+            "(tokenwatt hardware --json)"
+        )
     acc = get_accelerator(name)
     if as_json:
         typer.echo(json.dumps(acc.to_dict(), indent=2))

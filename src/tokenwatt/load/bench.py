@@ -295,6 +295,7 @@ async def run_bench(
             result.warnings.extend(monitor.warnings)
             if not monitor.sources:
                 result.warnings.append("no power source: tokens per joule not measured")
+            result.target = target_record(spec, target)
             bench = _Run(spec, out, target, geometry, accelerator, monitor, result, on_event)
             bench.emit(BenchEvent("started", message=target.base_url))
             try:
@@ -309,6 +310,15 @@ async def run_bench(
         finally:
             await asyncio.to_thread(monitor.close)
     return result
+
+
+def target_record(spec: BenchSpec, target: Target) -> dict[str, object]:
+    """``result.target``: what was driven; for the simulator, the settings it ran with."""
+    d = dict(target.describe())
+    d["kind"] = "sim" if target.kind == "sim" else "endpoint"
+    d["sim"] = spec.sim.model_dump(mode="json") if target.kind == "sim" else None
+    out: dict[str, object] = redact(d)
+    return out
 
 
 def _finish(bench: _Run) -> None:

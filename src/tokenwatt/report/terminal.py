@@ -65,12 +65,32 @@ def describe_slo(slo: SloSettings) -> str:
     return ", ".join(f"{q} {name} ≤ {ms:g} ms" for name, ms in limits)
 
 
+def is_simulated(result: BenchResult) -> bool:
+    """Whether the built-in simulator served the run (older files: their spec's endpoint)."""
+    if result.target is not None:
+        return result.target.get("kind") == "sim"
+    endpoint = result.spec.get("endpoint")
+    return isinstance(endpoint, dict) and endpoint.get("url") == "sim"
+
+
 def describe_run(result: BenchResult) -> str:
-    """``name · model on N × accelerator (R replicas)``."""
+    """``name · model on N × accelerator (R replicas)``, and ``SIMULATED`` where the built-in
+    simulator served it: a screenshot must not read like a real H100 measurement."""
     model = result.geometry.get("name", "model")
     acc = result.accelerator.get("display_name") or result.accelerator.get("name", "accelerator")
     replicas = "1 replica" if result.replicas == 1 else f"{result.replicas} replicas"
+    if is_simulated(result):
+        node = f"{result.gpus} × {acc} ({replicas}, tokenwatt sim)"
+        return f"{result.name} · SIMULATED {model} on {node}"
     return f"{result.name} · {model} on {result.gpus} × {acc} ({replicas})"
+
+
+def rate_text(p: ProbeSummary) -> str:
+    """The offered rate with the achieved one beside it: Poisson noise in a short window
+    moves the achieved rate by several percent, and the boundary is only as exact as that."""
+    if p.rate_rps is None:
+        return fmt_rate(p.achieved_rate_rps)
+    return f"{fmt_rate(p.rate_rps)} offered, {fmt_float(p.achieved_rate_rps)} achieved"
 
 
 def energy_text(p: ProbeSummary) -> str:
@@ -115,7 +135,7 @@ def headline(result: BenchResult) -> RenderableType:
         good = (
             f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s  ·  "
             f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu)} per GPU  ·  "
-            f"at {fmt_rate(b.rate_rps)}"
+            f"at {rate_text(b)}"
         )
         grid.add_row("SLO goodput", Text(good, "bold green"))
         tpj = energy_text(b)
