@@ -5,6 +5,7 @@ process on 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -21,6 +22,7 @@ from tokenwatt.errors import SpecError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.load.fit import check_fits
+from tokenwatt.load.search import BoundarySearch, ProbeOutcome, bracket_rate
 from tokenwatt.load.target import sim_config
 from tokenwatt.sim import start_sim_subprocess
 from tokenwatt.spec import parse_spec
@@ -281,3 +283,43 @@ def test_simulated_run_is_labelled_in_headline_html_and_result(tmp_path: Path) -
     assert "SIMULATED" in title
     if result["boundary"] is not None:
         assert "achieved" in run.stdout  # the boundary's achieved rate beside the offered one
+
+
+# --- rates as achieved ----------------------------------------------------------------------
+
+
+def test_bracket_rate_moves_a_verdict_only_beyond_poisson_noise() -> None:
+    """The issue's probe: offered 8.72, achieved 6.87 req/s. Two Poisson σ of the rate over
+    n requests is 2 × 8.72 / √n: 2.25 req/s at n = 60 (6.87 is inside it, the offered rate
+    stands) and 0.87 req/s at n = 400 (outside: the pass speaks for 6.87 only)."""
+    assert bracket_rate(8.72, ProbeOutcome(True, achieved_rps=6.87, requests=60)) == 8.72
+    assert bracket_rate(8.72, ProbeOutcome(True, achieved_rps=6.87, requests=400)) == 6.87
+    # a pass is never moved up, a failure never down
+    assert bracket_rate(8.72, ProbeOutcome(True, achieved_rps=11.0, requests=400)) == 8.72
+    assert bracket_rate(8.72, ProbeOutcome(False, achieved_rps=6.87, requests=400)) == 8.72
+    assert bracket_rate(8.72, ProbeOutcome(False, achieved_rps=11.0, requests=400)) == 11.0
+    assert bracket_rate(8.72, ProbeOutcome(True)) == 8.72  # nothing known: offered
+
+
+def _search_with_short_passes(requests: int | None) -> float | None:
+    """A server whose SLO holds up to 10 req/s achieved. Probes offered between 10 and 12
+    req/s fall short (achieve 86% of the offered rate, as the issue's 8.72 → 6.87) and so
+    pass; every other probe achieves what it offers."""
+
+    async def probe(rate: float, seed: int) -> ProbeOutcome[None]:
+        achieved = 0.86 * rate if 10.0 < rate <= 12.0 else rate
+        return ProbeOutcome(achieved <= 10.0, achieved_rps=achieved, requests=requests)
+
+    search: BoundarySearch[None] = BoundarySearch(
+        probe, start_rate_rps=11.0, precision=0.05, confirm=False
+    )
+    return asyncio.run(search.run()).lo_rps
+
+
+def test_search_boundary_is_the_load_a_short_pass_achieved() -> None:
+    # Without the achieved rate the pass at offered 11 req/s becomes the boundary: above
+    # the 10 req/s the server holds. With it (400 requests: 2σ = 1.1 req/s, 11 → 9.46 is
+    # beyond it) the boundary is a load the server was seen to hold.
+    assert (_search_with_short_passes(None) or 0) > 10.0
+    lo = _search_with_short_passes(400)
+    assert lo is not None and 9.0 <= lo <= 10.0

@@ -360,7 +360,8 @@ async def _search(bench: _Run) -> None:
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1
         s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase)
-        return ProbeOutcome(s.slo_passed, s.slo_detail.reason, s)
+        n = round(s.achieved_rate_rps * s.window_s) if s.window_s else None
+        return ProbeOutcome(s.slo_passed, s.slo_detail.reason, s, s.achieved_rate_rps, n)
 
     def on_step(step: SearchStepT[ProbeSummary]) -> None:
         result.search = _search_summary(search.outcome)

@@ -13,6 +13,14 @@ HTTP, so it is tested in milliseconds against synthetic latency models and drive
    truth; if the rerun passes, it becomes the new ``lo`` and the search goes on above it
    (bisecting toward the next recorded failure, or growing if there is none).
 
+Rates as achieved: a Poisson schedule in a short window delivers more or fewer arrivals than
+offered (a probe offered 8.72 req/s once achieved 6.87), so a verdict speaks for the rate
+the server actually saw. ``bracket_rate`` places it: a pass counts at the achieved rate when
+that is lower than offered by more than Poisson noise explains (two standard deviations of a
+Poisson count, 2·r/√n for n requests), a failure at the achieved rate when it is that much
+higher; within the noise the offered rate stands (it is the better estimate of the load).
+A pass never moves up and a failure never moves down, so noise cannot widen the claim.
+
 The boundary is ``lo``: a rate that was measured to pass, with a measured failure at most
 ``precision`` above it. Verdicts are noisy near the boundary; the bracket comes from the latest
 verdict at each rate, a newer verdict overriding older ones it contradicts (``_record``).
@@ -29,12 +37,14 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 __all__ = [
+    "NOISE_SIGMAS",
     "BoundarySearch",
     "Phase",
     "ProbeOutcome",
     "SearchOutcome",
     "SearchStep",
     "StopReason",
+    "bracket_rate",
     "probe_seed",
 ]
 
@@ -63,6 +73,26 @@ class ProbeOutcome(Generic[P]):
     passed: bool
     reason: str | None = None
     payload: P | None = None
+    achieved_rps: float | None = None  # arrivals per second the window really held
+    requests: int | None = None  # how many: the Poisson count behind ``achieved_rps``
+
+
+NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) achieved may stray unremarked
+
+
+def bracket_rate(offered_rps: float, outcome: ProbeOutcome[P]) -> float:
+    """The rate a verdict speaks for (see the module docstring): the offered rate, or the
+    achieved one where it differs beyond Poisson noise in the direction that weakens the
+    verdict (a pass at a lower load, a failure at a higher one)."""
+    a, n = outcome.achieved_rps, outcome.requests
+    if a is None or not n or not math.isfinite(a) or a <= 0:
+        return offered_rps
+    noise = NOISE_SIGMAS * offered_rps / math.sqrt(n)
+    if outcome.passed and a < offered_rps - noise:
+        return a
+    if not outcome.passed and a > offered_rps + noise:
+        return a
+    return offered_rps
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +104,11 @@ class SearchStep(Generic[P]):
     outcome: ProbeOutcome[P]
     lo_rps: float | None  # bracket after this probe
     hi_rps: float | None
+    bracket_rps: float | None = None  # the rate its verdict was placed at (bracket_rate)
+
+    @property
+    def placed_rps(self) -> float:
+        return self.rate_rps if self.bracket_rps is None else self.bracket_rps
 
     @property
     def passed(self) -> bool:
@@ -98,14 +133,14 @@ class SearchOutcome(Generic[P]):
     def boundary(self) -> SearchStep[P] | None:
         """The probe that measured ``lo`` (the last one at that rate)."""
         for step in reversed(self.steps):
-            if step.passed and step.rate_rps == self.lo_rps:
+            if step.passed and step.placed_rps == self.lo_rps:
                 return step
         return None
 
     @property
     def first_failure_above(self) -> SearchStep[P] | None:
         for step in reversed(self.steps):
-            if not step.passed and step.rate_rps == self.hi_rps:
+            if not step.passed and step.placed_rps == self.hi_rps:
                 return step
         return None
 
@@ -161,8 +196,9 @@ class BoundarySearch(Generic[P]):
         seed = probe_seed(self.seed, index)
         self.current_phase = phase
         result = await self._probe(rate, seed)
-        self._record(rate, result.passed)
-        step = SearchStep(index, rate, seed, phase, result, out.lo_rps, out.hi_rps)
+        placed = bracket_rate(rate, result)
+        self._record(placed, result.passed)
+        step = SearchStep(index, rate, seed, phase, result, out.lo_rps, out.hi_rps, placed)
         out.steps.append(step)
         if self._on_step is not None:
             self._on_step(step)
