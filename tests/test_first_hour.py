@@ -323,3 +323,45 @@ def test_search_boundary_is_the_load_a_short_pass_achieved() -> None:
     assert (_search_with_short_passes(None) or 0) > 10.0
     lo = _search_with_short_passes(400)
     assert lo is not None and 9.0 <= lo <= 10.0
+
+
+def test_probe_with_flags_writes_the_bench_layout_report_and_compare_read(
+    sim_url: str, tmp_path: Path
+) -> None:
+    def probe(out: Path) -> subprocess.CompletedProcess[str]:
+        return tokenwatt(
+            "probe",
+            "--base-url",
+            sim_url,
+            "--model",
+            "llama-3.1-8b",
+            "--set",
+            "hardware.accelerator=h100-sxm",
+            "--set",
+            "workload={input_tokens: 64, output_tokens: 12}",
+            "--rate",
+            "4",
+            "--duration",
+            "1.5",
+            "--warmup",
+            "0.3",
+            "--out",
+            str(out),
+        )
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        run = probe(out)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert {"result.json", "probe.json", "requests.jsonl"} <= {p.name for p in out.iterdir()}
+    # one line for the load: offered and achieved together, "offered" said once
+    load = [ln for ln in run.stdout.splitlines() if "offered" in ln]
+    assert len(load) == 1 and "achieved" in load[0] and "4 req/s" in load[0]
+    probe_json = json.loads((a / "probe.json").read_text("utf-8"))
+    result = json.loads((a / "result.json").read_text("utf-8"))
+    assert result["probes"][0]["achieved_rate_rps"] == probe_json["summary"]["achieved_rate_rps"]
+    rep = tokenwatt("report", str(a), "--no-html")
+    assert rep.returncode == 0, rep.stderr
+    assert "one probe" in rep.stdout
+    cmp = tokenwatt("compare", str(a), str(b))
+    assert cmp.returncode == 0, cmp.stderr

@@ -20,6 +20,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tokenwatt.cli.options import (
+    ApiOption,
+    BaseUrlOption,
+    ModelOption,
+    SetOption,
+    SloTpotOption,
+    SloTtftOption,
+)
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
@@ -84,16 +92,15 @@ def summary_table(data: dict[str, Any]) -> Table:
     t.add_column("figure")
     t.add_column("value", justify="right")
     probe = data["probe"]
+    # One line for the load: what was asked for and what the window held (they differ by
+    # Poisson noise; the achieved rate is the one the verdict speaks for).
+    achieved = f"{_num(m['achieved_requests_per_s'])} achieved"
     if probe["rate_rps"] is not None:
-        load = f"{probe['rate_rps']:g} req/s ({probe['arrival']})"
+        load = f"{probe['rate_rps']:g} req/s offered ({probe['arrival']}), {achieved}"
     else:
-        load = f"concurrency {probe['concurrency']}"
-    t.add_row("offered load", load)
+        load = f"concurrency {probe['concurrency']}, {achieved} req/s"
+    t.add_row("load", load)
     t.add_row("window", f"{m['window_s']:.1f} s, {m['requests_counted']} requests counted")
-    t.add_row(
-        "requests/s offered / achieved",
-        f"{_num(m['offered_requests_per_s'])} / {_num(m['achieved_requests_per_s'])}",
-    )
     t.add_row("output tokens/s (T)", _num(m["output_tokens_per_s"], ".1f"))
     t.add_row("τ token-weighted ITL, ms", _ms(m["itl_token_weighted_s"]))
     for key, name in (
@@ -292,7 +299,44 @@ async def _probe(
     (out / "probe.json").write_bytes(
         orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
+    if geometry is not None and accelerator is not None:
+        write_probe_result(spec, data, geometry, accelerator, out)
     return data
+
+
+def write_probe_result(
+    spec: BenchSpec,
+    data: dict[str, Any],
+    geometry: ModelGeometry,
+    accelerator: Accelerator,
+    out: Path,
+) -> None:
+    """``result.json`` beside ``probe.json``: the layout ``bench`` writes (one probe, no
+    search), so ``tokenwatt report`` and ``compare`` read a probe's folder like a bench's."""
+    from tokenwatt.result import BenchResult, MachineInfo, ProbeSummary, SloSettings, write_result
+
+    summary = ProbeSummary.model_validate(data["summary"])
+    target = dict(data["target"])
+    target["kind"] = "sim" if target.get("kind") == "sim" else "endpoint"
+    target["sim"] = spec.sim.model_dump(mode="json") if target["kind"] == "sim" else None
+    result = BenchResult(
+        tool_version=data["tokenwatt_version"],
+        name=spec.name,
+        spec=data["spec"],
+        geometry=geometry.to_dict(),
+        accelerator=accelerator.to_dict(),
+        gpus=spec.hardware.gpus,
+        replicas=spec.hardware.replicas,
+        slo=SloSettings(**spec.slo.model_dump()),
+        machine=MachineInfo.collect(timestamp_source=str(data["metrics"]["timestamp_source"])),
+        started_at=dt.datetime.fromisoformat(data["created_utc"]),
+        ended_at=dt.datetime.now(dt.UTC),
+        probes=[summary],
+        interrupted=bool(data["interrupted"]),
+        warnings=list(data["warnings"]),
+        target=target,
+    )
+    write_result(result, out)
 
 
 def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None) -> BenchSpec:
@@ -313,12 +357,53 @@ def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None
     return spec.model_copy(update={"search": search})
 
 
+def _check_flags(
+    sim_mode: str, rate: float | None, concurrency: int | None, max_requests: int | None
+) -> None:
+    if sim_mode not in ("thread", "subprocess"):
+        raise SpecError(f"--sim-mode: {sim_mode!r} is not one of thread, subprocess")
+    if rate is not None and concurrency is not None:
+        raise SpecError("give --rate (open loop) or --concurrency (closed loop), not both")
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise SpecError(f"--rate must be a positive number of requests/s, got {rate}")
+    if max_requests is not None and max_requests < 1:
+        raise SpecError("--max-requests must be at least 1")
+
+
+def _show(data: dict[str, Any], folder: Path) -> None:
+    console.print(summary_table(data))
+    for w in data["warnings"]:
+        console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
+    files = ", ".join(sorted(f.name for f in folder.iterdir() if f.is_file()))
+    console.print(f"wrote {folder}: {files}", soft_wrap=True, highlight=False)
+
+
+SimModeOption = Annotated[
+    str,
+    typer.Option(
+        "--sim-mode",
+        help="endpoint 'sim': its own process (default; no GIL shared with the client) "
+        "or a thread of this one",
+    ),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar or summary")]
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
     @app.command("probe")
     def probe(  # noqa: PLR0917 - one parameter per flag
-        spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="benchmark spec (YAML)")],
+        spec_path: Annotated[
+            Path | None,
+            typer.Argument(metavar="[SPEC]", help="benchmark spec (YAML); flags override it"),
+        ] = None,
+        base_url: BaseUrlOption = None,
+        model: ModelOption = None,
+        api: ApiOption = None,
+        slo_ttft_ms: SloTtftOption = None,
+        slo_tpot_ms: SloTpotOption = None,
+        sets: SetOption = None,
         rate: Annotated[
             float | None,
             typer.Option("--rate", "-r", help="offered load, requests/s (the spec's arrivals)"),
@@ -341,33 +426,28 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int | None, typer.Option("--seed", help="default: workload.seed")] = None,
         out: Annotated[
             Path | None,
-            typer.Option("--out", "-o", help="output folder (default tokenwatt-probe-<time>)"),
-        ] = None,
-        sim_mode: Annotated[
-            str,
             typer.Option(
-                "--sim-mode",
-                help="endpoint 'sim': its own process (default; no GIL shared with the client) "
-                "or a thread of this one",
+                "--out",
+                "-o",
+                help="output folder; if it holds an earlier run, a new timestamped folder "
+                "inside it (default: a new folder under results/)",
             ),
-        ] = "subprocess",
-        quiet: Annotated[
-            bool, typer.Option("--quiet", "-q", help="no progress bar or summary")
+        ] = None,
+        overwrite: Annotated[
+            bool,
+            typer.Option("--overwrite", help="write into --out itself, replacing a run there"),
         ] = False,
+        sim_mode: SimModeOption = "subprocess",
+        quiet: QuietOption = False,
     ) -> None:
-        """Run one probe at one offered load and write probe.json and requests.jsonl."""
-        from tokenwatt.spec import load_spec
+        """Run one probe at one offered load; write result.json, probe.json, requests.jsonl."""
+        from tokenwatt.cli.options import Flags, build_spec
+        from tokenwatt.cli.outdir import choose_out_dir
 
-        if sim_mode not in ("thread", "subprocess"):
-            raise SpecError(f"--sim-mode: {sim_mode!r} is not one of thread, subprocess")
-        if rate is not None and concurrency is not None:
-            raise SpecError("give --rate (open loop) or --concurrency (closed loop), not both")
-        if rate is not None and not (math.isfinite(rate) and rate > 0):
-            raise SpecError(f"--rate must be a positive number of requests/s, got {rate}")
-        if max_requests is not None and max_requests < 1:
-            raise SpecError("--max-requests must be at least 1")
-        spec = _with_flags(load_spec(spec_path), duration=duration, warmup=warmup)
-        folder = out or Path(f"tokenwatt-probe-{dt.datetime.now():%Y%m%d-%H%M%S}")
+        _check_flags(sim_mode, rate, concurrency, max_requests)
+        flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []))
+        spec = _with_flags(build_spec(spec_path, flags), duration=duration, warmup=warmup)
+        folder = choose_out_dir(out, spec.name, overwrite=overwrite)
         from tokenwatt.cli._loop import run_async
 
         data = run_async(
@@ -383,10 +463,7 @@ def register(app: typer.Typer) -> None:
             )
         )
         if not quiet:
-            console.print(summary_table(data))
-            for w in data["warnings"]:
-                console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
-            console.print(f"wrote {folder / 'probe.json'} and {folder / 'requests.jsonl'}")
+            _show(data, folder)
         if data["interrupted"]:
             console.print("[yellow]interrupted:[/] wrote what was measured")
             # SystemExit, not typer.Exit: the app runs with standalone_mode=False, where click

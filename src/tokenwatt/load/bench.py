@@ -209,6 +209,13 @@ class _Run:
         return summary
 
 
+def outcome_of(s: ProbeSummary) -> ProbeOutcome[ProbeSummary]:
+    """The search's view of a probe: its verdict, and the achieved rate with the number of
+    arrivals behind it (the search places the verdict by them, see ``bracket_rate``)."""
+    n = round(s.achieved_rate_rps * s.window_s) if s.window_s else None
+    return ProbeOutcome(s.slo_passed, s.slo_detail.reason, s, s.achieved_rate_rps, n)
+
+
 def _search_summary(out: SearchOutcome[ProbeSummary]) -> SearchSummary:
     history = [
         SearchStep(
@@ -360,8 +367,7 @@ async def _search(bench: _Run) -> None:
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1
         s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase)
-        n = round(s.achieved_rate_rps * s.window_s) if s.window_s else None
-        return ProbeOutcome(s.slo_passed, s.slo_detail.reason, s, s.achieved_rate_rps, n)
+        return outcome_of(s)
 
     def on_step(step: SearchStepT[ProbeSummary]) -> None:
         result.search = _search_summary(search.outcome)

@@ -125,6 +125,9 @@ def headline(result: BenchResult) -> RenderableType:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
     b = result.boundary
+    probe_only = b is None and result.search is None and len(result.probes) == 1
+    if probe_only:  # `tokenwatt probe`'s folder: its one probe, with its own verdict
+        b = result.probes[0]
     if b is None:
         lowest = min((p.rate_rps for p in result.probes if p.rate_rps is not None), default=None)
         where = f" (lowest rate probed: {fmt_rate(lowest)})" if lowest is not None else ""
@@ -137,7 +140,10 @@ def headline(result: BenchResult) -> RenderableType:
             f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu)} per GPU  ·  "
             f"at {rate_text(b)}"
         )
-        grid.add_row("SLO goodput", Text(good, "bold green"))
+        if probe_only:
+            verdict = "SLO met" if b.slo_passed else "SLO NOT met"
+            good = f"{good}  ·  one probe, {verdict}"
+        grid.add_row("SLO goodput", Text(good, "bold green" if b.slo_passed else "bold red"))
         tpj = energy_text(b)
         grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
         grid.add_row("MBU", Text(_mbu_text(b)))
