@@ -122,8 +122,10 @@ class _Display:
         p = ev.progress
         assert p is not None
         if p.phase == "warmup":
-            warm = max(p.elapsed_s, 0.0)
-            return 0.0, f"warm-up {warm:.0f} s, {p.in_flight} in flight"
+            # as configured: the elapsed warm-up never beyond warmup_s
+            warm_s = self.spec.search.probe.warmup_s
+            shown = min(max(p.elapsed_s, 0.0), warm_s)
+            return 0.0, f"warm-up {shown:.0f} of {warm_s:g} s, {p.in_flight} in flight"
         if p.phase == "drain":
             return 1.0, f"drain: {p.counted - p.counted_finished} counted still running"
         if p.max_requests is not None:
@@ -133,9 +135,11 @@ class _Display:
         by_count = p.counted / p.min_requests if p.min_requests else 1.0
         cap = p.window_elapsed_s / p.max_duration_s if p.max_duration_s else 0.0
         frac = min(1.0, max(min(by_time, by_count), cap))
+        # Both minimums must be met, so either count may run past its own: say "≥", never
+        # "15/8 s" or "108/60 req".
         return frac, (
-            f"{p.window_elapsed_s:.0f}/{p.min_duration_s:.0f} s, "
-            f"{p.counted}/{p.min_requests} req, {p.in_flight} in flight"
+            f"window {p.window_elapsed_s:.0f} s (≥ {p.min_duration_s:g}), "
+            f"{p.counted} req (≥ {p.min_requests}), {p.in_flight} in flight"
         )
 
 
