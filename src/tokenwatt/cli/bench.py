@@ -75,7 +75,12 @@ class _Display:
 
     def __call__(self, ev: BenchEvent) -> None:
         if ev.kind == "started":
-            self.console.print(f"target: {ev.message}", highlight=False)
+            sim = (
+                " (the built-in simulator: results are SIMULATED)"
+                if self.spec.endpoint.is_sim
+                else ""
+            )
+            self.console.print(f"target: {ev.message}{sim}", highlight=False)
         elif ev.kind == "probe_start":
             name = (
                 "single stream"
