@@ -101,7 +101,8 @@ class _Display:
             label = (
                 "single stream"
                 if ev.index == 0
-                else f"probe {ev.index} at {_fmt_rate(ev.rate_rps)}"
+                else f"probe {ev.index} at {_fmt_rate(ev.rate_rps)} "
+                f"({s.achieved_rate_rps:.3g} achieved)"
             )
             if self.task is not None:
                 self.progress.remove_task(self.task)  # type: ignore[arg-type]
