@@ -47,7 +47,8 @@ def test_headline_leads_with_goodput_then_energy_then_mbu() -> None:
     lines = [line.rstrip() for line in text.splitlines()]
     rows = [line for line in lines if line.startswith(("SLO goodput", "Tokens per", "MBU"))]
     assert rows == [
-        "SLO goodput       2,368 output tok/s  ·  1,184 per GPU  ·  at 9.25 req/s",
+        "SLO goodput       2,368 output tok/s  ·  1,184 per GPU  ·  "
+        "at 9.25 req/s offered, 9.30 achieved",
         "Tokens per joule  1.93 tok/J  (0.518 J/token; 1,233 W mean; sim, gpu)",
         "MBU               41.0%  (weights 36.9% + KV 4.1%)",
     ]
