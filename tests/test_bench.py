@@ -267,3 +267,8 @@ def test_demo_runs_the_bundled_spec(tmp_path: Path) -> None:
     # MBU below the simulated stack's 50 %: prefill and overhead share each step.
     assert 0.3 < b.mbu < 0.5
     assert "SLO goodput" in res.stdout and (out / "report.html").exists()
+    # labelled simulated; sized so that every p99 rests on >= 2 requests beyond it
+    assert r.target is not None and r.target["kind"] == "sim" and "SIMULATED" in res.stdout
+    from tokenwatt.report.checks import self_checks
+
+    assert not [c for c in self_checks(r) if "rests on fewer" in c.message]
