@@ -365,3 +365,24 @@ def test_probe_with_flags_writes_the_bench_layout_report_and_compare_read(
     assert "one probe" in rep.stdout
     cmp = tokenwatt("compare", str(a), str(b))
     assert cmp.returncode == 0, cmp.stderr
+
+
+def test_a_url_whose_models_is_not_found_gets_the_v1_hint(sim_url: str, tmp_path: Path) -> None:
+    wrong = sim_url.removesuffix("/v1") + "/api"  # the simulator answers under /v1 only
+    out = tmp_path / "o"
+    run = tokenwatt(
+        "probe",
+        "--base-url",
+        wrong,
+        "--model",
+        "llama-3.1-8b",
+        "--set",
+        "hardware.accelerator=h100-sxm",
+        "--rate",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert run.returncode == 2
+    assert "404" in run.stderr and "try http://HOST:PORT/v1" in run.stderr
+    assert run.stderr.count("\n") == 1 and not out.exists()

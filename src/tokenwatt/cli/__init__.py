@@ -72,6 +72,14 @@ def _register() -> None:
 _register()
 
 
+def with_hint(message: str) -> str:
+    """The error, with the fix for the one mistake peers' habits make: a base URL whose
+    ``/models`` is not found is almost always missing its ``/v1``."""
+    if "404" in message and "/models" in message and "/v1" not in message:
+        return f"{message} (OpenAI-compatible servers answer under /v1: try http://HOST:PORT/v1)"
+    return message
+
+
 def main() -> None:
     try:
         # Without standalone mode click returns a command's exit code instead of exiting.
@@ -79,7 +87,7 @@ def main() -> None:
     except TokenwattError as exc:
         # The message is text, not markup: "pip install 'tokenwatt[nvidia]'" must survive.
         err_console.print(
-            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+            f"[bold red]error:[/] {escape(with_hint(str(exc)))}", highlight=False, soft_wrap=True
         )
         sys.exit(2)
     except typer.Exit as exc:

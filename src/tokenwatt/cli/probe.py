@@ -128,6 +128,9 @@ def summary_table(data: dict[str, Any]) -> Table:
         )
     errors = ", ".join(f"{k} {v}" for k, v in m["errors_by_kind"].items()) or "none"
     t.add_row("failed requests", f"{m['requests_failed']} ({errors})")
+    # cancelled by the client (still running at the probe's end, or an early stop): their own
+    # kind, neither failures nor judged for attainment
+    t.add_row("cancelled requests", f"{m['requests_cancelled']} (not failures, not judged)")
     lat = m["send_lateness_s"]
     t.add_row("send lateness ms (p50 / p99)", f"{_ms(lat['p50'])} / {_ms(lat['p99'])}")
     if data.get("mbu") is not None:
