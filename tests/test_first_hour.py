@@ -386,3 +386,14 @@ def test_a_url_whose_models_is_not_found_gets_the_v1_hint(sim_url: str, tmp_path
     assert run.returncode == 2
     assert "404" in run.stderr and "try http://HOST:PORT/v1" in run.stderr
     assert run.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_overwrite_refused_by_its_checks_keeps_the_earlier_run(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "result.json").write_text("{}", "utf-8")
+    (out / "requests-01.jsonl").write_text("{}\n", "utf-8")
+    doc = {"model": {"source": "llama-3.1-70b"}, "endpoint": SIM, "hardware": H100, **QUICK}
+    run = tokenwatt("bench", str(write_spec(tmp_path, doc)), "--out", str(out), "--overwrite")
+    assert run.returncode == 2 and "hardware" in run.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["requests-01.jsonl", "result.json"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.resources
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -186,11 +187,14 @@ def _report(out: Path, console: Console) -> BenchResult | None:
 def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = False) -> None:
     from rich.console import Console
 
-    from tokenwatt.cli.outdir import choose_out_dir
+    from tokenwatt.cli.outdir import choose_out_dir, remove_stale
 
     console = Console()
     out_dir = choose_out_dir(out, spec.name, overwrite=overwrite)
+    started_ns = time.time_ns()
     finished = _run(spec, out_dir, console)
+    if overwrite and out_dir.is_dir():
+        remove_stale(out_dir, started_ns)
     result = _report(out_dir, console)
     if finished is None or (result is not None and result.interrupted):
         console.print("interrupted: the result holds what was measured", highlight=False)

@@ -3,8 +3,10 @@
 ``--out DIR`` is used as it is when it does not exist or is empty; when it holds anything,
 the run gets a fresh ``DIR/<name>-YYYYmmdd-HHMMSS`` folder instead (said in the output), so
 reusing ``--out`` never mixes one run's ``requests-NN.jsonl`` with another's result.
-``--overwrite`` writes into ``DIR`` itself after removing the files an earlier run left
-there (and only those). Without ``--out`` a run goes to ``results/<name>-<time>``.
+``--overwrite`` writes into ``DIR`` itself; once the new run has written, the files an
+earlier run left there (and only those: older than this run) are removed, so a run refused
+by its checks leaves the earlier one intact. Without ``--out`` a run goes to
+``results/<name>-<time>``.
 
 The folder is only *chosen* here, and checked to be writable (the nearest existing parent),
 so a typo fails in one line at the start; it is created by the first file written, after
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from tokenwatt.errors import SpecError
 
-__all__ = ["RUN_FILES", "choose_out_dir", "fresh_dir"]
+__all__ = ["RUN_FILES", "choose_out_dir", "fresh_dir", "remove_stale"]
 
 DEFAULT_ROOT = Path("results")
 # What a run writes (bench: result.json, report.html, requests-NN.jsonl; probe: the same
@@ -51,11 +53,16 @@ def _check_writable(out: Path) -> None:
         raise SpecError(f"--out: {probe} is not writable; give a folder you can write to")
 
 
-def _clear_run_files(out: Path) -> None:
+def remove_stale(out: Path, started_ns: int) -> list[Path]:
+    """Remove the run files in ``out`` last written before ``started_ns`` (wall clock, ns):
+    what an earlier run left beside this one's. Returns what was removed."""
+    removed = []
     for pattern in RUN_FILES:
         for f in out.glob(pattern):
-            if f.is_file():
+            if f.is_file() and f.stat().st_mtime_ns < started_ns:
                 f.unlink()
+                removed.append(f)
+    return removed
 
 
 def choose_out_dir(out: Path | None, name: str, *, overwrite: bool = False) -> Path:
@@ -67,6 +74,4 @@ def choose_out_dir(out: Path | None, name: str, *, overwrite: bool = False) -> P
     else:
         chosen = out
     _check_writable(chosen)
-    if overwrite and chosen.is_dir():
-        _clear_run_files(chosen)
     return chosen

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -445,12 +446,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run one probe at one offered load; write result.json, probe.json, requests.jsonl."""
         from tokenwatt.cli.options import Flags, build_spec
-        from tokenwatt.cli.outdir import choose_out_dir
+        from tokenwatt.cli.outdir import choose_out_dir, remove_stale
 
         _check_flags(sim_mode, rate, concurrency, max_requests)
         flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []))
         spec = _with_flags(build_spec(spec_path, flags), duration=duration, warmup=warmup)
         folder = choose_out_dir(out, spec.name, overwrite=overwrite)
+        started_ns = time.time_ns()
         from tokenwatt.cli._loop import run_async
 
         data = run_async(
@@ -465,6 +467,8 @@ def register(app: typer.Typer) -> None:
                 quiet=quiet,
             )
         )
+        if overwrite:
+            remove_stale(folder, started_ns)
         if not quiet:
             _show(data, folder)
         if data["interrupted"]:
