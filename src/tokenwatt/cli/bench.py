@@ -121,9 +121,11 @@ class _Display:
                 highlight=False,
             )
         elif ev.kind == "search_done":
-            self.progress.console.print(
-                f"search: {ev.message}; boundary {_fmt_rate(ev.lo_rps)}", highlight=False
-            )
+            b = ev.summary
+            at = _fmt_rate(ev.lo_rps)
+            if b is not None and b.rate_rps is not None:
+                at = f"{_fmt_rate(b.rate_rps)} offered, {b.achieved_rate_rps:.3g} achieved"
+            self.progress.console.print(f"search: {ev.message}; boundary {at}", highlight=False)
 
     def _fraction(self, ev: BenchEvent) -> tuple[float, str]:
         p = ev.progress

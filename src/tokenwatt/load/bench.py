@@ -414,5 +414,11 @@ async def _search(bench: _Run) -> None:
                 f"narrowed to {spec.search.precision:.0%}"
             )
         bench.emit(
-            BenchEvent("search_done", lo_rps=out.lo_rps, hi_rps=out.hi_rps, message=out.stop_reason)
+            BenchEvent(
+                "search_done",
+                lo_rps=out.lo_rps,
+                hi_rps=out.hi_rps,
+                message=out.stop_reason,
+                summary=result.boundary,
+            )
         )
