@@ -21,6 +21,7 @@ ErrorKind = Literal[
     "stream_error",  # a JSON error object inside a 200 stream
     "truncated",  # a 200 stream that ended (framing end or clean close) without a proper end
     "cancelled",  # the run was interrupted (Ctrl-C) while the request was in flight
+    "worker_lost",  # the worker process sending it died before reporting it (load.workers)
 ]
 
 
