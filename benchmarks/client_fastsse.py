@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing as mp
 import os
 import resource
 import shutil
@@ -140,7 +141,7 @@ async def run_paced(
     records: list[RequestRecord] = []
     in_flight = 0
     samples: list[int] = []
-    t_start = time.perf_counter_ns()
+    t_start = getattr(args, "t_start_ns", None) or time.perf_counter_ns()
     ramp_ns = int(args.ramp_s * 1e9)
     warm_end = t_start + ramp_ns + int(args.warmup_s * 1e9)
     t_end = warm_end + int(args.duration * 1e9)
@@ -243,6 +244,11 @@ async def run_paced(
         "client_cpu_util": (cpu1 - cpu0) / window_s,
         "timestamp_source": client.clock.timestamp_source,
         **{f"server_{k}": v for k, v in stats.items()},
+        # raw per-event errors and whether each event had its read alone (merged over workers)
+        "_errors": array("q", window_errors),
+        "_alone": array("b", (per_read[k] == 1 for k in keys)),
+        "_samples": samples,
+        "_late": late,
     }
 
 
@@ -255,7 +261,7 @@ async def run_burst(args: argparse.Namespace, port: int) -> dict[str, Any]:
         stream_usage=False,
         max_connections=args.burst_streams + 16,
     )
-    t_warm = time.perf_counter_ns() + int(1e9)
+    t_warm = (getattr(args, "t_start_ns", None) or time.perf_counter_ns()) + int(1e9)
     t_end = t_warm + int(args.burst_duration * 1e9)
     chunks = 0
     bad = 0
@@ -293,6 +299,90 @@ async def run_burst(args: argparse.Namespace, port: int) -> dict[str, Any]:
     }
 
 
+def _loop_factory(no_uvloop: bool) -> tuple[Any, str]:
+    if not no_uvloop:
+        try:
+            import uvloop
+
+            return uvloop.new_event_loop, "uvloop"
+        except ImportError:
+            pass
+    return asyncio.new_event_loop, "asyncio"
+
+
+def _worker(args: argparse.Namespace, mode: str, port: int, index: int) -> dict[str, Any]:
+    """One of --workers processes: its share of the streams, pinned to its core (spawned)."""
+    core = args.worker_cores[index % len(args.worker_cores)]
+    if core >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    if args.nice:
+        os.nice(args.nice)
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    if args.gc_threshold > 0:
+        gc.set_threshold(args.gc_threshold, 50, 100)
+    a = argparse.Namespace(**vars(args))
+    # streams dealt like load.workers deals requests: slot k to worker k mod N
+    a.streams = len(range(index, args.streams, args.workers))
+    a.burst_streams = len(range(index, args.burst_streams, args.workers))
+    factory, _ = _loop_factory(args.no_uvloop)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        if mode == "burst":
+            res = runner.run(run_burst(a, port))
+        else:
+            stats_fn = server_stats if index == 0 else (lambda _p, _r=False: {})
+            res = runner.run(run_paced(a, port, stats_fn=stats_fn))
+    res["core"] = core
+    return res
+
+
+def _merge(mode: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figures over all workers: sums of rates, percentiles over every worker's events."""
+    out: dict[str, Any] = {"mode": mode, "workers": len(parts)}
+    out["tokens_per_s"] = sum(p["tokens_per_s"] for p in parts)
+    out["tokens_per_s_per_worker"] = [round(p["tokens_per_s"]) for p in parts]
+    out["client_cpu_util_per_worker"] = [round(p["client_cpu_util"], 3) for p in parts]
+    out["cores"] = [p["core"] for p in parts]
+    out["failed"] = sum(p["failed"] for p in parts)
+    if mode == "burst":
+        return out
+    errs = [e for p in parts for e in p["_errors"]]
+    alone_mask = [a for p in parts for a in p["_alone"]]
+    alone = [e for e, a in zip(errs, alone_mask, strict=True) if a]
+    shared = [e for e, a in zip(errs, alone_mask, strict=True) if not a]
+    late = [x for p in parts for x in p["_late"]]
+    # streams in flight: each worker samples its own count every 100 ms; the sum of minima is
+    # a lower bound of the total, the sum of medians its typical value
+    out["expected_tokens_per_s"] = (
+        sum(p["streams_requested"] for p in parts) * 1000 / parts[0]["itl_ms"]
+    )
+    out["in_flight_min_sum"] = sum(min(p["_samples"]) for p in parts if p["_samples"])
+    out["in_flight_median_sum"] = sum(pct(p["_samples"], 0.5) for p in parts)
+    out["ts_error_ms_p50"] = pct(errs, 0.5) / 1e6
+    out["ts_error_ms_p99"] = pct(errs, 0.99) / 1e6
+    out["ts_error_ms_max"] = max(errs) / 1e6 if errs else None
+    out["ts_error_samples"] = len(errs)
+    out["ts_error_ms_p99_alone_in_read"] = pct(alone, 0.99) / 1e6
+    out["ts_error_ms_p99_shared_read"] = pct(shared, 0.99) / 1e6
+    out["events_in_shared_reads"] = len(shared) / len(errs) if errs else None
+    out["send_lateness_ms_p50"] = pct(late, 0.5) / 1e6
+    out["send_lateness_ms_p99"] = pct(late, 0.99) / 1e6
+    out["loop_lag_ms_p99_per_worker"] = [round(p["loop_lag_ms_p99"], 3) for p in parts]
+    out["requests"] = sum(p["requests"] for p in parts)
+    out.update({k: v for k, v in parts[0].items() if k.startswith("server_")})
+    return out
+
+
+def _run_workers(args: argparse.Namespace, mode: str, port: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    # one common start for every worker's slots (spawning and importing take a while)
+    args.t_start_ns = time.perf_counter_ns() + int(args.worker_lead_s * 1e9)
+    with ctx.Pool(args.workers) as pool:
+        parts = pool.starmap(_worker, [(args, mode, port, i) for i in range(args.workers)])
+    return _merge(mode, parts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["paced", "burst", "both"], default="both")
@@ -322,13 +412,31 @@ def main() -> None:
     ap.add_argument(
         "--gc-threshold", type=int, default=0, help="gc.set_threshold(N, 50, 100) when > 0"
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="client processes; > 1 deals the streams over spawned workers (load.workers)",
+    )
+    ap.add_argument(
+        "--worker-cores",
+        default="",
+        help="comma-separated cores for the workers, cycled (default: --client-core, then "
+        "the other usable cores)",
+    )
+    ap.add_argument("--worker-lead-s", type=float, default=4.0, help="spawn time before start")
     ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
     ap.add_argument("--stream-usage", action="store_true", help="ask for continuous usage")
     ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos/min_tokens")
     args = ap.parse_args()
     if not args.fastsse.exists():
         raise SystemExit(f"fastsse not found at {args.fastsse}; pass --fastsse PATH")
-    if args.client_core >= 0 and hasattr(os, "sched_setaffinity"):
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    if args.worker_cores:
+        args.worker_cores = [int(c) for c in args.worker_cores.split(",")]
+    else:
+        args.worker_cores = [args.client_core] + [c for c in usable if c != args.client_core]
+    if args.workers == 1 and args.client_core >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.client_core})
     if args.nice:
         os.nice(args.nice)
@@ -349,7 +457,9 @@ def main() -> None:
         gc.set_threshold(args.gc_threshold, 50, 100)
     modes = ["paced", "burst"] if args.mode == "both" else [args.mode]
     print(
-        f"# client on core {args.client_core} ({loop_name}), fastsse on core {args.server_core}; "
+        f"# {args.workers} client process(es) on cores "
+        f"{args.worker_cores[: args.workers] if args.workers > 1 else args.client_core} "
+        f"({loop_name}), fastsse on core {args.server_core}; "
         f"{os.cpu_count()} CPUs here, shared with other processes",
         flush=True,
     )
@@ -357,9 +467,13 @@ def main() -> None:
         port = free_port()
         proc = start_fastsse(args, mode, port)
         try:
-            runner_fn = run_paced if mode == "paced" else run_burst
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
-                res = runner.run(runner_fn(args, port))
+            if args.workers > 1:
+                res = _run_workers(args, mode, port)
+            else:
+                runner_fn = run_paced if mode == "paced" else run_burst
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    res = runner.run(runner_fn(args, port))
+                res = {k: v for k, v in res.items() if not k.startswith("_")}
         finally:
             proc.terminate()
             proc.wait(5)
