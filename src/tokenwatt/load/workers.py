@@ -28,7 +28,7 @@ import multiprocessing as mp
 import os
 import resource
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal
@@ -56,6 +56,7 @@ __all__ = [
     "deal",
     "draw_schedule",
     "merge_records",
+    "send_share",
     "worker_stats",
 ]
 
@@ -165,6 +166,7 @@ class WorkerStats:
     events: int  # content events received
     exact_events: int  # events alone in their read: their stamp is the arrival time
     exit_code: int | None = None
+    cause: str | None = None  # why it ended early (exit status, actor death), if it did
 
     @property
     def exact_share(self) -> float | None:
@@ -172,11 +174,15 @@ class WorkerStats:
 
     def problems(self) -> list[str]:
         """One line per keep-up self-check this worker failed, each naming the remedy."""
-        fix = "the client was the bottleneck: use more workers (workers: N, --workers N)"
+        fix = (
+            "the load generator was the bottleneck: use more workers (workers: N, --workers N) "
+            "or free its core"
+        )
         out: list[str] = []
         if self.lost:
+            cause = self.cause or f"exit status {self.exit_code}"
             out.append(
-                f"worker {self.worker} exited ({self.exit_code}) with {self.lost} requests "
+                f"worker {self.worker} ended early ({cause}) with {self.lost} requests "
                 "unreported; they count as failures (worker_lost)"
             )
         p99 = self.send_lateness_p99_ns
@@ -231,6 +237,7 @@ def worker_stats(
     core: int | None = None,
     busy_fraction: float | None = None,
     exit_code: int | None = None,
+    cause: str | None = None,
 ) -> WorkerStats:
     """Keep-up figures of one worker from its records.
 
@@ -255,6 +262,7 @@ def worker_stats(
         events=events,
         exact_events=exact,
         exit_code=exit_code,
+        cause=cause,
     )
 
 
@@ -313,16 +321,23 @@ async def _sleep_until(t_ns: int) -> None:
             await asyncio.sleep(0)
 
 
-async def _drive(
-    conn: Connection, cfg: ClientConfig, requests: list[ScheduledRequest], interval_s: float
-) -> None:
-    """The worker's run: say ready, wait for the start, send on schedule, stream batches."""
-    client = cfg.make_client()
+async def send_share(
+    client: StreamClient,
+    requests: Sequence[ScheduledRequest],
+    start_ns: int,
+    *,
+    ignore_eos: bool,
+    sink: Callable[[bytes], None],
+    interval_s: float,
+) -> float:
+    """Send ``requests`` at ``start_ns + offset_ns`` (this process's monotonic clock), hand
+    finished records to ``sink`` as packed batches every ``interval_s``; return the process's
+    busy fraction (CPU time ÷ wall time) over the run. Shared by process and Ray workers."""
     done: list[RequestRecord] = []
 
     def flush() -> None:
         if done:
-            conn.send_bytes(_TAG_BATCH + pack_records(done))
+            sink(pack_records(done))
             done.clear()
 
     async def one(req: ScheduledRequest, sched_ns: int) -> None:
@@ -333,7 +348,7 @@ async def _drive(
                 prompt=req.prompt,
                 max_tokens=req.max_tokens,
                 prompt_tokens_client=req.prompt_tokens_client,
-                ignore_eos=cfg.ignore_eos,
+                ignore_eos=ignore_eos,
             )
         )
 
@@ -342,19 +357,35 @@ async def _drive(
             await asyncio.sleep(interval_s)
             flush()
 
-    conn.send_bytes(_TAG_READY)
-    start_ns = int(await asyncio.to_thread(conn.recv))
     cpu0, wall0 = _cpu_s(), now_ns()
-    flush_task = asyncio.get_running_loop().create_task(flusher())
+    loop = asyncio.get_running_loop()
+    flush_task = loop.create_task(flusher())
     tasks: list[asyncio.Task[None]] = []
     for req in requests:
         t = start_ns + req.offset_ns
         await _sleep_until(t)
-        tasks.append(asyncio.get_running_loop().create_task(one(req, t)))
+        tasks.append(loop.create_task(one(req, t)))
     await asyncio.gather(*tasks)
     flush_task.cancel()
     flush()
-    busy = (_cpu_s() - cpu0) / max(1e-9, (now_ns() - wall0) / _NS)
+    return (_cpu_s() - cpu0) / max(1e-9, (now_ns() - wall0) / _NS)
+
+
+async def _drive(
+    conn: Connection, cfg: ClientConfig, requests: list[ScheduledRequest], interval_s: float
+) -> None:
+    """The worker's run: say ready, wait for the start, send on schedule, stream batches."""
+    client = cfg.make_client()
+    conn.send_bytes(_TAG_READY)
+    start_ns = int(await asyncio.to_thread(conn.recv))
+    busy = await send_share(
+        client,
+        requests,
+        start_ns,
+        ignore_eos=cfg.ignore_eos,
+        sink=lambda b: conn.send_bytes(_TAG_BATCH + b),
+        interval_s=interval_s,
+    )
     await client.aclose()
     conn.send_bytes(_TAG_END + orjson.dumps({"busy_fraction": busy}))
 
