@@ -332,7 +332,13 @@ async def run_pool(args: argparse.Namespace, port: int) -> dict[str, Any]:
         max_connections=args.streams + 16,
         ignore_eos=args.ignore_eos,
     )
-    res = await WorkerPool(args.workers, cfg, pin=True).run(sched)
+    if args.ray:
+        from tokenwatt.load.ray_workers import RayWorkerPool
+
+        address = None if args.ray == "local" else args.ray
+        res: Any = await RayWorkerPool(args.workers, cfg, address=address).run(sched)
+    else:
+        res = await WorkerPool(args.workers, cfg, pin=True).run(sched)
     w0 = res.start_ns + lead_ns
     w1 = w0 + int(args.duration * 1e9)
     tokens = sum(
@@ -344,8 +350,13 @@ async def run_pool(args: argparse.Namespace, port: int) -> dict[str, Any]:
     # streams in flight at 100 ms steps of the window, from the records' send and done times
     spans = [(r.sent_ns, r.done_ns) for r in res.records if r.sent_ns and r.done_ns]
     in_flight = [sum(1 for a, b in spans if a <= t < b) for t in range(w0, w1, 100_000_000)]
+    offsets = [
+        f"{o.offset_ns / 1e3:.1f} ± {o.uncertainty_ns / 1e3:.1f} µs"
+        for o in getattr(res, "offsets", [])
+    ]
     return {
-        "mode": "pool",
+        "mode": "pool" + (" (ray)" if args.ray else ""),
+        "clock_offsets": offsets,
         "workers": len(res.workers),
         "rate_rps": rate_rps,
         "tokens_per_s": tokens / args.duration,
@@ -494,6 +505,9 @@ def main() -> None:
         default="",
         help="comma-separated cores for the workers, cycled (default: --client-core, then "
         "the other usable cores)",
+    )
+    ap.add_argument(
+        "--ray", default="", help="--mode pool on Ray actors: local (start one here), auto, ADDRESS"
     )
     ap.add_argument("--worker-lead-s", type=float, default=4.0, help="spawn time before start")
     ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
