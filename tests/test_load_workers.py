@@ -306,3 +306,11 @@ def test_a_worker_killed_mid_run_counts_its_requests_as_failures(sim: RunningSim
     assert all(f"pid {victim}) exited with status -9" in (r.error_message or "") for r in lost)
     assert not res.kept_up
     assert any("worker 1 ended early (exit status -9)" in p for p in res.keep_up_problems())
+
+
+def test_auto_is_one_worker_per_core_but_the_coordinators() -> None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    pool = WorkerPool("auto", _config("http://127.0.0.1:1/v1"))
+    assert pool.n == max(1, (cores or 1) - 1)
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        WorkerPool(0, _config("http://127.0.0.1:1/v1"))
