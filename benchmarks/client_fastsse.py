@@ -366,6 +366,7 @@ async def run_pool(args: argparse.Namespace, port: int) -> dict[str, Any]:
         "requests": len(res.records),
         "failed": sum(1 for r in res.records if not r.ok),
         "kept_up": res.kept_up,
+        "client_bound": res.client_bound,
         "keep_up_problems": res.keep_up_problems(),
         "per_worker": [
             {

@@ -217,7 +217,12 @@ def test_worker_stats_by_hand() -> None:
     assert s.send_lateness_p50_ns == 2_000_100 and s.send_lateness_p99_ns == 2_000_100
     problems = s.problems()
     assert len(problems) == 2  # lateness 2 ms > 1 ms, exact share 60% < 80%
-    assert all("more workers" in p for p in problems)
+    # half a core used: the worker was held up by something else, more workers would not help
+    assert not s.client_bound
+    assert all("CPU to spare" in p and "more workers" not in p for p in problems)
+    busy = worker_stats(0, recs, dealt=2, busy_fraction=0.95)
+    assert busy.client_bound and len(busy.problems()) == 3
+    assert all("more workers" in p for p in busy.problems())
 
 
 def test_keep_up_verdict() -> None:
@@ -231,7 +236,9 @@ def test_keep_up_verdict() -> None:
     assert len(lines) == 2
     assert "97% busy" in lines[0] and "more workers" in lines[0]
     assert "worker 2 ended early (exit status -9) with 4 requests" in lines[1]
+    assert res.client_bound
     assert PoolResult([], [ok], 0).kept_up
+    assert not PoolResult([], [ok, dead], 0).client_bound
 
 
 # ---------------------------------------------------------------------- real processes

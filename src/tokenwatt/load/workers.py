@@ -172,12 +172,26 @@ class WorkerStats:
     def exact_share(self) -> float | None:
         return self.exact_events / self.events if self.events else None
 
+    @property
+    def client_bound(self) -> bool:
+        """The worker's own process used more of its core than the keep-up limit allows."""
+        return self.busy_fraction is not None and self.busy_fraction > KEEP_UP_BUSY_MAX
+
     def problems(self) -> list[str]:
-        """One line per keep-up self-check this worker failed, each naming the remedy."""
-        fix = (
-            "the load generator was the bottleneck: use more workers (workers: N, --workers N) "
-            "or free its core"
-        )
+        """One line per keep-up self-check this worker failed, each naming the remedy.
+
+        Late sends and shared reads have several causes; the worker's busy fraction tells them
+        apart: a saturated worker needs more workers, one with CPU to spare was held up by
+        something else (other processes on its core, a full connection pool, or a server that
+        falls behind and then sends several events of a stream at once).
+        """
+        if self.client_bound:
+            fix = "the load generator was the bottleneck: use more workers (workers: N)"
+        else:
+            fix = (
+                "its process had CPU to spare: look at other processes on its core, "
+                "max_connections, or a server sending events in bursts"
+            )
         out: list[str] = []
         if self.lost:
             cause = self.cause or f"exit status {self.exit_code}"
@@ -191,7 +205,7 @@ class WorkerStats:
                 f"worker {self.worker}: p99 send lateness {p99 / 1e6:.2f} ms > "
                 f"{KEEP_UP_LATENESS_P99_NS / 1e6:g} ms; {fix}"
             )
-        if self.busy_fraction is not None and self.busy_fraction > KEEP_UP_BUSY_MAX:
+        if self.client_bound:
             out.append(
                 f"worker {self.worker}: its core was {self.busy_fraction:.0%} busy > "
                 f"{KEEP_UP_BUSY_MAX:.0%}; {fix}"
@@ -219,6 +233,11 @@ class PoolResult:
     @property
     def kept_up(self) -> bool:
         return not self.keep_up_problems()
+
+    @property
+    def client_bound(self) -> bool:
+        """Some worker saturated its core: the load generator, not the server, was the limit."""
+        return any(w.client_bound for w in self.workers)
 
 
 def _pct(xs: list[int], q: float) -> int | None:
