@@ -463,6 +463,9 @@ class WorkerPool:
     ``WorkerPool(n, client_config, pin=True)``; ``await pool.run(schedule)`` starts the
     processes, deals the schedule, waits for every request to end (or its worker to die) and
     returns a :class:`PoolResult`. ``pids`` lists the running workers' process ids.
+    Workers are spawned (a fresh interpreter, nothing inherited from a running loop), so a
+    script that uses the pool needs the ``if __name__ == "__main__":`` guard multiprocessing
+    asks for; without it every worker fails at start and all requests come back worker_lost.
     """
 
     def __init__(
