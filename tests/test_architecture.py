@@ -26,6 +26,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "sim": {"client", "load", "metrics", "power", "report", "cli", "spec", "records"},
     "report": {"client", "load", "sim", "cli"},
     "load": {"cli"},
+    "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
 }
 # load.bench writes the result file, so load may use the schema (and machine facts) of report,
 # never its views (terminal, HTML, compare).
