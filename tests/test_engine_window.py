@@ -70,19 +70,45 @@ def _window(**kw: float) -> EngineWindow:
 
 
 def test_agreement_within_tolerance() -> None:
-    # engine: 1000 tokens in 10 s = 100 tok/s; mean running 4 on R = 2 → B = 2 per replica;
-    # 250 steps in 10 s on 2 replicas → 12.5 steps/s each.
-    w = _window(generated_tokens=1000, running_mean=4.0, decode_steps=250)
-    assert engine_batch_and_steps(w, 2) == (2.0, 12.5)
-    # client: T = 101 tok/s (1% high), τ = 0.0396 s → B = 101 × 0.0396 / 2 = 1.99998
-    out = {a.figure: a for a in compare_client_engine(
-        client_tokens_per_s=101.0, client_tau_s=0.0396, replicas=2, window=w
-    )}  # fmt: skip
+    # engine: 1000 tokens in 10 s = 100 tok/s; 250 steps → 4 tokens per step = B;
+    # 250 steps in 10 s on 2 replicas → 12.5 steps/s each
+    w = _window(generated_tokens=1000, running_mean=7.0, decode_steps=250)
+    assert engine_batch_and_steps(w, 2) == (4.0, 12.5)
+    # client: T = 101 tok/s (1% high), τ = 0.0792 s → B = 101 × 0.0792 / 2 = 3.9996,
+    # s = 1/0.0792 = 12.626 (1.0% high)
+    out = {
+        a.figure: a
+        for a in compare_client_engine(
+            client_tokens_per_s=101.0, client_tau_s=0.0792, replicas=2, window=w
+        )
+    }
     assert out["T"].ok and out["T"].rel_diff == pytest.approx(0.01)
-    assert out["B"].client == pytest.approx(101 * 0.0396 / 2)  # 1.99998
-    assert out["B"].ok and out["s"].client == pytest.approx(1 / 0.0396)
-    assert out["s"].ok is False  # 25.25 vs 12.5 steps/s
-    assert out["s"].cause is not None and "several tokens per engine step" in out["s"].cause
+    assert out["B"].client == pytest.approx(3.9996) and out["B"].ok
+    assert out["s"].client == pytest.approx(1 / 0.0792) and out["s"].ok
+    assert all(a.cause is None for a in out.values())
+
+
+def test_engine_batch_falls_back_to_running_requests() -> None:
+    # no step counter: time-weighted running 7 over R = 2 → 3.5 per replica; no s
+    assert engine_batch_and_steps(_window(generated_tokens=1000, running_mean=7.0), 2) == (
+        3.5,
+        None,
+    )
+
+
+def test_several_tokens_per_step_shows_in_s() -> None:
+    # 2 busy slots, 25 steps/s, 100 tok/s: speculative decoding emits 2 tokens per sequence
+    # per step, so the client's 1/τ = 1/0.02 = 50 counts tokens, twice the 25 steps/s
+    w = _window(generated_tokens=1000, decode_steps=250, busy_slots_per_decode=2.0)
+    out = {
+        a.figure: a
+        for a in compare_client_engine(
+            client_tokens_per_s=100.0, client_tau_s=0.02, replicas=1, window=w, tokens_per_chunk=2
+        )
+    }
+    assert out["s"].ok is False and out["s"].rel_diff == pytest.approx(1.0)
+    assert "several tokens per engine step" in (out["s"].cause or "")
+    assert "2.00 tokens per chunk" in (out["s"].cause or "")
 
 
 def test_disagreement_names_a_cause_by_direction() -> None:

@@ -16,7 +16,7 @@ from tokenwatt.engine.compare import (
 from tokenwatt.engine.names import ENGINE_NAMES, ENGINES, detect_engine
 from tokenwatt.engine.parse import EngineSample, MetricsParseError, parse_samples, sample_from_text
 from tokenwatt.engine.scrape import EngineScraper, fetch_text, metrics_url_for
-from tokenwatt.engine.window import EngineWindow, summarize
+from tokenwatt.engine.window import EngineWindow, clip_samples, summarize
 
 __all__ = [
     "AGREEMENT_TOLERANCES",
@@ -27,6 +27,7 @@ __all__ = [
     "EngineScraper",
     "EngineWindow",
     "MetricsParseError",
+    "clip_samples",
     "compare_client_engine",
     "detect_engine",
     "engine_batch_and_steps",

@@ -6,8 +6,8 @@ stated tolerance the derived MBU rests on measured ground; where they do not, th
 which way they part and what usually causes it, instead of silently reporting one of them.
 
 Engine figures per replica: T is node-wide on both sides; B is the engine's busy slots per
-decode (llama.cpp) or its time-weighted mean running requests, divided by R; s is engine
-steps per second divided by R.
+decode (llama.cpp), else generated tokens per engine step, else its time-weighted mean of
+running requests ÷ R (``engine_batch_and_steps``); s is engine steps per second ÷ R.
 """
 
 from __future__ import annotations
@@ -58,16 +58,26 @@ class Agreement:
 def engine_batch_and_steps(
     window: EngineWindow, replicas: int
 ) -> tuple[float | None, float | None]:
-    """(B, s) per replica from the engine alone, for a second MBU next to the client's."""
+    """(B, s) per replica from the engine alone, for a second MBU next to the client's.
+
+    B, best first: llama.cpp's busy slots per decode call; generated tokens per engine step
+    (each decode step emits one token per running sequence, so this is the mean decode
+    batch; prefill-only steps pull it down slightly); the time-weighted mean of running
+    requests ÷ R (counts a request as running during its prefill too).
+    """
     r = max(replicas, 1)
+    steps = window.decode_steps
+    batch: float | None
     if window.busy_slots_per_decode is not None:
-        batch: float | None = window.busy_slots_per_decode
+        batch = window.busy_slots_per_decode
+    elif steps and window.generated_tokens is not None:
+        batch = window.generated_tokens / steps
     elif window.running_mean is not None:
         batch = window.running_mean / r
     else:
         batch = None
-    steps = window.decode_steps_per_s
-    return batch, (steps / r if steps is not None else None)
+    rate = window.decode_steps_per_s
+    return batch, (rate / r if rate is not None else None)
 
 
 def _one(figure: str, client: float, engine: float | None, tol: float, extra: str) -> Agreement:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from tokenwatt.clock import now_ns
 from tokenwatt.engine.names import ENGINE_NAMES, ENGINES, EngineName, detect_engine
 from tokenwatt.engine.parse import EngineSample, MetricsParseError, parse_samples, sample_from_text
-from tokenwatt.engine.window import EngineWindow, summarize
+from tokenwatt.engine.window import EngineWindow, clip_samples, summarize
 
 __all__ = ["EngineScraper", "fetch_text", "metrics_url_for"]
 
@@ -107,8 +107,9 @@ class EngineScraper:
             self._thread.start()
         return self
 
-    def stop(self) -> EngineWindow:
-        """Take the last scrape now and summarize the window."""
+    def stop(self, window_ns: tuple[int, int] | None = None) -> EngineWindow:
+        """Take the last scrape now and summarize the window; with ``window_ns`` (the client's
+        window on ``tokenwatt.clock``) the counters are interpolated to its edges."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timeout_s + self.interval_s)
@@ -120,4 +121,6 @@ class EngineScraper:
             samples = sorted(self.samples, key=lambda s: s.t_ns)
         if self.engine is not None and not ENGINE_NAMES[self.engine]:
             return EngineWindow(self.engine, self.url, unavailable="no figures mapped")
+        if window_ns is not None:
+            samples = clip_samples(samples, *window_ns)
         return summarize(samples, engine=self.engine, url=self.url)

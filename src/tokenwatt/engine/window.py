@@ -17,7 +17,7 @@ from typing import Any
 from tokenwatt.engine.names import COUNTERS, GAUGES
 from tokenwatt.engine.parse import EngineSample
 
-__all__ = ["EngineWindow", "counter_delta", "summarize", "time_weighted_mean"]
+__all__ = ["EngineWindow", "clip_samples", "counter_delta", "summarize", "time_weighted_mean"]
 
 
 def counter_delta(values: Sequence[float]) -> float:
@@ -97,6 +97,35 @@ class EngineWindow:
             return []
         t0 = self.series[0].t_ns
         return [{"t_s": (s.t_ns - t0) / 1e9, **s.counters, **s.gauges} for s in self.series]
+
+
+def _at(a: EngineSample, b: EngineSample, t_ns: int) -> EngineSample:
+    """The sample linearly interpolated between ``a`` and ``b`` at ``t_ns``."""
+    f = (t_ns - a.t_ns) / (b.t_ns - a.t_ns) if b.t_ns > a.t_ns else 0.0
+
+    def mix(x: dict[str, float], y: dict[str, float]) -> dict[str, float]:
+        return {k: x[k] + f * (y[k] - x[k]) if y[k] >= x[k] else y[k] for k in x if k in y}
+
+    return EngineSample(t_ns, mix(a.counters, b.counters), mix(a.gauges, b.gauges))
+
+
+def clip_samples(samples: Sequence[EngineSample], start_ns: int, end_ns: int) -> list[EngineSample]:
+    """``samples`` cut to [start_ns, end_ns], with values interpolated at both edges.
+
+    Why: the scrapes bracket the client's window but do not fall on its edges; comparing
+    the client's T with the engine's over the same seconds needs the engine's counters at
+    those instants. Linear interpolation is off by at most one scrape interval's increments.
+    """
+    inside = [s for s in samples if start_ns < s.t_ns < end_ns]
+    out: list[EngineSample] = []
+    for edge in (start_ns, end_ns):
+        before = [s for s in samples if s.t_ns <= edge]
+        after = [s for s in samples if s.t_ns >= edge]
+        if before and after:
+            out.append(_at(before[-1], after[0], edge))
+    if len(out) < 2:
+        return list(samples)  # the scrapes do not bracket the window: keep them as they are
+    return [out[0], *inside, out[1]]
 
 
 def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) -> EngineWindow:
