@@ -21,6 +21,7 @@ from tokenwatt.geometry.dtypes import bytes_per_param
 from tokenwatt.geometry.model import KVGroup, ModelGeometry
 from tokenwatt.geometry.overrides import apply_outputs, check_consistent, split_overrides
 from tokenwatt.geometry.parse import build_geometry
+from tokenwatt.geometry.safetensors import apply_safetensors_headers
 
 __all__ = [
     "KVGroup",
@@ -30,6 +31,9 @@ __all__ = [
     "list_presets",
     "load_geometry",
 ]
+
+
+_BYTE_FIELDS = ("dense_weight_bytes", "expert_bytes", "stored_weight_bytes")
 
 
 def _patched(config: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,7 +132,7 @@ def load_geometry(
     if os.fspath(source).strip().lower().endswith(".gguf"):
         return _from_gguf(source, weight_dtype, kv_dtype, overrides)
     loaded = read_config(source)
-    return _build(
+    geom = _build(
         loaded.data,
         name=loaded.name,
         weight_dtype=weight_dtype,
@@ -137,3 +141,8 @@ def load_geometry(
         folder=loaded.folder,
         source=loaded.origin,
     )
+    # safetensors headers beside the config give exact bytes, unless the user set them
+    set_by_hand = {"weight_dtype", *_BYTE_FIELDS} & set(overrides or {})
+    if loaded.folder is not None and weight_dtype is None and not set_by_hand:
+        geom = apply_safetensors_headers(geom, loaded.folder)
+    return geom
