@@ -97,3 +97,50 @@ def test_client_and_engine_agree_on_t_and_b(sim: RunningSim) -> None:
     assert checks["B"].ok, checks["B"]
     # steps: the vLLM iteration histogram counts every engine step, so s agrees as well
     assert checks["s"].ok, checks["s"]
+
+
+def test_idle_replica_is_flagged_with_its_cause() -> None:
+    """Two replicas behind one endpoint, one stream: one replica idles the whole window.
+    Client B = T·τ/R halves (R = 2), the engine's tokens per step stays 1: flagged, cause idle."""
+    cfg = SimConfig(
+        geometry=load_geometry("llama-3.1-8b"),
+        accelerator=get_accelerator("h100"),
+        served_model_name="sim-8b",
+        max_model_len=4096,
+        prefill_cost=False,
+        replicas=2,
+    )
+    with start_sim_thread(cfg) as running:
+        scraper = EngineScraper(running.metrics_url, "vllm", interval_s=0.05)
+
+        async def one() -> RequestRecord:
+            async with StreamClient(
+                running.url, api="completions", model="sim-8b", timeouts=Timeouts()
+            ) as c:
+                scraper.start()
+                return await c.stream(
+                    request_id=0,
+                    scheduled_ns=now_ns(),
+                    prompt=[1] * 32,
+                    max_tokens=200,
+                    prompt_tokens_client=32,
+                )
+
+        rec = asyncio.run(one())
+        whole = scraper.stop()
+    assert rec.ok and whole.generated_tokens == 200
+    assert rec.sent_ns is not None and rec.end_ns is not None and rec.first_token_ns is not None
+    window = summarize(clip_samples(whole.series, rec.sent_ns, rec.end_ns), engine="vllm", url="")
+    t_client = 200 / ((rec.end_ns - rec.sent_ns) / 1e9)
+    tau_s = (rec.end_ns - rec.first_token_ns) / 1e9 / 199
+    b = next(
+        a
+        for a in compare_client_engine(
+            client_tokens_per_s=t_client, client_tau_s=tau_s, replicas=2, window=window
+        )
+        if a.figure == "B"
+    )
+    # engine: 200 tokens over ~200 steps of one replica → ≈ 1 per step; client ≈ 0.5
+    assert b.engine == pytest.approx(1.0, rel=0.02)
+    assert b.client == pytest.approx(0.5, rel=0.05)
+    assert b.ok is False and "idle replicas" in (b.cause or "")
