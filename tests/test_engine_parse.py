@@ -95,7 +95,7 @@ def test_tgi_counters_without_total_suffix_and_decode_label() -> None:
 def test_llamacpp_busy_slots_average_is_undone() -> None:
     s = sample_from_text(dump("llamacpp.handwritten.txt"), "llamacpp", 0)
     assert s.counters == {
-        "prompt_tokens": 240,
+        "prompt_tokens": 240 + 60,  # processed + reused from the prompt cache
         "generated_tokens": 640,
         "decode_steps": 500,
         "busy_slot_decodes": 750,  # 1.5 × 500
@@ -119,9 +119,12 @@ def test_garbage_is_a_parse_error() -> None:
         parse_samples("<html><body>404 not found</body></html>\n")
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in DUMPS.glob("llamacpp*.captured.txt")))
-def test_captured_llama_server_dump(name: str) -> None:
-    s = sample_from_text(dump(name), "llamacpp", 0)
-    for key in ("prompt_tokens", "generated_tokens", "decode_steps", "busy_slot_decodes"):
-        assert key in s.counters
-    assert {"running", "waiting"} <= set(s.gauges)
+def test_captured_llama_server_dump() -> None:
+    # captured after 2 concurrent requests of 9 prompt tokens (8 words + BOS) and 16 outputs
+    s = sample_from_text(dump("llamacpp.captured.txt"), "llamacpp", 0)
+    assert s.counters["prompt_tokens"] == 2 * 9  # processed 18 + cached 0
+    assert s.counters["generated_tokens"] == 2 * 16
+    assert s.counters["decode_steps"] == 18
+    # 1.88889 busy slots per call × 18 calls = 34 slot-decodes (6 significant digits printed)
+    assert s.counters["busy_slot_decodes"] == pytest.approx(34, abs=1e-3)
+    assert s.gauges == {"running": 0, "waiting": 0}

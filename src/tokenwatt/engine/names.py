@@ -49,15 +49,17 @@ GAUGES: tuple[str, ...] = ("running", "waiting", "kv_usage")
 class Source:
     """Where one figure comes from: sample names tried in order (the first present wins),
     series filtered by ``labels``, summed over the remaining series (replicas, reasons) or,
-    with ``mean``, averaged (KV usage is a fraction per replica)."""
+    with ``mean``, averaged (KV usage is a fraction per replica); ``plus`` names samples
+    added to it where present (llama.cpp counts cached prompt tokens apart)."""
 
     names: tuple[str, ...]
     labels: dict[str, str] = field(default_factory=dict)
     mean: bool = False
+    plus: tuple[str, ...] = ()
 
 
-def _s(*names: str, mean: bool = False, **labels: str) -> Source:
-    return Source(names, dict(labels), mean)
+def _s(*names: str, mean: bool = False, plus: tuple[str, ...] = (), **labels: str) -> Source:
+    return Source(names, dict(labels), mean, plus)
 
 
 ENGINE_NAMES: dict[EngineName, dict[str, Source]] = {
@@ -91,7 +93,10 @@ ENGINE_NAMES: dict[EngineName, dict[str, Source]] = {
         "waiting": _s("tgi_queue_size"),
     },
     "llamacpp": {
-        "prompt_tokens": _s("llamacpp:prompt_tokens_total"),
+        # prompt tokens of the requests: processed plus reused from the prompt cache
+        "prompt_tokens": _s(
+            "llamacpp:prompt_tokens_total", plus=("llamacpp:prompt_tokens_cached_total",)
+        ),
         "generated_tokens": _s("llamacpp:tokens_predicted_total"),
         # llama_decode() calls: decode steps, plus calls that only prefill
         "decode_steps": _s("llamacpp:n_decode_total"),

@@ -45,6 +45,14 @@ def parse_samples(text: str) -> dict[str, Series]:
 
 
 def _value(samples: Mapping[str, Series], src: Source) -> float | None:
+    found = _first(samples, src)
+    if found is None:
+        return None
+    extra = [v for name in src.plus for _, v in samples.get(name, [])]
+    return found + sum(extra)
+
+
+def _first(samples: Mapping[str, Series], src: Source) -> float | None:
     for name in src.names:
         series = samples.get(name)
         if series is None:
