@@ -24,7 +24,9 @@ from tokenwatt.engine import (
     EngineScraper,
     clip_samples,
     compare_client_engine,
+    fetch_text,
     metrics_url_for,
+    sample_from_text,
     summarize,
 )
 from tokenwatt.geometry import load_geometry
@@ -179,7 +181,7 @@ def measure_read_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float
     return nbytes / best
 
 
-STREAMS, ROUNDS, OUT = 2, 3, 64  # one stream per server slot (-np 2), closed loop
+STREAMS, ROUNDS, OUT = 2, 2, 128  # one stream per server slot (-np 2), closed loop
 PROMPT = " ".join(["the"] * 24)
 
 
@@ -203,11 +205,27 @@ async def _closed_loop(url: str, scraper: EngineScraper) -> list[RequestRecord]:
     return records
 
 
+def _wait_idle(metrics_url: str, timeout_s: float = 30.0) -> None:
+    """Until no slot is busy and the token counter stands still: an earlier test's stream
+    that was cut off is counted only when its slot is released."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        s = sample_from_text(fetch_text(metrics_url, 5.0), "llamacpp", 0)
+        now = (s.gauges.get("running"), s.counters.get("generated_tokens"))
+        if now[0] == 0 and now == last:
+            return
+        last = now
+        time.sleep(0.5)
+    pytest.fail(f"llama-server still busy after {timeout_s} s: {last}")
+
+
 def test_client_and_llama_server_counters_agree(llama_url: str) -> None:
     """T within 2% of the engine's generated-token rate, B within 5% of its busy slots per
     decode, every generated token counted on both sides; MBU from the GGUF's exact bytes."""
     gguf = find_gguf()
     assert gguf is not None
+    _wait_idle(metrics_url_for(llama_url))
     # start and end scrapes only: llama.cpp adds a request's tokens when its slot is released,
     # so scrapes in between would show steps, and interpolating between them would mislead
     scraper = EngineScraper(metrics_url_for(llama_url), "auto", interval_s=600)
