@@ -21,7 +21,7 @@ import urllib.request
 from urllib.parse import urlsplit, urlunsplit
 
 from tokenwatt.clock import now_ns
-from tokenwatt.engine.names import ENGINE_NAMES, ENGINES, EngineName, detect_engine
+from tokenwatt.engine.names import ENGINES, EngineName, detect_engine
 from tokenwatt.engine.parse import EngineSample, MetricsParseError, parse_samples, sample_from_text
 from tokenwatt.engine.window import EngineWindow, clip_samples, summarize
 
@@ -119,8 +119,6 @@ class EngineScraper:
             return EngineWindow(self.engine, self.url, unavailable=self.unavailable)
         with self._lock:
             samples = sorted(self.samples, key=lambda s: s.t_ns)
-        if self.engine is not None and not ENGINE_NAMES[self.engine]:
-            return EngineWindow(self.engine, self.url, unavailable="no figures mapped")
         if window_ns is not None:
             samples = clip_samples(samples, *window_ns)
         return summarize(samples, engine=self.engine, url=self.url)
