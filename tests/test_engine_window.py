@@ -21,6 +21,7 @@ from tokenwatt.engine import (
     summarize,
 )
 from tokenwatt.engine.window import counter_delta, time_weighted_mean
+from tokenwatt.errors import SpecError
 from tokenwatt.spec import parse_spec
 
 S = 1_000_000_000
@@ -142,9 +143,9 @@ def test_metrics_url_next_to_the_endpoint() -> None:
 def test_spec_section() -> None:
     spec = parse_spec({"model": {"source": "qwen3-8b"}})
     assert spec.server_metrics.engine == "auto" and spec.server_metrics.url is None
-    with pytest.raises(Exception, match=r"server_metrics\.engine"):
+    with pytest.raises(SpecError, match=r"server_metrics\.engine"):
         parse_spec({"model": {"source": "qwen3-8b"}, "server_metrics": {"engine": "ollama"}})
-    with pytest.raises(Exception, match=r"server_metrics\.interval_s"):
+    with pytest.raises(SpecError, match=r"server_metrics\.interval_s"):
         parse_spec({"model": {"source": "qwen3-8b"}, "server_metrics": {"interval_s": 0}})
 
 
