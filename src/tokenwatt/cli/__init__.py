@@ -57,8 +57,10 @@ def main() -> None:
         rc = app(standalone_mode=False)
     except TokenwattError as exc:
         # The message is text, not markup: "pip install 'tokenwatt[nvidia]'" must survive.
+        from tokenwatt.spec import redact_text  # no URL credentials in any printed line
+
         err_console.print(
-            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+            f"[bold red]error:[/] {escape(redact_text(str(exc)))}", highlight=False, soft_wrap=True
         )
         sys.exit(2)
     except typer.Exit as exc:

@@ -24,6 +24,15 @@ Timeline (monotonic ns)::
   probe: in-flight requests are cancelled (records with ``status='cancelled'``), the
   window ends at that moment, and ``run_probe`` *returns* the partial run with
   ``interrupted=True`` instead of raising. Callers must check ``interrupted``.
+* Bounded overload: the open-loop sender never holds more than ``MAX_PENDING_SENDS`` requests
+  in flight (at the cap it waits for one to end) and yields to the loop at least every
+  ``_YIELD_EVERY`` sends, so memory stays bounded and Ctrl-C/SIGTERM are heard at any rate.
+  A send that starts more than ``LATE_SEND_S`` after its slot is *late* (``late_sends``); a
+  sender more than ``MAX_SEND_LAG_S`` behind its schedule cannot offer the load asked for: the
+  probe stops there, marked ``saturated`` (the load generator's limit, not the server's; the
+  SLO judge never calls that a pass or an SLO failure).
+* ``on_record`` is called with every record as it ends (``requests.jsonl`` is written
+  incrementally from it, so a killed run keeps what was measured).
 """
 
 from __future__ import annotations
@@ -47,6 +56,9 @@ from tokenwatt.records import RequestPhase, RequestRecord, write_requests
 from tokenwatt.spec import BenchSpec, ProbeSettings
 
 __all__ = [
+    "LATE_SEND_S",
+    "MAX_PENDING_SENDS",
+    "MAX_SEND_LAG_S",
     "ProbeProgress",
     "ProbeRun",
     "StreamingClient",
@@ -57,6 +69,13 @@ _NS = 1_000_000_000
 _LEAD_NS = 20_000_000  # first arrival slot this long after run_probe starts (set-up time)
 _POLL_S = 0.5  # progress and should_stop cadence
 _SPIN_NS = 1_500_000  # sleep until this close to a send time, then yield-spin to it
+# The most open-loop requests in flight at once. Far above any engine's running batch
+# (vLLM's max_num_seqs is 256-1024 per replica), low enough that 8192 tasks, records and
+# prompts stay within tens of MB. At the cap the sender waits, and its sends turn late.
+MAX_PENDING_SENDS = 8192
+LATE_SEND_S = 0.05  # a send this long after its slot is late (asyncio jitter is ~1 ms)
+MAX_SEND_LAG_S = 1.0  # a sender this far behind schedule is saturated: the probe stops
+_YIELD_EVERY = 64  # sends between forced yields to the loop, however late the sender is
 Phase = Literal["warmup", "window", "drain"]
 
 
@@ -115,6 +134,9 @@ class ProbeRun:
     interrupted: bool = False  # Ctrl-C / cancellation: partial
     stopped_early: bool = False  # should_stop ended the window
     drain_timeouts: int = 0  # counted requests cut at the drain timeout
+    saturated: bool = False  # the sender fell MAX_SEND_LAG_S behind schedule: probe stopped
+    late_sends: int = 0  # sends started more than LATE_SEND_S after their slot
+    max_send_lag_s: float = 0.0  # the sender's worst lag behind its schedule
     clock: dict[str, Any] | None = None  # the client's timestamp source and clock offset
     client_stats: dict[str, Any] = field(default_factory=dict)
 
@@ -143,6 +165,9 @@ class ProbeRun:
             "interrupted": self.interrupted,
             "stopped_early": self.stopped_early,
             "drain_timeouts": self.drain_timeouts,
+            "saturated": self.saturated,
+            "late_sends": self.late_sends,
+            "max_send_lag_s": self.max_send_lag_s,
         }
 
     def write_requests(self, path: str | Path) -> Path:
@@ -163,8 +188,10 @@ class _Probe:
         max_requests: int | None,
         on_progress: Callable[[ProbeProgress], None] | None,
         should_stop: Callable[[Sequence[RequestRecord]], bool] | None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self.spec = spec
+        self.on_record = on_record
         self.client = client
         self.schedule = schedule
         self.plans = plans
@@ -196,6 +223,10 @@ class _Probe:
         self.timed_out_ids: set[int] = set()
         self.interrupted = False
         self.stopped_early = False
+        self.saturated = False
+        self.late_sends = 0
+        self.max_lag_ns = 0
+        self.slot_free = asyncio.Event()
 
     # ------------------------------------------------------------------ window bookkeeping
     @property
@@ -249,6 +280,7 @@ class _Probe:
 
         def finished(t: asyncio.Task[None]) -> None:
             self.tasks.discard(t)
+            self.slot_free.set()
             if plan.index not in self.recorded:
                 # cancelled before its first step: the request was never sent, but it was
                 # scheduled, so it is recorded (and counted, if in the window) as cancelled
@@ -307,6 +339,8 @@ class _Probe:
             rec.status = "cancelled"
         self.records.append(rec)
         self.recorded.add(rec.request_id)
+        if self.on_record is not None:
+            self.on_record(rec)
         if counted:
             self.counted_ids_in_flight.discard(rec.request_id)
             self.counted_done.append(rec)
@@ -328,7 +362,7 @@ class _Probe:
                 await asyncio.sleep(0)
 
     async def _open_loop(self, schedule: OpenLoopSchedule) -> None:
-        for off in schedule.offsets_ns():
+        for k, off in enumerate(schedule.offsets_ns()):
             t = self.t0 + off
             counted = self._admit(t)
             if self.w1 is not None and self.counted_in_flight == 0 and not counted:
@@ -338,9 +372,32 @@ class _Probe:
                 return
             plan = next(self.plans)
             await self._sleep_until(t)
-            if self.stop_dispatch:
+            if not await self._room_for_one(t) or self.stop_dispatch:
                 return
             self._launch(plan, t, counted)
+            if k % _YIELD_EVERY == _YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # however late: let Ctrl-C, replies and polls run
+
+    async def _room_for_one(self, slot_ns: int) -> bool:
+        """Wait for a free slot under MAX_PENDING_SENDS and note how late this send is; False
+        (and ``saturated``) once the sender is MAX_SEND_LAG_S behind its schedule."""
+        while True:
+            lag = now_ns() - slot_ns
+            self.max_lag_ns = max(self.max_lag_ns, lag)
+            if lag > MAX_SEND_LAG_S * _NS:
+                self.saturated = True
+                self.wake.set()
+                return False
+            if len(self.tasks) < MAX_PENDING_SENDS:
+                break
+            self.slot_free.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.slot_free.wait(), timeout=0.05)
+            if self.stop_dispatch:
+                return False
+        if lag > LATE_SEND_S * _NS:
+            self.late_sends += 1
+        return True
 
     async def _closed_loop_worker(self) -> None:
         await self._sleep_until(self.t0)
@@ -405,6 +462,9 @@ class _Probe:
                         self.stopped_early = True
                         self._close(now)
                         break
+                if self.saturated:
+                    self._close(max(now, self.w0))
+                    break
                 if self._finished(now):
                     break
                 if self.drain_deadline is not None and now >= self.drain_deadline:
@@ -422,7 +482,7 @@ class _Probe:
             await self._shutdown(workers)
         end = now_ns()
         w1 = self.w1 if self.w1 is not None else end
-        if self.interrupted or self.stopped_early:
+        if self.interrupted or self.stopped_early or self.saturated:
             w1 = min(w1, end)
         if self.on_progress is not None:
             self.on_progress(self._progress(end))
@@ -456,6 +516,7 @@ async def run_probe(
     concurrency: int | None = None,
     on_progress: Callable[[ProbeProgress], None] | None = None,
     should_stop: Callable[[Sequence[RequestRecord]], bool] | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
 ) -> ProbeRun:
     """Run one probe at ``rate_rps`` (open loop, the spec's arrival process) or closed loop
     (``concurrency``, or ``rate_rps=None`` with a concurrency arrival in the spec).
@@ -465,6 +526,7 @@ async def run_probe(
     ``max_duration_s``), replacing ``min_duration_s``/``min_requests`` (the single-stream point
     is ``concurrency=1, max_requests=N``). ``should_stop`` is called about every 0.5 s with the
     counted requests finished so far; True ends the window there (``stopped_early``).
+    ``on_record`` sees every record as it ends (for incremental writing).
     """
     settings = settings or spec.search.probe
     if max_requests is not None and max_requests < 1:
@@ -485,6 +547,7 @@ async def run_probe(
         max_requests=max_requests,
         on_progress=on_progress,
         should_stop=should_stop,
+        on_record=on_record,
     )
     records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
@@ -519,6 +582,9 @@ async def run_probe(
         interrupted=probe.interrupted,
         stopped_early=probe.stopped_early,
         drain_timeouts=sum(1 for r in records if r.request_id in probe.timed_out_ids),
+        saturated=probe.saturated,
+        late_sends=probe.late_sends,
+        max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
         clock=clock_dict,
         client_stats=stats,
     )
