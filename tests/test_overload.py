@@ -99,3 +99,44 @@ def test_sigterm_is_heard_at_a_million_requests_per_second(tmp_path: Path) -> No
     ids = [orjson.loads(x)["request_id"] for x in lines]
     assert len(ids) == len(set(ids)) > 0
     assert not data["summary"]["slo_passed"]
+
+
+def test_one_stall_of_the_process_is_caught_up_not_saturated() -> None:
+    """A 1.3 s freeze of the whole process at 20 req/s leaves 26 sends overdue: they go out
+    late (counted), the sender catches up, and the probe is not called saturated."""
+    import asyncio
+
+    from tokenwatt.client import StreamClient
+    from tokenwatt.load.probe import run_probe
+    from tokenwatt.spec import ProbeSettings, parse_spec
+
+    async def main() -> None:
+        async with FaultServer(modes=["instant"]) as srv:
+            spec = parse_spec(_spec(srv.url))
+            client = StreamClient(
+                srv.url, api="completions", model="m", timeouts=spec.endpoint.timeouts
+            )
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.5, time.sleep, 1.3)  # the freeze
+            try:
+                run = await run_probe(
+                    spec,
+                    client,
+                    rate_rps=20,
+                    seed=1,
+                    settings=ProbeSettings(
+                        warmup_s=0,
+                        min_duration_s=3,
+                        max_duration_s=3,
+                        min_requests=1,
+                        drain_timeout_s=2,
+                        early_stop=False,
+                    ),
+                )
+            finally:
+                await client.aclose()
+        assert not run.saturated
+        assert run.late_sends >= 10  # the overdue sends, counted
+        assert run.max_send_lag_s > MAX_SEND_LAG_S
+
+    asyncio.run(main())
