@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tokenwatt.geometry.model import ModelGeometry
     from tokenwatt.hardware import Accelerator
     from tokenwatt.load.probe import ProbeProgress, ProbeRun
+    from tokenwatt.load.spill import RecordSpill
     from tokenwatt.load.target import Target
     from tokenwatt.metrics.latency import ProbeMetrics
     from tokenwatt.spec import BenchSpec
@@ -233,7 +234,6 @@ async def _probe(
     from tokenwatt.geometry import load_geometry
     from tokenwatt.load.derive import early_stop_for
     from tokenwatt.load.probe import run_probe
-    from tokenwatt.load.spill import RecordSpill
     from tokenwatt.load.target import open_target, resolve_accelerator
 
     geometry = geometry_error = accelerator = None
@@ -250,9 +250,7 @@ async def _probe(
         if spec.endpoint.is_sim:
             raise
         geometry_error = str(exc)  # a remote endpoint can still be probed; MBU is then absent
-    spill = RecordSpill(out / "requests.jsonl")
-    if spill.path.exists():
-        spill.path.unlink()  # a rerun into the same folder starts the file afresh
+    spill = _fresh_spill(out)
     async with open_target(spec, sim_mode=sim_mode) as target:
         progress = Progress(
             TextColumn("{task.description}"),
@@ -301,6 +299,32 @@ async def _probe(
         orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
     return data
+
+
+def _fresh_spill(out: Path) -> RecordSpill:
+    """The incremental ``requests.jsonl``; a rerun into the same folder starts it afresh."""
+    from tokenwatt.load.spill import RecordSpill
+
+    spill = RecordSpill(out / "requests.jsonl")
+    if spill.path.exists():
+        spill.path.unlink()
+    return spill
+
+
+def _exit_for(data: dict[str, Any]) -> None:
+    """Exit 128 + the signal for a stopped probe; 3 when the verdict is not an SLO one (an
+    error probe, a saturated load generator)."""
+    if data["interrupted"]:
+        from tokenwatt.cli._loop import stop_exit_code
+
+        console.print("[yellow]interrupted:[/] wrote what was measured")
+        # SystemExit, not typer.Exit: the app runs with standalone_mode=False, where click
+        # returns an Exit's code instead of exiting with it.
+        raise SystemExit(stop_exit_code())
+    detail = data["summary"]["slo_detail"]
+    if detail["error_probe"] or detail["load_generator_saturated"]:
+        console.print(f"[red]no SLO verdict:[/] {escape(str(detail['reason']))}")
+        raise SystemExit(3)
 
 
 def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None) -> BenchSpec:
@@ -395,14 +419,4 @@ def register(app: typer.Typer) -> None:
             for w in data["warnings"]:
                 console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
             console.print(f"wrote {folder / 'probe.json'} and {folder / 'requests.jsonl'}")
-        if data["interrupted"]:
-            from tokenwatt.cli._loop import stop_exit_code
-
-            console.print("[yellow]interrupted:[/] wrote what was measured")
-            # SystemExit, not typer.Exit: the app runs with standalone_mode=False, where click
-            # returns an Exit's code instead of exiting with it.
-            raise SystemExit(stop_exit_code())
-        detail = data["summary"]["slo_detail"]
-        if detail["error_probe"] or detail["load_generator_saturated"]:
-            console.print(f"[red]no SLO verdict:[/] {escape(str(detail['reason']))}")
-            raise SystemExit(3)
+        _exit_for(data)

@@ -347,43 +347,50 @@ def _finish(bench: _Run) -> None:
     bench.emit(BenchEvent("written", result=bench.result, message=str(bench.out_dir)))
 
 
+async def _single_stream(bench: _Run) -> ProbeSummary | None:
+    """The single-stream point (None when the spec skips it). An error probe there stops the
+    run before the search (``result.search.stop_reason`` says why)."""
+    spec, result = bench.spec, bench.result
+    ss = spec.search
+    if ss.single_stream_requests <= 0:
+        return None
+    p = ss.probe
+    single = await bench.measure(
+        0,
+        rate_rps=None,
+        seed=probe_seed(spec.workload.seed, 0) ^ 0x5EED,
+        phase="single_stream",
+        settings=ProbeSettings(
+            warmup_s=0.0,
+            min_duration_s=p.min_duration_s,
+            min_requests=ss.single_stream_requests,
+            max_duration_s=p.max_duration_s,
+            drain_timeout_s=p.drain_timeout_s,
+            early_stop=False,
+        ),
+        concurrency=1,
+        max_requests=ss.single_stream_requests,
+    )
+    halt = _halt_of(single)
+    if halt is not None:
+        result.search = SearchSummary(history=[], precision_target=ss.precision, stop_reason=halt)
+        result.warnings.append(
+            f"stopped at the single-stream point: {single.slo_detail.reason}; no boundary is called"
+        )
+    elif not single.slo_passed:
+        result.warnings.append(
+            "the SLO fails even one request at a time (single-stream point): "
+            f"{single.slo_detail.reason}"
+        )
+    return single
+
+
 async def _search(bench: _Run) -> None:
     spec, result = bench.spec, bench.result
     ss = spec.search
-    single: ProbeSummary | None = None
-    if ss.single_stream_requests > 0:
-        p = ss.probe
-        single = await bench.measure(
-            0,
-            rate_rps=None,
-            seed=probe_seed(spec.workload.seed, 0) ^ 0x5EED,
-            phase="single_stream",
-            settings=ProbeSettings(
-                warmup_s=0.0,
-                min_duration_s=p.min_duration_s,
-                min_requests=ss.single_stream_requests,
-                max_duration_s=p.max_duration_s,
-                drain_timeout_s=p.drain_timeout_s,
-                early_stop=False,
-            ),
-            concurrency=1,
-            max_requests=ss.single_stream_requests,
-        )
-        halt = _halt_of(single)
-        if halt is not None:
-            result.search = SearchSummary(
-                history=[], precision_target=ss.precision, stop_reason=halt
-            )
-            result.warnings.append(
-                f"stopped at the single-stream point: {single.slo_detail.reason}; "
-                "no boundary is called"
-            )
-            return
-        if not single.slo_passed:
-            result.warnings.append(
-                "the SLO fails even one request at a time (single-stream point): "
-                f"{single.slo_detail.reason}"
-            )
+    single = await _single_stream(bench)
+    if single is not None and _halt_of(single) is not None:
+        return
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1

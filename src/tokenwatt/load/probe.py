@@ -511,6 +511,18 @@ class _Probe:
                 )
 
 
+def _client_facts(client: StreamingClient) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The client's clock facts and connection counts, where it has them."""
+    clock = getattr(client, "clock", None)
+    clock_dict = clock.to_dict() if clock is not None and hasattr(clock, "to_dict") else None
+    stats = {
+        k: getattr(client, k)
+        for k in ("connections_opened", "connections_reused")
+        if isinstance(getattr(client, k, None), int)
+    }
+    return clock_dict, stats
+
+
 async def run_probe(
     spec: BenchSpec,
     client: StreamingClient,
@@ -564,13 +576,7 @@ async def run_probe(
         slo=spec.slo,
         target_rate_rps=rate_rps if isinstance(schedule, OpenLoopSchedule) else None,
     )
-    clock = getattr(client, "clock", None)
-    clock_dict = clock.to_dict() if clock is not None and hasattr(clock, "to_dict") else None
-    stats = {
-        k: getattr(client, k)
-        for k in ("connections_opened", "connections_reused")
-        if isinstance(getattr(client, k, None), int)
-    }
+    clock_dict, stats = _client_facts(client)
     is_open = isinstance(schedule, OpenLoopSchedule)
     return ProbeRun(
         records=records,
