@@ -69,7 +69,9 @@ def main() -> None:
         err_console.print("aborted")
         sys.exit(130)
     except KeyboardInterrupt:
-        sys.exit(130)
+        from tokenwatt.cli._loop import stop_exit_code
+
+        sys.exit(stop_exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
     except Exception as exc:
         # Usage errors (click's, vendored inside typer) know how to show themselves.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
