@@ -260,3 +260,20 @@ def test_no_secret_in_any_output_of_a_run(tmp_path: Path) -> None:
             data = orjson.loads((out / "probe.json").read_bytes())
             assert data["summary"]["slo_detail"]["error_probe"]
             assert proc.returncode == 3
+
+
+@pytest.mark.timeout(100)
+def test_no_secret_in_the_error_line_of_a_failed_start(tmp_path: Path) -> None:
+    """A start that fails (the model is not served) names the endpoint in its one error line,
+    without the URL's password."""
+    with threaded(FaultServer(modes=["ok"])) as srv:
+        url = srv.url.replace("http://", f"http://{USER}:{PASSWORD}@")
+        d = spec_dict(url)
+        d["endpoint"]["model"] = "not-served"
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(yaml.safe_dump(d))
+        proc = run_cli(["probe", str(spec), "--rate", "5", "--out", str(tmp_path / "o")])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "not-served" in proc.stderr and "127.0.0.1" in proc.stderr
+    assert PASSWORD not in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
