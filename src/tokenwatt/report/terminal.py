@@ -28,6 +28,7 @@ from tokenwatt.report.format import (
     fmt_rate,
     fmt_signed_pct,
     fmt_tokens_per_s,
+    no_boundary_text,
 )
 from tokenwatt.result import BenchResult, ProbeSummary, SloSettings
 
@@ -99,25 +100,6 @@ def _mbu_text(p: ProbeSummary) -> str:
     return f"{fmt_pct(p.mbu)}  (weights {fmt_pct(d.mbu_weights)} + KV {fmt_pct(d.mbu_kv)})"
 
 
-def _no_boundary_text(result: BenchResult) -> str:
-    """Why there is no boundary: never "SLO not met" when the search stopped for another
-    reason (an error probe, a saturated sender, an interruption) or a probe passed."""
-    stop = result.search.stop_reason if result.search is not None else None
-    passed = [p.rate_rps for p in result.probes if p.slo_passed and p.rate_rps is not None]
-    best = f"; highest passing rate {fmt_rate(max(passed))}" if passed else ""
-    if stop == "error":
-        return f"no boundary: an error probe stopped the run (endpoint broken){best}"
-    if stop == "saturated":
-        return f"no boundary: the load generator could not offer the load{best}"
-    if result.interrupted or stop == "interrupted":
-        return f"no boundary: interrupted before one was measured{best}"
-    if passed:
-        return f"no boundary called{best}"
-    lowest = min((p.rate_rps for p in result.probes if p.rate_rps is not None), default=None)
-    where = f" (lowest rate probed: {fmt_rate(lowest)})" if lowest is not None else ""
-    return f"SLO not met at any probed rate{where}"
-
-
 def headline(result: BenchResult) -> RenderableType:
     """SLO goodput, tokens per joule and MBU at the boundary, in that order."""
     grid = Table.grid(padding=(0, 2))
@@ -125,7 +107,7 @@ def headline(result: BenchResult) -> RenderableType:
     grid.add_column()
     b = result.boundary
     if b is None:
-        grid.add_row("SLO goodput", Text(_no_boundary_text(result), "bold red"))
+        grid.add_row("SLO goodput", Text(no_boundary_text(result), "bold red"))
         grid.add_row("Tokens per joule", Text(DASH))
         grid.add_row("MBU", Text(DASH))
     else:
