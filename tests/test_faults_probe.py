@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -79,7 +80,8 @@ def test_every_mode_in_a_probe_is_classified_exactly_and_recorded_once() -> None
 
     async def main() -> None:
         async with FaultServer(by_prompt=True) as srv:
-            spec = parse_spec(spec_dict(srv.url))
+            # a budget of 100 %: the probe must not stop early on its endpoint errors here
+            spec = parse_spec({**spec_dict(srv.url), "slo": {"ttft_ms": 500, "max_error_rate": 1}})
             client = StreamClient(srv.url, api="completions", model="m", timeouts=Timeouts(**FAST))
             try:
                 run = await run_probe(
@@ -139,7 +141,11 @@ def test_every_mode_in_a_probe_is_classified_exactly_and_recorded_once() -> None
             for i, m in enumerate(modes)
             if EXPECTED[m][1] in BROKEN_ENDPOINT_KINDS and i not in raced_ids
         )
-        s = summarize_probe(index=1, run=run, spec=spec, geometry=None, accelerator=None)
+        assert not run.error_stopped
+        judged_with_budget = parse_spec(spec_dict(srv.url))  # the default 5 % budget
+        s = summarize_probe(
+            index=1, run=run, spec=judged_with_budget, geometry=None, accelerator=None
+        )
         assert s.slo_detail.error_rate == pytest.approx(broken / n)
         assert s.slo_detail.error_probe and not s.slo_passed
         assert s.slo_detail.failed[0] == "error_probe"
@@ -277,3 +283,44 @@ def test_no_secret_in_the_error_line_of_a_failed_start(tmp_path: Path) -> None:
     assert "not-served" in proc.stderr and "127.0.0.1" in proc.stderr
     assert PASSWORD not in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("concurrency", "rate"), [(4, None), (None, 50.0)])
+def test_a_dead_endpoint_stops_the_probe_as_an_error_probe(
+    concurrency: int | None, rate: float | None
+) -> None:
+    """Every connection refused: the probe stops (in its warm-up) instead of hammering a dead
+    port for its whole window; everything sent is judged, and it is an error probe."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    s.close()  # nothing listens there now
+
+    async def main() -> None:
+        spec = parse_spec(spec_dict(url))
+        client = StreamClient(url, api="completions", model="m", timeouts=Timeouts(**FAST))
+        try:
+            run = await run_probe(
+                spec,
+                client,
+                rate_rps=rate,
+                concurrency=concurrency,
+                seed=1,
+                settings=ProbeSettings(
+                    warmup_s=30, min_duration_s=60, max_duration_s=60, min_requests=1
+                ),
+            )
+        finally:
+            await client.aclose()
+        assert run.error_stopped and run.stopped_early
+        assert run.window_start_ns == run.started_ns  # stopped in warm-up: all judged
+        ids = [r.request_id for r in run.records]
+        assert ids == list(range(len(ids))) and len(ids) >= 20
+        judged = [r for r in run.records if not r.cancelled]
+        assert judged and all(r.error_kind == "connect" for r in judged)
+        sm = summarize_probe(index=1, run=run, spec=spec, geometry=None, accelerator=None)
+        assert sm.slo_detail.error_probe and sm.slo_detail.error_rate == 1.0
+        assert sm.requests_counted == len(ids)
+        assert "window_cut" in sm.flags
+
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -69,7 +69,11 @@ def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None)
         Limits.from_spec(spec.slo),
         run.counted,
         origin_ns=run.started_ns,
-        early_stop_reason=early_stop_reason,
+        early_stop_reason=(
+            "stopped early: endpoint errors clearly over slo.max_error_rate"
+            if run.error_stopped
+            else early_stop_reason
+        ),
         stopped_early=run.stopped_early,
         interrupted=run.interrupted,
         max_error_rate=spec.slo.max_error_rate,

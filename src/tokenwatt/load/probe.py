@@ -33,6 +33,12 @@ Timeline (monotonic ns)::
   for (one stall of the whole process is caught up on instead): the probe stops there,
   marked ``saturated`` (the load generator's limit, not the server's; the
   SLO judge never calls that a pass or an SLO failure).
+* A broken endpoint stops the probe too: once at least ``_ERROR_STOP_MIN`` requests have
+  ended and their transport/server errors (``metrics.slo.BROKEN_ENDPOINT_KINDS``) are clearly
+  over ``slo.max_error_rate`` (the early stop's binomial test), the window closes there
+  (``error_stopped``, and ``stopped_early``). A dead server would otherwise be hammered for
+  the whole probe, thousands of refused connections a second piling up records. Stopped in
+  warm-up, the window is moved to start at ``t0``: every request sent is then judged.
 * ``on_record`` is called with every record as it ends (``requests.jsonl`` is written
   incrementally from it, so a killed run keeps what was measured).
 """
@@ -54,6 +60,7 @@ from tokenwatt.load.window import WindowRules
 from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
+from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
 from tokenwatt.records import RequestPhase, RequestRecord, write_requests
 from tokenwatt.spec import BenchSpec, ProbeSettings
 
@@ -79,6 +86,7 @@ LATE_SEND_S = 0.05  # a send this long after its slot is late (asyncio jitter is
 MAX_SEND_LAG_S = 1.0  # a sender this far behind schedule is saturated: the probe stops
 _SATURATED_MIN_LATE = 20  # late sends before a lag past MAX_SEND_LAG_S means saturation
 _YIELD_EVERY = 64  # sends between forced yields to the loop, however late the sender is
+_ERROR_STOP_MIN = 20  # ended requests before a broken endpoint may stop the probe
 Phase = Literal["warmup", "window", "drain"]
 
 
@@ -138,6 +146,7 @@ class ProbeRun:
     stopped_early: bool = False  # should_stop ended the window
     drain_timeouts: int = 0  # counted requests cut at the drain timeout
     saturated: bool = False  # the sender fell MAX_SEND_LAG_S behind schedule: probe stopped
+    error_stopped: bool = False  # endpoint errors clearly over slo.max_error_rate: stopped
     late_sends: int = 0  # sends started more than LATE_SEND_S after their slot
     max_send_lag_s: float = 0.0  # the sender's worst lag behind its schedule
     clock: dict[str, Any] | None = None  # the client's timestamp source and clock offset
@@ -169,6 +178,7 @@ class ProbeRun:
             "stopped_early": self.stopped_early,
             "drain_timeouts": self.drain_timeouts,
             "saturated": self.saturated,
+            "error_stopped": self.error_stopped,
             "late_sends": self.late_sends,
             "max_send_lag_s": self.max_send_lag_s,
         }
@@ -227,6 +237,9 @@ class _Probe:
         self.interrupted = False
         self.stopped_early = False
         self.saturated = False
+        self.error_stopped = False
+        self.judged_total = 0  # ended, not cancelled (every phase)
+        self.broken_total = 0  # of which transport/server errors
         self.late_sends = 0
         self.max_lag_ns = 0
         self.slot_free = asyncio.Event()
@@ -342,6 +355,10 @@ class _Probe:
             rec.status = "cancelled"
         self.records.append(rec)
         self.recorded.add(rec.request_id)
+        if not rec.cancelled:
+            self.judged_total += 1
+            if rec.failed and rec.error_kind in BROKEN_ENDPOINT_KINDS:
+                self.broken_total += 1
         if self.on_record is not None:
             self.on_record(rec)
         if counted:
@@ -420,6 +437,12 @@ class _Probe:
             except asyncio.CancelledError:
                 return
 
+    def _endpoint_broken(self) -> bool:
+        """Transport/server errors clearly over the spec's error budget (see the module doc)."""
+        n, k = self.judged_total, self.broken_total
+        budget = self.spec.slo.max_error_rate
+        return n >= _ERROR_STOP_MIN and k > budget * n and clearly_failed(k, n, budget)
+
     # ------------------------------------------------------------------ the run
     def _progress(self, now: int) -> ProbeProgress:
         phase: Phase = "warmup" if now < self.w0 else ("window" if self.w1 is None else "drain")
@@ -468,9 +491,16 @@ class _Probe:
                         self.stopped_early = True
                         self._close(now)
                         break
+                    if self.w1 is None and self._endpoint_broken():
+                        self.error_stopped = self.stopped_early = True
+                        if now < self.w0:
+                            self.window.w0 = self.t0  # stopped in warm-up: judge all sent
+                        self._close(now)
+                        break
                 if self.saturated:
                     self._close(max(now, self.w0))
                     break
+
                 if self._finished(now):
                     break
                 if self.drain_deadline is not None and now >= self.drain_deadline:
@@ -595,6 +625,7 @@ async def run_probe(
         stopped_early=probe.stopped_early,
         drain_timeouts=sum(1 for r in records if r.request_id in probe.timed_out_ids),
         saturated=probe.saturated,
+        error_stopped=probe.error_stopped,
         late_sends=probe.late_sends,
         max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
         clock=clock_dict,
