@@ -324,3 +324,25 @@ def test_a_dead_endpoint_stops_the_probe_as_an_error_probe(
         assert "window_cut" in sm.flags
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+@pytest.mark.parametrize("halt", ["error", "saturated"])
+def test_search_stops_at_a_halting_probe_and_brackets_nothing_with_it(halt: str) -> None:
+    """Passes below 10 rps, but the endpoint breaks from 8 rps on: the search stops at the
+    first halting probe; the bracket is what genuine verdicts said (lo 4, no hi)."""
+    from tokenwatt.load.search import BoundarySearch, ProbeOutcome
+
+    rates: list[float] = []
+
+    async def probe(rate: float, seed: int) -> ProbeOutcome[None]:
+        rates.append(rate)
+        if rate >= 8:
+            return ProbeOutcome(False, "broken", halt=halt)  # type: ignore[arg-type]
+        return ProbeOutcome(rate < 10)
+
+    search: BoundarySearch[None] = BoundarySearch(probe, start_rate_rps=1, growth=2)
+    out = asyncio.run(search.run())
+    assert rates == [1, 2, 4, 8]
+    assert out.stop_reason == halt
+    assert out.lo_rps == 4 and out.hi_rps is None
+    assert out.steps[-1].outcome.halt == halt and out.steps[-1].lo_rps == 4
