@@ -3,7 +3,10 @@
 Writes ``DIR/probe.json`` (the spec with secrets removed, the window, every metric, the SLO
 verdict, MBU with its inputs, the client's clock facts) and ``DIR/requests.jsonl`` (one
 record per request, with its phase), prints a summary, and shows a live progress bar.
-Ctrl-C stops the probe, writes what was measured and exits 130.
+Ctrl-C or SIGTERM (foreground or background) stops the probe, writes what was measured and
+exits 130 or 143; ``requests.jsonl`` grows as requests end (``load.spill``), so even a hard
+kill keeps every finished record. An error probe (the endpoint failed over
+``slo.max_error_rate``) or a saturated load generator exits 3: the verdict is not an SLO one.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from tokenwatt.geometry.model import ModelGeometry
     from tokenwatt.hardware import Accelerator
     from tokenwatt.load.probe import ProbeProgress, ProbeRun
+    from tokenwatt.load.spill import RecordSpill
     from tokenwatt.load.target import Target
     from tokenwatt.metrics.latency import ProbeMetrics
     from tokenwatt.spec import BenchSpec
@@ -246,6 +250,7 @@ async def _probe(
         if spec.endpoint.is_sim:
             raise
         geometry_error = str(exc)  # a remote endpoint can still be probed; MBU is then absent
+    spill = _fresh_spill(out)
     async with open_target(spec, sim_mode=sim_mode) as target:
         progress = Progress(
             TextColumn("{task.description}"),
@@ -273,7 +278,9 @@ async def _probe(
                 max_requests=max_requests,
                 on_progress=on_progress,
                 should_stop=stopper,
+                on_record=spill,
             )
+        spill.close()
         data = result_dict(
             spec,
             run,
@@ -284,12 +291,40 @@ async def _probe(
             accelerator=accelerator,
             early_stop_reason=stopper.reason if stopper is not None else None,
         )
+    if spill.error is not None:
+        data["warnings"].append(f"incremental requests.jsonl stopped: {spill.error}")
     out.mkdir(parents=True, exist_ok=True)
     run.write_requests(out / "requests.jsonl")
     (out / "probe.json").write_bytes(
         orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
     return data
+
+
+def _fresh_spill(out: Path) -> RecordSpill:
+    """The incremental ``requests.jsonl``; a rerun into the same folder starts it afresh."""
+    from tokenwatt.load.spill import RecordSpill
+
+    spill = RecordSpill(out / "requests.jsonl")
+    if spill.path.exists():
+        spill.path.unlink()
+    return spill
+
+
+def _exit_for(data: dict[str, Any]) -> None:
+    """Exit 128 + the signal for a stopped probe; 3 when the verdict is not an SLO one (an
+    error probe, a saturated load generator)."""
+    if data["interrupted"]:
+        from tokenwatt.cli._loop import stop_exit_code
+
+        console.print("[yellow]interrupted:[/] wrote what was measured")
+        # SystemExit, not typer.Exit: the app runs with standalone_mode=False, where click
+        # returns an Exit's code instead of exiting with it.
+        raise SystemExit(stop_exit_code())
+    detail = data["summary"]["slo_detail"]
+    if detail["error_probe"] or detail["load_generator_saturated"]:
+        console.print(f"[red]no SLO verdict:[/] {escape(str(detail['reason']))}")
+        raise SystemExit(3)
 
 
 def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None) -> BenchSpec:
@@ -384,8 +419,4 @@ def register(app: typer.Typer) -> None:
             for w in data["warnings"]:
                 console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
             console.print(f"wrote {folder / 'probe.json'} and {folder / 'requests.jsonl'}")
-        if data["interrupted"]:
-            console.print("[yellow]interrupted:[/] wrote what was measured")
-            # SystemExit, not typer.Exit: the app runs with standalone_mode=False, where click
-            # returns an Exit's code instead of exiting with it.
-            raise SystemExit(130)
+        _exit_for(data)

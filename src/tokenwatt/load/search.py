@@ -13,6 +13,11 @@ HTTP, so it is tested in milliseconds against synthetic latency models and drive
    truth; if the rerun passes, it becomes the new ``lo`` and the search goes on above it
    (bisecting toward the next recorded failure, or growing if there is none).
 
+A probe whose outcome has ``halt`` set (an error probe: the endpoint is broken; or a
+saturated load generator: the load was not offered) is neither a pass nor a failure: it is
+recorded as a step, leaves the bracket as it was, and ends the search with that stop reason.
+No boundary is ever called from it.
+
 The boundary is ``lo``: a rate that was measured to pass, with a measured failure at most
 ``precision`` above it. Verdicts are noisy near the boundary; the bracket comes from the latest
 verdict at each rate, a newer verdict overriding older ones it contradicts (``_record``).
@@ -41,8 +46,9 @@ __all__ = [
 P = TypeVar("P")
 Phase = Literal["grow", "descend", "bisect", "confirm"]
 StopReason = Literal[
-    "converged", "max_probes", "max_rate", "failed_at_start", "interrupted", "error"
+    "converged", "max_probes", "max_rate", "failed_at_start", "interrupted", "error", "saturated"
 ]
+Halt = Literal["error", "saturated"]
 _MASK64 = (1 << 64) - 1
 
 
@@ -63,6 +69,11 @@ class ProbeOutcome(Generic[P]):
     passed: bool
     reason: str | None = None
     payload: P | None = None
+    halt: Halt | None = None  # error probe or saturated sender: stop, judge nothing
+
+
+class _HaltedError(Exception):
+    """A probe said ``halt``: the search ends where it is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +172,16 @@ class BoundarySearch(Generic[P]):
         seed = probe_seed(self.seed, index)
         self.current_phase = phase
         result = await self._probe(rate, seed)
-        self._record(rate, result.passed)
+        if result.halt is not None:
+            out.stop_reason = result.halt
+        else:
+            self._record(rate, result.passed)
         step = SearchStep(index, rate, seed, phase, result, out.lo_rps, out.hi_rps)
         out.steps.append(step)
         if self._on_step is not None:
             self._on_step(step)
+        if result.halt is not None:
+            raise _HaltedError
         return result.passed
 
     def _record(self, rate: float, passed: bool) -> None:
@@ -189,6 +205,12 @@ class BoundarySearch(Generic[P]):
         return len(self.outcome.steps) < self.max_probes
 
     async def run(self) -> SearchOutcome[P]:
+        try:
+            return await self._run()
+        except _HaltedError:
+            return self.outcome
+
+    async def _run(self) -> SearchOutcome[P]:
         out = self.outcome
         rate = self.start_rate_rps
         passed = await self._run_one(rate, "grow")
