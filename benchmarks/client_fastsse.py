@@ -3,6 +3,8 @@
     python benchmarks/client_fastsse.py                       # paced + burst, 1,000 streams, 10 s
     python benchmarks/client_fastsse.py --mode paced --streams 1000 --itl-ms 10 --duration 10
     python benchmarks/client_fastsse.py --mode burst --burst-streams 100
+    python benchmarks/client_fastsse.py --workers 2               # streams dealt to 2 processes
+    python benchmarks/client_fastsse.py --mode pool --workers 2   # through load.workers.WorkerPool
 
 Paced: fastsse (--mode paced --stamp) sends one token per stream every --itl-ms on absolute
 deadlines and writes its CLOCK_MONOTONIC send time into each chunk, so the client's timestamp error
@@ -17,6 +19,11 @@ carry the newest stamp: the client read late, or the kernel had merged the waiti
 
 Burst: fastsse writes each whole response at once; tokens/s is the client's parse ceiling.
 
+--workers N: the streams (slot k to worker k mod N) run in N spawned processes, each pinned to
+one of --worker-cores, with one common start; tokens/s are summed and the timestamp error's
+percentiles are taken over every worker's events together. --mode pool runs an open-loop
+schedule through tokenwatt.load.workers.WorkerPool and prints its keep-up figures.
+
 Server pinned to --server-core, client to --client-core (taskset / sched_setaffinity). The issue's
 target: ≥ 100,000 streamed tokens/s over 1,000 streams at 10 ms, every stream in flight, p99
 timestamp error < 0.1 ms, p99 send lateness < 1 ms. On a shared machine other processes use the
@@ -29,6 +36,7 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing as mp
 import os
 import resource
 import shutil
@@ -43,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenwatt.client import StreamClient
+from tokenwatt.load.arrivals import OpenLoopSchedule
+from tokenwatt.load.workers import ClientConfig, ScheduledRequest, WorkerPool
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec.endpoint import Timeouts
 
@@ -140,7 +150,7 @@ async def run_paced(
     records: list[RequestRecord] = []
     in_flight = 0
     samples: list[int] = []
-    t_start = time.perf_counter_ns()
+    t_start = getattr(args, "t_start_ns", None) or time.perf_counter_ns()
     ramp_ns = int(args.ramp_s * 1e9)
     warm_end = t_start + ramp_ns + int(args.warmup_s * 1e9)
     t_end = warm_end + int(args.duration * 1e9)
@@ -243,6 +253,11 @@ async def run_paced(
         "client_cpu_util": (cpu1 - cpu0) / window_s,
         "timestamp_source": client.clock.timestamp_source,
         **{f"server_{k}": v for k, v in stats.items()},
+        # raw per-event errors and whether each event had its read alone (merged over workers)
+        "_errors": array("q", window_errors),
+        "_alone": array("b", (per_read[k] == 1 for k in keys)),
+        "_samples": samples,
+        "_late": late,
     }
 
 
@@ -255,7 +270,7 @@ async def run_burst(args: argparse.Namespace, port: int) -> dict[str, Any]:
         stream_usage=False,
         max_connections=args.burst_streams + 16,
     )
-    t_warm = time.perf_counter_ns() + int(1e9)
+    t_warm = (getattr(args, "t_start_ns", None) or time.perf_counter_ns()) + int(1e9)
     t_end = t_warm + int(args.burst_duration * 1e9)
     chunks = 0
     bad = 0
@@ -293,9 +308,167 @@ async def run_burst(args: argparse.Namespace, port: int) -> dict[str, Any]:
     }
 
 
+async def run_pool(args: argparse.Namespace, port: int) -> dict[str, Any]:
+    """The worker mechanism itself (tokenwatt.load.workers.WorkerPool) on an open-loop schedule.
+
+    Constant arrivals at streams ÷ (max_tokens × itl) requests/s keep about --streams in flight;
+    the window is --duration after --ramp-s + --warmup-s. Timestamp error needs fastsse's stamps
+    (an event hook), which the pool does not carry: the pool reports its own keep-up figures.
+    """
+    rate_rps = args.streams * 1000 / (args.itl_ms * args.max_tokens)
+    lead_ns = int((args.ramp_s + args.warmup_s) * 1e9)
+    offsets = OpenLoopSchedule("constant", rate_rps, 0).first(
+        int(rate_rps * (args.ramp_s + args.warmup_s + args.duration))
+    )
+    sched = [
+        ScheduledRequest(i, off, [1, 2, 3, 4], 4, args.max_tokens) for i, off in enumerate(offsets)
+    ]
+    cfg = ClientConfig(
+        f"http://127.0.0.1:{port}/v1",
+        api="completions",
+        model="gemma-3-270m",
+        timeouts=Timeouts(connect_s=30, first_token_s=60, idle_s=30, total_s=600),
+        stream_usage=args.stream_usage,
+        max_connections=args.streams + 16,
+        ignore_eos=args.ignore_eos,
+    )
+    if args.ray:
+        from tokenwatt.load.ray_workers import RayWorkerPool
+
+        address = None if args.ray == "local" else args.ray
+        res: Any = await RayWorkerPool(args.workers, cfg, address=address).run(sched)
+    else:
+        res = await WorkerPool(args.workers, cfg, pin=True).run(sched)
+    w0 = res.start_ns + lead_ns
+    w1 = w0 + int(args.duration * 1e9)
+    tokens = sum(
+        n
+        for r in res.records
+        for t, n in zip(r.chunk_ns, r.chunk_tokens, strict=True)
+        if w0 <= t < w1
+    )
+    # streams in flight at 100 ms steps of the window, from the records' send and done times
+    spans = [(r.sent_ns, r.done_ns) for r in res.records if r.sent_ns and r.done_ns]
+    in_flight = [sum(1 for a, b in spans if a <= t < b) for t in range(w0, w1, 100_000_000)]
+    offsets = [
+        f"{o.offset_ns / 1e3:.1f} ± {o.uncertainty_ns / 1e3:.1f} µs"
+        for o in getattr(res, "offsets", [])
+    ]
+    return {
+        "mode": "pool" + (" (ray)" if args.ray else ""),
+        "clock_offsets": offsets,
+        "workers": len(res.workers),
+        "rate_rps": rate_rps,
+        "tokens_per_s": tokens / args.duration,
+        "expected_tokens_per_s": args.streams * 1000 / args.itl_ms,
+        "in_flight_min": min(in_flight),
+        "in_flight_median": pct(in_flight, 0.5),
+        "requests": len(res.records),
+        "failed": sum(1 for r in res.records if not r.ok),
+        "kept_up": res.kept_up,
+        "client_bound": res.client_bound,
+        "keep_up_problems": res.keep_up_problems(),
+        "per_worker": [
+            {
+                "core": w.core,
+                "busy": round(w.busy_fraction or float("nan"), 3),
+                "lateness_ms_p99": (w.send_lateness_p99_ns or 0) / 1e6,
+                "exact_share": round(w.exact_share or float("nan"), 4),
+                "coalesced_reads": w.coalesced_reads,
+                "events": w.events,
+            }
+            for w in res.workers
+        ],
+    }
+
+
+def _loop_factory(no_uvloop: bool) -> tuple[Any, str]:
+    if not no_uvloop:
+        try:
+            import uvloop
+
+            return uvloop.new_event_loop, "uvloop"
+        except ImportError:
+            pass
+    return asyncio.new_event_loop, "asyncio"
+
+
+def _worker(args: argparse.Namespace, mode: str, port: int, index: int) -> dict[str, Any]:
+    """One of --workers processes: its share of the streams, pinned to its core (spawned)."""
+    core = args.worker_cores[index % len(args.worker_cores)]
+    if core >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    if args.nice:
+        os.nice(args.nice)
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    if args.gc_threshold > 0:
+        gc.set_threshold(args.gc_threshold, 50, 100)
+    a = argparse.Namespace(**vars(args))
+    # streams dealt like load.workers deals requests: slot k to worker k mod N
+    a.streams = len(range(index, args.streams, args.workers))
+    a.burst_streams = len(range(index, args.burst_streams, args.workers))
+    factory, _ = _loop_factory(args.no_uvloop)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        if mode == "burst":
+            res = runner.run(run_burst(a, port))
+        else:
+            stats_fn = server_stats if index == 0 else (lambda _p, _r=False: {})
+            res = runner.run(run_paced(a, port, stats_fn=stats_fn))
+    res["core"] = core
+    return res
+
+
+def _merge(mode: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figures over all workers: sums of rates, percentiles over every worker's events."""
+    out: dict[str, Any] = {"mode": mode, "workers": len(parts)}
+    out["tokens_per_s"] = sum(p["tokens_per_s"] for p in parts)
+    out["tokens_per_s_per_worker"] = [round(p["tokens_per_s"]) for p in parts]
+    out["client_cpu_util_per_worker"] = [round(p["client_cpu_util"], 3) for p in parts]
+    out["cores"] = [p["core"] for p in parts]
+    out["failed"] = sum(p["failed"] for p in parts)
+    if mode == "burst":
+        return out
+    errs = [e for p in parts for e in p["_errors"]]
+    alone_mask = [a for p in parts for a in p["_alone"]]
+    alone = [e for e, a in zip(errs, alone_mask, strict=True) if a]
+    shared = [e for e, a in zip(errs, alone_mask, strict=True) if not a]
+    late = [x for p in parts for x in p["_late"]]
+    # streams in flight: each worker samples its own count every 100 ms; the sum of minima is
+    # a lower bound of the total, the sum of medians its typical value
+    out["expected_tokens_per_s"] = (
+        sum(p["streams_requested"] for p in parts) * 1000 / parts[0]["itl_ms"]
+    )
+    out["in_flight_min_sum"] = sum(min(p["_samples"]) for p in parts if p["_samples"])
+    out["in_flight_median_sum"] = sum(pct(p["_samples"], 0.5) for p in parts)
+    out["ts_error_ms_p50"] = pct(errs, 0.5) / 1e6
+    out["ts_error_ms_p99"] = pct(errs, 0.99) / 1e6
+    out["ts_error_ms_max"] = max(errs) / 1e6 if errs else None
+    out["ts_error_samples"] = len(errs)
+    out["ts_error_ms_p99_alone_in_read"] = pct(alone, 0.99) / 1e6
+    out["ts_error_ms_p99_shared_read"] = pct(shared, 0.99) / 1e6
+    out["events_in_shared_reads"] = len(shared) / len(errs) if errs else None
+    out["send_lateness_ms_p50"] = pct(late, 0.5) / 1e6
+    out["send_lateness_ms_p99"] = pct(late, 0.99) / 1e6
+    out["loop_lag_ms_p99_per_worker"] = [round(p["loop_lag_ms_p99"], 3) for p in parts]
+    out["requests"] = sum(p["requests"] for p in parts)
+    out.update({k: v for k, v in parts[0].items() if k.startswith("server_")})
+    return out
+
+
+def _run_workers(args: argparse.Namespace, mode: str, port: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    # one common start for every worker's slots (spawning and importing take a while)
+    args.t_start_ns = time.perf_counter_ns() + int(args.worker_lead_s * 1e9)
+    with ctx.Pool(args.workers) as pool:
+        parts = pool.starmap(_worker, [(args, mode, port, i) for i in range(args.workers)])
+    return _merge(mode, parts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=["paced", "burst", "both"], default="both")
+    ap.add_argument("--mode", choices=["paced", "burst", "both", "pool"], default="both")
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--max-tokens", type=int, default=200, help="tokens per paced request")
@@ -322,13 +495,35 @@ def main() -> None:
     ap.add_argument(
         "--gc-threshold", type=int, default=0, help="gc.set_threshold(N, 50, 100) when > 0"
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="client processes; > 1 deals the streams over spawned workers (load.workers)",
+    )
+    ap.add_argument(
+        "--worker-cores",
+        default="",
+        help="comma-separated cores for the workers, cycled (default: --client-core, then "
+        "the other usable cores)",
+    )
+    ap.add_argument(
+        "--ray", default="", help="--mode pool on Ray actors: local (start one here), auto, ADDRESS"
+    )
+    ap.add_argument("--worker-lead-s", type=float, default=4.0, help="spawn time before start")
     ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
     ap.add_argument("--stream-usage", action="store_true", help="ask for continuous usage")
     ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos/min_tokens")
     args = ap.parse_args()
     if not args.fastsse.exists():
         raise SystemExit(f"fastsse not found at {args.fastsse}; pass --fastsse PATH")
-    if args.client_core >= 0 and hasattr(os, "sched_setaffinity"):
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    if args.worker_cores:
+        args.worker_cores = [int(c) for c in args.worker_cores.split(",")]
+    else:
+        args.worker_cores = [args.client_core] + [c for c in usable if c != args.client_core]
+    pin_here = args.workers == 1 and args.mode != "pool"  # pool workers pin themselves
+    if pin_here and args.client_core >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.client_core})
     if args.nice:
         os.nice(args.nice)
@@ -349,17 +544,26 @@ def main() -> None:
         gc.set_threshold(args.gc_threshold, 50, 100)
     modes = ["paced", "burst"] if args.mode == "both" else [args.mode]
     print(
-        f"# client on core {args.client_core} ({loop_name}), fastsse on core {args.server_core}; "
+        f"# {args.workers} client process(es) on cores "
+        f"{args.worker_cores[: args.workers] if args.workers > 1 else args.client_core} "
+        f"({loop_name}), fastsse on core {args.server_core}; "
         f"{os.cpu_count()} CPUs here, shared with other processes",
         flush=True,
     )
     for mode in modes:
         port = free_port()
-        proc = start_fastsse(args, mode, port)
+        proc = start_fastsse(args, "paced" if mode == "pool" else mode, port)
         try:
-            runner_fn = run_paced if mode == "paced" else run_burst
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
-                res = runner.run(runner_fn(args, port))
+            if mode == "pool":
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    res = runner.run(run_pool(args, port))
+            elif args.workers > 1:
+                res = _run_workers(args, mode, port)
+            else:
+                runner_fn = run_paced if mode == "paced" else run_burst
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    res = runner.run(runner_fn(args, port))
+                res = {k: v for k, v in res.items() if not k.startswith("_")}
         finally:
             proc.terminate()
             proc.wait(5)

@@ -54,6 +54,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "sim": {"client", "load", "metrics", "power", "report", "cli", "spec", "records", "result"},
     "report": {"client", "load", "sim", "cli"},
     "load": {"cli", "report"},
+    "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
 }
 SIM_ALLOWED_IN = {"load/target.py"}
 

@@ -82,6 +82,10 @@ def _bench_summary(spec_path: Path, out: Path, data: dict[str, Any]) -> ProbeSum
         interrupted=w["interrupted"],
         stopped_early=w["stopped_early"],
         drain_timeouts=w["drain_timeouts"],
+        saturated=w["saturated"],
+        error_stopped=w["error_stopped"],
+        late_sends=w["late_sends"],
+        max_send_lag_s=w["max_send_lag_s"],
     )
     geometry = load_geometry(spec.model.source)
     reason = None

@@ -15,11 +15,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from tokenwatt.client import StreamClient
+from tokenwatt.clock import now_ns
+from tokenwatt.engine import (
+    EngineScraper,
+    clip_samples,
+    compare_client_engine,
+    fetch_text,
+    metrics_url_for,
+    sample_from_text,
+    summarize,
+)
+from tokenwatt.geometry import load_geometry
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target
+from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
+from tokenwatt.records import RequestRecord
 from tokenwatt.spec import BenchSpec, parse_spec
+from tokenwatt.spec.endpoint import Timeouts
 
 pytestmark = [pytest.mark.realengine, pytest.mark.timeout(300)]
 
@@ -151,4 +167,122 @@ def test_open_loop_chat_probe_on_llama_server(llama_url: str) -> None:
         # the chat template wraps the prompt: the server caches more tokens than the client sent
         assert r.prompt_tokens is not None and r.prompt_tokens > r.prompt_tokens_client
     assert m.window_s >= 3.0
-    assert m.output_tokens_per_s == pytest.approx(16 * m.requests_counted / m.window_s)
+    # T is the tokens whose receive stamps fall inside the window ÷ the window (one T): count
+    # them by hand from every record (warm-up and drain requests deliver tokens there too)
+    w0, w1 = run.window_start_ns, run.window_end_ns
+    inside = sum(
+        n
+        for r in run.records
+        for t, n in zip(r.chunk_ns, r.chunk_tokens, strict=True)
+        if w0 <= t < w1
+    )
+    assert inside > 0
+    assert m.output_tokens_per_s == pytest.approx(inside / m.window_s)
+
+
+def measure_read_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
+    """This machine's streaming-read bandwidth, bytes/s: the best of a few numpy sums over an
+    array larger than any cache (one thread, like the server started with -t 1)."""
+    a = np.ones(nbytes // 8)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best
+
+
+STREAMS, ROUNDS, OUT = 2, 2, 128  # one stream per server slot (-np 2), closed loop
+PROMPT = " ".join(["the"] * 24)
+
+
+async def _closed_loop(url: str, scraper: EngineScraper) -> list[RequestRecord]:
+    records: list[RequestRecord] = []
+    async with StreamClient(url, api="completions", model=ALIAS, timeouts=Timeouts()) as c:
+
+        async def worker(w: int) -> None:
+            for r in range(ROUNDS):
+                rec = await c.stream(
+                    request_id=w * ROUNDS + r,
+                    scheduled_ns=now_ns(),
+                    prompt=PROMPT,
+                    max_tokens=OUT,
+                    prompt_tokens_client=24,
+                )
+                records.append(rec)
+
+        scraper.start()
+        await asyncio.gather(*(worker(w) for w in range(STREAMS)))
+    return records
+
+
+def _wait_idle(metrics_url: str, timeout_s: float = 30.0) -> None:
+    """Until no slot is busy and the token counter stands still: an earlier test's stream
+    that was cut off is counted only when its slot is released."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        s = sample_from_text(fetch_text(metrics_url, 5.0), "llamacpp", 0)
+        now = (s.gauges.get("running"), s.counters.get("generated_tokens"))
+        if now[0] == 0 and now == last:
+            return
+        last = now
+        time.sleep(0.5)
+    pytest.fail(f"llama-server still busy after {timeout_s} s: {last}")
+
+
+def test_client_and_llama_server_counters_agree(llama_url: str) -> None:
+    """T within 2% of the engine's generated-token rate, B within 5% of its busy slots per
+    decode, every generated token counted on both sides; MBU from the GGUF's exact bytes."""
+    gguf = find_gguf()
+    assert gguf is not None
+    _wait_idle(metrics_url_for(llama_url))
+    # start and end scrapes only: llama.cpp adds a request's tokens when its slot is released,
+    # so scrapes in between would show steps, and interpolating between them would mislead
+    scraper = EngineScraper(metrics_url_for(llama_url), "auto", interval_s=600)
+    records = asyncio.run(_closed_loop(llama_url, scraper))
+    whole = scraper.stop()
+    assert whole.engine == "llamacpp", whole.unavailable
+    assert all(r.ok for r in records) and len(records) == STREAMS * ROUNDS
+    tokens = sum(r.output_tokens for r in records)
+    assert tokens == STREAMS * ROUNDS * OUT
+    assert whole.generated_tokens == tokens  # every request's tokens counted by the engine
+    assert whole.prompt_tokens == sum(r.prompt_tokens or 0 for r in records)
+
+    start = min(r.sent_ns for r in records if r.sent_ns is not None)
+    end = max(r.end_ns for r in records if r.end_ns is not None)
+    window = summarize(clip_samples(whole.series, start, end), engine="llamacpp", url="")
+    t_client = tokens / ((end - start) / 1e9)
+    decode_ns = sum((r.end_ns or 0) - (r.first_token_ns or 0) for r in records)
+    tau_s = decode_ns / 1e9 / sum(r.output_tokens - 1 for r in records)
+    checks = {
+        a.figure: a
+        for a in compare_client_engine(
+            client_tokens_per_s=t_client, client_tau_s=tau_s, replicas=1, window=window
+        )
+    }
+    geom = load_geometry(gguf)
+    ctx, kv_per_token = kv_read_per_output_token(
+        geom, [(r.prompt_tokens or 0, r.output_tokens) for r in records]
+    )
+    bw = measure_read_bandwidth()
+    mbu = compute_mbu(
+        geom,
+        output_tokens_per_s=t_client,
+        itl_token_weighted_s=tau_s,
+        replicas=1,
+        gpus=1,
+        bandwidth_bytes_per_s=bw,
+        mean_context_per_token=ctx,
+        kv_bytes_per_output_token=kv_per_token,
+    )
+    print(
+        f"\nT client {t_client:.2f} engine {checks['T'].engine} tok/s; "
+        f"B client {checks['B'].client:.3f} engine {checks['B'].engine}; "
+        f"s client {checks['s'].client:.2f} engine {checks['s'].engine} /s; "
+        f"W(B) {geom.weight_bytes_per_step(checks['B'].client) / 1e6:.1f} MB; "
+        f"bandwidth {bw / 1e9:.2f} GB/s (measured, one thread); MBU {mbu.mbu}"
+    )
+    assert checks["T"].ok, checks["T"]
+    assert checks["B"].ok, checks["B"]
+    assert mbu.mbu is not None and 0 < mbu.mbu < 2

@@ -141,6 +141,8 @@ def test_dense_model_without_power_or_boundary() -> None:
         p["energy"] = None
         p["tokens_per_joule"] = None
     data["boundary"] = None
+    for p in data["probes"]:
+        p["slo_passed"] = False  # no boundary because nothing passed (not a stopped search)
     text = render_html(BenchResult.model_validate(data))
     s = _survey(text)
     assert s.sections == list(SECTION_IDS)

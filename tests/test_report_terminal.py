@@ -75,8 +75,25 @@ def test_energy_not_measured_and_modelled() -> None:
 def test_no_boundary_says_so() -> None:
     data = _data()
     data["boundary"] = None
+    for p in data["probes"]:
+        p["slo_passed"] = False
     text = _render(headline(BenchResult.model_validate(data)))
     assert "SLO not met at any probed rate (lowest rate probed: 1.00 req/s)" in text
+
+
+def test_no_boundary_never_says_slo_not_met_when_a_probe_passed() -> None:
+    """An error probe, a saturated sender or an interruption stops a search that had passes."""
+    for stop, words in (
+        ("error", "error probe"),
+        ("saturated", "load generator"),
+        ("interrupted", "interrupted"),
+    ):
+        data = _data()
+        data["boundary"] = None
+        data["search"]["stop_reason"] = stop
+        text = " ".join(_render(headline(BenchResult.model_validate(data))).split())
+        assert "SLO not met" not in text and words in text
+        assert "highest passing rate" in text
 
 
 def test_describe_slo_forms() -> None:

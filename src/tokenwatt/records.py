@@ -40,6 +40,7 @@ ErrorKind = Literal[
     "stream_error",  # a JSON error object inside a 200 stream
     "truncated",  # a 200 stream that ended (framing end or clean close) without a proper end
     "cancelled",  # ended by the client (probe end, early stop, Ctrl-C) while in flight
+    "worker_lost",  # the worker process sending it died before reporting it (load.workers)
 ]
 RequestStatus = Literal["ok", "error", "cancelled"]
 # When a request was scheduled relative to its probe's measurement window.

@@ -19,6 +19,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         requests are their own count (``requests_cancelled``), not failures; T
         (``output_tokens_per_s``) is the tokens received inside the window ÷ window.
         A version-1 file still loads (its extras are exactly the fields declared here).
+        Added within 2 (defaults keep older files loading): slo.max_error_rate;
+        slo_detail.error_probe, error_rate, load_generator_saturated; probe.late_sends,
+        max_send_lag_s; search stop reasons "error" and "saturated".
         (+) ``target``: what was driven, ``{kind: sim|endpoint, base_url, model, sim_mode,
         sim}`` with the simulator's settings, so a simulated result says so (None: older
         file; readers then look at ``spec.endpoint.url``).
@@ -290,6 +293,15 @@ class SloDetail(_Strict):
     trend_last_third_ttft_s: float | None = Field(None, description="median TTFT, last third")
     trend_rise_s: float | None = Field(None, description="Theil–Sen slope × span of send times")
     trend_rank_correlation: float | None = Field(None, description="Spearman, TTFT vs send time")
+    error_probe: bool = Field(
+        False, description="endpoint errors over slo.max_error_rate: broken, not slow"
+    )
+    error_rate: float | None = Field(
+        None, description="connect/reset/http_status/stream_error/truncated/protocol ÷ judged"
+    )
+    load_generator_saturated: bool = Field(
+        False, description="the sender fell behind its schedule: the load was not offered"
+    )
 
 
 class ProbeSummary(_Strict):
@@ -344,6 +356,8 @@ class ProbeSummary(_Strict):
     window_end_ns: int | None = None
     mean_concurrency: float | None = Field(None, description="Little's law over counted requests")
     interrupted: bool = Field(False, description="Ctrl-C ended the probe")
+    late_sends: int = Field(0, description="sends started over 50 ms after their slot")
+    max_send_lag_s: float | None = Field(None, description="the sender's worst lag behind plan")
 
     def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
         """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,
@@ -394,6 +408,7 @@ class SloSettings(_Strict):
     e2e_ms: float | None = None
     percentile: float = 0.99
     attainment: float = 0.9
+    max_error_rate: float = 0.05
 
 
 class MachineInfo(_Strict):

@@ -86,8 +86,12 @@ def main() -> None:
         rc = app(standalone_mode=False)
     except TokenwattError as exc:
         # The message is text, not markup: "pip install 'tokenwatt[nvidia]'" must survive.
+        from tokenwatt.spec import redact_text  # no URL credentials in any printed line
+
         err_console.print(
-            f"[bold red]error:[/] {escape(with_hint(str(exc)))}", highlight=False, soft_wrap=True
+            f"[bold red]error:[/] {escape(with_hint(redact_text(str(exc))))}",
+            highlight=False,
+            soft_wrap=True,
         )
         sys.exit(2)
     except typer.Exit as exc:
@@ -96,7 +100,9 @@ def main() -> None:
         err_console.print("aborted")
         sys.exit(130)
     except KeyboardInterrupt:
-        sys.exit(130)
+        from tokenwatt.cli._loop import stop_exit_code
+
+        sys.exit(stop_exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
     except Exception as exc:
         # Usage errors (click's, vendored inside typer) know how to show themselves.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)

@@ -2,7 +2,10 @@
 
 Both run ``tokenwatt.load.bench.run_bench`` under a rich progress display, then render the
 terminal report and ``report.html`` from the written ``result.json`` (never from live state).
-Ctrl-C ends the probe in flight; what was measured is written and reported, exit code 130.
+Ctrl-C or SIGTERM (foreground or background) ends the probe in flight; what was measured is
+written and reported, exit code 130 or 143. A search stopped by an error probe (the endpoint
+is broken) or a saturated load generator reports what was measured and exits
+``EXIT_NO_BOUNDARY`` (3): there is no boundary, and a script must not read one.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from tokenwatt.spec import BenchSpec
 
 DEMO_SPEC = "demo.yaml"
+EXIT_NO_BOUNDARY = 3  # an error probe or a saturated sender stopped the search
 OutOption = Annotated[
     Path | None,
     typer.Option(
@@ -199,8 +203,18 @@ def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = Fa
         remove_stale(out_dir, started_ns)
     result = _report(out_dir, console)
     if finished is None or (result is not None and result.interrupted):
+        from tokenwatt.cli._loop import stop_exit_code
+
         console.print("interrupted: the result holds what was measured", highlight=False)
-        sys.exit(130)
+        sys.exit(stop_exit_code())
+    stop = result.search.stop_reason if result is not None and result.search else None
+    if stop in ("error", "saturated"):
+        why = "an error probe" if stop == "error" else "the load generator saturated"
+        console.print(
+            f"stopped: {why}; no boundary (see the warnings); the result holds what was measured",
+            highlight=False,
+        )
+        sys.exit(EXIT_NO_BOUNDARY)
 
 
 OverwriteOption = Annotated[

@@ -116,7 +116,9 @@ def _show_geometry(g: ModelGeometry, rows: list[dict[str, Any]]) -> None:
         t.add_row("one expert", f"{g.expert_params / 1e6:,.2f} M params", "")
     t.add_section()
     t.add_row("weight dtype", g.weight_dtype, "")
-    t.add_row("dense weight bytes", gb(g.dense_weight_bytes), "every step; head at 2 B/param")
+    exact = any(n.startswith(("exact tensor bytes", "weight bytes from")) for n in g.notes)
+    head_note = "head as stored" if exact else "head at 2 B/param"
+    t.add_row("dense weight bytes", gb(g.dense_weight_bytes), f"every step; {head_note}")
     if g.is_moe:
         t.add_row("one expert", f"{g.expert_bytes / 2**20:,.2f} MiB", "")
     if g.stored_weight_bytes:

@@ -3,7 +3,10 @@
 Writes ``DIR/probe.json`` (the spec with secrets removed, the window, every metric, the SLO
 verdict, MBU with its inputs, the client's clock facts) and ``DIR/requests.jsonl`` (one
 record per request, with its phase), prints a summary, and shows a live progress bar.
-Ctrl-C stops the probe, writes what was measured and exits 130.
+Ctrl-C or SIGTERM (foreground or background) stops the probe, writes what was measured and
+exits 130 or 143; ``requests.jsonl`` grows as requests end (``load.spill``), so even a hard
+kill keeps every finished record. An error probe (the endpoint failed over
+``slo.max_error_rate``) or a saturated load generator exits 3: the verdict is not an SLO one.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     from tokenwatt.geometry.model import ModelGeometry
     from tokenwatt.hardware import Accelerator
     from tokenwatt.load.probe import ProbeProgress, ProbeRun
+    from tokenwatt.load.spill import RecordSpill
     from tokenwatt.load.target import Target
     from tokenwatt.metrics.latency import ProbeMetrics
     from tokenwatt.spec import BenchSpec
@@ -226,25 +230,14 @@ class _Bar:
         self.progress.update(self.task, description=desc, total=max(total, 1e-9), completed=done)
 
 
-async def _probe(
-    spec: BenchSpec,
-    *,
-    rate: float | None,
-    concurrency: int | None,
-    max_requests: int | None,
-    seed: int,
-    out: Path,
-    sim_mode: Literal["thread", "subprocess"],
-    quiet: bool,
-) -> dict[str, Any]:
+def _node_of(spec: BenchSpec) -> tuple[ModelGeometry | None, Accelerator | None, str | None]:
+    """The model and accelerator, checked to fit (a stated node that cannot hold the model is
+    refused); for a remote endpoint an unreadable config only costs MBU (the error is kept)."""
     from tokenwatt.errors import TokenwattError
     from tokenwatt.geometry import load_geometry
-    from tokenwatt.load.derive import early_stop_for
     from tokenwatt.load.fit import check_fits
-    from tokenwatt.load.probe import run_probe
-    from tokenwatt.load.target import open_target, resolve_accelerator
+    from tokenwatt.load.target import resolve_accelerator
 
-    geometry = geometry_error = accelerator = None
     try:
         m = spec.model
         geometry = load_geometry(
@@ -257,9 +250,28 @@ async def _probe(
     except TokenwattError as exc:
         if spec.endpoint.is_sim:
             raise
-        geometry_error = str(exc)  # a remote endpoint can still be probed; MBU is then absent
-    if geometry is not None and accelerator is not None:
-        check_fits(spec, geometry, accelerator)  # a stated node that cannot hold the model
+        return None, None, str(exc)  # a remote endpoint can still be probed; MBU is then absent
+    check_fits(spec, geometry, accelerator)
+    return geometry, accelerator, None
+
+
+async def _probe(
+    spec: BenchSpec,
+    *,
+    rate: float | None,
+    concurrency: int | None,
+    max_requests: int | None,
+    seed: int,
+    out: Path,
+    sim_mode: Literal["thread", "subprocess"],
+    quiet: bool,
+) -> dict[str, Any]:
+    from tokenwatt.load.derive import early_stop_for
+    from tokenwatt.load.probe import run_probe
+    from tokenwatt.load.target import open_target
+
+    geometry, accelerator, geometry_error = _node_of(spec)
+    spill = _fresh_spill(out)
     async with open_target(spec, sim_mode=sim_mode) as target:
         progress = Progress(
             TextColumn("{task.description}"),
@@ -287,7 +299,9 @@ async def _probe(
                 max_requests=max_requests,
                 on_progress=on_progress,
                 should_stop=stopper,
+                on_record=spill,
             )
+        spill.close()
         data = result_dict(
             spec,
             run,
@@ -298,6 +312,8 @@ async def _probe(
             accelerator=accelerator,
             early_stop_reason=stopper.reason if stopper is not None else None,
         )
+    if spill.error is not None:
+        data["warnings"].append(f"incremental requests.jsonl stopped: {spill.error}")
     out.mkdir(parents=True, exist_ok=True)
     run.write_requests(out / "requests.jsonl")
     (out / "probe.json").write_bytes(
@@ -341,6 +357,32 @@ def write_probe_result(
         target=target,
     )
     write_result(result, out)
+
+
+def _fresh_spill(out: Path) -> RecordSpill:
+    """The incremental ``requests.jsonl``; a rerun into the same folder starts it afresh."""
+    from tokenwatt.load.spill import RecordSpill
+
+    spill = RecordSpill(out / "requests.jsonl")
+    if spill.path.exists():
+        spill.path.unlink()
+    return spill
+
+
+def _exit_for(data: dict[str, Any]) -> None:
+    """Exit 128 + the signal for a stopped probe; 3 when the verdict is not an SLO one (an
+    error probe, a saturated load generator)."""
+    if data["interrupted"]:
+        from tokenwatt.cli._loop import stop_exit_code
+
+        console.print("[yellow]interrupted:[/] wrote what was measured")
+        # SystemExit, not typer.Exit: the app runs with standalone_mode=False, where click
+        # returns an Exit's code instead of exiting with it.
+        raise SystemExit(stop_exit_code())
+    detail = data["summary"]["slo_detail"]
+    if detail["error_probe"] or detail["load_generator_saturated"]:
+        console.print(f"[red]no SLO verdict:[/] {escape(str(detail['reason']))}")
+        raise SystemExit(3)
 
 
 def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None) -> BenchSpec:
@@ -471,8 +513,4 @@ def register(app: typer.Typer) -> None:
             remove_stale(folder, started_ns)
         if not quiet:
             _show(data, folder)
-        if data["interrupted"]:
-            console.print("[yellow]interrupted:[/] wrote what was measured")
-            # SystemExit, not typer.Exit: the app runs with standalone_mode=False, where click
-            # returns an Exit's code instead of exiting with it.
-            raise SystemExit(130)
+        _exit_for(data)

@@ -80,10 +80,6 @@ def build_body(
     return body
 
 
-def encode_body(body: Mapping[str, Any]) -> bytes:
-    return orjson.dumps(body)
-
-
 def _text_of(choice: Any, api: Api) -> bool:
     """Whether one choice carries generated output (a token)."""
     if not isinstance(choice, dict):
@@ -364,7 +360,6 @@ __all__: Sequence[str] = (
     "PATHS",
     "StreamInterpreter",
     "build_body",
-    "encode_body",
     "error_of",
     "interpret",
     "is_content",

@@ -145,8 +145,3 @@ class SSEParser:
             self._buf.clear()
         lines.append(b"")
         return self._lines(lines)
-
-    @property
-    def pending_bytes(self) -> int:
-        """Bytes held for an incomplete line (diagnostics)."""
-        return len(self._buf)

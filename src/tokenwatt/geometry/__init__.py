@@ -21,6 +21,7 @@ from tokenwatt.geometry.dtypes import bytes_per_param
 from tokenwatt.geometry.model import KVGroup, ModelGeometry
 from tokenwatt.geometry.overrides import apply_outputs, check_consistent, split_overrides
 from tokenwatt.geometry.parse import build_geometry, text_config
+from tokenwatt.geometry.safetensors import apply_safetensors_headers
 from tokenwatt.geometry.support import check_supported
 
 __all__ = [
@@ -31,6 +32,9 @@ __all__ = [
     "list_presets",
     "load_geometry",
 ]
+
+
+_BYTE_FIELDS = ("dense_weight_bytes", "expert_bytes", "stored_weight_bytes")
 
 
 def _patched(config: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,6 +99,25 @@ def geometry_from_config(
     )
 
 
+def _from_gguf(
+    source: str | os.PathLike[str],
+    weight_dtype: str | None,
+    kv_dtype: str | None,
+    overrides: Mapping[str, Any] | None,
+) -> ModelGeometry:
+    """A .gguf states every tensor's type: only geometry-field overrides apply to it."""
+    from tokenwatt.geometry.gguf import geometry_from_gguf  # noqa: PLC0415 - gguf only when used
+
+    split = split_overrides(overrides)
+    if weight_dtype or split.weight_dtype or split.config or split.forced:
+        raise GeometryError(
+            "a .gguf file states each tensor's type and the model's structure: drop "
+            "weight_dtype and config./structure overrides (set output fields instead)"
+        )
+    geom = geometry_from_gguf(os.fspath(source).strip(), kv_dtype=kv_dtype or split.kv_dtype)
+    return apply_outputs(geom, split.outputs) if split.outputs else geom
+
+
 def load_geometry(
     source: str | os.PathLike[str],
     *,
@@ -102,14 +125,17 @@ def load_geometry(
     kv_dtype: str | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> ModelGeometry:
-    """Find ``source``'s config.json (file, folder, cached repo id or preset) and count it.
+    """Find ``source``'s config.json (file, folder, cached repo id or preset) and count it;
+    a ``.gguf`` file is counted from its own tensor table instead (``geometry.gguf``).
 
     ``weight_dtype`` replaces the checkpoint's precision (bf16, fp16, fp32, fp8, int8, int4,
     mxfp4, nvfp4); ``kv_dtype`` the KV-cache's (default bf16); ``overrides`` sets any
     ModelGeometry field or raw ``config.KEY``. Every problem raises a one-line GeometryError.
     """
+    if os.fspath(source).strip().lower().endswith(".gguf"):
+        return _from_gguf(source, weight_dtype, kv_dtype, overrides)
     loaded = read_config(source)
-    return _build(
+    geom = _build(
         loaded.data,
         name=loaded.name,
         weight_dtype=weight_dtype,
@@ -118,3 +144,8 @@ def load_geometry(
         folder=loaded.folder,
         source=loaded.origin,
     )
+    # safetensors headers beside the config give exact bytes, unless the user set them
+    set_by_hand = {"weight_dtype", *_BYTE_FIELDS} & set(overrides or {})
+    if loaded.folder is not None and weight_dtype is None and not set_by_hand:
+        geom = apply_safetensors_headers(geom, loaded.folder)
+    return geom

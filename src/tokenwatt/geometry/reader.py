@@ -151,11 +151,3 @@ class Reader:
                 f"config.json: {key} must be a list of strings, got {short_repr(value)}"
             )
         return list(value)
-
-    def mapping(self, key: str) -> Mapping[str, Any] | None:
-        found = self.raw(key)
-        if found is None:
-            return None
-        if not isinstance(found[1], dict):
-            raise GeometryError(f"config.json: {key} must be an object, got {short_repr(found[1])}")
-        return found[1]

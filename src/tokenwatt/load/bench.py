@@ -44,7 +44,7 @@ from tokenwatt.result import (
     SloSettings,
     write_result,
 )
-from tokenwatt.spec import BenchSpec, ProbeSettings, redact
+from tokenwatt.spec import BenchSpec, ProbeSettings, redact, redact_text
 
 __all__ = [
     "WARMUP_LIFETIMES",
@@ -210,10 +210,47 @@ class _Run:
 
 
 def outcome_of(s: ProbeSummary) -> ProbeOutcome[ProbeSummary]:
-    """The search's view of a probe: its verdict, and the achieved rate with the number of
-    arrivals behind it (the search places the verdict by them, see ``bracket_rate``)."""
+    """The search's view of a probe: its verdict, whether it halts the search, and the
+    achieved rate with the number of arrivals behind it (the search places the verdict by
+    them, see ``bracket_rate``)."""
     n = round(s.achieved_rate_rps * s.window_s) if s.window_s else None
-    return ProbeOutcome(s.slo_passed, s.slo_detail.reason, s, s.achieved_rate_rps, n)
+    return ProbeOutcome(
+        s.slo_passed,
+        s.slo_detail.reason,
+        s,
+        halt=_halt_of(s),
+        achieved_rps=s.achieved_rate_rps,
+        requests=n,
+    )
+
+
+def _halt_of(s: ProbeSummary) -> Literal["error", "saturated"] | None:
+    """An error probe or a saturated sender stops the search (``load.search``)."""
+    if s.slo_detail.load_generator_saturated:
+        return "saturated"
+    return "error" if s.slo_detail.error_probe else None
+
+
+def _halt_warning(out: SearchOutcome[ProbeSummary], spec: BenchSpec) -> str:
+    """The one line that says why the search stopped without a boundary."""
+    last = out.steps[-1] if out.steps else None
+    why = last.outcome.reason if last is not None else None
+    rate = f"{last.rate_rps:.3g} rps" if last is not None else "?"
+    lower = (
+        f"; the highest passing rate, {out.lo_rps:.3g} rps, is a lower bound only"
+        if out.lo_rps is not None
+        else ""
+    )
+    if out.stop_reason == "saturated":
+        return (
+            f"stopped: the load generator could not offer {rate} ({why}); no boundary "
+            f"is called{lower}"
+        )
+    return (
+        f"stopped: the probe at {rate} is an error probe ({why}); the endpoint failed more "
+        f"than slo.max_error_rate = {spec.slo.max_error_rate:.0%} of requests; no boundary "
+        f"is called{lower}"
+    )
 
 
 def _search_summary(out: SearchOutcome[ProbeSummary]) -> SearchSummary:
@@ -304,7 +341,7 @@ async def run_bench(
                 result.warnings.append("no power source: tokens per joule not measured")
             result.target = target_record(spec, target)
             bench = _Run(spec, out, target, geometry, accelerator, monitor, result, on_event)
-            bench.emit(BenchEvent("started", message=target.base_url))
+            bench.emit(BenchEvent("started", message=redact_text(target.base_url)))
             try:
                 await _search(bench)
             except _InterruptedError:
@@ -336,33 +373,50 @@ def _finish(bench: _Run) -> None:
     bench.emit(BenchEvent("written", result=bench.result, message=str(bench.out_dir)))
 
 
+async def _single_stream(bench: _Run) -> ProbeSummary | None:
+    """The single-stream point (None when the spec skips it). An error probe there stops the
+    run before the search (``result.search.stop_reason`` says why)."""
+    spec, result = bench.spec, bench.result
+    ss = spec.search
+    if ss.single_stream_requests <= 0:
+        return None
+    p = ss.probe
+    single = await bench.measure(
+        0,
+        rate_rps=None,
+        seed=probe_seed(spec.workload.seed, 0) ^ 0x5EED,
+        phase="single_stream",
+        settings=ProbeSettings(
+            warmup_s=0.0,
+            min_duration_s=p.min_duration_s,
+            min_requests=ss.single_stream_requests,
+            max_duration_s=p.max_duration_s,
+            drain_timeout_s=p.drain_timeout_s,
+            early_stop=False,
+        ),
+        concurrency=1,
+        max_requests=ss.single_stream_requests,
+    )
+    halt = _halt_of(single)
+    if halt is not None:
+        result.search = SearchSummary(history=[], precision_target=ss.precision, stop_reason=halt)
+        result.warnings.append(
+            f"stopped at the single-stream point: {single.slo_detail.reason}; no boundary is called"
+        )
+    elif not single.slo_passed:
+        result.warnings.append(
+            "the SLO fails even one request at a time (single-stream point): "
+            f"{single.slo_detail.reason}"
+        )
+    return single
+
+
 async def _search(bench: _Run) -> None:
     spec, result = bench.spec, bench.result
     ss = spec.search
-    single: ProbeSummary | None = None
-    if ss.single_stream_requests > 0:
-        p = ss.probe
-        single = await bench.measure(
-            0,
-            rate_rps=None,
-            seed=probe_seed(spec.workload.seed, 0) ^ 0x5EED,
-            phase="single_stream",
-            settings=ProbeSettings(
-                warmup_s=0.0,
-                min_duration_s=p.min_duration_s,
-                min_requests=ss.single_stream_requests,
-                max_duration_s=p.max_duration_s,
-                drain_timeout_s=p.drain_timeout_s,
-                early_stop=False,
-            ),
-            concurrency=1,
-            max_requests=ss.single_stream_requests,
-        )
-        if not single.slo_passed:
-            result.warnings.append(
-                "the SLO fails even one request at a time (single-stream point): "
-                f"{single.slo_detail.reason}"
-            )
+    single = await _single_stream(bench)
+    if single is not None and _halt_of(single) is not None:
+        return
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1
@@ -401,7 +455,10 @@ async def _search(bench: _Run) -> None:
         result.search = _search_summary(out)
         b = out.boundary
         result.boundary = b.outcome.payload if b is not None else None
-        if out.stop_reason == "failed_at_start":
+        if out.stop_reason in ("error", "saturated"):
+            result.boundary = None
+            result.warnings.append(_halt_warning(out, spec))
+        elif out.stop_reason == "failed_at_start":
             result.warnings.append("no probed rate met the SLO: there is no boundary to report")
         elif out.stop_reason == "max_rate":
             result.warnings.append(

@@ -44,7 +44,7 @@ def probe_mbu(
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
     so T and the context sum no longer describe one steady state."""
     m = run.metrics
-    if run.stopped_early or run.interrupted:
+    if run.stopped_early or run.interrupted or run.saturated:
         return None
     if m.output_tokens_per_s is None or m.itl_token_weighted_s is None:
         return None
@@ -69,9 +69,15 @@ def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None)
         Limits.from_spec(spec.slo),
         run.counted,
         origin_ns=run.started_ns,
-        early_stop_reason=early_stop_reason,
+        early_stop_reason=(
+            "stopped early: endpoint errors clearly over slo.max_error_rate"
+            if run.error_stopped
+            else early_stop_reason
+        ),
         stopped_early=run.stopped_early,
         interrupted=run.interrupted,
+        max_error_rate=spec.slo.max_error_rate,
+        saturated=run.saturated,
     )
 
 
@@ -79,8 +85,10 @@ def probe_flags(run: ProbeRun, mbu: Mbu | None) -> list[str]:
     """Conditions a reader of the figures must know, as short flags."""
     m = run.metrics
     flags = [] if mbu is None else [k for k, v in mbu.flags.model_dump().items() if v]
-    if run.stopped_early or run.interrupted:
+    if run.stopped_early or run.interrupted or run.saturated:
         flags.append("window_cut")
+    if run.saturated:
+        flags.append("load_generator_saturated")
     if m.timestamp_source not in ("kernel", "none"):
         flags.append(f"timestamps_{m.timestamp_source}")
     if run.drain_timeouts:
@@ -109,6 +117,9 @@ def _slo_detail(verdict: SLOVerdict) -> SloDetail:
         trend_last_third_ttft_s=None if trend is None else trend.last_third_ttft_s,
         trend_rise_s=None if trend is None else trend.rise_s,
         trend_rank_correlation=None if trend is None else trend.rank_correlation,
+        error_probe=verdict.error_probe,
+        error_rate=verdict.error_rate,
+        load_generator_saturated=verdict.saturated,
     )
 
 
@@ -171,4 +182,6 @@ def summarize_probe(
         mean_concurrency=m.mean_concurrency,
         requests_counted=m.requests_counted,
         interrupted=run.interrupted,
+        late_sends=run.late_sends,
+        max_send_lag_s=run.max_send_lag_s,
     )

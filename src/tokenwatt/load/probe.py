@@ -24,6 +24,23 @@ Timeline (monotonic ns)::
   probe: in-flight requests are cancelled (records with ``status='cancelled'``), the
   window ends at that moment, and ``run_probe`` *returns* the partial run with
   ``interrupted=True`` instead of raising. Callers must check ``interrupted``.
+* Bounded overload: the open-loop sender never holds more than ``MAX_PENDING_SENDS`` requests
+  in flight (at the cap it waits for one to end) and yields to the loop at least every
+  ``_YIELD_EVERY`` sends, so memory stays bounded and Ctrl-C/SIGTERM are heard at any rate.
+  A send that starts more than ``LATE_SEND_S`` after its slot is *late* (``late_sends``); a
+  sender more than ``MAX_SEND_LAG_S`` behind its schedule, after at least
+  ``_SATURATED_MIN_LATE`` late sends or while held at the cap, cannot offer the load asked
+  for (one stall of the whole process is caught up on instead): the probe stops there,
+  marked ``saturated`` (the load generator's limit, not the server's; the
+  SLO judge never calls that a pass or an SLO failure).
+* A broken endpoint stops the probe too: once at least ``_ERROR_STOP_MIN`` requests have
+  ended and their transport/server errors (``metrics.slo.BROKEN_ENDPOINT_KINDS``) are clearly
+  over ``slo.max_error_rate`` (the early stop's binomial test), the window closes there
+  (``error_stopped``, and ``stopped_early``). A dead server would otherwise be hammered for
+  the whole probe, thousands of refused connections a second piling up records. Stopped in
+  warm-up, the window is moved to start at ``t0``: every request sent is then judged.
+* ``on_record`` is called with every record as it ends (``requests.jsonl`` is written
+  incrementally from it, so a killed run keeps what was measured).
 """
 
 from __future__ import annotations
@@ -43,10 +60,14 @@ from tokenwatt.load.window import WindowRules
 from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
+from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
 from tokenwatt.records import RequestPhase, RequestRecord, write_requests
 from tokenwatt.spec import BenchSpec, ProbeSettings
 
 __all__ = [
+    "LATE_SEND_S",
+    "MAX_PENDING_SENDS",
+    "MAX_SEND_LAG_S",
     "ProbeProgress",
     "ProbeRun",
     "StreamingClient",
@@ -57,6 +78,15 @@ _NS = 1_000_000_000
 _LEAD_NS = 20_000_000  # first arrival slot this long after run_probe starts (set-up time)
 _POLL_S = 0.5  # progress and should_stop cadence
 _SPIN_NS = 1_500_000  # sleep until this close to a send time, then yield-spin to it
+# The most open-loop requests in flight at once. Far above any engine's running batch
+# (vLLM's max_num_seqs is 256-1024 per replica), low enough that 8192 tasks, records and
+# prompts stay within tens of MB. At the cap the sender waits, and its sends turn late.
+MAX_PENDING_SENDS = 8192
+LATE_SEND_S = 0.05  # a send this long after its slot is late (asyncio jitter is ~1 ms)
+MAX_SEND_LAG_S = 1.0  # a sender this far behind schedule is saturated: the probe stops
+_SATURATED_MIN_LATE = 20  # late sends before a lag past MAX_SEND_LAG_S means saturation
+_YIELD_EVERY = 64  # sends between forced yields to the loop, however late the sender is
+_ERROR_STOP_MIN = 20  # ended requests before a broken endpoint may stop the probe
 Phase = Literal["warmup", "window", "drain"]
 
 
@@ -115,6 +145,10 @@ class ProbeRun:
     interrupted: bool = False  # Ctrl-C / cancellation: partial
     stopped_early: bool = False  # should_stop ended the window
     drain_timeouts: int = 0  # counted requests cut at the drain timeout
+    saturated: bool = False  # the sender fell MAX_SEND_LAG_S behind schedule: probe stopped
+    error_stopped: bool = False  # endpoint errors clearly over slo.max_error_rate: stopped
+    late_sends: int = 0  # sends started more than LATE_SEND_S after their slot
+    max_send_lag_s: float = 0.0  # the sender's worst lag behind its schedule
     clock: dict[str, Any] | None = None  # the client's timestamp source and clock offset
     client_stats: dict[str, Any] = field(default_factory=dict)
 
@@ -143,6 +177,10 @@ class ProbeRun:
             "interrupted": self.interrupted,
             "stopped_early": self.stopped_early,
             "drain_timeouts": self.drain_timeouts,
+            "saturated": self.saturated,
+            "error_stopped": self.error_stopped,
+            "late_sends": self.late_sends,
+            "max_send_lag_s": self.max_send_lag_s,
         }
 
     def write_requests(self, path: str | Path) -> Path:
@@ -163,8 +201,10 @@ class _Probe:
         max_requests: int | None,
         on_progress: Callable[[ProbeProgress], None] | None,
         should_stop: Callable[[Sequence[RequestRecord]], bool] | None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self.spec = spec
+        self.on_record = on_record
         self.client = client
         self.schedule = schedule
         self.plans = plans
@@ -196,6 +236,13 @@ class _Probe:
         self.timed_out_ids: set[int] = set()
         self.interrupted = False
         self.stopped_early = False
+        self.saturated = False
+        self.error_stopped = False
+        self.judged_total = 0  # ended, not cancelled (every phase)
+        self.broken_total = 0  # of which transport/server errors
+        self.late_sends = 0
+        self.max_lag_ns = 0
+        self.slot_free = asyncio.Event()
 
     # ------------------------------------------------------------------ window bookkeeping
     @property
@@ -249,6 +296,7 @@ class _Probe:
 
         def finished(t: asyncio.Task[None]) -> None:
             self.tasks.discard(t)
+            self.slot_free.set()
             if plan.index not in self.recorded:
                 # cancelled before its first step: the request was never sent, but it was
                 # scheduled, so it is recorded (and counted, if in the window) as cancelled
@@ -307,6 +355,12 @@ class _Probe:
             rec.status = "cancelled"
         self.records.append(rec)
         self.recorded.add(rec.request_id)
+        if not rec.cancelled:
+            self.judged_total += 1
+            if rec.failed and rec.error_kind in BROKEN_ENDPOINT_KINDS:
+                self.broken_total += 1
+        if self.on_record is not None:
+            self.on_record(rec)
         if counted:
             self.counted_ids_in_flight.discard(rec.request_id)
             self.counted_done.append(rec)
@@ -328,7 +382,7 @@ class _Probe:
                 await asyncio.sleep(0)
 
     async def _open_loop(self, schedule: OpenLoopSchedule) -> None:
-        for off in schedule.offsets_ns():
+        for k, off in enumerate(schedule.offsets_ns()):
             t = self.t0 + off
             counted = self._admit(t)
             if self.w1 is not None and self.counted_in_flight == 0 and not counted:
@@ -338,9 +392,35 @@ class _Probe:
                 return
             plan = next(self.plans)
             await self._sleep_until(t)
-            if self.stop_dispatch:
+            if not await self._room_for_one(t) or self.stop_dispatch:
                 return
             self._launch(plan, t, counted)
+            if k % _YIELD_EVERY == _YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # however late: let Ctrl-C, replies and polls run
+
+    async def _room_for_one(self, slot_ns: int) -> bool:
+        """Wait for a free slot under MAX_PENDING_SENDS and note how late this send is; False
+        (and ``saturated``) once the sender is MAX_SEND_LAG_S behind its schedule."""
+        while True:
+            lag = now_ns() - slot_ns
+            self.max_lag_ns = max(self.max_lag_ns, lag)
+            at_cap = len(self.tasks) >= MAX_PENDING_SENDS
+            # One stall of the whole process (a GC pause, a busy machine) is caught up on;
+            # a sender that stays behind, sending late after late, or is held at the cap, is not.
+            if lag > MAX_SEND_LAG_S * _NS and (at_cap or self.late_sends >= _SATURATED_MIN_LATE):
+                self.saturated = True
+                self.wake.set()
+                return False
+            if not at_cap:
+                break
+            self.slot_free.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.slot_free.wait(), timeout=0.05)
+            if self.stop_dispatch:
+                return False
+        if lag > LATE_SEND_S * _NS:
+            self.late_sends += 1
+        return True
 
     async def _closed_loop_worker(self) -> None:
         await self._sleep_until(self.t0)
@@ -356,6 +436,12 @@ class _Probe:
                 await self._run_one(plan, t, counted)
             except asyncio.CancelledError:
                 return
+
+    def _endpoint_broken(self) -> bool:
+        """Transport/server errors clearly over the spec's error budget (see the module doc)."""
+        n, k = self.judged_total, self.broken_total
+        budget = self.spec.slo.max_error_rate
+        return n >= _ERROR_STOP_MIN and k > budget * n and clearly_failed(k, n, budget)
 
     # ------------------------------------------------------------------ the run
     def _progress(self, now: int) -> ProbeProgress:
@@ -405,6 +491,16 @@ class _Probe:
                         self.stopped_early = True
                         self._close(now)
                         break
+                    if self.w1 is None and self._endpoint_broken():
+                        self.error_stopped = self.stopped_early = True
+                        if now < self.w0:
+                            self.window.w0 = self.t0  # stopped in warm-up: judge all sent
+                        self._close(now)
+                        break
+                if self.saturated:
+                    self._close(max(now, self.w0))
+                    break
+
                 if self._finished(now):
                     break
                 if self.drain_deadline is not None and now >= self.drain_deadline:
@@ -422,7 +518,7 @@ class _Probe:
             await self._shutdown(workers)
         end = now_ns()
         w1 = self.w1 if self.w1 is not None else end
-        if self.interrupted or self.stopped_early:
+        if self.interrupted or self.stopped_early or self.saturated:
             w1 = min(w1, end)
         if self.on_progress is not None:
             self.on_progress(self._progress(end))
@@ -445,6 +541,18 @@ class _Probe:
                 )
 
 
+def _client_facts(client: StreamingClient) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The client's clock facts and connection counts, where it has them."""
+    clock = getattr(client, "clock", None)
+    clock_dict = clock.to_dict() if clock is not None and hasattr(clock, "to_dict") else None
+    stats = {
+        k: getattr(client, k)
+        for k in ("connections_opened", "connections_reused")
+        if isinstance(getattr(client, k, None), int)
+    }
+    return clock_dict, stats
+
+
 async def run_probe(
     spec: BenchSpec,
     client: StreamingClient,
@@ -456,6 +564,7 @@ async def run_probe(
     concurrency: int | None = None,
     on_progress: Callable[[ProbeProgress], None] | None = None,
     should_stop: Callable[[Sequence[RequestRecord]], bool] | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
 ) -> ProbeRun:
     """Run one probe at ``rate_rps`` (open loop, the spec's arrival process) or closed loop
     (``concurrency``, or ``rate_rps=None`` with a concurrency arrival in the spec).
@@ -465,6 +574,7 @@ async def run_probe(
     ``max_duration_s``), replacing ``min_duration_s``/``min_requests`` (the single-stream point
     is ``concurrency=1, max_requests=N``). ``should_stop`` is called about every 0.5 s with the
     counted requests finished so far; True ends the window there (``stopped_early``).
+    ``on_record`` sees every record as it ends (for incremental writing).
     """
     settings = settings or spec.search.probe
     if max_requests is not None and max_requests < 1:
@@ -485,6 +595,7 @@ async def run_probe(
         max_requests=max_requests,
         on_progress=on_progress,
         should_stop=should_stop,
+        on_record=on_record,
     )
     records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
@@ -495,13 +606,7 @@ async def run_probe(
         slo=spec.slo,
         target_rate_rps=rate_rps if isinstance(schedule, OpenLoopSchedule) else None,
     )
-    clock = getattr(client, "clock", None)
-    clock_dict = clock.to_dict() if clock is not None and hasattr(clock, "to_dict") else None
-    stats = {
-        k: getattr(client, k)
-        for k in ("connections_opened", "connections_reused")
-        if isinstance(getattr(client, k, None), int)
-    }
+    clock_dict, stats = _client_facts(client)
     is_open = isinstance(schedule, OpenLoopSchedule)
     return ProbeRun(
         records=records,
@@ -519,6 +624,10 @@ async def run_probe(
         interrupted=probe.interrupted,
         stopped_early=probe.stopped_early,
         drain_timeouts=sum(1 for r in records if r.request_id in probe.timed_out_ids),
+        saturated=probe.saturated,
+        error_stopped=probe.error_stopped,
+        late_sends=probe.late_sends,
+        max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
         clock=clock_dict,
         client_stats=stats,
     )

@@ -21,6 +21,11 @@ Poisson count, 2·r/√n for n requests), a failure at the achieved rate when it
 higher; within the noise the offered rate stands (it is the better estimate of the load).
 A pass never moves up and a failure never moves down, so noise cannot widen the claim.
 
+A probe whose outcome has ``halt`` set (an error probe: the endpoint is broken; or a
+saturated load generator: the load was not offered) is neither a pass nor a failure: it is
+recorded as a step, leaves the bracket as it was, and ends the search with that stop reason.
+No boundary is ever called from it.
+
 The boundary is ``lo``: a rate that was measured to pass, with a measured failure at most
 ``precision`` above it. Verdicts are noisy near the boundary; the bracket comes from the latest
 verdict at each rate, a newer verdict overriding older ones it contradicts (``_record``).
@@ -51,8 +56,9 @@ __all__ = [
 P = TypeVar("P")
 Phase = Literal["grow", "descend", "bisect", "confirm"]
 StopReason = Literal[
-    "converged", "max_probes", "max_rate", "failed_at_start", "interrupted", "error"
+    "converged", "max_probes", "max_rate", "failed_at_start", "interrupted", "error", "saturated"
 ]
+Halt = Literal["error", "saturated"]
 _MASK64 = (1 << 64) - 1
 
 
@@ -73,8 +79,13 @@ class ProbeOutcome(Generic[P]):
     passed: bool
     reason: str | None = None
     payload: P | None = None
+    halt: Halt | None = None  # error probe or saturated sender: stop, judge nothing
     achieved_rps: float | None = None  # arrivals per second the window really held
     requests: int | None = None  # how many: the Poisson count behind ``achieved_rps``
+
+
+class _HaltedError(Exception):
+    """A probe said ``halt``: the search ends where it is."""
 
 
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) achieved may stray unremarked
@@ -197,11 +208,16 @@ class BoundarySearch(Generic[P]):
         self.current_phase = phase
         result = await self._probe(rate, seed)
         placed = bracket_rate(rate, result)
-        self._record(placed, result.passed)
+        if result.halt is not None:
+            out.stop_reason = result.halt
+        else:
+            self._record(placed, result.passed)
         step = SearchStep(index, rate, seed, phase, result, out.lo_rps, out.hi_rps, placed)
         out.steps.append(step)
         if self._on_step is not None:
             self._on_step(step)
+        if result.halt is not None:
+            raise _HaltedError
         return result.passed
 
     def _record(self, rate: float, passed: bool) -> None:
@@ -225,6 +241,12 @@ class BoundarySearch(Generic[P]):
         return len(self.outcome.steps) < self.max_probes
 
     async def run(self) -> SearchOutcome[P]:
+        try:
+            return await self._run()
+        except _HaltedError:
+            return self.outcome
+
+    async def _run(self) -> SearchOutcome[P]:
         out = self.outcome
         rate = self.start_rate_rps
         passed = await self._run_one(rate, "grow")

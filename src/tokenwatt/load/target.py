@@ -161,7 +161,7 @@ async def open_target(
         )
         try:
             models = await client.list_models()
-            client.model = _pick_model(ep.model, models, base_url)
+            client.model = _pick_model(ep.model, models, client.safe_url)
             yield Target(
                 base_url=base_url,
                 model=client.model,

@@ -15,6 +15,16 @@ This module is the one SLO judge: ``Limits.from_spec`` is the one ms → s conve
 (quantiles or attainment, trend, early stop, interruption) that ``tokenwatt probe`` and
 ``tokenwatt bench`` both call, and ``EarlyStop`` the one early-stop rule. Cancelled requests
 (ended by the client) are not judged.
+
+Errors are not SLO misses. A failed request counts against the SLO as above, but a probe
+whose judged requests failed with *broken-endpoint* errors more often than
+``slo.max_error_rate`` is an **error probe** (``ErrorTally``): the endpoint is broken, not
+slow, and no boundary may be called from it. Broken-endpoint kinds are the transport ones
+(``connect``, ``reset``: nothing or half an answer came back) and the server ones
+(``http_status``, ``stream_error``, ``truncated``, ``protocol``: the server answered wrongly).
+Timeouts (``timeout_first_token``, ``stall``, ``timeout_total``) are latency failures: an
+overloaded server is slow, and slowness is exactly what the SLO judges. A probe whose load
+generator fell behind its schedule (``saturated``) is neither a pass nor an SLO failure.
 """
 
 from __future__ import annotations
@@ -32,11 +42,15 @@ from tokenwatt.records import RequestRecord
 from tokenwatt.spec.slo import SLO
 
 __all__ = [
+    "BROKEN_ENDPOINT_KINDS",
     "EARLY_STOP_CONFIDENCE",
+    "SERVER_ERROR_KINDS",
+    "TRANSPORT_ERROR_KINDS",
     "TREND_MIN_RANK_CORRELATION",
     "TREND_MIN_REQUESTS",
     "TREND_SHIFT_OF_LIMIT",
     "EarlyStop",
+    "ErrorTally",
     "Limits",
     "RequestLatency",
     "SLOVerdict",
@@ -63,6 +77,10 @@ TREND_SHIFT_OF_LIMIT = 0.25
 TREND_MIN_RANK_CORRELATION = 0.5
 TREND_MIN_REQUESTS = 20
 _TREND_MAX_POINTS = 1500  # pairwise slopes are O(n²): thin longer windows evenly
+# Error kinds that say the endpoint is broken rather than slow (see the module doc).
+TRANSPORT_ERROR_KINDS = frozenset({"connect", "reset"})
+SERVER_ERROR_KINDS = frozenset({"http_status", "stream_error", "truncated", "protocol"})
+BROKEN_ENDPOINT_KINDS = TRANSPORT_ERROR_KINDS | SERVER_ERROR_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +181,45 @@ def latencies(records: Iterable[RequestRecord], origin_ns: int = 0) -> list[Requ
     return [RequestLatency.from_record(r, origin_ns) for r in records if not r.cancelled]
 
 
+@dataclass(frozen=True, slots=True)
+class ErrorTally:
+    """Broken-endpoint errors among a probe's judged (not cancelled) requests."""
+
+    judged: int
+    broken: int  # errors of a BROKEN_ENDPOINT_KINDS kind
+    by_kind: dict[str, int]
+
+    @classmethod
+    def of(cls, records: Iterable[RequestRecord]) -> ErrorTally:
+        judged = broken = 0
+        by_kind: dict[str, int] = {}
+        for r in records:
+            if r.cancelled:
+                continue
+            judged += 1
+            if r.failed and r.error_kind in BROKEN_ENDPOINT_KINDS:
+                broken += 1
+                by_kind[r.error_kind] = by_kind.get(r.error_kind, 0) + 1
+        return cls(judged, broken, by_kind)
+
+    @property
+    def rate(self) -> float | None:
+        return self.broken / self.judged if self.judged else None
+
+    def is_error_probe(self, max_error_rate: float) -> bool:
+        """More broken-endpoint errors than the budget allows (strictly: a 5 % budget
+        tolerates exactly 5 %)."""
+        return self.rate is not None and self.rate > max_error_rate
+
+    def reason(self, max_error_rate: float) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.by_kind.items()))
+        return (
+            f"error probe: {self.broken} of {self.judged} requests failed with endpoint errors "
+            f"({kinds}), over slo.max_error_rate {max_error_rate:.0%}: the endpoint is "
+            "broken, not slow"
+        )
+
+
 @dataclass(slots=True)
 class SLOVerdict:
     passed: bool
@@ -176,6 +233,9 @@ class SLOVerdict:
     trend: Trend | None = None  # judge_probe only
     early_stopped: bool = False
     interrupted: bool = False
+    error_probe: bool = False  # judge_probe only: over the error budget
+    error_rate: float | None = None  # broken-endpoint errors ÷ judged requests
+    saturated: bool = False  # the load generator could not keep its schedule
 
 
 def evaluate_slo(limits: Limits, reqs: Sequence[RequestLatency]) -> SLOVerdict:
@@ -348,9 +408,16 @@ def judge_probe(
     early_stop_reason: str | None = None,
     stopped_early: bool = False,
     interrupted: bool = False,
+    max_error_rate: float | None = None,
+    saturated: bool = False,
 ) -> SLOVerdict:
     """The probe's verdict: the SLO over its judged requests (cancelled ones excluded), a
-    rising TTFT trend, an early stop and an interruption each fail it, with one reason line."""
+    rising TTFT trend, an early stop and an interruption each fail it, with one reason line.
+    Over ``max_error_rate`` broken-endpoint errors it is an error probe, and a ``saturated``
+    load generator makes it a saturated probe: both fail it, and a search must not read
+    either as an SLO failure (``error_probe``, ``saturated``)."""
+    tally = ErrorTally.of(counted)
+    error_probe = max_error_rate is not None and tally.is_error_probe(max_error_rate)
     lats = latencies(counted, origin_ns)
     verdict = evaluate_slo(limits, lats)
     trend = detect_trend(lats, limits.ttft_s)
@@ -365,6 +432,17 @@ def judge_probe(
     if interrupted:
         failed.append("interrupted")
         reasons.append("interrupted before the window completed")
+    if error_probe and max_error_rate is not None:
+        failed.insert(0, "error_probe")
+        reasons.insert(0, tally.reason(max_error_rate))
+    if saturated:
+        failed.insert(0, "saturated")
+        reasons.insert(
+            0, "load generator saturated: it fell behind its schedule, the load was not offered"
+        )
+    verdict.error_probe = error_probe
+    verdict.error_rate = tally.rate
+    verdict.saturated = saturated
     verdict.passed = not failed
     verdict.failed = failed
     verdict.reason = "; ".join(reasons) or None

@@ -417,28 +417,18 @@ def _scope_energy(
             e = part.energy_j
         per_device[ch.device] = e
         total += e
-    if coverage < 0.999:
-        flags.add("partial")
-    energy: float | None = total
-    if missing == len(chans):
-        energy = None
-        flags.add("no_samples")
-        flags.discard("partial")
-    elif missing:
-        energy = None
-        flags.add("missing_device")
-    if read_errors:
-        flags.add("read_errors")
-    if window_s < WINDOW_SHORT_PERIODS * period_s:
-        flags.add("window_short")
-    if not src.measured:
-        flags.add("modelled")
-    if period_s > STALE_FACTOR * src.update_period_s:
-        hint = getattr(src, "slow_hint", "")
-        notes.append(
-            f"the figure changed only every ~{period_s:.3g} s (expected ~{src.update_period_s:.3g}"
-            f" s){'; ' + hint if hint else ''}"
-        )
+    energy = _total_and_flags(
+        src,
+        flags,
+        notes,
+        total,
+        missing=missing,
+        channels=len(chans),
+        coverage=coverage,
+        read_errors=read_errors,
+        window_s=window_s,
+        period_s=period_s,
+    )
     mean_w = energy / window_s if energy is not None and window_s > 0 else None
     return ScopeEnergy(
         scope=scope,
@@ -457,6 +447,46 @@ def _scope_energy(
         per_device_j=per_device,
         notes=tuple(notes),
     )
+
+
+def _total_and_flags(
+    src: PowerSource,
+    flags: set[str],
+    notes: list[str],
+    total: float,
+    *,
+    missing: int,
+    channels: int,
+    coverage: float,
+    read_errors: int,
+    window_s: float,
+    period_s: float,
+) -> float | None:
+    """The scope's energy (None unless every device has a figure) and the window-level flags
+    and notes, added in place: why a figure is missing, partial, short or stale."""
+    if coverage < 0.999:
+        flags.add("partial")
+    energy: float | None = total
+    if missing == channels:
+        energy = None
+        flags.add("no_samples")
+        flags.discard("partial")
+    elif missing:
+        energy = None
+        flags.add("missing_device")
+    if read_errors:
+        flags.add("read_errors")
+    if window_s < WINDOW_SHORT_PERIODS * period_s:
+        flags.add("window_short")
+    if not src.measured:
+        flags.add("modelled")
+    if period_s > STALE_FACTOR * src.update_period_s:
+        hint = getattr(src, "slow_hint", "")
+        notes.append(
+            f"the figure changed only every ~{period_s:.3g} s (expected ~{src.update_period_s:.3g}"
+            f" s){'; ' + hint if hint else ''}"
+        )
+    return energy
 
 
 def _choose(entries: Sequence[ScopeEnergy]) -> dict[str, ScopeEnergy]:

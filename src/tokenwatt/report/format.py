@@ -7,6 +7,10 @@ short string; None always reads as an em dash, never as 0.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenwatt.result import BenchResult
 
 __all__ = [
     "DASH",
@@ -20,6 +24,7 @@ __all__ = [
     "fmt_rate",
     "fmt_signed_pct",
     "fmt_tokens_per_s",
+    "no_boundary_text",
     "rel_change",
 ]
 
@@ -121,3 +126,22 @@ def rel_change(value: float | None, base: float | None) -> float | None:
         return None
     assert value is not None and base is not None
     return (value - base) / abs(base)
+
+
+def no_boundary_text(result: BenchResult) -> str:
+    """Why there is no boundary: never "SLO not met" when the search stopped for another
+    reason (an error probe, a saturated sender, an interruption) or a probe passed."""
+    stop = result.search.stop_reason if result.search is not None else None
+    passed = [p.rate_rps for p in result.probes if p.slo_passed and p.rate_rps is not None]
+    best = f"; highest passing rate {fmt_rate(max(passed))}" if passed else ""
+    if stop == "error":
+        return f"no boundary: an error probe stopped the run (endpoint broken){best}"
+    if stop == "saturated":
+        return f"no boundary: the load generator could not offer the load{best}"
+    if result.interrupted or stop == "interrupted":
+        return f"no boundary: interrupted before one was measured{best}"
+    if passed:
+        return f"no boundary called{best}"
+    lowest = min((p.rate_rps for p in result.probes if p.rate_rps is not None), default=None)
+    where = f" (lowest rate probed: {fmt_rate(lowest)})" if lowest is not None else ""
+    return f"SLO not met at any probed rate{where}"

@@ -26,6 +26,7 @@ from tokenwatt.report.format import (
     fmt_quantile,
     fmt_rate,
     fmt_tokens_per_s,
+    no_boundary_text,
 )
 from tokenwatt.report.terminal import describe_run, describe_slo, energy_text
 from tokenwatt.result import BenchResult, ProbeSummary
@@ -129,9 +130,12 @@ def _headline(r: BenchResult) -> str:
     b = r.boundary
     if b is None:
         lowest = min((p.rate_rps for p in r.probes if p.rate_rps is not None), default=None)
+        why = no_boundary_text(r)
         first = (
             '<div class="value none">SLO not met</div>'
             f'<div class="detail">at any probed rate (lowest {_e(fmt_rate(lowest))})</div>'
+            if why.startswith("SLO not met")
+            else f'<div class="value none">no boundary</div><div class="detail">{_e(why)}</div>'
         )
         energy = mbu = f'<div class="value">{DASH}</div>'
     else:

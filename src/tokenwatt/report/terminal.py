@@ -28,6 +28,7 @@ from tokenwatt.report.format import (
     fmt_rate,
     fmt_signed_pct,
     fmt_tokens_per_s,
+    no_boundary_text,
 )
 from tokenwatt.result import BenchResult, ProbeSummary, SloSettings
 
@@ -129,9 +130,7 @@ def headline(result: BenchResult) -> RenderableType:
     if probe_only:  # `tokenwatt probe`'s folder: its one probe, with its own verdict
         b = result.probes[0]
     if b is None:
-        lowest = min((p.rate_rps for p in result.probes if p.rate_rps is not None), default=None)
-        where = f" (lowest rate probed: {fmt_rate(lowest)})" if lowest is not None else ""
-        grid.add_row("SLO goodput", Text(f"SLO not met at any probed rate{where}", "bold red"))
+        grid.add_row("SLO goodput", Text(no_boundary_text(result), "bold red"))
         grid.add_row("Tokens per joule", Text(DASH))
         grid.add_row("MBU", Text(DASH))
     else:

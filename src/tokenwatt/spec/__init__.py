@@ -19,6 +19,7 @@ from tokenwatt.spec.hardware import CustomAccelerator, HardwareSection
 from tokenwatt.spec.model import ModelSection
 from tokenwatt.spec.power import PowerSection, PowerSourceSpec
 from tokenwatt.spec.search import ProbeSettings, SearchSettings
+from tokenwatt.spec.server_metrics import ServerMetricsSection
 from tokenwatt.spec.sim import SimSection
 from tokenwatt.spec.slo import SLO, SLO_PRESETS
 from tokenwatt.spec.workload import Arrival, Distribution, Workload
@@ -64,6 +65,7 @@ class BenchSpec(Section):
     search: SearchSettings = Field(default_factory=SearchSettings)
     power: PowerSection = Field(default_factory=PowerSection)
     sim: SimSection = Field(default_factory=SimSection)
+    server_metrics: ServerMetricsSection = Field(default_factory=ServerMetricsSection)
 
 
 # ``endpoint`` and ``hardware`` change every figure, so neither has a default: a spec without

@@ -41,6 +41,14 @@ class SLO(Section):
     attainment: float = Field(
         0.9, gt=0, le=1, description="fraction of requests that must meet every limit"
     )
+    max_error_rate: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="error budget: a probe whose requests fail with connection or server "
+        "errors (connect, reset, http_status, stream_error, truncated, protocol) more often "
+        "than this is an error probe: the bench stops, no boundary is called from it",
+    )
 
     @model_validator(mode="before")
     @classmethod

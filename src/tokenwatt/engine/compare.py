@@ -1,0 +1,118 @@
+"""Client against engine for one probe: T, B and s side by side, with a likely cause.
+
+Why: the derivation (B = T·τ/R, s = 1/τ) is an inference from client timing; an engine that
+counts its own tokens and batch is a second witness. Where both sides agree within the
+stated tolerance the derived MBU rests on measured ground; where they do not, the check says
+which way they part and what usually causes it, instead of silently reporting one of them.
+
+Engine figures per replica: T is node-wide on both sides; B is the engine's busy slots per
+decode (llama.cpp), else generated tokens per engine step, else its time-weighted mean of
+running requests ÷ R (``engine_batch_and_steps``); s is engine steps per second ÷ R.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tokenwatt.engine.window import EngineWindow
+
+__all__ = ["AGREEMENT_TOLERANCES", "Agreement", "compare_client_engine", "engine_batch_and_steps"]
+
+# the one definition of "agree": |client − engine| ≤ tolerance × engine
+AGREEMENT_TOLERANCES: dict[str, float] = {"T": 0.02, "B": 0.05, "s": 0.05}
+
+_CAUSES: dict[tuple[str, bool], str] = {
+    ("T", False): "the engine served traffic the client did not send (other clients, "
+    "warm-up) or counted requests finished outside the client's window",
+    ("T", True): "the endpoint fronts more engines than this /metrics covers, or the engine "
+    "counts tokens only when a request ends and some were still running at the window's end",
+    ("B", True): "client saturation or network delay stretches τ (B = T·τ/R grows with it), "
+    "or R in the spec is lower than the engines actually serving",
+    ("B", False): "idle replicas or idle time: the client's B averages over elapsed time, "
+    "busy slots per decode only over decode calls; or R counts replicas that got no traffic",
+    ("s", True): "several tokens per engine step (multi-token chunks or speculative "
+    "decoding): 1/τ counts tokens, not steps",
+    ("s", False): "the engine counts prefill-only steps too, or idled (its steps/s "
+    "averages over elapsed time, 1/τ only over decoding)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """One figure on both sides. ``ok`` is None where the engine does not count it."""
+
+    figure: str
+    client: float
+    engine: float | None
+    rel_diff: float | None
+    tolerance: float
+    ok: bool | None
+    cause: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def engine_batch_and_steps(
+    window: EngineWindow, replicas: int
+) -> tuple[float | None, float | None]:
+    """(B, s) per replica from the engine alone, for a second MBU next to the client's.
+
+    B, best first: llama.cpp's busy slots per decode call; generated tokens per engine step
+    (each decode step emits one token per running sequence, so this is the mean decode
+    batch; prefill-only steps pull it down slightly); the time-weighted mean of running
+    requests ÷ R (counts a request as running during its prefill too).
+    """
+    r = max(replicas, 1)
+    steps = window.decode_steps
+    batch: float | None
+    if window.busy_slots_per_decode is not None:
+        batch = window.busy_slots_per_decode
+    elif steps and window.generated_tokens is not None:
+        batch = window.generated_tokens / steps
+    elif window.running_mean is not None:
+        batch = window.running_mean / r
+    else:
+        batch = None
+    rate = window.decode_steps_per_s
+    return batch, (rate / r if rate is not None else None)
+
+
+def _one(figure: str, client: float, engine: float | None, tol: float, extra: str) -> Agreement:
+    if engine is None or engine <= 0:
+        return Agreement(figure, client, engine, None, tol, None)
+    rel = (client - engine) / engine
+    ok = abs(rel) <= tol
+    cause = None if ok else _CAUSES[(figure, rel > 0)] + extra
+    return Agreement(figure, client, engine, rel, tol, ok, cause)
+
+
+def compare_client_engine(
+    *,
+    client_tokens_per_s: float,
+    client_tau_s: float,
+    replicas: int,
+    window: EngineWindow,
+    tokens_per_chunk: float = 1.0,
+    tolerances: Mapping[str, float] = AGREEMENT_TOLERANCES,
+) -> list[Agreement]:
+    """T, B = T·τ/R and s = 1/τ from the client against the engine's counts over the window.
+
+    ``tokens_per_chunk`` > 1 (seen by the client) is named in any disagreement's cause.
+    """
+    r = max(replicas, 1)
+    extra = (
+        f"; the client saw {tokens_per_chunk:.2f} tokens per chunk"
+        if tokens_per_chunk > 1.05
+        else ""
+    )
+    b_engine, s_engine = engine_batch_and_steps(window, r)
+    client_b = client_tokens_per_s * client_tau_s / r
+    client_s = 1.0 / client_tau_s if client_tau_s > 0 else 0.0
+    return [
+        _one("T", client_tokens_per_s, window.generated_tokens_per_s, tolerances["T"], extra),
+        _one("B", client_b, b_engine, tolerances["B"], extra),
+        _one("s", client_s, s_engine, tolerances["s"], extra),
+    ]

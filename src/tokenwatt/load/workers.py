@@ -1,0 +1,560 @@
+"""Scale out on one machine: one seeded schedule, dealt to N worker processes.
+
+One client process carries about 100k streamed tokens/s on one core; near that its loop reads
+late, events share reads and stamps lose their precision exactly where a big node is tested.
+A :class:`WorkerPool` removes that ceiling without giving up the timing guarantees:
+
+* The coordinator draws the schedule once (:func:`draw_schedule`: arrival offsets from
+  ``load.arrivals``, prompts and lengths from ``load.workload``), so the same seed gives the
+  same requests at the same offsets for any N. :func:`deal` gives request k to worker k mod N.
+* Each worker is a process (spawned, so no loop or lock state is inherited) with its own event
+  loop (uvloop where installed) and its own ``StreamClient``, optionally pinned to one core.
+  It sends each request at ``start_ns + offset_ns``, where ``start_ns`` is one instant the
+  coordinator picks once every worker is ready. On one machine every process reads the same
+  CLOCK_MONOTONIC (``time.perf_counter_ns``), so its stamps need no conversion.
+* Finished records come back in compact batches (``load.wire``) every ``batch_interval_s``;
+  the coordinator merges them by request id. A request dealt to a worker that died before
+  reporting it becomes a failure (``error_kind="worker_lost"``, the exit status in the
+  message): nothing dealt is lost, nothing is counted twice (a duplicate id is an error).
+* Each worker's keep-up figures (:class:`WorkerStats`) say whether the load generator, not the
+  server, was the bottleneck; :meth:`PoolResult.keep_up_problems` names the remedy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import os
+import resource
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+
+import orjson
+
+from tokenwatt.client import StreamClient
+from tokenwatt.clock import now_ns
+from tokenwatt.load.arrivals import OpenLoopSchedule
+from tokenwatt.load.wire import pack_records, unpack_records
+from tokenwatt.load.workload import RequestPlan
+from tokenwatt.records import RequestRecord
+from tokenwatt.spec.endpoint import Timeouts
+
+__all__ = [
+    "KEEP_UP_BUSY_MAX",
+    "KEEP_UP_EXACT_MIN",
+    "KEEP_UP_LATENESS_P99_NS",
+    "ClientConfig",
+    "PoolResult",
+    "ScheduledRequest",
+    "WorkerPool",
+    "WorkerStats",
+    "auto_workers",
+    "deal",
+    "draw_schedule",
+    "merge_records",
+    "send_share",
+    "worker_stats",
+]
+
+_NS = 1_000_000_000
+_SPIN_NS = 1_500_000  # sleep until this close to a send time, then yield-spin to it
+_LEAD_NS = 50_000_000  # the common start is this long after the last worker said ready
+_TAG_READY, _TAG_BATCH, _TAG_END = b"R", b"B", b"E"
+
+# Keep-up self-checks (one definition, see docs/methodology.md "Workers and clocks"):
+# a worker whose p99 send lateness exceeds 1 ms no longer sends on the schedule;
+KEEP_UP_LATENESS_P99_NS = 1_000_000
+# a worker whose process used more than 90% of a core has no slack left to read on time;
+KEEP_UP_BUSY_MAX = 0.90
+# when fewer than 80% of events had a read to themselves, most stamps are those of a late read.
+KEEP_UP_EXACT_MIN = 0.80
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRequest:
+    """One request of a drawn schedule: what to send and when (ns after the common start)."""
+
+    index: int
+    offset_ns: int
+    prompt: str | list[int]
+    prompt_tokens_client: int
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Everything a worker needs to build its own ``StreamClient`` (picklable)."""
+
+    base_url: str
+    api: Literal["completions", "chat"]
+    model: str
+    timeouts: Timeouts
+    api_key: str | None = None
+    extra_body: Mapping[str, Any] | None = None
+    stream_usage: bool = True
+    max_connections: int = 4096
+    kernel_timestamps: bool | None = None
+    ignore_eos: bool = True
+
+    def make_client(self) -> StreamClient:
+        return StreamClient(
+            self.base_url,
+            api=self.api,
+            model=self.model,
+            api_key=self.api_key,
+            timeouts=self.timeouts,
+            extra_body=self.extra_body,
+            stream_usage=self.stream_usage,
+            max_connections=self.max_connections,
+            kernel_timestamps=self.kernel_timestamps,
+        )
+
+
+def draw_schedule(
+    arrivals: OpenLoopSchedule, plans: Iterable[RequestPlan], count: int
+) -> list[ScheduledRequest]:
+    """The first ``count`` requests of a seeded run: plan k sent at arrival offset k.
+
+    Drawn once by the coordinator; it does not depend on how many workers will send it.
+    """
+    out: list[ScheduledRequest] = []
+    for off, plan in zip(arrivals.offsets_ns(), plans, strict=False):
+        if len(out) == count:
+            break
+        out.append(
+            ScheduledRequest(
+                plan.index, off, plan.prompt, plan.prompt_tokens_client, plan.max_tokens
+            )
+        )
+    return out
+
+
+def deal(schedule: Sequence[ScheduledRequest], n: int) -> list[list[ScheduledRequest]]:
+    """Request k to worker k mod n: each worker's share keeps the schedule's order and spread."""
+    if n < 1:
+        raise ValueError(f"workers must be >= 1, got {n}")
+    return [list(schedule[i::n]) for i in range(n)]
+
+
+def auto_workers() -> int:
+    """``workers: auto``: one per core this process may use, leaving one for the coordinator."""
+    return max(1, len(_cores()) - 1)
+
+
+def _cores() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """Whether one worker kept up (figures over the records it sent back)."""
+
+    worker: int
+    core: int | None
+    dealt: int  # requests dealt to it
+    lost: int  # of those, never reported (the worker died first)
+    send_lateness_p50_ns: int | None
+    send_lateness_p99_ns: int | None
+    busy_fraction: float | None  # process CPU time ÷ wall time of its run (None: it died)
+    coalesced_reads: int  # reads that returned more than one content event
+    events: int  # content events received
+    exact_events: int  # events alone in their read: their stamp is the arrival time
+    exit_code: int | None = None
+    cause: str | None = None  # why it ended early (exit status, actor death), if it did
+
+    @property
+    def exact_share(self) -> float | None:
+        return self.exact_events / self.events if self.events else None
+
+    @property
+    def client_bound(self) -> bool:
+        """The worker's own process used more of its core than the keep-up limit allows."""
+        return self.busy_fraction is not None and self.busy_fraction > KEEP_UP_BUSY_MAX
+
+    def problems(self) -> list[str]:
+        """One line per keep-up self-check this worker failed, each naming the remedy.
+
+        Late sends and shared reads have several causes; the worker's busy fraction tells them
+        apart: a saturated worker needs more workers, one with CPU to spare was held up by
+        something else (other processes on its core, a full connection pool, or a server that
+        falls behind and then sends several events of a stream at once).
+        """
+        if self.client_bound:
+            fix = "the load generator was the bottleneck: use more workers (workers: N)"
+        else:
+            fix = (
+                "its process had CPU to spare: look at other processes on its core, "
+                "max_connections, or a server sending events in bursts"
+            )
+        out: list[str] = []
+        if self.lost:
+            cause = self.cause or f"exit status {self.exit_code}"
+            out.append(
+                f"worker {self.worker} ended early ({cause}) with {self.lost} requests "
+                "unreported; they count as failures (worker_lost)"
+            )
+        p99 = self.send_lateness_p99_ns
+        if p99 is not None and p99 > KEEP_UP_LATENESS_P99_NS:
+            out.append(
+                f"worker {self.worker}: p99 send lateness {p99 / 1e6:.2f} ms > "
+                f"{KEEP_UP_LATENESS_P99_NS / 1e6:g} ms; {fix}"
+            )
+        if self.client_bound:
+            out.append(
+                f"worker {self.worker}: its core was {self.busy_fraction:.0%} busy > "
+                f"{KEEP_UP_BUSY_MAX:.0%}; {fix}"
+            )
+        share = self.exact_share
+        if share is not None and share < KEEP_UP_EXACT_MIN:
+            out.append(
+                f"worker {self.worker}: only {share:.0%} of events had a read to themselves "
+                f"(< {KEEP_UP_EXACT_MIN:.0%}); the rest carry a late read's stamp; {fix}"
+            )
+        return out
+
+
+@dataclass(slots=True)
+class PoolResult:
+    """A pool run: every dealt request's record (by request id) and each worker's keep-up."""
+
+    records: list[RequestRecord]
+    workers: list[WorkerStats]
+    start_ns: int  # the common start: request k was scheduled at start_ns + offset_ns
+
+    def keep_up_problems(self) -> list[str]:
+        return [p for w in self.workers for p in w.problems()]
+
+    @property
+    def kept_up(self) -> bool:
+        return not self.keep_up_problems()
+
+    @property
+    def client_bound(self) -> bool:
+        """Some worker saturated its core: the load generator, not the server, was the limit."""
+        return any(w.client_bound for w in self.workers)
+
+
+def _pct(xs: list[int], q: float) -> int | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def worker_stats(
+    worker: int,
+    records: Sequence[RequestRecord],
+    *,
+    dealt: int,
+    lost: int = 0,
+    core: int | None = None,
+    busy_fraction: float | None = None,
+    exit_code: int | None = None,
+    cause: str | None = None,
+) -> WorkerStats:
+    """Keep-up figures of one worker from its records.
+
+    An event is exact when no other event of its stream carries the same stamp: every event of
+    one read gets that read's stamp, so equal stamps within a stream mean a shared read.
+    """
+    late = [r.sent_ns - r.scheduled_ns for r in records if r.sent_ns is not None]
+    events = exact = 0
+    for r in records:
+        per_stamp = Counter(r.chunk_ns)
+        events += len(r.chunk_ns)
+        exact += sum(1 for c in per_stamp.values() if c == 1)
+    return WorkerStats(
+        worker=worker,
+        core=core,
+        dealt=dealt,
+        lost=lost,
+        send_lateness_p50_ns=_pct(late, 0.5),
+        send_lateness_p99_ns=_pct(late, 0.99),
+        busy_fraction=busy_fraction,
+        coalesced_reads=sum(r.coalesced_reads for r in records),
+        events=events,
+        exact_events=exact,
+        exit_code=exit_code,
+        cause=cause,
+    )
+
+
+def merge_records(
+    dealt: Sequence[ScheduledRequest],
+    received: Iterable[RequestRecord],
+    *,
+    start_ns: int,
+    lost_message: str,
+    lost_at_ns: int,
+) -> tuple[list[RequestRecord], int]:
+    """One record per dealt request, by index: received ones as they are, the rest lost.
+
+    Returns (records, lost count). A record for a request that was not dealt, or two records
+    for one request, is a bug in the worker mechanism and raises ValueError.
+    """
+    want = {r.index: r for r in dealt}
+    got: dict[int, RequestRecord] = {}
+    for rec in received:
+        if rec.request_id not in want:
+            raise ValueError(f"record for request {rec.request_id}, which was not dealt")
+        if rec.request_id in got:
+            raise ValueError(f"two records for request {rec.request_id}")
+        got[rec.request_id] = rec
+    lost = 0
+    for idx, req in want.items():
+        if idx not in got:
+            lost += 1
+            got[idx] = RequestRecord(
+                request_id=idx,
+                scheduled_ns=start_ns + req.offset_ns,
+                prompt_tokens_client=req.prompt_tokens_client,
+                max_tokens=req.max_tokens,
+                status="error",
+                error_kind="worker_lost",
+                error_message=lost_message,
+                done_ns=lost_at_ns,
+            )
+    return [got[i] for i in sorted(got)], lost
+
+
+# ---------------------------------------------------------------------- worker process
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def _sleep_until(t_ns: int) -> None:
+    while True:
+        d = t_ns - now_ns()
+        if d <= 0:
+            return
+        if d > _SPIN_NS:
+            await asyncio.sleep((d - _SPIN_NS + 500_000) / _NS)
+        else:
+            await asyncio.sleep(0)
+
+
+async def send_share(
+    client: StreamClient,
+    requests: Sequence[ScheduledRequest],
+    start_ns: int,
+    *,
+    ignore_eos: bool,
+    sink: Callable[[bytes], None],
+    interval_s: float,
+) -> float:
+    """Send ``requests`` at ``start_ns + offset_ns`` (this process's monotonic clock), hand
+    finished records to ``sink`` as packed batches every ``interval_s``; return the process's
+    busy fraction (CPU time ÷ wall time) over the run. Shared by process and Ray workers."""
+    done: list[RequestRecord] = []
+
+    def flush() -> None:
+        if done:
+            sink(pack_records(done))
+            done.clear()
+
+    async def one(req: ScheduledRequest, sched_ns: int) -> None:
+        done.append(
+            await client.stream(
+                request_id=req.index,
+                scheduled_ns=sched_ns,
+                prompt=req.prompt,
+                max_tokens=req.max_tokens,
+                prompt_tokens_client=req.prompt_tokens_client,
+                ignore_eos=ignore_eos,
+            )
+        )
+
+    async def flusher() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            flush()
+
+    cpu0, wall0 = _cpu_s(), now_ns()
+    loop = asyncio.get_running_loop()
+    flush_task = loop.create_task(flusher())
+    tasks: list[asyncio.Task[None]] = []
+    for req in requests:
+        t = start_ns + req.offset_ns
+        await _sleep_until(t)
+        tasks.append(loop.create_task(one(req, t)))
+    await asyncio.gather(*tasks)
+    flush_task.cancel()
+    flush()
+    return (_cpu_s() - cpu0) / max(1e-9, (now_ns() - wall0) / _NS)
+
+
+async def _drive(
+    conn: Connection, cfg: ClientConfig, requests: list[ScheduledRequest], interval_s: float
+) -> None:
+    """The worker's run: say ready, wait for the start, send on schedule, stream batches."""
+    client = cfg.make_client()
+    conn.send_bytes(_TAG_READY)
+    start_ns = int(await asyncio.to_thread(conn.recv))
+    busy = await send_share(
+        client,
+        requests,
+        start_ns,
+        ignore_eos=cfg.ignore_eos,
+        sink=lambda b: conn.send_bytes(_TAG_BATCH + b),
+        interval_s=interval_s,
+    )
+    await client.aclose()
+    conn.send_bytes(_TAG_END + orjson.dumps({"busy_fraction": busy}))
+
+
+def _worker_main(
+    conn: Connection,
+    cfg: ClientConfig,
+    core: int | None,
+    requests: list[ScheduledRequest],
+    interval_s: float,
+) -> None:
+    if core is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    loop_factory: Any = asyncio.new_event_loop
+    try:
+        import uvloop  # noqa: PLC0415 (optional: the standard loop works without it)
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:
+        pass
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(_drive(conn, cfg, requests, interval_s))
+    conn.close()
+
+
+# ---------------------------------------------------------------------- coordinator
+@dataclass(slots=True)
+class _Handle:
+    worker: int
+    core: int | None
+    proc: Any  # multiprocessing.Process (spawn context)
+    conn: Connection
+    requests: list[ScheduledRequest]
+    received: list[RequestRecord] = field(default_factory=list)
+    busy_fraction: float | None = None
+
+
+def _read_until_end(h: _Handle) -> None:
+    """(thread) Collect a worker's batches until its end message or the pipe closes."""
+    while True:
+        try:
+            msg = h.conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        tag, body = msg[:1], msg[1:]
+        if tag == _TAG_BATCH:
+            h.received.extend(unpack_records(body))
+        elif tag == _TAG_END:
+            h.busy_fraction = float(orjson.loads(body)["busy_fraction"])
+            return
+
+
+class WorkerPool:
+    """N worker processes that send one schedule together (see the module doc).
+
+    ``WorkerPool(n, client_config, pin=True)``; ``await pool.run(schedule)`` starts the
+    processes, deals the schedule, waits for every request to end (or its worker to die) and
+    returns a :class:`PoolResult`. ``pids`` lists the running workers' process ids.
+    Workers are spawned (a fresh interpreter, nothing inherited from a running loop), so a
+    script that uses the pool needs the ``if __name__ == "__main__":`` guard multiprocessing
+    asks for; without it every worker fails at start and all requests come back worker_lost.
+    """
+
+    def __init__(
+        self,
+        n: int | Literal["auto"],
+        client_config: ClientConfig,
+        *,
+        pin: bool = True,
+        batch_interval_s: float = 0.1,
+    ) -> None:
+        self.n = auto_workers() if n == "auto" else n
+        if self.n < 1:
+            raise ValueError(f"workers must be >= 1 or auto, got {n}")
+        self.config = client_config
+        self.pin = pin
+        self.batch_interval_s = batch_interval_s
+        self.pids: list[int] = []
+
+    def _core(self, worker: int) -> int | None:
+        """Worker i on the (i+1)-th usable core, wrapping: the first is the coordinator's."""
+        if not self.pin:
+            return None
+        cores = _cores()
+        return cores[(worker + 1) % len(cores)]
+
+    async def run(self, schedule: Sequence[ScheduledRequest]) -> PoolResult:
+        ctx = mp.get_context("spawn")
+        handles: list[_Handle] = []
+        try:
+            for i, share in enumerate(deal(schedule, self.n)):
+                parent, child = ctx.Pipe()
+                core = self._core(i)
+                args = (child, self.config, core, share, self.batch_interval_s)
+                proc = ctx.Process(target=_worker_main, args=args, daemon=True)
+                proc.start()
+                child.close()
+                handles.append(_Handle(i, core, proc, parent, share))
+            self.pids = [h.proc.pid for h in handles]
+            start_ns = await self._start(handles)
+            await asyncio.gather(*(asyncio.to_thread(_read_until_end, h) for h in handles))
+            for h in handles:
+                await asyncio.to_thread(h.proc.join, 10)
+            return self._collect(handles, start_ns)
+        finally:
+            for h in handles:
+                if h.proc.is_alive():
+                    h.proc.kill()
+                h.conn.close()
+            self.pids = []
+
+    async def _start(self, handles: list[_Handle]) -> int:
+        """Wait until every worker has built its client, then send them one common start."""
+        for h in handles:
+            try:
+                msg = await asyncio.to_thread(h.conn.recv_bytes)
+            except (EOFError, OSError):
+                continue  # died while starting: all its requests will count as worker_lost
+            if msg != _TAG_READY:
+                raise RuntimeError(f"worker {h.worker} sent {msg[:20]!r} instead of ready")
+        start_ns = now_ns() + _LEAD_NS
+        for h in handles:
+            with contextlib.suppress(OSError):
+                h.conn.send(start_ns)
+        return start_ns
+
+    def _collect(self, handles: list[_Handle], start_ns: int) -> PoolResult:
+        records: list[RequestRecord] = []
+        stats: list[WorkerStats] = []
+        at = now_ns()
+        for h in handles:
+            code = h.proc.exitcode
+            msg = (
+                f"worker {h.worker} (pid {h.proc.pid}) exited with status {code} "
+                "before reporting this request"
+            )
+            merged, lost = merge_records(
+                h.requests, h.received, start_ns=start_ns, lost_message=msg, lost_at_ns=at
+            )
+            records.extend(merged)
+            stats.append(
+                worker_stats(
+                    h.worker,
+                    h.received,
+                    dealt=len(h.requests),
+                    lost=lost,
+                    core=h.core,
+                    busy_fraction=h.busy_fraction,
+                    exit_code=code,
+                )
+            )
+        records.sort(key=lambda r: r.request_id)
+        return PoolResult(records, stats, start_ns)
