@@ -116,7 +116,14 @@ def test_ctrl_c_writes_what_was_measured(spec_file: Path, tmp_path: Path) -> Non
         text=True,
     )
     try:
-        time.sleep(4.0)  # start-up (imports, simulator) plus a little load
+        # interrupt once a request has finished (records are written as they finish), not
+        # after a fixed sleep: on a loaded machine start-up alone can take seconds
+        spill = out / "requests.jsonl"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            if spill.exists() and b'"status":"ok"' in spill.read_bytes().replace(b" ", b""):
+                break
+            time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         _stdout, stderr = proc.communicate(timeout=30)
     finally:
