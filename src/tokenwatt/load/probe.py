@@ -527,7 +527,11 @@ async def run_probe(
     schedule, stated_rate = make_source(
         spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format
     )
-    plans = iter(WorkloadGenerator(spec.workload, prompt_format=prompt_format, seed=seed))
+    plans: Iterator[RequestPlan] = (
+        iter(WorkloadGenerator(spec.workload, prompt_format=prompt_format, seed=seed))
+        if isinstance(schedule, ClosedLoop)
+        else iter(())  # an open-loop source carries its own requests
+    )
     probe = _Probe(
         spec=spec,
         client=client,

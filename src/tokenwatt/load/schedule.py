@@ -216,11 +216,10 @@ class SessionSource:
             return False
         conv, turn = got
         rec.session_id, rec.turn = turn.session_id, turn.turn
+        answer, rec.answer_text = rec.answer_text or "", None  # the record need not hold it
         if not rec.ok:
             return False
-        answer = rec.answer_text if rec.answer_text is not None else ""
         nxt = conv.answer_ended(end_ns, answer, rec.output_tokens)
-        rec.answer_text = None  # in the history now; the record need not hold it
         if nxt is None:
             return False
         heapq.heappush(self._due, _Due(nxt.due_ns, next(self._seq), nxt, conv))
