@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tokenwatt.load.derive import summarize_probe
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.schedule import SessionSource, TraceSource
 from tokenwatt.load.sessions import SessionPlanner
@@ -174,6 +175,31 @@ def test_sessions_in_a_probe_against_the_simulator() -> None:
             assert nxt.prompt_tokens == prev.prompt_tokens + 16 + 30 + 2 * 3
             assert nxt.cached_tokens is not None and nxt.cached_tokens >= 500
     assert all(r.answer_text is None for r in run.records)
+    _check_session_figures(run, spec)
+
+
+def _check_session_figures(run: ProbeRun, spec: Any) -> None:
+    """The probe summary's session figures, recounted by hand from the records."""
+    s = summarize_probe(index=1, run=run, spec=spec, geometry=None, accelerator=None)
+    assert s.rate_unit == "sessions" and s.rate_rps == 3.0 and s.sessions is not None
+    counted = run.counted
+    started = {r.session_id for r in counted if r.turn == 0}
+    assert s.sessions.sessions_started == len(started) > 0
+    by_s = {sid: [r for r in run.records if r.session_id == sid and r.ok] for sid in started}
+    done = sum(1 for v in by_s.values() if len(v) == 3)
+    assert s.sessions.sessions_completed == done
+    assert s.sessions.turns_per_session_mean == pytest.approx(
+        sum(len(v) for v in by_s.values()) / len(started)
+    )
+    firsts = [r for r in counted if r.ok and r.turn == 0]
+    assert s.sessions.ttft_first_turn_mean_s == pytest.approx(
+        sum((r.first_token_ns or 0) - (r.sent_ns or 0) for r in firsts) / len(firsts) / _NS
+    )
+    ok = [r for r in counted if r.ok]
+    cached = sum(r.cached_tokens or 0 for r in ok)
+    prompt = sum(r.prompt_tokens or 0 for r in ok)
+    assert s.cached_prompt_fraction == pytest.approx(cached / prompt)
+    assert 0 < cached < prompt
 
 
 def test_trace_source_is_finite_and_scaled() -> None:

@@ -120,6 +120,7 @@ class ProbeRun:
     clock: dict[str, Any] | None = None  # the client's timestamp source and clock offset
     client_stats: dict[str, Any] = field(default_factory=dict)
     rate_unit: RateUnit = "requests"  # what rate_rps counts: requests, sessions or turns /s
+    sessions_completed: frozenset[int] = frozenset()  # conversations with every turn answered
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -573,6 +574,7 @@ async def run_probe(
         concurrency=schedule.concurrency if isinstance(schedule, ClosedLoop) else None,
         arrival="concurrency" if isinstance(schedule, ClosedLoop) else schedule.kind,
         rate_unit="requests" if isinstance(schedule, ClosedLoop) else schedule.rate_unit,
+        sessions_completed=frozenset(getattr(schedule, "completed", ())),
         seed=seed,
         settings=settings,
         prompt_format=prompt_format,

@@ -168,6 +168,7 @@ class SessionSource:
         self._seq = itertools.count()
         self._last_ns = 0
         self.sessions_started = 0
+        self.completed: set[int] = set()  # sessions whose last turn was answered
 
     def _pull_session(self) -> None:
         """Put the next session's first turn on the due heap (start order = due order)."""
@@ -221,6 +222,7 @@ class SessionSource:
             return False
         nxt = conv.answer_ended(end_ns, answer, rec.output_tokens)
         if nxt is None:
+            self.completed.add(turn.session_id)
             return False
         heapq.heappush(self._due, _Due(nxt.due_ns, next(self._seq), nxt, conv))
         return True
