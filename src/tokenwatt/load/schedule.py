@@ -250,6 +250,11 @@ def make_source(
     or turns/s converted with the mean turns per session); otherwise ``make_arrivals``.
     """
     w = spec.workload
+    if w.trace is not None and w.sessions is not None:
+        raise SpecError(
+            "workload.sessions: sessions started at a trace's times are not supported yet; "
+            "drop workload.trace (sessions then start on workload.arrival)"
+        )
     if w.trace is not None:
         if concurrency is not None:
             raise SpecError("workload.trace: a trace fixes its arrivals; drop --concurrency")
