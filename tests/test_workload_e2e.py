@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tokenwatt.errors import SpecError
 from tokenwatt.load.derive import summarize_probe
 from tokenwatt.load.probe import ProbeRun, run_probe
-from tokenwatt.load.schedule import SessionSource, TraceSource
+from tokenwatt.load.schedule import SessionSource, TraceSource, make_source
 from tokenwatt.load.sessions import SessionPlanner
 from tokenwatt.load.target import open_target
 from tokenwatt.load.traces import TraceReplay, load_trace
@@ -211,3 +212,40 @@ def test_trace_source_is_finite_and_scaled() -> None:
         offs.append(src.pop()[0])
     assert src.exhausted
     assert offs == [round(r.offset_ns * 0.5) for r in trace.rows]
+
+
+def test_trace_with_sessions_is_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    raw = yaml.safe_load((EXAMPLES / "sim-azure-trace.yaml").read_text())
+    raw["endpoint"]["api"] = "chat"
+    raw["workload"]["sessions"] = {"turns": 2}
+    spec = parse_spec(raw)
+    with pytest.raises(SpecError, match=r"^workload\.sessions: .*drop workload\.trace"):
+        make_source(spec, rate_rps=1.0, seed=0, concurrency=None, prompt_format="text")
+
+
+@pytest.mark.timeout(120)
+def test_single_stream_of_a_trace_and_of_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A closed loop (the bench's single-stream point) over a trace sends its rows' lengths in
+    order; over sessions, each session's first turn (no history, no think time)."""
+    monkeypatch.chdir(ROOT)
+    trace = load_trace(ROOT / "src/tokenwatt/examples/traces/azure_sample.csv", "azure")
+    spec = _spec("sim-azure-trace.yaml")
+
+    async def main(spec: Any) -> ProbeRun:
+        async with open_target(spec) as target:
+            return await run_probe(
+                spec, target.client, rate_rps=None, seed=0, concurrency=1, max_requests=3
+            )
+
+    run = asyncio.run(main(spec))
+    ok = [r for r in run.counted if r.ok]
+    assert run.arrival == "concurrency" and len(ok) == 3
+    assert [r.prompt_tokens for r in ok] == [row.input_tokens for row in trace.rows[:3]]
+    sessions = asyncio.run(main(_spec("sim-chat-sessions.yaml")))
+    first = [r for r in sessions.counted if r.ok]
+    assert len(first) == 3
+    # system prompt (500 words) + one user message + the template: 3 per message, 3 for reply
+    for r in first:
+        assert r.prompt_tokens == r.prompt_tokens_client + 3 * 2 + 3
+        assert r.prompt_tokens_client > 500

@@ -40,9 +40,15 @@ from tokenwatt.client.openai import Prompt
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
-from tokenwatt.load.schedule import OpenLoopSource, RateUnit, ScheduleSource, make_source
+from tokenwatt.load.schedule import (
+    OpenLoopSource,
+    RateUnit,
+    ScheduleSource,
+    closed_loop_plans,
+    make_source,
+)
 from tokenwatt.load.window import WindowRules
-from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
+from tokenwatt.load.workload import PromptFormat, RequestPlan
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
 from tokenwatt.records import RequestPhase, RequestRecord, write_requests
@@ -529,7 +535,7 @@ async def run_probe(
         spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format
     )
     plans: Iterator[RequestPlan] = (
-        iter(WorkloadGenerator(spec.workload, prompt_format=prompt_format, seed=seed))
+        closed_loop_plans(spec, seed=seed, prompt_format=prompt_format)
         if isinstance(schedule, ClosedLoop)
         else iter(())  # an open-loop source carries its own requests
     )

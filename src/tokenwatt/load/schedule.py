@@ -20,6 +20,7 @@ last arrival already sent (possible only by scheduling jitter) is sent at that a
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ __all__ = [
     "ScheduleSource",
     "SessionSource",
     "TraceSource",
+    "closed_loop_plans",
     "make_source",
 ]
 
@@ -235,6 +237,40 @@ class SessionSource:
         return None
 
 
+def closed_loop_plans(
+    spec: BenchSpec, *, seed: int, prompt_format: PromptFormat
+) -> Iterator[RequestPlan]:
+    """The requests of a closed loop (``--concurrency``, the bench's single-stream point).
+
+    A trace gives its rows' requests in order (repeated if the loop outlasts it); sessions
+    give each session's *first turn* only (a fresh conversation: system prompt + first user
+    message), since a closed loop has no think times to honour; otherwise the generator.
+    """
+    w = spec.workload
+    if w.trace is not None:
+        replay = TraceReplay.from_spec(w.trace, prompt_format=prompt_format, seed=seed)
+        rows = list(replay.plans())
+        if not rows:
+            raise SpecError(f"workload.trace.path: {w.trace.path} has no rows")
+        return (dataclasses.replace(p, index=i) for i, p in enumerate(itertools.cycle(rows)))
+    if w.sessions is not None:
+        planner = SessionPlanner(w, seed=seed, starts_ns=itertools.repeat(0))
+        return (_first_turn_plan(i, conv) for i, conv in enumerate(planner))
+    return iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed))
+
+
+def _first_turn_plan(index: int, conv: Conversation) -> RequestPlan:
+    t = conv.first_turn()
+    return RequestPlan(
+        index,
+        t.chat_messages(),
+        t.prompt_tokens_client,
+        t.max_tokens,
+        t.prefix_id,
+        t.history_tokens_client,
+    )
+
+
 def make_source(
     spec: BenchSpec,
     *,
@@ -245,9 +281,11 @@ def make_source(
 ) -> tuple[ScheduleSource | ClosedLoop, float | None]:
     """The schedule a probe follows and the rate it states (in the source's ``rate_unit``).
 
-    A trace replays at ``rate_rps`` when given (the search's knob), else at its own rate
-    times ``1/time_scale``; sessions take ``rate_rps`` in the spec's ``rate_unit`` (sessions/s,
-    or turns/s converted with the mean turns per session); otherwise ``make_arrivals``.
+    ``concurrency`` is a closed loop for every workload kind (``closed_loop_plans`` gives
+    its requests). A trace replays at ``rate_rps`` when given (the search's knob), else at its
+    own rate times ``1/time_scale``; sessions take ``rate_rps`` in the spec's ``rate_unit``
+    (sessions/s, or turns/s converted with the mean turns per session); otherwise
+    ``make_arrivals``.
     """
     w = spec.workload
     if w.trace is not None and w.sessions is not None:
@@ -255,9 +293,11 @@ def make_source(
             "workload.sessions: sessions started at a trace's times are not supported yet; "
             "drop workload.trace (sessions then start on workload.arrival)"
         )
+    if concurrency is not None:
+        closed = make_arrivals(w.arrival, rate_rps=None, seed=seed, concurrency=concurrency)
+        assert isinstance(closed, ClosedLoop)  # a concurrency always makes a closed loop
+        return closed, None
     if w.trace is not None:
-        if concurrency is not None:
-            raise SpecError("workload.trace: a trace fixes its arrivals; drop --concurrency")
         replay = TraceReplay.from_spec(w.trace, prompt_format=prompt_format, seed=seed)
         if rate_rps is not None:
             replay = replay.at_rate(rate_rps)
@@ -276,7 +316,7 @@ def make_source(
         assert isinstance(starts, OpenLoopSchedule)
         planner = SessionPlanner(w, seed=seed, starts_ns=starts.offsets_ns())
         return SessionSource(planner, rate_unit=w.sessions.rate_unit), rate_rps
-    schedule = make_arrivals(w.arrival, rate_rps=rate_rps, seed=seed, concurrency=concurrency)
+    schedule = make_arrivals(w.arrival, rate_rps=rate_rps, seed=seed, concurrency=None)
     if isinstance(schedule, ClosedLoop):
         return schedule, None
     plans = iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed))
