@@ -304,3 +304,6 @@ def test_bench_writes_br02_and_csv_next_to_the_result(
     assert [int(r["stage"]) for r in rows] == [p.index for p in probes if p is not None]
     for r, p in zip(rows, probes, strict=True):
         assert p is not None and int(r["completed"]) == p.requests_ok
+        # one definition: the CSV's output tokens/s is the result's T, per GPU ÷ N_GPU
+        assert float(r["output_tok_s"]) == p.output_tokens_per_s
+        assert float(r["output_tok_s_per_gpu"]) == p.output_tokens_per_s / result.gpus

@@ -12,6 +12,7 @@ A probe whose requests file is missing is skipped, not guessed.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -73,17 +74,30 @@ def write_exports(result: BenchResult, out_dir: Path) -> list[Path]:
         path = out_dir / br02_name(p.index)
         write_br02(path, report)
         written.append(path)
-        rows.append(
-            probe_row(
-                f,
-                gpus=result.gpus,
-                slo_attainment=p.attainment,
-                output_tok_per_j=p.tokens_per_joule,
-                mbu=p.mbu,
-            )
+        row = probe_row(
+            f,
+            gpus=result.gpus,
+            slo_attainment=p.attainment,
+            output_tok_per_j=p.tokens_per_joule,
+            mbu=p.mbu,
         )
+        rows.append(_with_result_figures(row, p, result.gpus))
     if rows:
         csv_path = out_dir / CSV_FILE
         write_probe_csv(csv_path, rows)
         written.append(csv_path)
     return written
+
+
+def _with_result_figures(row: ProbeRow, p: ProbeSummary, gpus: int) -> ProbeRow:
+    """Where result.json has the figure, the CSV shows that one (one definition each): T for
+    output tokens/s (tokens received inside the window), and 1 ÷ the result's median TPOT for
+    interactivity, so the CSV, the terminal and the Pareto view agree."""
+    tpot = p.tpot_s.p50
+    return dataclasses.replace(
+        row,
+        output_tok_s=p.output_tokens_per_s,
+        output_tok_s_per_gpu=p.output_tokens_per_s / gpus,
+        tpot_p50_s=tpot,
+        interactivity_tok_s_per_user=1 / tpot if tpot else None,
+    )
