@@ -88,6 +88,17 @@ def test_trace_replay_in_a_probe(
     span_s = (trace.rows[-1].offset_ns - trace.rows[0].offset_ns) * scale / _NS
     assert run.window_dict()["window_s"] == pytest.approx(span_s + 1 / rate, abs=1e-6)
     assert len(run.counted) == len(trace.rows)
+    if fmt == "mooncake":
+        # the simulator's prefix cache (16-token blocks) hit exactly the leading 512-token
+        # blocks an earlier row had sent: the client's shared_prefix_tokens, hand-worked in
+        # tests/test_load_traces.py; the first rows share nothing
+        assert spec.workload.trace is not None
+        plans = TraceReplay.from_spec(
+            spec.workload.trace, prompt_format="token_ids", seed=0
+        ).plans()
+        expected = [p.shared_prefix_tokens for p in plans]
+        assert [r.cached_tokens for r in recs] == expected
+        assert expected[0] == 0 and sum(expected) > 0
 
 
 def _virtual_source(think_s: float, turns: int) -> SessionSource:
