@@ -85,7 +85,9 @@ def summary_table(data: dict[str, Any]) -> Table:
     t.add_column("value", justify="right")
     probe = data["probe"]
     if probe["rate_rps"] is not None:
-        load = f"{probe['rate_rps']:g} req/s ({probe['arrival']})"
+        rate_unit = (data.get("summary") or {}).get("rate_unit", "requests")
+        unit = {"sessions": "sessions/s", "turns": "turns/s"}.get(rate_unit, "req/s")
+        load = f"{probe['rate_rps']:g} {unit} ({probe['arrival']})"
     else:
         load = f"concurrency {probe['concurrency']}"
     t.add_row("offered load", load)
