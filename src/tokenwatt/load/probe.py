@@ -504,6 +504,18 @@ class _Probe:
                 )
 
 
+def _client_facts(client: StreamingClient) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The client's clock description and connection counters, where it has them."""
+    clock = getattr(client, "clock", None)
+    clock_dict = clock.to_dict() if clock is not None and hasattr(clock, "to_dict") else None
+    stats = {
+        k: getattr(client, k)
+        for k in ("connections_opened", "connections_reused")
+        if isinstance(getattr(client, k, None), int)
+    }
+    return clock_dict, stats
+
+
 async def run_probe(
     spec: BenchSpec,
     client: StreamingClient,
@@ -534,16 +546,14 @@ async def run_probe(
     schedule, stated_rate = make_source(
         spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format
     )
-    plans: Iterator[RequestPlan] = (
-        closed_loop_plans(spec, seed=seed, prompt_format=prompt_format)
-        if isinstance(schedule, ClosedLoop)
-        else iter(())  # an open-loop source carries its own requests
-    )
     probe = _Probe(
         spec=spec,
         client=client,
         schedule=schedule,
-        plans=plans,
+        # an open-loop source carries its own requests
+        plans=closed_loop_plans(spec, seed=seed, prompt_format=prompt_format)
+        if isinstance(schedule, ClosedLoop)
+        else iter(()),
         settings=settings,
         max_requests=max_requests,
         on_progress=on_progress,
@@ -551,26 +561,17 @@ async def run_probe(
     )
     records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
+    closed = isinstance(schedule, ClosedLoop)
+    # a requests/s target only where the rate counts requests (not sessions or turns)
+    counts_requests = not isinstance(schedule, ClosedLoop) and schedule.rate_unit == "requests"
     metrics = compute_probe_metrics(
         records,
         window_start_ns=probe.w0,
         window_end_ns=w1,
         slo=spec.slo,
-        # a requests/s target only where the rate counts requests (not sessions or turns)
-        target_rate_rps=(
-            stated_rate
-            if not isinstance(schedule, ClosedLoop) and schedule.rate_unit == "requests"
-            else None
-        ),
+        target_rate_rps=stated_rate if counts_requests else None,
     )
-    clock = getattr(client, "clock", None)
-    clock_dict = clock.to_dict() if clock is not None and hasattr(clock, "to_dict") else None
-    stats = {
-        k: getattr(client, k)
-        for k in ("connections_opened", "connections_reused")
-        if isinstance(getattr(client, k, None), int)
-    }
-    closed = isinstance(schedule, ClosedLoop)
+    clock_dict, stats = _client_facts(client)
     return ProbeRun(
         records=records,
         window_start_ns=probe.w0,
