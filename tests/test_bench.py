@@ -272,3 +272,43 @@ def test_demo_runs_the_bundled_spec(tmp_path: Path) -> None:
     from tokenwatt.report.checks import self_checks
 
     assert not [c for c in self_checks(r) if "rests on fewer" in c.message]
+
+
+@pytest.mark.timeout(200)
+def test_bench_writes_br02_and_csv_next_to_the_result(
+    bench_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """Each probe's BR0.2 partial validates against the schema model and carries the probe's
+    own counts (the result's figures are the independent truth); probes.csv has one row each."""
+    import csv
+
+    from tokenwatt.report.br02 import BenchmarkReportV02
+
+    out, proc = bench_run
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = load_result(out)
+    probes = [result.single_stream, *result.probes]
+    eids = set()
+    for p in probes:
+        assert p is not None
+        doc = yaml.safe_load((out / f"br02-{p.index:02d}.yaml").read_text())
+        rep = BenchmarkReportV02.model_validate(doc)
+        eids.add(rep.run.eid)
+        agg = rep.results.request_performance.aggregate
+        assert agg.requests is not None and agg.requests.total == p.requests_counted
+        assert (agg.requests.failures or 0) == p.requests_failed
+        assert (agg.requests.incomplete or 0) == p.requests_cancelled
+        assert rep.run.time.duration == f"PT{p.window_s:.6f}S"
+        assert agg.latency is not None and agg.latency.time_to_first_token is not None
+        if p.ttft_s.mean is not None:
+            ttft = agg.latency.time_to_first_token
+            scale = 1e3 if ttft.units == "ms" else 1.0
+            assert ttft.mean == pytest.approx(p.ttft_s.mean * scale, rel=1e-9)
+    assert len(eids) == 1  # one experiment, one report per probe
+    rows = list(csv.DictReader((out / "probes.csv").open()))
+    assert [int(r["stage"]) for r in rows] == [p.index for p in probes if p is not None]
+    for r, p in zip(rows, probes, strict=True):
+        assert p is not None and int(r["completed"]) == p.requests_ok
+        # one definition: the CSV's output tokens/s is the result's T, per GPU ÷ N_GPU
+        assert float(r["output_tok_s"]) == p.output_tokens_per_s
+        assert float(r["output_tok_s_per_gpu"]) == p.output_tokens_per_s / result.gpus

@@ -114,3 +114,42 @@ def test_comparison_view_colours_direction_not_sign() -> None:
     assert row.split()[-3:] == ["100", "ms", "−54.0%"]
     html = console.export_html(inline_styles=True)
     assert "color: #008000" in html.split("−54.0%")[0].rsplit("<span", 1)[-1]
+
+
+def _with_points(points: list[tuple[float, float]], gpus: int) -> BenchResult:
+    """A run whose probes have the given (output tokens/s, median TPOT s)."""
+    data = _data()
+    base = data["probes"][0]
+    data["gpus"] = gpus
+    data["single_stream"] = None
+    data["probes"] = []
+    for i, (tok_s, tpot) in enumerate(points, 1):
+        p = json.loads(json.dumps(base))
+        p["index"], p["output_tokens_per_s"] = i, tok_s
+        p["tpot_s"]["p50"] = tpot
+        data["probes"].append(p)
+    return _result(data)
+
+
+def test_pareto_points_and_frontier_by_hand() -> None:
+    # run a (1 GPU): (1000 tok/s, 20 ms) → 1000/GPU at 50 tok/s/user; (3000, 50 ms) → 3000 at 20
+    # run b (2 GPUs): (2400, 10 ms) → 1200/GPU at 100; (4000, 40 ms) → 2000/GPU at 25
+    a = _with_points([(1000, 0.020), (3000, 0.050)], gpus=1)
+    b = _with_points([(2400, 0.010), (4000, 0.040)], gpus=2)
+    c = compare_results([("a", a), ("b", b)])
+    got = [
+        (
+            p.label,
+            p.probe_index,
+            round(p.output_tok_s_per_gpu),
+            round(p.interactivity_tok_s_per_user),
+        )
+        for p in c.pareto
+    ]
+    assert got == [("b", 1, 1200, 100), ("a", 1, 1000, 50), ("b", 2, 2000, 25), ("a", 2, 3000, 20)]
+    # a/1 (1000 at 50) is beaten by b/1 (1200 at 100) on both axes; the others are not beaten
+    assert [p.on_frontier for p in c.pareto] == [True, False, True, True]
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(comparison_view(c))
+    text = buf.getvalue()
+    assert "Pareto frontier" in text and "★ b" in text and "★ a" in text

@@ -115,7 +115,10 @@ async def measure(
     n_in: int = 512,
     n_out: int = 128,
     seed: int = 1,
+    shared_prefix: dict[str, Any] | None = None,
 ) -> tuple[Mbu, Truth, ProbeRun]:
+    """``shared_prefix`` turns on the simulator's prefix caching too; ``n_in`` is then the
+    whole prompt (prefix + unique part)."""
     rate, lifetime = rate_for_batch(
         case, efficiency, batch, n_in=n_in, n_out=n_out, overhead_s=overhead_ms / 1e3
     )
@@ -129,8 +132,14 @@ async def measure(
                 "prefill_cost": prefill,
                 "step_overhead_ms": overhead_ms,
                 "routing": routing,
+                "prefix_caching": shared_prefix is not None,
             },
-            "workload": {"input_tokens": n_in, "output_tokens": n_out, "seed": seed},
+            "workload": {
+                "input_tokens": n_in - (shared_prefix or {}).get("length", 0),
+                "output_tokens": n_out,
+                "seed": seed,
+                "shared_prefix": shared_prefix,
+            },
             "search": {
                 "probe": {
                     # steady state: the warm-up outlasts a request's lifetime
@@ -218,6 +227,55 @@ def test_mbu_with_prefill_and_overhead(
     assert mbu.mbu < efficiency - 0.02
     assert truth.elapsed == pytest.approx(efficiency * truth.memory_fraction, rel=0.01)
     # and lands on the true decode bandwidth utilization of the same window.
+    assert mbu.mbu == pytest.approx(truth.elapsed, abs=0.02)
+
+
+# -- (b2) prefix caching on: cached blocks skip prefill, decode still reads every KV byte ----
+
+_PREFIXES = {"count": 4, "length": 384}  # 384 of each 512-token prompt shared, 24 blocks
+
+
+def _cached_fraction(run: ProbeRun) -> float:
+    ok = [r for r in run.counted if r.ok]
+    return sum(r.cached_tokens or 0 for r in ok) / sum(r.prompt_tokens or 0 for r in ok)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_mbu_tracks_efficiency_with_prefix_caching(tmp_path: Path) -> None:
+    """Zero prefill and overhead: caching changes no byte a decode step reads, so derived MBU
+    (whose KV term counts every token's whole context, cached or not) = configured efficiency."""
+    mbu, truth, run = asyncio.run(
+        measure(DENSE, tmp_path, efficiency=0.5, batch=32, shared_prefix=_PREFIXES)
+    )
+    cached = _cached_fraction(run)
+    print(_report("dense 0.5 cached", mbu, truth, cached_fraction=f"{cached:.3f}"))
+    assert cached > 0.6  # ≈ 384/512 once the 4 prefixes are warm: caching really happened
+    assert truth.busy_fraction > 0.99
+    assert mbu.mbu == pytest.approx(0.5, abs=0.02)
+    assert mbu.mbu == pytest.approx(truth.elapsed, abs=0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_mbu_with_prefill_and_prefix_caching_on_the_truth(tmp_path: Path) -> None:
+    """Prefill on: cached blocks skip their prefill compute, so less of each step is prefill
+    than without caching, and derived MBU still lands on the true decode utilization."""
+    mbu, truth, run = asyncio.run(
+        measure(
+            DENSE,
+            tmp_path,
+            efficiency=0.3,
+            batch=32,
+            prefill=True,
+            overhead_ms=2.0,
+            shared_prefix=_PREFIXES,
+        )
+    )
+    cached = _cached_fraction(run)
+    print(_report("dense 0.3 prefill+2ms cached", mbu, truth, cached_fraction=f"{cached:.3f}"))
+    assert cached > 0.6
+    assert truth.busy_fraction > 0.99
     assert mbu.mbu == pytest.approx(truth.elapsed, abs=0.02)
 
 

@@ -1,5 +1,6 @@
 """The production-workload example specs build what a probe will send: shared-prefix plans,
-conversations, trace replays (the probe-loop wiring and the simulator runs come later)."""
+conversations, trace replays (the trace and session examples run end to end against the
+simulator in tests/test_workload_e2e.py)."""
 
 from __future__ import annotations
 

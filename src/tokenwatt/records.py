@@ -77,6 +77,14 @@ class RequestRecord:
     connection_reused: bool | None = None  # sent on a kept-alive connection (None: never sent)
     # ok, but fewer tokens than max_tokens arrived although ignore_eos asked for exactly that many
     short_output: bool = False
+    # the server's usage.prompt_tokens_details.cached_tokens: prompt tokens its prefix cache
+    # served (None: the server did not say). Feeds MBU's step regime and the cache figures.
+    cached_tokens: int | None = None
+    session_id: int | None = None  # the conversation this turn belongs to (sessions only)
+    turn: int | None = None  # 0-based turn within its session (sessions only)
+    # The answer's text, kept only where a conversation must resend it; never written to
+    # result files (it is the server's output, possibly sensitive, and large).
+    answer_text: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -98,7 +106,10 @@ class RequestRecord:
         return sum(self.chunk_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field but ``answer_text`` (never persisted)."""
+        d = asdict(self)
+        del d["answer_text"]
+        return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:

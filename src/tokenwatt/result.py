@@ -25,6 +25,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         (+) ``target``: what was driven, ``{kind: sim|endpoint, base_url, model, sim_mode,
         sim}`` with the simulator's settings, so a simulated result says so (None: older
         file; readers then look at ``spec.endpoint.url``).
+        (issue 14, additive, optional) probe: ``rate_unit`` (what ``rate_rps`` counts:
+        requests, sessions or turns /s), ``sessions`` (``SessionStats``) and
+        ``cached_prompt_fraction``; absent in earlier version-2 files.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -70,6 +73,7 @@ __all__ = [
     "ScopeEnergy",
     "SearchStep",
     "SearchSummary",
+    "SessionStats",
     "SloDetail",
     "SloSettings",
     "load_result",
@@ -273,6 +277,24 @@ class EnergySummary(_Strict):
         return data
 
 
+class SessionStats(_Strict):
+    """Per-session figures of a conversation probe. A session belongs to the probe's window
+    when its first turn was scheduled in it; its later turns count wherever they fall (they
+    were due by the conversation, not by the window)."""
+
+    sessions_started: int = Field(description="sessions whose first turn was in the window")
+    sessions_completed: int = Field(description="of those, sessions with every turn answered")
+    turns_per_session_mean: float | None = Field(
+        description="answered turns per started session (cut sessions included)"
+    )
+    ttft_first_turn_mean_s: float | None = Field(
+        description="mean TTFT of counted first turns (no history: system prompt + message)"
+    )
+    ttft_later_turns_mean_s: float | None = Field(
+        description="mean TTFT of counted later turns (history resent; a prefix cache helps)"
+    )
+
+
 class SloDetail(_Strict):
     """Why a probe passed or failed its SLO."""
 
@@ -358,6 +380,17 @@ class ProbeSummary(_Strict):
     interrupted: bool = Field(False, description="Ctrl-C ended the probe")
     late_sends: int = Field(0, description="sends started over 50 ms after their slot")
     max_send_lag_s: float | None = Field(None, description="the sender's worst lag behind plan")
+    rate_unit: Literal["requests", "sessions", "turns"] = Field(
+        "requests", description="what rate_rps counts per second"
+    )
+    sessions: SessionStats | None = Field(None, description="conversation probes only")
+    cached_prompt_fraction: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="counted prompt tokens the server's prefix cache served ÷ prompt tokens "
+        "(usage.prompt_tokens_details.cached_tokens); None: the server did not say",
+    )
 
     def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
         """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,

@@ -187,7 +187,18 @@ def _report(out: Path, console: Console) -> BenchResult | None:
         console.print(f"\nreport: {path}", highlight=False, soft_wrap=True)
     except OSError as exc:
         console.print(f"could not write report.html: {exc}", highlight=False, markup=False)
+    _write_exports(result, out, console)
     return result
+
+
+def _write_exports(result: BenchResult, out: Path, console: Console) -> None:
+    """BR0.2 partials per probe and probes.csv next to result.json (``report.exports``)."""
+    from tokenwatt.report.exports import write_exports
+
+    try:
+        write_exports(result, out)
+    except (OSError, ValueError) as exc:
+        console.print(f"could not write br02/probes.csv: {exc}", highlight=False, markup=False)
 
 
 def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = False) -> None:

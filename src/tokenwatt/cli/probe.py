@@ -101,7 +101,9 @@ def summary_table(data: dict[str, Any]) -> Table:
     # Poisson noise; the achieved rate is the one the verdict speaks for).
     achieved = f"{_num(m['achieved_requests_per_s'])} achieved"
     if probe["rate_rps"] is not None:
-        load = f"{probe['rate_rps']:g} req/s offered ({probe['arrival']}), {achieved}"
+        rate_unit = (data.get("summary") or {}).get("rate_unit", "requests")
+        unit = {"sessions": "sessions/s", "turns": "turns/s"}.get(rate_unit, "req/s")
+        load = f"{probe['rate_rps']:g} {unit} offered ({probe['arrival']}), {achieved}"
     else:
         load = f"concurrency {probe['concurrency']}, {achieved} req/s"
     t.add_row("load", load)

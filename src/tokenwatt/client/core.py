@@ -25,8 +25,10 @@ from tokenwatt.client.openai import (
     PATHS,
     Api,
     EventHook,
+    Prompt,
     StreamInterpreter,
     build_body,
+    is_messages,
     model_ids,
     shorten,
 )
@@ -136,13 +138,16 @@ class StreamClient:
         *,
         request_id: int,
         scheduled_ns: int,
-        prompt: str | list[int],
+        prompt: Prompt,
         max_tokens: int,
         prompt_tokens_client: int,
         ignore_eos: bool = True,
         record: RequestRecord | None = None,
     ) -> RequestRecord:
         """Send one streaming request and return its record (failures included, never raised).
+
+        A chat history (``prompt`` a list of role/content dicts) is sent as ``messages`` and
+        the answer's text is kept on ``record.answer_text`` (the next turn resends it).
 
         On cancellation the record is filled (``error_kind="cancelled"``, with whatever arrived)
         before CancelledError propagates; pass ``record`` to keep a reference to it.
@@ -176,8 +181,10 @@ class StreamClient:
         request = self._post_request(orjson.dumps(fields))
         t0 = _perf()
         fresh = False
+        keep_text = is_messages(prompt)
         for attempt in range(2):
-            ex = Exchange(self._get_loop().create_future(), StreamInterpreter(self.api, self._hook))
+            interp = StreamInterpreter(self.api, self._hook, collect_text=keep_text)
+            ex = Exchange(self._get_loop().create_future(), interp)
             conn = await self._exchange(rec, ex, request, t0, fresh=fresh)
             if conn is None:
                 return rec  # connect failure, recorded

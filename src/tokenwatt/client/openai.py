@@ -37,11 +37,20 @@ DONE = b"[DONE]"
 _MESSAGE_MAX = 300
 
 
+# What one request sends: text, token ids (completions) or a chat history (role/content dicts).
+Prompt = str | list[int] | list[dict[str, str]]
+
+
+def is_messages(prompt: Prompt) -> bool:
+    """Whether ``prompt`` is a chat history (a list of role/content dicts)."""
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict)
+
+
 def build_body(
     *,
     api: Api,
     model: str,
-    prompt: str | list[int],
+    prompt: Prompt,
     max_tokens: int,
     stream_usage: bool = True,
     ignore_eos: bool = True,
@@ -53,7 +62,15 @@ def build_body(
     can drop e.g. ``max_completion_tokens`` for a server that rejects it.
     """
     body: dict[str, Any] = {"model": model}
-    if api == "completions":
+    if is_messages(prompt):
+        if api != "chat":
+            raise SpecError(
+                "endpoint.api: a conversation is a list of chat messages; use api: chat"
+            )
+        body["messages"] = list(prompt)
+        body["max_tokens"] = max_tokens
+        body["max_completion_tokens"] = max_tokens
+    elif api == "completions":
         body["prompt"] = prompt
         body["max_tokens"] = max_tokens
     else:
@@ -102,6 +119,21 @@ def _text_of(choice: Any, api: Api) -> bool:
             or delta.get("tool_calls")
         )
     return False
+
+
+def _content_text(choices: Any) -> str:
+    """The generated text of one content chunk (completions ``text`` or chat ``delta.content``)."""
+    out: list[str] = []
+    for c in choices:
+        if not isinstance(c, dict):
+            continue
+        text = c.get("text")
+        delta = c.get("delta")
+        if not text and isinstance(delta, dict):
+            text = delta.get("content")
+        if isinstance(text, str):
+            out.append(text)
+    return "".join(out)
 
 
 def is_content(obj: Any, api: Api) -> bool:
@@ -167,6 +199,7 @@ class StreamInterpreter:
 
     __slots__ = (
         "api",
+        "cached_tokens",
         "carried",
         "chunk_ns",
         "chunk_usage",
@@ -184,10 +217,16 @@ class StreamInterpreter:
         "prompt_tokens",
         "protocol_error",
         "run_in_read",
+        "text_parts",
     )
 
-    def __init__(self, api: Api, hook: EventHook | None = None) -> None:
+    def __init__(
+        self, api: Api, hook: EventHook | None = None, *, collect_text: bool = False
+    ) -> None:
         self.api: Api = api
+        # the answer's text pieces, only when asked (a conversation resends its answers)
+        self.text_parts: list[str] | None = [] if collect_text else None
+        self.cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
         self.hook = hook  # sees every decoded event with its stamp (tests, benchmarks)
         self.pending_payloads: list[bytes] = []
         self.pending_stamps: list[int] = []
@@ -260,6 +299,11 @@ class StreamInterpreter:
                 pt = usage.get("prompt_tokens")
                 if isinstance(pt, int):
                     self.prompt_tokens = pt
+                details = usage.get("prompt_tokens_details")
+                if isinstance(details, dict):
+                    ct = details.get("cached_tokens")
+                    if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
+                        self.cached_tokens = ct
             choices = obj.get("choices")
             content = False
             if isinstance(choices, list):
@@ -271,6 +315,8 @@ class StreamInterpreter:
                         if not content and (c.get("text") or _text_of(c, api)):
                             content = True  # (the common completions case checked inline)
             if content:
+                if self.text_parts is not None:
+                    self.text_parts.append(_content_text(choices))
                 self.chunk_ns.append(stamps[i])
                 r = reads[i]
                 if r == self.last_read:
@@ -320,6 +366,9 @@ class StreamInterpreter:
         rec.prompt_tokens = (
             self.prompt_tokens if self.prompt_tokens is not None else rec.prompt_tokens_client
         )
+        rec.cached_tokens = self.cached_tokens
+        if self.text_parts is not None:
+            rec.answer_text = "".join(self.text_parts)
         if rec.status == "ok":
             if self.error is not None:
                 rec.status = "error"
@@ -358,11 +407,13 @@ def model_ids(body: bytes) -> list[str]:
 __all__: Sequence[str] = (
     "DONE",
     "PATHS",
+    "Prompt",
     "StreamInterpreter",
     "build_body",
     "error_of",
     "interpret",
     "is_content",
+    "is_messages",
     "message_from_body",
     "model_ids",
 )

@@ -13,6 +13,7 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
+from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
     EnergySummary,
@@ -184,4 +185,14 @@ def summarize_probe(
         interrupted=run.interrupted,
         late_sends=run.late_sends,
         max_send_lag_s=run.max_send_lag_s,
+        rate_unit=run.rate_unit,
+        sessions=session_stats(
+            run.records,
+            window_start_ns=run.window_start_ns,
+            window_end_ns=run.window_end_ns,
+            completed_ids=run.sessions_completed,
+        ),
+        cached_prompt_fraction=cached_prompt_fraction(
+            run.records, window_start_ns=run.window_start_ns, window_end_ns=run.window_end_ns
+        ),
     )

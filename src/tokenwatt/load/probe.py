@@ -53,11 +53,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from tokenwatt.client.openai import Prompt
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
-from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
+from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
+from tokenwatt.load.schedule import (
+    OpenLoopSource,
+    RateUnit,
+    ScheduleSource,
+    closed_loop_plans,
+    make_source,
+)
 from tokenwatt.load.window import WindowRules
-from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
+from tokenwatt.load.workload import PromptFormat, RequestPlan
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
 from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
@@ -98,7 +106,7 @@ class StreamingClient(Protocol):
         *,
         request_id: int,
         scheduled_ns: int,
-        prompt: str | list[int],
+        prompt: Prompt,
         max_tokens: int,
         prompt_tokens_client: int,
         ignore_eos: bool = True,
@@ -151,6 +159,8 @@ class ProbeRun:
     max_send_lag_s: float = 0.0  # the sender's worst lag behind its schedule
     clock: dict[str, Any] | None = None  # the client's timestamp source and clock offset
     client_stats: dict[str, Any] = field(default_factory=dict)
+    rate_unit: RateUnit = "requests"  # what rate_rps counts: requests, sessions or turns /s
+    sessions_completed: frozenset[int] = frozenset()  # conversations with every turn answered
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -195,8 +205,8 @@ class _Probe:
         *,
         spec: BenchSpec,
         client: StreamingClient,
-        schedule: OpenLoopSchedule | ClosedLoop,
-        plans: Iterator[RequestPlan],
+        schedule: ScheduleSource | OpenLoopSchedule | ClosedLoop,
+        plans: Iterator[RequestPlan],  # for a closed loop or a bare open-loop schedule
         settings: ProbeSettings,
         max_requests: int | None,
         on_progress: Callable[[ProbeProgress], None] | None,
@@ -206,7 +216,9 @@ class _Probe:
         self.spec = spec
         self.on_record = on_record
         self.client = client
-        self.schedule = schedule
+        if isinstance(schedule, OpenLoopSchedule):
+            schedule = OpenLoopSource(schedule, plans)
+        self.schedule: ScheduleSource | ClosedLoop = schedule
         self.plans = plans
         self.settings = settings
         self.max_requests = max_requests
@@ -233,6 +245,7 @@ class _Probe:
         self.sent = 0
         self.stop_dispatch = False
         self.wake = asyncio.Event()
+        self.source_changed = asyncio.Event()  # a finished request made a new arrival known
         self.timed_out_ids: set[int] = set()
         self.interrupted = False
         self.stopped_early = False
@@ -353,6 +366,7 @@ class _Probe:
         if rec.error_kind == "cancelled":
             # The client ended it, not the server: its own kind, not a failure.
             rec.status = "cancelled"
+        self._report_back(rec)
         self.records.append(rec)
         self.recorded.add(rec.request_id)
         if not rec.cancelled:
@@ -381,21 +395,63 @@ class _Probe:
             else:
                 await asyncio.sleep(0)
 
-    async def _open_loop(self, schedule: OpenLoopSchedule) -> None:
-        for k, off in enumerate(schedule.offsets_ns()):
+    def _report_back(self, rec: RequestRecord) -> None:
+        """The hook where a finished request reports to its schedule (a conversation's next
+        turn becomes due when this answer ended: ``done_ns``, the response complete)."""
+        source = self.schedule
+        if isinstance(source, ClosedLoop):
+            return
+        end = rec.done_ns if rec.done_ns is not None else now_ns()
+        if source.finished(rec, end - self.t0):
+            self.source_changed.set()
+
+    async def _next_arrival(self, source: ScheduleSource) -> int | None:
+        """Wait for the next arrival's time; None when the schedule has run out. A source whose
+        arrivals depend on answers (sessions) may get an earlier one while we wait: re-peek."""
+        while not self.stop_dispatch:
+            off = source.peek()
+            if off is None:
+                if source.exhausted:
+                    return None
+                self.source_changed.clear()
+                await self.source_changed.wait()
+                continue
             t = self.t0 + off
+            self.source_changed.clear()
+            if t - now_ns() > _SPIN_NS:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self.source_changed.wait(), timeout=(t - now_ns() - _SPIN_NS) / _NS
+                    )
+                if self.source_changed.is_set():
+                    continue
+            await self._sleep_until(t)
+            return t
+        return None
+
+    async def _open_loop(self, source: ScheduleSource) -> None:
+        sent = 0
+        while True:
+            if self.w1 is not None and self.counted_in_flight == 0 and now_ns() >= self.w1:
+                self.wake.set()  # the window has closed and nothing counted is running
+                return
+            t = await self._next_arrival(source)
+            if t is None:
+                if not self.stop_dispatch:
+                    self._ran_out(source)
+                return
+            _, plan = source.pop()
             counted = self._admit(t)
             if self.w1 is not None and self.counted_in_flight == 0 and not counted:
                 # Nothing counted is running: no load is needed to drain; wait for w1 to pass.
                 await self._sleep_until(self.w1)
                 self.wake.set()
                 return
-            plan = next(self.plans)
-            await self._sleep_until(t)
             if not await self._room_for_one(t) or self.stop_dispatch:
                 return
             self._launch(plan, t, counted)
-            if k % _YIELD_EVERY == _YIELD_EVERY - 1:
+            sent += 1
+            if sent % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # however late: let Ctrl-C, replies and polls run
 
     async def _room_for_one(self, slot_ns: int) -> bool:
@@ -421,6 +477,14 @@ class _Probe:
         if lag > LATE_SEND_S * _NS:
             self.late_sends += 1
         return True
+
+    def _ran_out(self, source: ScheduleSource) -> None:
+        """A finite schedule (a trace) ended before the window closed: close it where the
+        schedule's last slot ends."""
+        if self.w1 is None:
+            end = source.end_offset_ns()
+            self._close(self.t0 + end if end is not None else now_ns())
+        self.wake.set()
 
     async def _closed_loop_worker(self) -> None:
         await self._sleep_until(self.t0)
@@ -581,16 +645,18 @@ async def run_probe(
         raise ValueError("max_requests must be >= 1")
     if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
         raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
-    schedule = make_arrivals(
-        spec.workload.arrival, rate_rps=rate_rps, seed=seed, concurrency=concurrency
-    )
     prompt_format = _resolve_prompt_format(spec)
-    plans = iter(WorkloadGenerator(spec.workload, prompt_format=prompt_format, seed=seed))
+    schedule, stated_rate = make_source(
+        spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format
+    )
     probe = _Probe(
         spec=spec,
         client=client,
         schedule=schedule,
-        plans=plans,
+        # an open-loop source carries its own requests
+        plans=closed_loop_plans(spec, seed=seed, prompt_format=prompt_format)
+        if isinstance(schedule, ClosedLoop)
+        else iter(()),
         settings=settings,
         max_requests=max_requests,
         on_progress=on_progress,
@@ -599,23 +665,27 @@ async def run_probe(
     )
     records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
+    closed = isinstance(schedule, ClosedLoop)
+    # a requests/s target only where the rate counts requests (not sessions or turns)
+    counts_requests = not isinstance(schedule, ClosedLoop) and schedule.rate_unit == "requests"
     metrics = compute_probe_metrics(
         records,
         window_start_ns=probe.w0,
         window_end_ns=w1,
         slo=spec.slo,
-        target_rate_rps=rate_rps if isinstance(schedule, OpenLoopSchedule) else None,
+        target_rate_rps=stated_rate if counts_requests else None,
     )
     clock_dict, stats = _client_facts(client)
-    is_open = isinstance(schedule, OpenLoopSchedule)
     return ProbeRun(
         records=records,
         window_start_ns=probe.w0,
         window_end_ns=w1,
         metrics=metrics,
-        rate_rps=rate_rps if is_open else None,
-        concurrency=None if isinstance(schedule, OpenLoopSchedule) else schedule.concurrency,
-        arrival=schedule.kind if isinstance(schedule, OpenLoopSchedule) else "concurrency",
+        rate_rps=None if closed else stated_rate,
+        concurrency=schedule.concurrency if isinstance(schedule, ClosedLoop) else None,
+        arrival="concurrency" if isinstance(schedule, ClosedLoop) else schedule.kind,
+        rate_unit="requests" if isinstance(schedule, ClosedLoop) else schedule.rate_unit,
+        sessions_completed=frozenset(getattr(schedule, "completed", ())),
         seed=seed,
         settings=settings,
         prompt_format=prompt_format,

@@ -80,7 +80,7 @@ class ScheduledRequest:
 
     index: int
     offset_ns: int
-    prompt: str | list[int]
+    prompt: str | list[int] | list[dict[str, str]]  # text, token ids or a chat history
     prompt_tokens_client: int
     max_tokens: int
 

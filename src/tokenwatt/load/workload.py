@@ -93,7 +93,7 @@ class RequestPlan:
     """One request to send: its prompt and the lengths the client expects."""
 
     index: int
-    prompt: str | list[int]
+    prompt: str | list[int] | list[dict[str, str]]  # text, token ids, or a chat history
     prompt_tokens_client: int  # exact for token ids and for the simulator's word count
     max_tokens: int
     prefix_id: int | None = None  # which shared prefix the prompt starts with, if any

@@ -264,8 +264,9 @@ class ProbeFigures:
             latency_s=[v for r in done if (v := e2e_s(r)) is not None],
             tpot_s=[v for r in done if (v := tpot_s(r)) is not None],
             itl_s=gaps,
-            failures=sum(1 for r in counted if not r.ok),
-            incomplete=sum(1 for r in counted if r.ok and r not in done),
+            failures=sum(1 for r in counted if r.failed),
+            # cancelled by the client (not a server failure) or ok without timings
+            incomplete=sum(1 for r in counted if r.cancelled or (r.ok and r not in done)),
             **kw,
         )
 

@@ -1,4 +1,5 @@
-"""Runs side by side: the headline figures of each, and their change against the first run.
+"""Runs side by side: the headline figures of each, and their change against the first run,
+and the Pareto view of every probe: output tokens/s per GPU against per-user interactivity.
 
 A comparison is only as fair as its runs are alike, so the things that make figures
 incomparable (model, precision, accelerator, GPU count, replicas, SLO, workload) are checked
@@ -18,7 +19,14 @@ from tokenwatt.report.format import fmt_quantile, rel_change
 from tokenwatt.report.terminal import describe_slo
 from tokenwatt.result import BenchResult, load_result
 
-__all__ = ["Comparison", "MetricRow", "compare_results", "load_runs"]
+__all__ = [
+    "Comparison",
+    "MetricRow",
+    "ParetoPoint",
+    "compare_results",
+    "load_runs",
+    "pareto_points",
+]
 
 Better = Literal["higher", "lower", "neither"]
 
@@ -40,6 +48,71 @@ class Comparison:
     labels: tuple[str, ...]
     rows: tuple[MetricRow, ...]
     warnings: tuple[str, ...]
+    pareto: tuple[ParetoPoint, ...] = ()  # every measured probe of every run
+
+
+@dataclass(frozen=True, slots=True)
+class ParetoPoint:
+    """One probe as buyers compare systems: throughput per GPU against what each user sees.
+
+    ``interactivity_tok_s_per_user`` = 1 / median TPOT (the per-request TPOT of
+    ``metrics.request``): the decode speed one stream gets. ``on_frontier``: no probe of any
+    run is at least as good on both axes and better on one (the Pareto frontier)."""
+
+    label: str
+    probe_index: int
+    rate_rps: float | None
+    output_tok_s_per_gpu: float
+    interactivity_tok_s_per_user: float
+    slo_passed: bool
+    on_frontier: bool = False
+
+
+def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint, ...]:
+    """Every probe (single stream included) with output tokens/s and a median TPOT, marked
+    on or off the frontier across all runs; sorted by interactivity, highest first."""
+    pts: list[ParetoPoint] = []
+    for label, r in runs:
+        probes = ([r.single_stream] if r.single_stream is not None else []) + list(r.probes)
+        for p in probes:
+            tpot = p.tpot_s.p50
+            if not tpot or tpot <= 0 or p.output_tokens_per_s <= 0:
+                continue
+            pts.append(
+                ParetoPoint(
+                    label,
+                    p.index,
+                    p.rate_rps,
+                    p.output_tokens_per_s / r.gpus,
+                    1 / tpot,
+                    p.slo_passed,
+                )
+            )
+
+    def dominated(a: ParetoPoint) -> bool:
+        return any(
+            b.output_tok_s_per_gpu >= a.output_tok_s_per_gpu
+            and b.interactivity_tok_s_per_user >= a.interactivity_tok_s_per_user
+            and (
+                b.output_tok_s_per_gpu > a.output_tok_s_per_gpu
+                or b.interactivity_tok_s_per_user > a.interactivity_tok_s_per_user
+            )
+            for b in pts
+        )
+
+    marked = [
+        ParetoPoint(
+            p.label,
+            p.probe_index,
+            p.rate_rps,
+            p.output_tok_s_per_gpu,
+            p.interactivity_tok_s_per_user,
+            p.slo_passed,
+            not dominated(p),
+        )
+        for p in pts
+    ]
+    return tuple(sorted(marked, key=lambda p: -p.interactivity_tok_s_per_user))
 
 
 def _quantile(metric: Literal["ttft", "tpot"]) -> Callable[[BenchResult], float | None]:
@@ -141,7 +214,9 @@ def compare_results(runs: Sequence[tuple[str, BenchResult]]) -> Comparison:
         base = values[0]
         changes = (None, *(rel_change(v, base) for v in values[1:]))
         rows.append(MetricRow(name, unit, kind, better, values, changes))
-    return Comparison(labels, tuple(rows), tuple(_differences(labels, results)))
+    return Comparison(
+        labels, tuple(rows), tuple(_differences(labels, results)), pareto_points(runs)
+    )
 
 
 def _labels_for(paths: Sequence[Path]) -> list[str]:

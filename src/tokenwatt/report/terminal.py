@@ -340,7 +340,34 @@ def comparison_view(comparison: Comparison) -> RenderableType:
             cells.append(cell)
         t.add_row(*cells)
     parts: list[RenderableType] = [t]
+    if comparison.pareto:
+        parts += [Text(""), pareto_view(comparison)]
     if comparison.warnings:
         parts.append(Text(""))
         parts += [Text(f"! {w}", "yellow") for w in comparison.warnings]
     return Group(*parts)
+
+
+def pareto_view(comparison: Comparison) -> RenderableType:
+    """Every probe of every run: output tokens/s per GPU against per-user interactivity
+    (1/median TPOT), highest interactivity first; ★ marks the Pareto frontier."""
+    t = Table(
+        title="throughput vs interactivity (★ Pareto frontier)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    for name in ("run", "probe", "rate (req/s)", "tok/s per user", "output tok/s per GPU", "SLO"):
+        t.add_column(name, justify="left" if name == "run" else "right", no_wrap=True)
+    for p in comparison.pareto:
+        star = "★ " if p.on_frontier else ""
+        rate = "single stream" if p.rate_rps is None else f"{p.rate_rps:.3g}"
+        t.add_row(
+            Text(f"{star}{p.label}", "bold" if p.on_frontier else ""),
+            str(p.probe_index),
+            rate,
+            f"{p.interactivity_tok_s_per_user:.1f}",
+            f"{p.output_tok_s_per_gpu:.1f}",
+            Text("pass", "green") if p.slo_passed else Text("fail", "red"),
+        )
+    return t
