@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.metrics.mixed_steps import MixedSteps, StepRegime, estimate_mixed_steps
 
 __all__ = [
     "LOW_LOAD_BATCH",
     "MOE_UNTOUCHED_FRACTION",
+    "SMALL_BATCH",
     "MBUFlags",
     "MBUInputs",
     "MBUResult",
+    "StepRegime",
     "compute_mbu",
     "kv_read_per_output_token",
 ]
@@ -37,6 +40,13 @@ LOW_LOAD_BATCH = 3.0
 # MoE: flag the uniform-routing upper bound while more than this fraction of experts is
 # expected to be untouched per step (skewed real routing then touches noticeably fewer).
 MOE_UNTOUCHED_FRACTION = 0.05
+# Validated range of the mixed-step estimate: at and above this decode batch per replica the
+# headline lands within 2 points of the simulator's truth (docs/methodology.md, "Validation");
+# below it the figure carries a note with the direction and size of the measured residual.
+SMALL_BATCH = 8.0
+# Measured regime worth a note: share of steps with prompt chunks, of idle time.
+MIXED_STEP_NOTE_FRACTION = 0.05
+IDLE_NOTE_FRACTION = 0.02
 
 
 def kv_read_per_output_token(
@@ -101,9 +111,15 @@ class MBUFlags:
     moe_uniform_routing_upper_bound: bool  # small batch: uniform routing overstates W(B)
     low_load_busy_bias: bool  # replicas idle part of the time: weight term is per busy time
     no_decode: bool  # T or τ not measured: MBU undefined
+    # from the measured regime (StepRegime), each with a note that states direction and size
+    mixed_steps: bool = False  # a visible share of steps also carry prompt chunks
+    idle: bool = False  # replicas measurably idle: weight term scaled by the busy share
+    over_slot_limit: bool = False  # B above max_num_seqs / slots: window not steady, no MBU
+    small_batch: bool = False  # below SMALL_BATCH: outside the validated ±2 pt range
+    details: tuple[str, ...] = ()  # the regime notes, with their numbers
 
     def notes(self) -> list[str]:
-        out = []
+        out = list(self.details)
         if self.no_decode:
             out.append("no decode measured (T or τ missing): MBU undefined")
         if self.multi_token_chunks:
@@ -133,10 +149,16 @@ class MBUResult:
     mbu_kv: float | None
     inputs: MBUInputs
     flags: MBUFlags
+    # With a measured regime: ``mbu`` counts every byte the decode steps read (prompt-routed
+    # experts included); this is the seed's decode-only W(B)·s beside it (same busy scaling).
+    mbu_decode_only: float | None = None
+    mixed: MixedSteps | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "mbu": self.mbu,
+            "mbu_decode_only": self.mbu_decode_only,
+            "mixed_steps": asdict(self.mixed) if self.mixed is not None else None,
             "mbu_weights": self.mbu_weights,
             "mbu_kv": self.mbu_kv,
             "inputs": asdict(self.inputs),
@@ -160,6 +182,7 @@ def compute_mbu(
     mean_context_per_token: float,
     kv_bytes_per_output_token: float,
     multi_token_chunks: bool = False,
+    regime: StepRegime | None = None,
 ) -> MBUResult:
     """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU), with s = 1/τ, B = T·τ/R.
 
@@ -167,6 +190,8 @@ def compute_mbu(
     and ``mean_context_per_token`` come from :func:`kv_read_per_output_token` over the same
     counted requests as T and τ. When T or τ is not a positive number (nothing decoded, or
     every request produced one token) the MBU figures are None and ``flags.no_decode`` is set.
+    With ``regime`` (the load the client measured and the engine's limits) the headline counts
+    the bytes of mixed prefill/decode steps and idle time (:func:`apply_regime`).
     """
     if replicas < 1 or gpus < 1:
         raise ValueError(f"replicas and gpus must be >= 1, got R={replicas}, N_GPU={gpus}")
@@ -224,10 +249,100 @@ def compute_mbu(
     )
     if w_per_s is None or total is None:
         return MBUResult(None, None, None, inputs, flags)
-    return MBUResult(
+    result = MBUResult(
         mbu=total / node_bw,
         mbu_weights=w_per_s / node_bw,
         mbu_kv=kv_per_s / node_bw,
         inputs=inputs,
         flags=flags,
     )
+    return result if regime is None else apply_regime(result, geometry, regime)
+
+
+def apply_regime(result: MBUResult, geometry: ModelGeometry, regime: StepRegime) -> MBUResult:
+    """Headline = all bytes the decode steps read per elapsed second (mixed steps, busy share,
+    measured routing: ``metrics.mixed_steps``); the decode-only figure beside it; flags whose
+    notes say which way the measured regime moves the figure and by how much."""
+    i = result.inputs
+    assert i.steps_per_s_per_replica is not None and i.batch_per_replica is not None
+    mix = estimate_mixed_steps(
+        geometry,
+        batch_per_replica=i.batch_per_replica,
+        steps_per_s=i.steps_per_s_per_replica,
+        replicas=i.replicas,
+        regime=regime,
+        kv_bytes_per_output_token=i.kv_bytes_per_output_token,
+    )
+    node = i.node_bandwidth_bytes_per_s
+    mbu = (mix.weight_bytes_per_s + i.kv_bytes_per_s) / node
+    dec = (mix.decode_only_weight_bytes_per_s + i.kv_bytes_per_s) / node
+    notes = _regime_notes(geometry, regime, mix, mbu, dec, node)
+    flags = replace(
+        result.flags,
+        mixed_steps=mix.mixed_step_fraction > MIXED_STEP_NOTE_FRACTION and mbu - dec > 0.001,
+        idle=1.0 - mix.busy_fraction > IDLE_NOTE_FRACTION,
+        low_load_busy_bias=False,  # measured and corrected: see the idle flag
+        moe_uniform_routing_upper_bound=result.flags.moe_uniform_routing_upper_bound
+        and regime.expert_load is None,
+        over_slot_limit=mix.over_slot_limit,
+        small_batch=mix.batch_busy < SMALL_BATCH,
+        details=tuple(notes),
+    )
+    if mix.over_slot_limit:
+        return replace(result, mbu=None, mbu_weights=None, mbu_kv=None, flags=flags, mixed=mix)
+    return replace(
+        result,
+        mbu=mbu,
+        mbu_weights=mix.weight_bytes_per_s / node,
+        mbu_decode_only=dec,
+        flags=flags,
+        mixed=mix,
+    )
+
+
+def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a figure
+    geometry: ModelGeometry,
+    regime: StepRegime,
+    mix: MixedSteps,
+    mbu: float,
+    dec: float,
+    node: float,
+) -> list[str]:
+    out = []
+    if mix.over_slot_limit:
+        out.append(
+            f"decode batch {mix.batch_decode:.2f} per replica is above the engine's slot limit "
+            f"{regime.slot_limit}: the queue was growing, the window was not steady; no MBU"
+        )
+    if mix.mixed_step_fraction > MIXED_STEP_NOTE_FRACTION and mbu - dec > 0.001:
+        ratio = mix.weight_bytes_mixed_step / mix.weight_bytes_decode_only
+        out.append(
+            f"{mix.mixed_step_fraction:.0%} of decode steps also carry prompt chunks "
+            f"(~{mix.prompt_tokens_per_mixed_step:.0f} tokens) and read {ratio:.2f}× W(B): "
+            f"MBU counts those bytes; the decode-only figure reads {100 * (mbu - dec):.1f} pt "
+            "lower"
+        )
+    idle = 1.0 - mix.busy_fraction
+    if idle > IDLE_NOTE_FRACTION:
+        high = mix.weight_bytes_per_s / mix.busy_fraction * idle / node
+        out.append(
+            f"replicas idle {idle:.1%} of the window (measured from arrival and completion "
+            f"times): the weight term is scaled by the busy share; unscaled it reads "
+            f"{100 * high:.1f} pt high"
+        )
+    if geometry.is_moe and mix.distinct_experts_decode_only is not None:
+        untouched = 1.0 - mix.distinct_experts_decode_only / geometry.experts
+        if regime.expert_load is not None:
+            out.append(f"routing from the measured expert load ({mix.routing})")
+        elif untouched > MOE_UNTOUCHED_FRACTION:
+            out.append(
+                f"routing taken as uniform with {untouched:.0%} of experts untouched per "
+                "decode-only step: if the engine's routing is skewed MBU reads high; give a "
+                "measured expert load (engine.expert_load_file)"
+            )
+    if mix.batch_busy < SMALL_BATCH:
+        out.append(
+            f"small batch (B = {mix.batch_busy:.1f} < {SMALL_BATCH:.0f}): outside the ±2 pt "
+            "validated range; in validation the figure read up to 2 pt low here"
+        )
+    return out

@@ -1,0 +1,181 @@
+"""MBU on many-expert MoE models at moderate batch, checked against the simulator's truth.
+
+The formula is exercised in virtual time (``sim.VirtualSim``): exact, deterministic, no HTTP.
+The "client" here sees exactly what a client sees over HTTP, minus network jitter: each
+request's arrival, its token times and its prompt length. From those alone it computes T, τ,
+the request rate, the idle fraction and, through ``compute_mbu(regime=...)``, both MBU
+figures. The truth of each comes from the simulator's own per-step record
+(``sim.truth.figure_truth``): all bytes the decode steps read, and the decode-only W(batch)
+of the same steps, over the same window, elapsed-time denominator.
+
+Models: DeepSeek-V3 (256 routed experts, top-8, MLA, FP8) on 8×H200 and a synthetic Kimi-K2
+shape (DeepSeek-V3's keys with 384 routed experts, first_k_dense_replace 1, 64 heads) on
+8×MI300X. Targets: each figure within 2 points of its truth at B ≥ 8 and within 1 point at
+B ≥ 32; below B = 8 the small-batch note says which way and how far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tokenwatt.geometry import load_geometry
+from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.geometry.routing import ExpertLoad
+from tokenwatt.hardware import get_accelerator
+from tokenwatt.metrics.mbu import MBUResult, compute_mbu, kv_read_per_output_token
+from tokenwatt.metrics.mixed_steps import StepRegime, idle_fraction_from_intervals
+from tokenwatt.sim import SimConfig, VirtualSim
+from tokenwatt.sim.config import parse_routing
+from tokenwatt.sim.routing import zipf_inclusion
+from tokenwatt.sim.truth import FigureTruth, figure_truth
+
+KIMI_SHAPE = {  # Kimi-K2's MoE shape on DeepSeek-V3's keys (MLA kept)
+    "config.n_routed_experts": 384,
+    "config.first_k_dense_replace": 1,
+    "config.num_attention_heads": 64,
+    "config.n_group": 1,
+    "config.topk_group": 1,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    label: str
+    model: str
+    accelerator: str
+    gpus: int
+    overrides: dict[str, Any] | None = None
+
+    def geometry(self) -> ModelGeometry:
+        return load_geometry(self.model, overrides=self.overrides)
+
+
+DSV3 = Case("DeepSeek-V3 8×H200", "deepseek-v3", "h200", 8)
+KIMI = Case("384-expert MLA 8×MI300X", "deepseek-v3", "mi300x", 8, KIMI_SHAPE)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    mbu: MBUResult
+    truth: FigureTruth
+    seed_formula: float  # the seed's R·s·W(B) + KV/s, for the before/after table
+
+    def line(self, label: str) -> str:
+        m = self.mbu
+        b = m.mixed.batch_busy if m.mixed else float("nan")
+        return (
+            f"{label}: B {b:.1f} (true {self.truth.mean_batch:.1f}) | MBU {m.mbu:.4f} truth "
+            f"{self.truth.all_bytes:.4f} ({100 * (m.mbu - self.truth.all_bytes):+.2f} pt) | "  # type: ignore[operator]
+            f"decode-only {m.mbu_decode_only:.4f} truth {self.truth.decode_only:.4f} "
+            f"({100 * (m.mbu_decode_only - self.truth.decode_only):+.2f} pt) | seed "  # type: ignore[operator]
+            f"{self.seed_formula:.4f} ({100 * (self.seed_formula - self.truth.all_bytes):+.2f} pt)"
+            f" | mixed {self.truth.mixed_step_fraction:.2f} idle {self.truth.idle_fraction:.3f}"
+        )
+
+
+def _arrivals(rate: float, until_s: float, seed: int) -> Iterator[float]:
+    rng = np.random.default_rng(seed)
+    t = 0.0
+    while True:
+        t += rng.exponential(1.0 / rate)
+        if t >= until_s:
+            return
+        yield t
+
+
+def run_case(
+    case: Case,
+    *,
+    efficiency: float,
+    batch: float,
+    prefill: bool = False,
+    routing: str = "uniform",
+    measured_routing: bool = False,
+    n_in: int = 512,
+    n_out: int = 128,
+    window_s: float = 20.0,
+    seed: int = 1,
+) -> Outcome:
+    """Poisson load placed (from the roofline, placement only) at about ``batch``; the client's
+    figures over the arrival window [warm-up, warm-up + window); truth over the same window."""
+    g = case.geometry()
+    acc = get_accelerator(case.accelerator)
+    node_bw = acc.bandwidth_bytes_per_s * case.gpus
+    step = (
+        g.weight_bytes_per_step(batch + 4) + batch * (n_in + n_out / 2) * g.kv_bytes_per_token
+    ) / (node_bw * efficiency)
+    rate = batch / (n_out * step)
+    warm = max(2.0, 3 * n_out * step)
+    cfg = SimConfig(
+        geometry=g,
+        accelerator=acc,
+        gpus_per_replica=case.gpus,
+        efficiency=efficiency,
+        prefill_cost=prefill,
+        routing=routing,
+        seed=seed,
+    )
+    sim = VirtualSim(cfg)
+    reqs = [sim.submit(t, n_in, n_out) for t in _arrivals(rate, warm + window_s + 1.0, seed)]
+    sim.run()
+    w0, w1 = round(warm * 1e9), round((warm + window_s) * 1e9)
+    counted = [r for r in reqs if w0 <= r.arrival_ns < w1]
+    out_tokens = sum(r.generated for r in counted)
+    decode_ns = sum(r.last_token_ns - r.first_token_ns for r in counted)
+    t_rate = out_tokens / window_s
+    tau = decode_ns / 1e9 / sum(r.generated - 1 for r in counted)
+    ctx, kv_tok = kv_read_per_output_token(g, [(n_in, r.generated) for r in counted])
+    idle = idle_fraction_from_intervals(((r.arrival_ns, r.last_token_ns) for r in reqs), w0, w1, 1)
+    load = None
+    if measured_routing:
+        s = parse_routing(routing)
+        assert s is not None
+        load = ExpertLoad.from_counts(
+            [zipf_inclusion(g.experts, g.experts_per_token, s)], g.experts_per_token, "sim zipf"
+        )
+    regime = StepRegime(
+        request_rate_rps=len(counted) / window_s,
+        mean_prompt_tokens=float(n_in),
+        mean_output_tokens=out_tokens / len(counted),
+        idle_fraction=idle,
+        chunk_budget_tokens=cfg.max_batched_tokens,
+        slot_limit=cfg.max_num_seqs,
+        expert_load=load,
+    )
+    kw: dict[str, Any] = {
+        "output_tokens_per_s": t_rate,
+        "itl_token_weighted_s": tau,
+        "replicas": 1,
+        "gpus": case.gpus,
+        "bandwidth_bytes_per_s": acc.bandwidth_bytes_per_s,
+        "mean_context_per_token": ctx,
+        "kv_bytes_per_output_token": kv_tok,
+    }
+    seed_mbu = compute_mbu(g, **kw).mbu
+    mbu = compute_mbu(g, regime=regime, **kw)
+    rep = sim.node.replicas[0]
+
+    def w_of_batch(b: int) -> float:
+        return (
+            g.dense_weight_bytes + g.moe_layers * rep.routing.expected_per_layer(b) * g.expert_bytes
+        )
+
+    records = (
+        {
+            "sched_start_ns": s.t_start_ns,
+            "deadline_ns": s.t_end_ns,
+            "batch": s.batch,
+            "prefill_tokens": s.prefill_tokens,
+            "weight_bytes": s.weight_bytes,
+            "kv_bytes": s.kv_bytes,
+            "memory_s": s.memory_s,
+        }
+        for s in sim.steps
+    )
+    truth = figure_truth(records, w0, w1, node_bw, w_of_batch)
+    assert seed_mbu is not None
+    return Outcome(mbu, truth, seed_mbu)
