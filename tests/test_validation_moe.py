@@ -193,7 +193,10 @@ def _check(o: Outcome) -> None:
         assert m.mbu_decode_only == pytest.approx(t.decode_only, abs=tol)
     else:
         assert m.flags.small_batch
-        assert any("decode-only figure read up to 2 pt low" in n.replace("\n", " ") for n in m.flags.notes())
+        assert any(
+            "decode-only figure read up to 2 pt low" in n.replace("\n", " ")
+            for n in m.flags.notes()
+        )
         assert m.mbu == pytest.approx(t.all_bytes, abs=0.01)
         assert t.decode_only - 0.02 < m.mbu_decode_only < t.decode_only
     # The seed's decode-only W(B)·s against the bytes really read: the miss this fixes.
