@@ -249,7 +249,9 @@ async def _probe(
                 max_requests=max_requests,
                 on_progress=bar,
             )
-        mbu = probe_mbu(run, geometry, spec.hardware, accelerator) if geometry else None
+        mbu = (
+            probe_mbu(run, geometry, spec.hardware, accelerator, spec.engine) if geometry else None
+        )
         data = result_dict(
             spec, run, target, max_requests=max_requests, geometry_error=geometry_error, mbu=mbu
         )

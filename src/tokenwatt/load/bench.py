@@ -214,7 +214,7 @@ def summarize_probe(
     # A window cut short (early stop, Ctrl-C) cancelled its counted requests mid-stream: T and
     # the context sum no longer describe one steady state, so no MBU is derived from them.
     cut = run.stopped_early or run.interrupted
-    mbu = None if cut else probe_mbu(run, geometry, spec.hardware, accelerator)
+    mbu = None if cut else probe_mbu(run, geometry, spec.hardware, accelerator, spec.engine)
     flags = [] if mbu is None else [k for k, v in asdict(mbu.flags).items() if v]
     if cut:
         flags.append("window_cut")

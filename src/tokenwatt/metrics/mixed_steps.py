@@ -24,13 +24,15 @@ J = 0 is the decode-only figure. A prompt longer than the step's free chunk budg
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad, FloatArray, GeneratingFunction
+from tokenwatt.records import RequestRecord
+from tokenwatt.spec.engine import DEFAULT_CHUNK_BUDGET_TOKENS
 
 __all__ = [
     "DEFAULT_CHUNK_BUDGET_TOKENS",
@@ -38,11 +40,8 @@ __all__ = [
     "StepRegime",
     "estimate_mixed_steps",
     "idle_fraction_from_intervals",
+    "regime_from_records",
 ]
-
-# vLLM V1's max_num_batched_tokens for the OpenAI server on data-centre GPUs (8192; 2048 was
-# the V0 / offline default). SGLang's chunked_prefill_size is 8192 on large GPUs as well.
-DEFAULT_CHUNK_BUDGET_TOKENS = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,4 +222,38 @@ def estimate_mixed_steps(
         decode_only_weight_bytes_per_s=rate * w_dec_mean,
         routing=regime.expert_load.source if regime.expert_load is not None else "uniform",
         over_slot_limit=regime.slot_limit is not None and b_dec > regime.slot_limit * 1.02,
+    )
+
+
+def regime_from_records(
+    records: Sequence[RequestRecord],
+    counted: Sequence[RequestRecord],
+    window_start_ns: int,
+    window_end_ns: int,
+    *,
+    replicas: int,
+    chunk_budget_tokens: int = DEFAULT_CHUNK_BUDGET_TOKENS,
+    slot_limit: int | None = None,
+    expert_load: ExpertLoad | None = None,
+) -> StepRegime | None:
+    """The regime of one probe window from the client's records: request rate and mean prompt
+    and output lengths of the counted requests, idle share from every request's (sent, done)
+    interval. None when no counted request has a prompt length or output."""
+    window_s = (window_end_ns - window_start_ns) / 1e9
+    known = [r for r in counted if r.prompt_tokens is not None and r.output_tokens > 0]
+    if window_s <= 0 or not known:
+        return None
+    spans = [
+        (r.sent_ns, stop)
+        for r in records
+        if r.sent_ns is not None and (stop := r.done_ns or r.end_ns) is not None
+    ]
+    return StepRegime(
+        request_rate_rps=len(counted) / window_s,
+        mean_prompt_tokens=sum(r.prompt_tokens or 0 for r in known) / len(known),
+        mean_output_tokens=sum(r.output_tokens for r in known) / len(known),
+        idle_fraction=idle_fraction_from_intervals(spans, window_start_ns, window_end_ns, replicas),
+        chunk_budget_tokens=chunk_budget_tokens,
+        slot_limit=slot_limit,
+        expert_load=expert_load,
     )

@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError
 from tokenwatt.errors import SpecError
 from tokenwatt.spec._base import Section
 from tokenwatt.spec.endpoint import Endpoint, Timeouts
+from tokenwatt.spec.engine import EngineSection
 from tokenwatt.spec.hardware import CustomAccelerator, HardwareSection
 from tokenwatt.spec.model import ModelSection
 from tokenwatt.spec.power import PowerSection, PowerSourceSpec
@@ -30,6 +31,7 @@ __all__ = [
     "CustomAccelerator",
     "Distribution",
     "Endpoint",
+    "EngineSection",
     "HardwareSection",
     "ModelSection",
     "PowerSection",
@@ -58,6 +60,7 @@ class BenchSpec(Section):
     search: SearchSettings = Field(default_factory=SearchSettings)
     power: PowerSection = Field(default_factory=PowerSection)
     sim: SimSection = Field(default_factory=SimSection)
+    engine: EngineSection = Field(default_factory=EngineSection)
 
 
 def format_validation_error(exc: ValidationError, *, source: str = "spec") -> str:
