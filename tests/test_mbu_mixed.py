@@ -194,3 +194,11 @@ def test_expert_load_file_round_trip_and_errors(tmp_path: Path) -> None:
         load_expert_load(bad, experts=4, k=2, layers=3)
     with pytest.raises(SpecError, match=r"engine\.expert_load_file .* unreadable"):
         load_expert_load(tmp_path / "missing.json", experts=4, k=2, layers=3)
+
+
+def test_result_dict_keeps_flags_boolean_and_carries_both_figures() -> None:
+    d = _mbu(batch=10, request_rate_rps=20.0, idle_fraction=0.1).to_dict()
+    assert all(isinstance(v, bool) for v in d["flags"].values())
+    assert d["mbu_decode_only"] < d["mbu"]
+    assert d["mixed_steps"]["mixed_step_fraction"] > 0.05
+    assert any("carry prompt chunks" in n for n in d["notes"])

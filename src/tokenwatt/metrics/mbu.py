@@ -162,7 +162,7 @@ class MBUResult:
             "mbu_weights": self.mbu_weights,
             "mbu_kv": self.mbu_kv,
             "inputs": asdict(self.inputs),
-            "flags": asdict(self.flags),
+            "flags": {k: v for k, v in asdict(self.flags).items() if k != "details"},
             "notes": self.flags.notes(),
         }
 
