@@ -98,7 +98,7 @@ def run_case(
     measured_routing: bool = False,
     n_in: int = 512,
     n_out: int = 128,
-    window_s: float = 20.0,
+    window_s: float = 200.0,
     seed: int = 1,
 ) -> Outcome:
     """Poisson load placed (from the roofline, placement only) at about ``batch``; the client's
