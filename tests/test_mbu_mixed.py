@@ -202,3 +202,15 @@ def test_result_dict_keeps_flags_boolean_and_carries_both_figures() -> None:
     assert d["mbu_decode_only"] < d["mbu"]
     assert d["mixed_steps"]["mixed_step_fraction"] > 0.05
     assert any("carry prompt chunks" in n for n in d["notes"])
+
+
+def test_routing_skew_flag_each_way_at_large_batch() -> None:
+    """Zipf at B ≈ 117: uniform routing predicts every expert hit and raises no small-batch
+    warning, yet reads high; a measured load says so (flag + direction), a flat one does not."""
+    skew = ExpertLoad.from_counts([zipf_inclusion(128, 8, 1.2)], 8, "zipf histogram")
+    flat = ExpertLoad.from_counts([[1.0] * 128], 8, "flat histogram")
+    assert not _mbu(batch=117.0).flags.moe_uniform_routing_upper_bound  # no warning uniform
+    skewed = _mbu(batch=117.0, expert_load=skew)
+    assert skewed.flags.routing_skew
+    assert any("uniform routing would read" in n and "higher" in n for n in skewed.flags.notes())
+    assert not _mbu(batch=117.0, expert_load=flat).flags.routing_skew

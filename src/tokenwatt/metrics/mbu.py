@@ -47,6 +47,7 @@ SMALL_BATCH = 8.0
 # Measured regime worth a note: share of steps with prompt chunks, of idle time.
 MIXED_STEP_NOTE_FRACTION = 0.05
 IDLE_NOTE_FRACTION = 0.02
+ROUTING_SKEW_NOTE_PT = 0.5  # measured routing moves MBU by more than this against uniform
 
 
 def kv_read_per_output_token(
@@ -116,6 +117,7 @@ class MBUFlags:
     idle: bool = False  # replicas measurably idle: weight term scaled by the busy share
     over_slot_limit: bool = False  # B above max_num_seqs / slots: window not steady, no MBU
     small_batch: bool = False  # below SMALL_BATCH: outside the validated ±2 pt range
+    routing_skew: bool = False  # measured expert load: uniform would read visibly differently
     details: tuple[str, ...] = ()  # the regime notes, with their numbers
 
     def notes(self) -> list[str]:
@@ -277,6 +279,21 @@ def apply_regime(result: MBUResult, geometry: ModelGeometry, regime: StepRegime)
     mbu = (mix.weight_bytes_per_s + i.kv_bytes_per_s) / node
     dec = (mix.decode_only_weight_bytes_per_s + i.kv_bytes_per_s) / node
     notes = _regime_notes(geometry, regime, mix, mbu, dec, node)
+    skew = 0.0  # points uniform routing would add over the measured load
+    if regime.expert_load is not None and geometry.is_moe:
+        uniform = estimate_mixed_steps(
+            geometry,
+            batch_per_replica=i.batch_per_replica,
+            steps_per_s=i.steps_per_s_per_replica,
+            replicas=i.replicas,
+            regime=replace(regime, expert_load=None),
+            kv_bytes_per_output_token=i.kv_bytes_per_output_token,
+        )
+        skew = (uniform.weight_bytes_per_s - mix.weight_bytes_per_s) / node
+        notes.append(
+            f"routing from the measured expert load ({mix.routing}): uniform routing would "
+            f"read {100 * abs(skew):.1f} pt {'higher' if skew >= 0 else 'lower'}"
+        )
     flags = replace(
         result.flags,
         mixed_steps=mix.mixed_step_fraction > MIXED_STEP_NOTE_FRACTION and mbu - dec > 0.001,
@@ -286,6 +303,7 @@ def apply_regime(result: MBUResult, geometry: ModelGeometry, regime: StepRegime)
         and regime.expert_load is None,
         over_slot_limit=mix.over_slot_limit,
         small_batch=mix.batch_busy < SMALL_BATCH,
+        routing_skew=abs(skew) > ROUTING_SKEW_NOTE_PT / 100,
         details=tuple(notes),
     )
     if mix.over_slot_limit:
@@ -332,9 +350,7 @@ def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a fi
         )
     if geometry.is_moe and mix.distinct_experts_decode_only is not None:
         untouched = 1.0 - mix.distinct_experts_decode_only / geometry.experts
-        if regime.expert_load is not None:
-            out.append(f"routing from the measured expert load ({mix.routing})")
-        elif untouched > MOE_UNTOUCHED_FRACTION:
+        if regime.expert_load is None and untouched > MOE_UNTOUCHED_FRACTION:
             out.append(
                 f"routing taken as uniform with {untouched:.0%} of experts untouched per "
                 "decode-only step: if the engine's routing is skewed MBU reads high; give a "
