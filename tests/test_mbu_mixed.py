@@ -18,7 +18,7 @@ from test_mbu import DENSE, EXPERT_BYTES, H100_BW, MOE
 from tokenwatt.errors import SpecError
 from tokenwatt.geometry.routing import ExpertLoad, load_expert_load
 from tokenwatt.metrics.mbu import MBUResult, StepRegime, compute_mbu
-from tokenwatt.metrics.mixed_steps import idle_fraction_from_intervals
+from tokenwatt.metrics.mixed_steps import decode_batch_from_intervals, idle_fraction_from_intervals
 from tokenwatt.sim.routing import ZipfRouting, zipf_inclusion
 
 
@@ -214,3 +214,11 @@ def test_routing_skew_flag_each_way_at_large_batch() -> None:
     assert skewed.flags.routing_skew
     assert any("uniform routing would read" in n and "higher" in n for n in skewed.flags.notes())
     assert not _mbu(batch=117.0, expert_load=flat).flags.routing_skew
+
+
+def test_decode_batch_from_intervals_hand_calculation() -> None:
+    # decoding [1, 5) and [3, 13) s in a 10 s window: 4 + 7 = 11 s → 1.1 per replica, 0.55 for R=2
+    ns = 1_000_000_000
+    iv: list[tuple[int | None, int | None]] = [(1 * ns, 5 * ns), (3 * ns, 13 * ns), (None, 1)]
+    assert decode_batch_from_intervals(iv, 0, 10 * ns, 1) == pytest.approx(1.1)
+    assert decode_batch_from_intervals(iv, 0, 10 * ns, 2) == pytest.approx(0.55)

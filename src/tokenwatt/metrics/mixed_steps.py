@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_CHUNK_BUDGET_TOKENS",
     "MixedSteps",
     "StepRegime",
+    "decode_batch_from_intervals",
     "estimate_mixed_steps",
     "idle_fraction_from_intervals",
     "regime_from_records",
@@ -56,6 +57,10 @@ class StepRegime:
     chunk_budget_tokens: int = DEFAULT_CHUNK_BUDGET_TOKENS  # C: max_num_batched_tokens
     slot_limit: int | None = None  # max_num_seqs / llama.cpp slots per replica, when known
     expert_load: ExpertLoad | None = None  # measured routing; None: uniform
+    # decode batch per replica averaged over the window, from every request's first-to-last
+    # token interval clipped to it (Little's law without the counted set's Poisson noise);
+    # None: B·(1 − 1/n̄) from T·τ/R
+    decode_batch: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +182,8 @@ def estimate_mixed_steps(
     """
     n = regime.mean_output_tokens
     b_dec = batch_per_replica * (1.0 - 1.0 / n) if n > 1 else batch_per_replica
+    if regime.decode_batch is not None and regime.decode_batch > 0:
+        b_dec = regime.decode_batch
     busy = 1.0 - min(max(regime.idle_fraction or 0.0, 0.0), 0.99)
     b, pt = _busy_batch_law(b_dec / busy)
     prompt = max(0.0, regime.mean_prompt_tokens - regime.mean_cached_prompt_tokens)
@@ -238,7 +245,8 @@ def regime_from_records(
 ) -> StepRegime | None:
     """The regime of one probe window from the client's records: request rate and mean prompt
     and output lengths of the counted requests, idle share from every request's (sent, done)
-    interval. None when no counted request has a prompt length or output."""
+    interval, decode batch from every request's first-to-last-token interval. None when no
+    counted request has a prompt length or output."""
     window_s = (window_end_ns - window_start_ns) / 1e9
     known = [r for r in counted if r.prompt_tokens is not None and r.output_tokens > 0]
     if window_s <= 0 or not known:
@@ -256,4 +264,29 @@ def regime_from_records(
         chunk_budget_tokens=chunk_budget_tokens,
         slot_limit=slot_limit,
         expert_load=expert_load,
+        decode_batch=decode_batch_from_intervals(
+            [(r.first_token_ns, r.end_ns) for r in records if r.first_token_ns and r.end_ns],
+            window_start_ns,
+            window_end_ns,
+            replicas,
+        ),
     )
+
+
+def decode_batch_from_intervals(
+    intervals: Sequence[tuple[int | None, int | None]],
+    window_start_ns: int,
+    window_end_ns: int,
+    replicas: int,
+) -> float | None:
+    """Mean number of requests decoding per replica over the window: Σ overlap of each
+    (first token, last token) interval with the window ÷ (window × R). None: no window."""
+    span = window_end_ns - window_start_ns
+    if span <= 0 or replicas < 1:
+        return None
+    total = 0
+    for a, b in intervals:
+        if a is None or b is None:
+            continue
+        total += max(0, min(b, window_end_ns) - max(a, window_start_ns))
+    return total / span / replicas
