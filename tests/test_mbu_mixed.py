@@ -222,3 +222,10 @@ def test_decode_batch_from_intervals_hand_calculation() -> None:
     iv: list[tuple[int | None, int | None]] = [(1 * ns, 5 * ns), (3 * ns, 13 * ns), (None, 1)]
     assert decode_batch_from_intervals(iv, 0, 10 * ns, 1) == pytest.approx(1.1)
     assert decode_batch_from_intervals(iv, 0, 10 * ns, 2) == pytest.approx(0.55)
+
+
+def test_slot_limit_uses_the_counted_batch_not_the_decode_intervals() -> None:
+    """A 4-slot engine never decodes more than 4, so the window's decode intervals stay ≤ 4;
+    T·τ/R = 4.69 from the counted requests is what shows the window was not steady."""
+    r = _mbu(batch=4.69, slot_limit=4, decode_batch=3.9)
+    assert r.mbu is None and r.flags.over_slot_limit

@@ -329,8 +329,9 @@ def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a fi
     out = []
     if mix.over_slot_limit:
         out.append(
-            f"decode batch {mix.batch_decode:.2f} per replica is above the engine's slot limit "
-            f"{regime.slot_limit}: the queue was growing, the window was not steady; no MBU"
+            f"decode batch T·τ/R = {mix.batch_counted:.2f} per replica is above the engine's "
+            f"slot limit {regime.slot_limit}: the queue was growing, the window was not "
+            "steady; no MBU"
         )
     if mix.mixed_step_fraction > MIXED_STEP_NOTE_FRACTION and mbu - dec > 0.001:
         ratio = mix.weight_bytes_mixed_step / mix.weight_bytes_decode_only

@@ -67,7 +67,8 @@ class StepRegime:
 class MixedSteps:
     """Every number of the mixed-step estimate (per replica), so that it can be redone."""
 
-    batch_decode: float  # B_dec
+    batch_counted: float  # B·(1 − 1/n̄) from T·τ/R of the counted requests
+    batch_decode: float  # B_dec: from decode intervals when measured, else batch_counted
     busy_fraction: float  # 1 − φ
     batch_busy: float  # B_busy
     prompts_per_step: float  # m
@@ -181,7 +182,7 @@ def estimate_mixed_steps(
     reproduces the measured τ; the weight bytes per busy second are then E_t[W̄(b) / d(b)].
     """
     n = regime.mean_output_tokens
-    b_dec = batch_per_replica * (1.0 - 1.0 / n) if n > 1 else batch_per_replica
+    b_dec = b_counted = batch_per_replica * (1.0 - 1.0 / n) if n > 1 else batch_per_replica
     if regime.decode_batch is not None and regime.decode_batch > 0:
         b_dec = regime.decode_batch
     busy = 1.0 - min(max(regime.idle_fraction or 0.0, 0.0), 0.99)
@@ -213,6 +214,7 @@ def estimate_mixed_steps(
     w_dec_mean = float((step_w * w_dec).sum())
     w_avg_mean = float((step_w * w_avg).sum())
     return MixedSteps(
+        batch_counted=b_counted,
         batch_decode=b_dec,
         busy_fraction=busy,
         batch_busy=float((step_w * b).sum()),
@@ -228,7 +230,9 @@ def estimate_mixed_steps(
         weight_bytes_per_s=rate * w_avg_mean,
         decode_only_weight_bytes_per_s=rate * w_dec_mean,
         routing=regime.expert_load.source if regime.expert_load is not None else "uniform",
-        over_slot_limit=regime.slot_limit is not None and b_dec > regime.slot_limit * 1.02,
+        # T·τ/R of the counted requests, not the window's decode intervals: an engine never
+        # decodes more than its slots, but a window that is not steady shows B above them
+        over_slot_limit=regime.slot_limit is not None and b_counted > regime.slot_limit * 1.02,
     )
 
 
