@@ -229,3 +229,48 @@ def test_slot_limit_uses_the_counted_batch_not_the_decode_intervals() -> None:
     T·τ/R = 4.69 from the counted requests is what shows the window was not steady."""
     r = _mbu(batch=4.69, slot_limit=4, decode_batch=3.9)
     assert r.mbu is None and r.flags.over_slot_limit
+
+
+def test_spec_engine_section_defaults_and_errors() -> None:
+    from tokenwatt.spec import parse_spec
+
+    spec = parse_spec({"model": {"source": "deepseek-v3"}})
+    assert spec.engine.max_num_batched_tokens == 8192
+    assert spec.engine.max_num_seqs is None and spec.engine.expert_load_file is None
+    with pytest.raises(SpecError, match=r"engine\.max_num_seqs"):
+        parse_spec({"model": {"source": "deepseek-v3"}, "engine": {"max_num_seqs": 0}})
+
+
+def test_regime_from_records_hand_calculation() -> None:
+    from tokenwatt.metrics.mixed_steps import regime_from_records
+    from tokenwatt.records import RequestRecord
+
+    ns = 1_000_000_000
+
+    def rec(  # noqa: PLR0917 - a table row
+        i: int, sent: float, first: float, end: float, prompt: int, n: int
+    ) -> RequestRecord:
+        return RequestRecord(
+            request_id=i,
+            scheduled_ns=round(sent * ns),
+            prompt_tokens_client=prompt,
+            max_tokens=n,
+            sent_ns=round(sent * ns),
+            first_token_ns=round(first * ns),
+            end_ns=round(end * ns),
+            done_ns=round(end * ns),
+            prompt_tokens=prompt,
+            completion_tokens=n,
+        )
+
+    warm = rec(0, -1.0, -0.5, 2.0, 100, 10)  # before the window: load, not counted
+    a = rec(1, 1.0, 1.5, 4.0, 300, 20)
+    b = rec(2, 6.0, 6.5, 8.0, 500, 40)
+    r = regime_from_records([warm, a, b], [a, b], 0, 10 * ns, replicas=1, slot_limit=8)
+    assert r is not None
+    assert r.request_rate_rps == pytest.approx(0.2)
+    assert r.mean_prompt_tokens == pytest.approx(400)
+    assert r.mean_output_tokens == pytest.approx(30)
+    assert r.idle_fraction == pytest.approx((10 - 4 - 2) / 10)  # in flight [0, 4) and [6, 8)
+    assert r.decode_batch == pytest.approx((2 + 2.5 + 1.5) / 10)
+    assert r.slot_limit == 8
