@@ -361,6 +361,6 @@ def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a fi
         out.append(
             f"small batch (B = {mix.batch_busy:.1f} < {SMALL_BATCH:.0f}): outside the ±2 pt "
             "validated range; in validation MBU stayed within 1.5 pt of its truth here and the "
-            "decode-only figure read up to 2 pt low (Jensen on the batch law)"
+            "decode-only figure read up to 2 pt low (less with fewer experts)"
         )
     return out
