@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError
 from tokenwatt.errors import SpecError
 from tokenwatt.spec._base import Section
 from tokenwatt.spec.endpoint import Endpoint, Timeouts
+from tokenwatt.spec.engine import EngineSection
 from tokenwatt.spec.hardware import CustomAccelerator, HardwareSection
 from tokenwatt.spec.model import ModelSection
 from tokenwatt.spec.power import PowerSection, PowerSourceSpec
@@ -31,6 +32,7 @@ __all__ = [
     "CustomAccelerator",
     "Distribution",
     "Endpoint",
+    "EngineSection",
     "HardwareSection",
     "ModelSection",
     "PowerSection",
@@ -60,6 +62,7 @@ class BenchSpec(Section):
     search: SearchSettings = Field(default_factory=SearchSettings)
     power: PowerSection = Field(default_factory=PowerSection)
     sim: SimSection = Field(default_factory=SimSection)
+    engine: EngineSection = Field(default_factory=EngineSection)
 
 
 ERROR_LINE_MAX = 300  # characters of one spec error line (a 200,000-character value was echoed)
