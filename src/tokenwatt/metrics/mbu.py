@@ -183,9 +183,9 @@ def check_rated_bandwidth(result: Mbu) -> Mbu:
     per_gpu_tb_s = i.bandwidth_bytes_per_s_per_gpu / 1e12
     gpus_needed = math.ceil(result.mbu * i.gpus)
     note = (
-        f"derived MBU {result.mbu:.1%} is above the rated bandwidth of {i.gpus} GPU(s) × "
-        f"{per_gpu_tb_s:.2f} TB/s, which is impossible: an input is wrong; no MBU reported. "
-        f"Check hardware.gpus (the bytes need at least {gpus_needed} such GPUs), "
+        f"MBU refused: the derived traffic is {result.mbu:.1f}× the rated bandwidth of "
+        f"{i.gpus} GPU(s) × {per_gpu_tb_s:.2f} TB/s, which is impossible, so an input is wrong. "
+        f"Check hardware.gpus (the traffic needs at least {gpus_needed} such GPUs), "
         "hardware.accelerator, hardware.replicas, and the weight dtype (quantized weights "
         "read fewer bytes than config.json says)"
     )

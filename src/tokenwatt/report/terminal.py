@@ -29,6 +29,7 @@ from tokenwatt.report.format import (
     fmt_signed_pct,
     fmt_tokens_per_s,
 )
+from tokenwatt.report.mbu_text import mbu_figures_text, raised_flags
 from tokenwatt.result import BenchResult, ProbeSummary, SloSettings
 
 if TYPE_CHECKING:
@@ -91,12 +92,7 @@ def energy_text(p: ProbeSummary) -> str:
 
 
 def _mbu_text(p: ProbeSummary) -> str:
-    if p.mbu is None:
-        return "not derived (no decode measured)"
-    d = p.mbu_detail
-    if d is None or d.mbu_weights is None or d.mbu_kv is None:
-        return fmt_pct(p.mbu)
-    return f"{fmt_pct(p.mbu)}  (weights {fmt_pct(d.mbu_weights)} + KV {fmt_pct(d.mbu_kv)})"
+    return mbu_figures_text(p.mbu, p.mbu_detail)
 
 
 def headline(result: BenchResult) -> RenderableType:
@@ -120,7 +116,10 @@ def headline(result: BenchResult) -> RenderableType:
         grid.add_row("SLO goodput", Text(good, "bold green"))
         tpj = energy_text(b)
         grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
-        grid.add_row("MBU", Text(_mbu_text(b)))
+        refused = b.mbu_detail is not None and b.mbu_detail.flags.above_rated_bandwidth
+        grid.add_row("MBU", Text(_mbu_text(b), "bold red" if refused else ""))
+        if refused and b.mbu_detail is not None and b.mbu_detail.notes:
+            grid.add_row("", Text(b.mbu_detail.notes[0], "red"))
     title = Text(describe_run(result), "bold")
     slo = Text(f"SLO: {describe_slo(result.slo)}", "dim")
     return Group(title, slo, Text(""), grid)
@@ -167,7 +166,9 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
         t.add_row(Text(name), Text(value), Text(meaning))
     label = "boundary" if p is result.boundary else f"probe {p.index}"
     title = Text(f"MBU at the {label}: {_mbu_text(p)}", "bold")
-    return Group(title, t)
+    lines = [Text(f"flag {f}", "yellow") for f in raised_flags(p.mbu_detail)]
+    lines += [Text(f"note: {n}", "dim") for n in p.mbu_detail.notes]
+    return Group(title, t, *lines)
 
 
 def _slo_cell(p: ProbeSummary) -> Text:
