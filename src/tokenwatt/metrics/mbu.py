@@ -189,6 +189,12 @@ def check_rated_bandwidth(result: Mbu) -> Mbu:
         "hardware.accelerator, hardware.replicas, and the weight dtype (quantized weights "
         "read fewer bytes than config.json says)"
     )
+    mixed = i.mixed_steps
+    if i.experts and (mixed is None or mixed.routing == "uniform"):
+        note += (
+            "; on this MoE model routing is taken as uniform, which reads high under skewed "
+            "routing: give a measured expert load (engine.expert_load_file)"
+        )
     flags = result.flags.model_copy(update={"above_rated_bandwidth": True})
     return result.model_copy(
         update={
