@@ -28,6 +28,12 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         (issue 14, additive, optional) probe: ``rate_unit`` (what ``rate_rps`` counts:
         requests, sessions or turns /s), ``sessions`` (``SessionStats``) and
         ``cached_prompt_fraction``; absent in earlier version-2 files.
+        MBU (issue 11/15, all with defaults so earlier v2 files load): ``mbu_detail.mbu``
+        counts every byte the engine drew (prompt-routed experts in mixed steps, busy share)
+        and ``mbu_decode_only`` is the seed's decode-only W(B)·s beside it;
+        ``inputs.mixed_steps`` holds the mixed-step estimate; flags ``mixed_steps``, ``idle``,
+        ``over_slot_limit``, ``small_batch``, ``routing_skew`` and ``above_rated_bandwidth``
+        (MBU over 100 %: no figure, the note names the likely wrong input).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -69,6 +75,7 @@ __all__ = [
     "Mbu",
     "MbuFlags",
     "MbuInputs",
+    "MbuMixedSteps",
     "ProbeSummary",
     "ScopeEnergy",
     "SearchStep",
@@ -105,6 +112,31 @@ class Latency(_Strict):
     max: float | None = None
 
 
+class MbuMixedSteps(_Strict):
+    """The mixed prefill/decode estimate per replica (``metrics.mixed_steps``), so that the
+    headline MBU can be redone by hand."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    batch_counted: float = Field(description="B·(1 − 1/n̄) from T·τ/R of the counted requests")
+    batch_decode: float = Field(description="B_dec from decode intervals (else batch_counted)")
+    busy_fraction: float = Field(description="1 − φ: share of the window a replica was busy")
+    batch_busy: float = Field(description="B_busy: decode batch per busy step")
+    prompts_per_step: float = Field(description="m: prompts admitted per decode step")
+    uncached_prompt_tokens: float = Field(description="L: uncached prompt tokens per request")
+    mixed_step_fraction: float = Field(description="f: share of steps carrying prompt tokens")
+    prompt_tokens_per_mixed_step: float
+    distinct_experts_decode_only: float | None = None
+    distinct_experts_mixed_step: float | None = None
+    weight_bytes_decode_only: float = Field(description="W_dec per decode-only step")
+    weight_bytes_mixed_step: float = Field(description="per step that carries prompt tokens")
+    weight_bytes_mean_step: float = Field(description="W̄: what an average decode step reads")
+    weight_bytes_per_s: float = Field(description="R · s · (1 − φ) · W̄")
+    decode_only_weight_bytes_per_s: float = Field(description="R · s · (1 − φ) · W_dec")
+    routing: str = Field(description='"uniform" or the expert-load source')
+    over_slot_limit: bool = Field(description="B_dec above the engine's slot limit")
+
+
 class MbuInputs(_Strict):
     """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU).
 
@@ -139,6 +171,9 @@ class MbuInputs(_Strict):
     bytes_per_s: float | None = Field(None, description="the numerator")
     node_bandwidth_bytes_per_s: float = Field(description="N_GPU × rated bandwidth")
     estimated_idle_fraction: float | None = Field(None, description="e^(−B)")
+    mixed_steps: MbuMixedSteps | None = Field(
+        None, description="the measured regime's mixed-step estimate (None: seed formula only)"
+    )
 
 
 class MbuFlags(_Strict):
@@ -156,6 +191,20 @@ class MbuFlags(_Strict):
         False, description="replicas idle part of the time: the weight term is per busy time"
     )
     no_decode: bool = Field(False, description="T or τ not measured: MBU undefined")
+    # From the measured regime; each comes with a note (Mbu.notes) stating direction and size.
+    mixed_steps: bool = Field(False, description="a visible share of steps carry prompt chunks")
+    idle: bool = Field(False, description="replicas measurably idle: weights scaled by busy share")
+    over_slot_limit: bool = Field(
+        False, description="B above the engine's slot limit: window not steady, no MBU"
+    )
+    small_batch: bool = Field(False, description="B below SMALL_BATCH: outside ±2 pt validation")
+    routing_skew: bool = Field(
+        False, description="measured expert load: uniform routing would read visibly differently"
+    )
+    above_rated_bandwidth: bool = Field(
+        False,
+        description="derived MBU over 100 % (beyond the noise margin): an input is wrong, no MBU",
+    )
 
     def notes(self) -> list[str]:
         """One line per raised flag, for people."""
@@ -190,6 +239,11 @@ class Mbu(_Strict):
     mbu_weights: float | None
     mbu_kv: float | None
     inputs: MbuInputs
+    mbu_decode_only: float | None = Field(
+        None,
+        description="the seed's decode-only W(B)·s + KV/s ÷ bandwidth (``mbu`` also counts the "
+        "prompt-routed experts of mixed steps); None without a measured regime",
+    )
     flags: MbuFlags = Field(default_factory=MbuFlags)
     notes: list[str] = Field(default_factory=list, description="one line per raised flag")
 

@@ -140,9 +140,27 @@ def summary_table(data: dict[str, Any]) -> Table:
     t.add_row("cancelled requests", f"{m['requests_cancelled']} (not failures, not judged)")
     lat = m["send_lateness_s"]
     t.add_row("send lateness ms (p50 / p99)", f"{_ms(lat['p50'])} / {_ms(lat['p99'])}")
-    if data.get("mbu") is not None:
-        t.add_row("MBU", f"{data['mbu']:.1%}")
+    _mbu_rows(t, data)
     return t
+
+
+def _mbu_rows(t: Table, data: dict[str, Any]) -> None:
+    """Both MBU figures, every raised flag with its direction, and the refusal line of an MBU
+    above 100 % (``metrics.mbu.check_rated_bandwidth``)."""
+    from tokenwatt.report.mbu_text import mbu_figures_text, raised_flags
+    from tokenwatt.result import Mbu
+
+    raw = data.get("mbu_inputs")
+    detail = Mbu.model_validate(raw) if raw is not None else None
+    if detail is None and data.get("mbu") is None:
+        return
+    refused = detail is not None and detail.flags.above_rated_bandwidth
+    text = escape(mbu_figures_text(data.get("mbu"), detail))
+    t.add_row("MBU", f"[bold red]{text}[/]" if refused else text)
+    for f in raised_flags(detail):
+        t.add_row("MBU flag", escape(f))
+    if refused and detail is not None:
+        t.add_row("MBU error", f"[red]{escape(detail.notes[0])}[/]")
 
 
 def result_dict(

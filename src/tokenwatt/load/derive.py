@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 
 from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.geometry.routing import load_expert_load
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
+from tokenwatt.metrics.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
@@ -21,7 +23,7 @@ from tokenwatt.result import (
     ProbeSummary,
     SloDetail,
 )
-from tokenwatt.spec import BenchSpec, ProbeSettings
+from tokenwatt.spec import BenchSpec, EngineSection, ProbeSettings
 from tokenwatt.spec.hardware import HardwareSection
 
 __all__ = ["early_stop_for", "probe_flags", "probe_mbu", "probe_verdict", "summarize_probe"]
@@ -39,11 +41,17 @@ def early_stop_for(
 
 
 def probe_mbu(
-    run: ProbeRun, geometry: ModelGeometry, hardware: HardwareSection, accelerator: Accelerator
+    run: ProbeRun,
+    geometry: ModelGeometry,
+    hardware: HardwareSection,
+    accelerator: Accelerator,
+    engine: EngineSection | None = None,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
-    so T and the context sum no longer describe one steady state."""
+    so T and the context sum no longer describe one steady state. The measured regime
+    (request rate, prompt lengths, idle share) and the spec's ``engine`` limits feed the
+    mixed-step term (``metrics.mixed_steps``)."""
     m = run.metrics
     if run.stopped_early or run.interrupted or run.saturated:
         return None
@@ -51,6 +59,25 @@ def probe_mbu(
         return None
     pairs = [(r.prompt_tokens, r.output_tokens) for r in run.counted if r.prompt_tokens is not None]
     context, kv_per_token = kv_read_per_output_token(geometry, pairs)
+    eng = engine if engine is not None else EngineSection()
+    load = None
+    if eng.expert_load_file is not None and geometry.is_moe:
+        load = load_expert_load(
+            eng.expert_load_file,
+            experts=geometry.experts,
+            k=geometry.experts_per_token,
+            layers=geometry.moe_layers,
+        )
+    regime = regime_from_records(
+        run.records,
+        run.counted,
+        run.window_start_ns,
+        run.window_end_ns,
+        replicas=hardware.replicas,
+        chunk_budget_tokens=eng.max_num_batched_tokens,
+        slot_limit=eng.max_num_seqs,
+        expert_load=load,
+    )
     return compute_mbu(
         geometry,
         output_tokens_per_s=m.output_tokens_per_s,
@@ -61,6 +88,7 @@ def probe_mbu(
         mean_context_per_token=context,
         kv_bytes_per_output_token=kv_per_token,
         multi_token_chunks=m.multi_token_chunks,
+        regime=regime,
     )
 
 
@@ -142,7 +170,7 @@ def summarize_probe(
     verdict = probe_verdict(run, spec, early_stop_reason)
     mbu = None
     if geometry is not None and accelerator is not None:
-        mbu = probe_mbu(run, geometry, spec.hardware, accelerator)
+        mbu = probe_mbu(run, geometry, spec.hardware, accelerator, spec.engine)
     goodput = _or0(m.goodput_output_tokens_per_s)
     return ProbeSummary(
         index=index,

@@ -13,15 +13,23 @@ places where the assumptions bend are raised as flags rather than silently corre
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
+from dataclasses import asdict
 
 from tokenwatt.geometry.model import ModelGeometry
-from tokenwatt.result import Mbu, MbuFlags, MbuInputs
+from tokenwatt.metrics.mixed_steps import MixedSteps, StepRegime, estimate_mixed_steps
+from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
 
 __all__ = [
     "LOW_LOAD_BATCH",
+    "MBU_NOISE_MARGIN",
     "MOE_UNTOUCHED_FRACTION",
+    "SMALL_BATCH",
+    "StepRegime",
+    "apply_regime",
+    "check_rated_bandwidth",
     "compute_mbu",
     "kv_read_per_output_token",
 ]
@@ -33,6 +41,18 @@ LOW_LOAD_BATCH = 3.0
 # MoE: flag the uniform-routing upper bound while more than this fraction of experts is
 # expected to be untouched per step (skewed real routing then touches noticeably fewer).
 MOE_UNTOUCHED_FRACTION = 0.05
+# Validated range of the mixed-step estimate: at and above this decode batch per replica the
+# headline lands within 2 points of the simulator's truth (docs/methodology.md, "Validation");
+# below it the figure carries a note with the direction and size of the measured residual.
+SMALL_BATCH = 8.0
+# Measured regime worth a note: share of steps with prompt chunks, of idle time.
+MIXED_STEP_NOTE_FRACTION = 0.05
+IDLE_NOTE_FRACTION = 0.02
+ROUTING_SKEW_NOTE_PT = 0.5  # measured routing moves MBU by more than this against uniform
+# An MBU above 1 + this is an input error, not a figure (``check_rated_bandwidth``): the
+# estimator's validated error is ±2 pt and a window's count noise below 1 pt, so a true MBU
+# near 100 % cannot read above 105 %; real engines peak well below 100 % anyway.
+MBU_NOISE_MARGIN = 0.05
 
 
 def kv_read_per_output_token(
@@ -77,6 +97,7 @@ def compute_mbu(
     mean_context_per_token: float,
     kv_bytes_per_output_token: float,
     multi_token_chunks: bool = False,
+    regime: StepRegime | None = None,
 ) -> Mbu:
     """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU), with s = 1/τ, B = T·τ/R.
 
@@ -84,6 +105,8 @@ def compute_mbu(
     and ``mean_context_per_token`` come from :func:`kv_read_per_output_token` over the same
     counted requests as T and τ. When T or τ is not a positive number (nothing decoded, or
     every request produced one token) the MBU figures are None and ``flags.no_decode`` is set.
+    With ``regime`` (the load the client measured and the engine's limits) the headline counts
+    the bytes of mixed prefill/decode steps and idle time (:func:`apply_regime`).
     """
     if replicas < 1 or gpus < 1:
         raise ValueError(f"replicas and gpus must be >= 1, got R={replicas}, N_GPU={gpus}")
@@ -132,13 +155,56 @@ def compute_mbu(
     if w_per_s is None or total is None:
         return Mbu(mbu=None, mbu_weights=None, mbu_kv=None, inputs=inputs, flags=flags,
                    notes=flags.notes())  # fmt: skip
-    return Mbu(
+    result = Mbu(
         mbu=total / node_bw,
         mbu_weights=w_per_s / node_bw,
         mbu_kv=kv_per_s / node_bw,
         inputs=inputs,
         flags=flags,
         notes=flags.notes(),
+    )
+    if regime is not None:
+        result = apply_regime(result, geometry, regime)
+    return check_rated_bandwidth(result)
+
+
+def check_rated_bandwidth(result: Mbu) -> Mbu:
+    """An MBU above 100 % is an error, never a figure (issue 15).
+
+    The engine cannot draw bytes faster than the HBM's rated bandwidth, so a derived MBU above
+    1 + ``MBU_NOISE_MARGIN`` means an input is wrong: the node has more GPUs than the spec
+    says, another accelerator, more replicas, or weights more compressed than config.json
+    states. The figure is withdrawn (the inputs stay, so the arithmetic can be redone), the
+    ``above_rated_bandwidth`` flag is raised and the first note names the likely inputs.
+    """
+    if result.mbu is None or result.mbu <= 1.0 + MBU_NOISE_MARGIN:
+        return result
+    i = result.inputs
+    per_gpu_tb_s = i.bandwidth_bytes_per_s_per_gpu / 1e12
+    gpus_needed = math.ceil(result.mbu * i.gpus)
+    note = (
+        f"MBU refused: the derived traffic is {result.mbu:.1f}× the rated bandwidth of "
+        f"{i.gpus} GPU(s) × {per_gpu_tb_s:.2f} TB/s, which is impossible, so an input is wrong. "
+        f"Check hardware.gpus (the traffic needs at least {gpus_needed} such GPUs), "
+        "hardware.accelerator, hardware.replicas, and the weight dtype (quantized weights "
+        "read fewer bytes than config.json says)"
+    )
+    mixed = i.mixed_steps
+    if i.experts and (mixed is None or mixed.routing == "uniform"):
+        note += (
+            "; on this MoE model routing is taken as uniform, which reads high under skewed "
+            "routing: give a measured expert load (engine.expert_load_file)"
+        )
+    flags = result.flags.model_copy(update={"above_rated_bandwidth": True})
+    return result.model_copy(
+        update={
+            "mbu": None,
+            "mbu_weights": None,
+            "mbu_kv": None,
+            "mbu_decode_only": None,
+            "flags": flags,
+            "notes": [note, *result.notes],
+        }
     )
 
 
@@ -160,3 +226,106 @@ def _flags(
         low_load_busy_bias=b is not None and b < LOW_LOAD_BATCH,
         no_decode=not decoded,
     )
+
+
+def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mbu:
+    """Headline = all bytes the decode steps read per elapsed second (mixed steps, busy share,
+    measured routing: ``metrics.mixed_steps``); the decode-only figure beside it; flags whose
+    notes say which way the measured regime moves the figure and by how much."""
+    i = result.inputs
+    assert i.steps_per_s_per_replica is not None and i.batch_per_replica is not None
+    assert i.kv_bytes_per_output_token is not None and i.kv_bytes_per_s is not None
+    mix = estimate_mixed_steps(
+        geometry,
+        batch_per_replica=i.batch_per_replica,
+        steps_per_s=i.steps_per_s_per_replica,
+        replicas=i.replicas,
+        regime=regime,
+        kv_bytes_per_output_token=i.kv_bytes_per_output_token,
+    )
+    node = i.node_bandwidth_bytes_per_s
+    mbu = (mix.weight_bytes_per_s + i.kv_bytes_per_s) / node
+    dec = (mix.decode_only_weight_bytes_per_s + i.kv_bytes_per_s) / node
+    notes = _regime_notes(geometry, regime, mix, mbu, dec, node)
+    skew = 0.0  # points uniform routing would add over the measured load
+    if regime.expert_load is not None and geometry.is_moe:
+        uniform = estimate_mixed_steps(
+            geometry,
+            batch_per_replica=i.batch_per_replica,
+            steps_per_s=i.steps_per_s_per_replica,
+            replicas=i.replicas,
+            regime=dataclasses.replace(regime, expert_load=None),
+            kv_bytes_per_output_token=i.kv_bytes_per_output_token,
+        )
+        skew = (uniform.weight_bytes_per_s - mix.weight_bytes_per_s) / node
+        notes.append(
+            f"routing from the measured expert load ({mix.routing}): uniform routing would "
+            f"read {100 * abs(skew):.1f} pt {'higher' if skew >= 0 else 'lower'}"
+        )
+    flags = result.flags.model_copy(
+        update={
+            "mixed_steps": mix.mixed_step_fraction > MIXED_STEP_NOTE_FRACTION and mbu - dec > 0.001,
+            "idle": 1.0 - mix.busy_fraction > IDLE_NOTE_FRACTION,
+            "low_load_busy_bias": False,  # measured and corrected: see the idle flag
+            "moe_uniform_routing_upper_bound": result.flags.moe_uniform_routing_upper_bound
+            and regime.expert_load is None,
+            "over_slot_limit": mix.over_slot_limit,
+            "small_batch": mix.batch_busy < SMALL_BATCH,
+            "routing_skew": abs(skew) > ROUTING_SKEW_NOTE_PT / 100,
+        }
+    )
+    inputs = i.model_copy(update={"mixed_steps": MbuMixedSteps(**asdict(mix))})
+    update: dict[str, object] = {"flags": flags, "inputs": inputs, "notes": notes + flags.notes()}
+    if mix.over_slot_limit:
+        update.update(mbu=None, mbu_weights=None, mbu_kv=None)
+    else:
+        update.update(mbu=mbu, mbu_weights=mix.weight_bytes_per_s / node, mbu_decode_only=dec)
+    return result.model_copy(update=update)
+
+
+def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a figure
+    geometry: ModelGeometry,
+    regime: StepRegime,
+    mix: MixedSteps,
+    mbu: float,
+    dec: float,
+    node: float,
+) -> list[str]:
+    out = []
+    if mix.over_slot_limit:
+        out.append(
+            f"decode batch T·τ/R = {mix.batch_counted:.2f} per replica is above the engine's "
+            f"slot limit {regime.slot_limit}: the queue was growing, the window was not "
+            "steady; no MBU"
+        )
+    if mix.mixed_step_fraction > MIXED_STEP_NOTE_FRACTION and mbu - dec > 0.001:
+        ratio = mix.weight_bytes_mixed_step / mix.weight_bytes_decode_only
+        out.append(
+            f"{mix.mixed_step_fraction:.0%} of decode steps also carry prompt chunks "
+            f"(~{mix.prompt_tokens_per_mixed_step:.0f} tokens) and read {ratio:.2f}× W(B): "
+            f"MBU counts those bytes; the decode-only figure reads {100 * (mbu - dec):.1f} pt "
+            "lower"
+        )
+    idle = 1.0 - mix.busy_fraction
+    if idle > IDLE_NOTE_FRACTION:
+        high = mix.weight_bytes_per_s / mix.busy_fraction * idle / node
+        out.append(
+            f"replicas idle {idle:.1%} of the window (measured from arrival and completion "
+            f"times): the weight term is scaled by the busy share; unscaled it reads "
+            f"{100 * high:.1f} pt high"
+        )
+    if geometry.is_moe and mix.distinct_experts_decode_only is not None:
+        untouched = 1.0 - mix.distinct_experts_decode_only / geometry.experts
+        if regime.expert_load is None and untouched > MOE_UNTOUCHED_FRACTION:
+            out.append(
+                f"routing taken as uniform with {untouched:.0%} of experts untouched per "
+                "decode-only step: if the engine's routing is skewed MBU reads high; give a "
+                "measured expert load (engine.expert_load_file)"
+            )
+    if mix.batch_busy < SMALL_BATCH:
+        out.append(
+            f"small batch (B = {mix.batch_busy:.1f} < {SMALL_BATCH:.0f}): outside the ±2 pt "
+            "validated range; in validation MBU stayed within 1.5 pt of its truth here and the "
+            "decode-only figure read up to 2 pt low (less with fewer experts)"
+        )
+    return out

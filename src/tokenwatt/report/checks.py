@@ -183,6 +183,20 @@ def _failures(result: BenchResult) -> list[Check]:
     ]
 
 
+def _above_rated(result: BenchResult) -> list[Check]:
+    """MBU above 100 % is an input error (``metrics.mbu.check_rated_bandwidth``): a warning
+    naming the likely wrong input, once for all the probes it hit."""
+    hit = [
+        p
+        for p in _all_probes(result)
+        if p.mbu_detail is not None and p.mbu_detail.flags.above_rated_bandwidth
+    ]
+    if not hit:
+        return []
+    assert hit[0].mbu_detail is not None
+    return [Check("warning", f"MBU refused at {_labels(hit)}: {hit[0].mbu_detail.notes[0]}")]
+
+
 def self_checks(result: BenchResult) -> list[Check]:
     """Every check, warnings first, without duplicates; the run's own warnings included."""
     checks = [
@@ -190,6 +204,7 @@ def self_checks(result: BenchResult) -> list[Check]:
         *_few_requests(result),
         *_lateness(result),
         *_multi_token(result),
+        *_above_rated(result),
         *_failures(result),
         *_energy(result),
         *(Check("warning", w) for w in result.warnings),

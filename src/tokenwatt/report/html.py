@@ -28,6 +28,7 @@ from tokenwatt.report.format import (
     fmt_tokens_per_s,
     no_boundary_text,
 )
+from tokenwatt.report.mbu_text import mbu_figures_text, mbu_missing_reason, raised_flags
 from tokenwatt.report.terminal import describe_run, describe_slo, energy_text
 from tokenwatt.result import BenchResult, ProbeSummary
 
@@ -156,16 +157,7 @@ def _headline(r: BenchResult) -> str:
                 f'<div class="value">{_e(tpj)}</div><div class="detail">'
                 f"{_e(rest.strip('()'))}</div>"
             )
-        d = b.mbu_detail
-        split = (
-            f"weights {fmt_pct(d.mbu_weights)} + KV {fmt_pct(d.mbu_kv)}"
-            if d is not None and d.mbu_weights is not None and d.mbu_kv is not None
-            else "split not available"
-        )
-        mbu = (
-            f'<div class="value">{_e(fmt_pct(b.mbu))}</div>'
-            f'<div class="detail">{_e(split)} · diagnostic, not the headline</div>'
-        )
+        mbu = _mbu_card(b)
     cards = (
         f'<div class="card first"><div class="label">SLO goodput</div>{first}</div>'
         f'<div class="card"><div class="label">Tokens per joule</div>{energy}</div>'
@@ -241,6 +233,24 @@ def _probes(r: BenchResult) -> str:
     return _section("probes", "Probes", table + note)
 
 
+def _mbu_card(b: ProbeSummary) -> str:
+    """The headline MBU card: the figure, its split and the decode-only figure, or the reason
+    there is none (an MBU above 100 % is refused, never shown)."""
+    d = b.mbu_detail
+    if b.mbu is None:
+        note = d.notes[0] if d is not None and d.notes else ""
+        return (
+            f'<div class="value none">{_e(mbu_missing_reason(d))}</div>'
+            f'<div class="detail">{_e(note)}</div>'
+        )
+    figures = mbu_figures_text(b.mbu, d).split("  ", 1)
+    split = figures[1].strip() if len(figures) > 1 else "split not available"
+    return (
+        f'<div class="value">{_e(fmt_pct(b.mbu))}</div>'
+        f'<div class="detail">{_e(split)} · diagnostic, not the headline</div>'
+    )
+
+
 def _mbu_inputs(p: ProbeSummary) -> str:
     if p.mbu_detail is None:
         return "<p>MBU inputs not available.</p>"
@@ -269,8 +279,11 @@ def _mbu_inputs(p: ProbeSummary) -> str:
         left=(0, 2),
         cls="inputs",
     )
+    flags = "".join(f"<li>flag {_e(f)}</li>" for f in raised_flags(p.mbu_detail))
     notes = "".join(f"<li>{_e(n)}</li>" for n in p.mbu_detail.notes)
-    return table + (f'<ul class="checks">{notes}</ul>' if notes else "")
+    figures = f"<p>MBU: {_e(mbu_figures_text(p.mbu, p.mbu_detail))}</p>"
+    listed = flags + notes
+    return figures + table + (f'<ul class="checks">{listed}</ul>' if listed else "")
 
 
 def _single_stream(r: BenchResult) -> str:

@@ -30,6 +30,7 @@ from tokenwatt.report.format import (
     fmt_tokens_per_s,
     no_boundary_text,
 )
+from tokenwatt.report.mbu_text import mbu_figures_text, raised_flags
 from tokenwatt.result import BenchResult, ProbeSummary, SloSettings
 
 if TYPE_CHECKING:
@@ -112,12 +113,7 @@ def energy_text(p: ProbeSummary) -> str:
 
 
 def _mbu_text(p: ProbeSummary) -> str:
-    if p.mbu is None:
-        return "not derived (no decode measured)"
-    d = p.mbu_detail
-    if d is None or d.mbu_weights is None or d.mbu_kv is None:
-        return fmt_pct(p.mbu)
-    return f"{fmt_pct(p.mbu)}  (weights {fmt_pct(d.mbu_weights)} + KV {fmt_pct(d.mbu_kv)})"
+    return mbu_figures_text(p.mbu, p.mbu_detail)
 
 
 def headline(result: BenchResult) -> RenderableType:
@@ -145,7 +141,10 @@ def headline(result: BenchResult) -> RenderableType:
         grid.add_row("SLO goodput", Text(good, "bold green" if b.slo_passed else "bold red"))
         tpj = energy_text(b)
         grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
-        grid.add_row("MBU", Text(_mbu_text(b)))
+        refused = b.mbu_detail is not None and b.mbu_detail.flags.above_rated_bandwidth
+        grid.add_row("MBU", Text(_mbu_text(b), "bold red" if refused else ""))
+        if refused and b.mbu_detail is not None and b.mbu_detail.notes:
+            grid.add_row("", Text(b.mbu_detail.notes[0], "red"))
     title = Text(describe_run(result), "bold")
     slo = Text(f"SLO: {describe_slo(result.slo)}", "dim")
     return Group(title, slo, Text(""), grid)
@@ -192,7 +191,9 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
         t.add_row(Text(name), Text(value), Text(meaning))
     label = "boundary" if p is result.boundary else f"probe {p.index}"
     title = Text(f"MBU at the {label}: {_mbu_text(p)}", "bold")
-    return Group(title, t)
+    lines = [Text(f"flag {f}", "yellow") for f in raised_flags(p.mbu_detail)]
+    lines += [Text(f"note: {n}", "dim") for n in p.mbu_detail.notes]
+    return Group(title, t, *lines)
 
 
 def _slo_cell(p: ProbeSummary) -> Text:

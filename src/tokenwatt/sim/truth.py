@@ -9,6 +9,8 @@ writes one JSON object per step. ``Lateness`` keeps the emit-lateness samples (s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -18,7 +20,14 @@ import orjson
 
 from tokenwatt.sim.engine import Step
 
-__all__ = ["LATENESS_BUCKETS_S", "Lateness", "ReplicaTruth", "TruthLog"]
+__all__ = [
+    "LATENESS_BUCKETS_S",
+    "FigureTruth",
+    "Lateness",
+    "ReplicaTruth",
+    "TruthLog",
+    "figure_truth",
+]
 
 
 class ReplicaTruth:
@@ -291,3 +300,64 @@ class TruthLog:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+
+@dataclass(frozen=True, slots=True)
+class FigureTruth:
+    """The truth of each MBU figure over a window, from the step log (utilizations of the node).
+
+    ``all_bytes``: what the steps that decode really read (weights of every expert their
+    decode AND prompt tokens hit, plus KV) ÷ (window × node bandwidth) — the headline MBU's
+    truth, equal to the configured efficiency × the share of time spent reading.
+    ``decode_only``: the same steps charged only W(batch) — the dense bytes plus the
+    expected distinct experts of their decode tokens alone under the engine's routing — plus
+    KV: the truth of the decode-only figure W(B)·s. Both use the elapsed-time denominator.
+    """
+
+    all_bytes: float
+    decode_only: float
+    busy_fraction: float  # steps (any kind) ÷ window
+    idle_fraction: float  # 1 − busy_fraction
+    mixed_step_fraction: float  # of decode steps: those that also carry prompt tokens
+    mean_batch: float  # decode sequences per decode step
+    read_fraction: float  # of busy time: reading bytes (the rest: prefill compute, overhead)
+
+
+def figure_truth(
+    steps: Iterable[Mapping[str, Any]],
+    window_start_ns: int,
+    window_end_ns: int,
+    node_bandwidth_bytes_per_s: float,
+    decode_only_weight_bytes: Callable[[int], float],
+) -> FigureTruth:
+    """Integrate truth-log records (``TruthLog`` keys) over [w0, w1), edge steps pro rata.
+
+    ``decode_only_weight_bytes(batch)``: W(batch) of the engine's own routing law (the
+    simulator's ``routing.expected_per_layer``), so the decode-only truth is exact in mean.
+    """
+    all_b = dec_b = busy = memory = batch = dsteps = mixed = 0.0
+    for s in steps:
+        a, b = s["sched_start_ns"], s["deadline_ns"]
+        lo, hi = max(a, window_start_ns), min(b, window_end_ns)
+        if hi <= lo or b <= a:
+            continue
+        f = (hi - lo) / (b - a)
+        busy += (hi - lo) / 1e9
+        memory += f * s["memory_s"]
+        if s["batch"] > 0:
+            all_b += f * (s["weight_bytes"] + s["kv_bytes"])
+            dec_b += f * (decode_only_weight_bytes(s["batch"]) + s["kv_bytes"])
+            batch += f * s["batch"]
+            dsteps += f
+            mixed += f * (s["prefill_tokens"] > 0)
+    span = (window_end_ns - window_start_ns) / 1e9
+    denom = span * node_bandwidth_bytes_per_s
+    return FigureTruth(
+        all_bytes=all_b / denom,
+        decode_only=dec_b / denom,
+        busy_fraction=busy / span,
+        idle_fraction=1.0 - busy / span,
+        mixed_step_fraction=mixed / dsteps if dsteps else 0.0,
+        mean_batch=batch / dsteps if dsteps else 0.0,
+        read_fraction=memory / busy if busy else 0.0,
+    )

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError
 from tokenwatt.errors import SpecError
 from tokenwatt.spec._base import Section
 from tokenwatt.spec.endpoint import Endpoint, Timeouts
+from tokenwatt.spec.engine import EngineSection
 from tokenwatt.spec.hardware import CustomAccelerator, HardwareSection
 from tokenwatt.spec.model import ModelSection
 from tokenwatt.spec.power import PowerSection, PowerSourceSpec
@@ -32,6 +33,7 @@ __all__ = [
     "CustomAccelerator",
     "Distribution",
     "Endpoint",
+    "EngineSection",
     "HardwareSection",
     "ModelSection",
     "PowerSection",
@@ -66,6 +68,7 @@ class BenchSpec(Section):
     power: PowerSection = Field(default_factory=PowerSection)
     sim: SimSection = Field(default_factory=SimSection)
     server_metrics: ServerMetricsSection = Field(default_factory=ServerMetricsSection)
+    engine: EngineSection = Field(default_factory=EngineSection)
 
 
 # ``endpoint`` and ``hardware`` change every figure, so neither has a default: a spec without

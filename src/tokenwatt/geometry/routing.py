@@ -1,0 +1,116 @@
+"""Expected distinct experts a step reads, per MoE layer, under uniform or measured routing.
+
+A token picks expert r of a layer with probability π_r (Σ_r π_r = k, the top-k). A step whose
+routed token count is the random variable X reads expert r unless every token missed it, so
+
+    E[distinct] = Σ_r (1 − G_X(1 − π_r)),   G_X(x) = E[x^X]   (X's generating function)
+
+which is exact for any law of X when tokens route independently (and for a fixed X = T with
+uniform routing it is the seed's E·(1 − (1 − k/E)^T)). Uniform routing has π_r = k/E; a
+measured expert-load histogram (tokens routed to each expert over a window, as SGLang's
+expert distribution recorder and vLLM's expert-load statistics give it) has π_r = k · n_r / Σ n
+per layer. Skewed loads make tokens collide, so they read fewer experts than uniform routing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from tokenwatt.errors import SpecError
+
+__all__ = ["ExpertLoad", "GeneratingFunction", "load_expert_load"]
+
+FloatArray = npt.NDArray[np.float64]
+# G_X evaluated element-wise at x = 1 − π (an array): E[x^X] for the step's routed tokens X.
+GeneratingFunction = Callable[[FloatArray], FloatArray]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertLoad:
+    """Per-token inclusion probability of every expert of every MoE layer (rows sum to k)."""
+
+    inclusion: FloatArray  # shape (layers, experts)
+    source: str  # "uniform" or the file / engine it was read from
+
+    @classmethod
+    def uniform(cls, experts: int, k: int) -> ExpertLoad:
+        return cls(np.full((1, experts), k / experts), "uniform")
+
+    @classmethod
+    def from_counts(cls, counts: Sequence[Sequence[float]], k: int, source: str) -> ExpertLoad:
+        """π_r = k · n_r / Σ n per layer, capped at 1 (an expert cannot be picked twice by one
+        token), the cap's excess spread over the uncapped experts so each row still sums to k."""
+        arr = np.asarray(counts, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] < k or not np.isfinite(arr).all() or (arr < 0).any():
+            raise ValueError("expert load must be a non-negative matrix: layers × experts (≥ k)")
+        rows = []
+        for row in arr:
+            total = row.sum()
+            if total <= 0:
+                raise ValueError("every layer of an expert load needs at least one routed token")
+            rows.append(_cap_inclusion(row / total * k, k))
+        return cls(np.vstack(rows), source)
+
+    @property
+    def experts(self) -> int:
+        return int(self.inclusion.shape[1])
+
+    def expected_distinct(self, generating: GeneratingFunction) -> float:
+        """Mean over layers of Σ_r (1 − G_X(1 − π_r)): distinct experts read per MoE layer."""
+        miss = 1.0 - self.inclusion
+        return float((1.0 - generating(miss)).sum(axis=1).mean())
+
+    def expected_distinct_fixed(self, tokens: float) -> float:
+        """Distinct experts per layer for exactly ``tokens`` routed tokens (fractional allowed)."""
+        if tokens <= 0:
+            return 0.0
+        return self.expected_distinct(lambda x: np.power(x, tokens))
+
+
+def _cap_inclusion(pi: FloatArray, k: int) -> FloatArray:
+    capped = np.zeros(len(pi), dtype=bool)
+    out = pi.copy()
+    for _ in range(len(pi)):
+        over = (~capped) & (out > 1.0)
+        if not over.any():
+            break
+        capped |= over
+        free = ~capped
+        budget = k - capped.sum()
+        weight = pi[free].sum()
+        out[capped] = 1.0
+        out[free] = pi[free] * budget / weight if weight > 0 else 0.0
+    return np.minimum(out, 1.0)
+
+
+def load_expert_load(path: str | Path, *, experts: int, k: int, layers: int) -> ExpertLoad:
+    """Read a measured expert-load file: JSON ``{"counts": [[n per expert] per MoE layer]}``
+    (one row applies to every layer). A wrong shape is a one-line SpecError naming the fix."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+        counts = data["counts"] if isinstance(data, dict) else data
+        if counts and not isinstance(counts[0], list):
+            counts = [counts]
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise SpecError(
+            f"engine.expert_load_file {str(p)!r} is unreadable ({exc}); give a JSON file "
+            '{"counts": [[tokens per expert] per MoE layer]}'
+        ) from None
+    rows = len(counts)
+    if any(len(r) != experts for r in counts) or rows not in (1, layers):
+        raise SpecError(
+            f"engine.expert_load_file {str(p)!r} has {rows} rows of "
+            f"{sorted({len(r) for r in counts})} experts; the model has {layers} MoE layers of "
+            f"{experts} experts: give one row per MoE layer (or one row for all)"
+        )
+    try:
+        return ExpertLoad.from_counts(counts, k, str(p))
+    except ValueError as exc:
+        raise SpecError(f"engine.expert_load_file {str(p)!r}: {exc}") from None

@@ -1,0 +1,296 @@
+"""The bytes an engine really reads per decode step: mixed prefill/decode steps, the batch's
+spread, idle time and measured routing (docs/methodology.md, "MBU: mixed steps").
+
+The seed's W(B) counts the experts that B decode tokens hit. With chunked prefill (vLLM,
+SGLang, the simulator) a step that also carries a prompt chunk routes those prompt tokens
+through the experts too, and reads the union: on many-expert models such a step reads
+1.4–2× W(B). From what the client knows this module estimates, per replica:
+
+    B_dec  = B · (1 − 1/n̄)             decode tokens per step (the first token of a request
+                                          comes from its prefill step, mbu-notes §2)
+    φ      = idle fraction, measured from request arrival and completion times
+    B_busy = B_dec / (1 − φ)           mean batch of the steps that decode
+    m      = λ_rep / s = λ_rep · τ     prompts admitted per decode step (Poisson arrivals:
+                                          the idle share of arrivals and of steps cancel)
+    X      = B' + J · L               routed tokens of a step: B' ~ Poisson(B_busy) decodes,
+                                          J ~ Poisson(m) prompts of L uncached tokens each
+    W̄      = dense + MoE layers × Σ_r (1 − E[(1 − π_r)^X]) × bytes per expert
+
+and the headline weight traffic R · s · (1 − φ) · W̄ (bytes per elapsed second). The same with
+J = 0 is the decode-only figure. A prompt longer than the step's free chunk budget
+(C − B_busy) is split: then a fraction min(1, m·L/(C − B)) of steps carry a full chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.geometry.routing import ExpertLoad, FloatArray, GeneratingFunction
+from tokenwatt.records import RequestRecord
+from tokenwatt.spec.engine import DEFAULT_CHUNK_BUDGET_TOKENS
+
+__all__ = [
+    "DEFAULT_CHUNK_BUDGET_TOKENS",
+    "MixedSteps",
+    "StepRegime",
+    "decode_batch_from_intervals",
+    "estimate_mixed_steps",
+    "idle_fraction_from_intervals",
+    "regime_from_records",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRegime:
+    """What the client measured about the load, beside T and τ, plus the engine's limits."""
+
+    request_rate_rps: float  # node: counted requests per second of window
+    mean_prompt_tokens: float  # the server's usage.prompt_tokens, mean over counted requests
+    mean_output_tokens: float  # n̄
+    mean_cached_prompt_tokens: float = 0.0  # usage.prompt_tokens_details.cached_tokens
+    idle_fraction: float | None = None  # φ measured; None: not measured (taken as 0)
+    chunk_budget_tokens: int = DEFAULT_CHUNK_BUDGET_TOKENS  # C: max_num_batched_tokens
+    slot_limit: int | None = None  # max_num_seqs / llama.cpp slots per replica, when known
+    expert_load: ExpertLoad | None = None  # measured routing; None: uniform
+    # decode batch per replica averaged over the window, from every request's first-to-last
+    # token interval clipped to it (Little's law without the counted set's Poisson noise);
+    # None: B·(1 − 1/n̄) from T·τ/R
+    decode_batch: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MixedSteps:
+    """Every number of the mixed-step estimate (per replica), so that it can be redone."""
+
+    batch_counted: float  # B·(1 − 1/n̄) from T·τ/R of the counted requests
+    batch_decode: float  # B_dec: from decode intervals when measured, else batch_counted
+    busy_fraction: float  # 1 − φ
+    batch_busy: float  # B_busy
+    prompts_per_step: float  # m
+    uncached_prompt_tokens: float  # L
+    mixed_step_fraction: float  # f: share of decode steps that carry prompt tokens
+    prompt_tokens_per_mixed_step: float
+    distinct_experts_decode_only: float | None  # per MoE layer, batch law, no prompts
+    distinct_experts_mixed_step: float | None  # per MoE layer, in a step with prompt tokens
+    weight_bytes_decode_only: float  # mean per decode step, decode tokens only
+    weight_bytes_mixed_step: float  # mean per step that carries prompt tokens
+    weight_bytes_mean_step: float  # W̄: what an average decode step reads
+    weight_bytes_per_s: float  # R · s · (1 − φ) · W̄
+    decode_only_weight_bytes_per_s: float  # R · s · (1 − φ) · W_dec
+    routing: str  # "uniform" or the expert-load source
+    over_slot_limit: bool  # B_dec above the engine's slot limit: the window was not steady
+
+
+def idle_fraction_from_intervals(
+    intervals: Iterable[tuple[int, int]], window_start_ns: int, window_end_ns: int, replicas: int
+) -> float | None:
+    """Share of the window a replica had no request: from (arrival, completion) times.
+
+    N(t) = requests in flight at t (sent, not finished), clipped to the window. One replica is
+    idle exactly when N = 0; with R replicas behind a router that sends each request to the
+    least loaded one, a replica can only idle while N < R, so the idle share per replica is
+    E[max(0, R − N(t))] / R over the window (exact for R = 1, an estimate above).
+    """
+    span = window_end_ns - window_start_ns
+    if span <= 0 or replicas < 1:
+        return None
+    events: list[tuple[int, int]] = []
+    for a, b in intervals:
+        lo, hi = max(a, window_start_ns), min(b, window_end_ns)
+        if hi > lo:
+            events.append((lo, 1))
+            events.append((hi, -1))
+    events.sort()
+    idle_ns = 0.0
+    n, t = 0, window_start_ns
+    for when, delta in events:
+        idle_ns += (when - t) * max(0, replicas - n) / replicas
+        n += delta
+        t = when
+    idle_ns += (window_end_ns - t) * max(0, replicas - n) / replicas
+    return idle_ns / span
+
+
+def _routing(geometry: ModelGeometry, load: ExpertLoad | None) -> ExpertLoad:
+    if load is not None:
+        return load
+    return ExpertLoad.uniform(geometry.experts, geometry.experts_per_token)
+
+
+def _prompt_law(
+    m: float, prompt: float, free_budget: float
+) -> tuple[float, float, GeneratingFunction | None]:
+    """(share of steps with prompt tokens, prompt tokens in such a step, G of those tokens
+    over ALL decode steps — 1 for a step without prompt tokens); None: no prompts."""
+    if m <= 0 or prompt <= 0:
+        return 0.0, 0.0, None
+    if prompt <= free_budget:  # whole prompts: J ~ Poisson(m) of them, L tokens each
+        f = -math.expm1(-m)
+        return f, m * prompt / f, lambda x: np.exp(-m * (1.0 - np.power(x, prompt)))
+    f = min(1.0, m * prompt / free_budget)  # split prompts: full chunks of the free budget
+    return f, free_budget, lambda x: (1.0 - f) + f * np.power(x, free_budget)
+
+
+def _busy_batch_law(mean_busy: float) -> tuple[FloatArray, FloatArray]:
+    """(batches b ≥ 1, their share of busy time): Poisson(μ) given b ≥ 1, μ/(1 − e^−μ) = mean.
+
+    With Poisson arrivals the number of requests decoding at a random instant is Poisson
+    (M/G/∞); busy time is the part with at least one."""
+    x = max(mean_busy, 1.0 + 1e-9)
+    mu = x
+    for _ in range(200):
+        mu = x * -math.expm1(-mu)
+    top = int(mu + 12.0 * math.sqrt(mu) + 12)
+    b = np.arange(1, top + 1, dtype=np.float64)
+    log_p = b * math.log(mu) - mu - np.array([math.lgamma(v + 1.0) for v in b])
+    p = np.exp(log_p)
+    return b, p / p.sum()
+
+
+def _distinct_by_batch(
+    load: ExpertLoad, b: FloatArray, g_prompt: GeneratingFunction | None
+) -> tuple[FloatArray, FloatArray]:
+    """(distinct experts per layer of a decode-only step, of an average step) at each batch."""
+    miss = 1.0 - load.inclusion  # (layers, experts)
+    dec = np.array([(1.0 - np.power(miss, v)).sum(axis=1).mean() for v in b])
+    if g_prompt is None:
+        return dec, dec
+    gp = g_prompt(miss)
+    avg = np.array([(1.0 - np.power(miss, v) * gp).sum(axis=1).mean() for v in b])
+    return dec, avg
+
+
+def estimate_mixed_steps(
+    geometry: ModelGeometry,
+    *,
+    batch_per_replica: float,
+    steps_per_s: float,
+    replicas: int,
+    regime: StepRegime,
+    kv_bytes_per_output_token: float = 0.0,
+) -> MixedSteps:
+    """The mixed-step estimate (module doc) from B = T·τ/R, s = 1/τ and the measured regime.
+
+    B = T·τ/R is the *time*-averaged decode batch (τ weights each step by its batch), so the
+    busy-time batch law is Poisson given ≥ 1 with that mean over busy time. Steps are taken to
+    last in proportion to the bytes they read, h(b) = W̄(b) + KV·b, scaled so that the law
+    reproduces the measured τ; the weight bytes per busy second are then E_t[W̄(b) / d(b)].
+    """
+    n = regime.mean_output_tokens
+    b_dec = b_counted = batch_per_replica * (1.0 - 1.0 / n) if n > 1 else batch_per_replica
+    if regime.decode_batch is not None and regime.decode_batch > 0:
+        b_dec = regime.decode_batch
+    busy = 1.0 - min(max(regime.idle_fraction or 0.0, 0.0), 0.99)
+    b, pt = _busy_batch_law(b_dec / busy)
+    prompt = max(0.0, regime.mean_prompt_tokens - regime.mean_cached_prompt_tokens)
+    tau = 1.0 / steps_per_s
+    lam = regime.request_rate_rps / replicas
+    g = geometry
+    per = g.moe_layers * g.expert_bytes if g.is_moe else 0.0
+    load = _routing(g, regime.expert_load) if g.is_moe else None
+    free = max(1.0, regime.chunk_budget_tokens - float((pt * b).sum()))  # C − B: prompt room
+    m = lam * tau  # first pass: prompts per step at the batch-weighted step time
+    for _ in range(3):  # m depends on the step rate, which depends on m: a few passes converge
+        f, p_mixed, g_prompt = _prompt_law(m, prompt, free)
+        d_dec = d_avg = np.zeros_like(b)
+        if load is not None:
+            d_dec, d_avg = _distinct_by_batch(load, b, g_prompt)
+        w_dec = g.dense_weight_bytes + per * d_dec
+        w_avg = g.dense_weight_bytes + per * d_avg
+        h = w_avg + kv_bytes_per_output_token * b
+        scale = tau * float((pt * b / h).sum()) / float((pt * b).sum())  # seconds per byte
+        steps_busy = float((pt / h).sum()) / scale  # decode steps per busy second
+        m = lam / (busy * steps_busy) if steps_busy > 0 else 0.0
+    step_w = pt / h / float((pt / h).sum())  # step-weighted batch law
+    d_dec_mean = float((step_w * d_dec).sum())
+    d_avg_mean = float((step_w * d_avg).sum())
+    d_mixed = d_dec_mean + (d_avg_mean - d_dec_mean) / f if f > 0 else d_dec_mean
+    rate = replicas * busy * steps_busy
+    w_dec_mean = float((step_w * w_dec).sum())
+    w_avg_mean = float((step_w * w_avg).sum())
+    return MixedSteps(
+        batch_counted=b_counted,
+        batch_decode=b_dec,
+        busy_fraction=busy,
+        batch_busy=float((step_w * b).sum()),
+        prompts_per_step=m,
+        uncached_prompt_tokens=prompt,
+        mixed_step_fraction=f,
+        prompt_tokens_per_mixed_step=p_mixed,
+        distinct_experts_decode_only=d_dec_mean if load is not None else None,
+        distinct_experts_mixed_step=d_mixed if load is not None else None,
+        weight_bytes_decode_only=w_dec_mean,
+        weight_bytes_mixed_step=g.dense_weight_bytes + per * d_mixed,
+        weight_bytes_mean_step=w_avg_mean,
+        weight_bytes_per_s=rate * w_avg_mean,
+        decode_only_weight_bytes_per_s=rate * w_dec_mean,
+        routing=regime.expert_load.source if regime.expert_load is not None else "uniform",
+        # T·τ/R of the counted requests, not the window's decode intervals: an engine never
+        # decodes more than its slots, but a window that is not steady shows B above them
+        over_slot_limit=regime.slot_limit is not None and b_counted > regime.slot_limit * 1.02,
+    )
+
+
+def regime_from_records(
+    records: Sequence[RequestRecord],
+    counted: Sequence[RequestRecord],
+    window_start_ns: int,
+    window_end_ns: int,
+    *,
+    replicas: int,
+    chunk_budget_tokens: int = DEFAULT_CHUNK_BUDGET_TOKENS,
+    slot_limit: int | None = None,
+    expert_load: ExpertLoad | None = None,
+) -> StepRegime | None:
+    """The regime of one probe window from the client's records: request rate and mean prompt
+    and output lengths of the counted requests, idle share from every request's (sent, done)
+    interval, decode batch from every request's first-to-last-token interval. None when no
+    counted request has a prompt length or output."""
+    window_s = (window_end_ns - window_start_ns) / 1e9
+    known = [r for r in counted if r.prompt_tokens is not None and r.output_tokens > 0]
+    if window_s <= 0 or not known:
+        return None
+    spans = [
+        (r.sent_ns, stop)
+        for r in records
+        if r.sent_ns is not None and (stop := r.done_ns or r.end_ns) is not None
+    ]
+    return StepRegime(
+        request_rate_rps=len(counted) / window_s,
+        mean_prompt_tokens=sum(r.prompt_tokens or 0 for r in known) / len(known),
+        mean_output_tokens=sum(r.output_tokens for r in known) / len(known),
+        idle_fraction=idle_fraction_from_intervals(spans, window_start_ns, window_end_ns, replicas),
+        chunk_budget_tokens=chunk_budget_tokens,
+        slot_limit=slot_limit,
+        expert_load=expert_load,
+        decode_batch=decode_batch_from_intervals(
+            [(r.first_token_ns, r.end_ns) for r in records if r.first_token_ns and r.end_ns],
+            window_start_ns,
+            window_end_ns,
+            replicas,
+        ),
+    )
+
+
+def decode_batch_from_intervals(
+    intervals: Sequence[tuple[int | None, int | None]],
+    window_start_ns: int,
+    window_end_ns: int,
+    replicas: int,
+) -> float | None:
+    """Mean number of requests decoding per replica over the window: Σ overlap of each
+    (first token, last token) interval with the window ÷ (window × R). None: no window."""
+    span = window_end_ns - window_start_ns
+    if span <= 0 or replicas < 1:
+        return None
+    total = 0
+    for a, b in intervals:
+        if a is None or b is None:
+            continue
+        total += max(0, min(b, window_end_ns) - max(a, window_start_ns))
+    return total / span / replicas

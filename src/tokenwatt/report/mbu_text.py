@@ -1,0 +1,61 @@
+"""MBU in words, shared by the terminal report, the HTML report and ``tokenwatt probe``.
+
+One place says how the two figures (headline ``mbu`` and ``mbu_decode_only``) and the raised
+flags read, so the three views cannot drift apart: every raised flag is shown with the
+direction it moves the figure (docs/methodology.md, "Assumptions and where they bend").
+"""
+
+from __future__ import annotations
+
+from tokenwatt.report.format import fmt_pct
+from tokenwatt.result import Mbu
+
+__all__ = ["FLAG_DIRECTION", "mbu_figures_text", "mbu_missing_reason", "raised_flags"]
+
+# Each MbuFlags field and which way it moves the printed figure (or why there is none).
+FLAG_DIRECTION: dict[str, str] = {
+    "no_decode": "no MBU: nothing decoded",
+    "above_rated_bandwidth": "no MBU: above the rated bandwidth, an input is wrong",
+    "over_slot_limit": "no MBU: batch above the slot limit, window not steady",
+    "multi_token_chunks": "reads high (s = 1/τ overstates steps/s)",
+    "moe_uniform_routing_upper_bound": "reads high if routing is skewed",
+    "low_load_busy_bias": "reads high (weight term per busy time)",
+    "mixed_steps": "headline counts prompt-routed experts; decode-only reads lower",
+    "idle": "corrected by the measured busy share (unscaled would read high)",
+    "small_batch": "outside the validated ±2 pt range (decode-only may read low)",
+    "routing_skew": "measured routing moves it against uniform (see note)",
+}
+
+
+def raised_flags(detail: Mbu | None) -> list[str]:
+    """``name: direction`` for every raised flag, in FLAG_DIRECTION's order."""
+    if detail is None:
+        return []
+    on = detail.flags.model_dump()
+    return [f"{k}: {v}" for k, v in FLAG_DIRECTION.items() if on.get(k)]
+
+
+def mbu_missing_reason(detail: Mbu | None) -> str:
+    """Why a probe has no MBU figure, in a few words."""
+    if detail is None:
+        return "not derived"
+    f = detail.flags
+    if f.above_rated_bandwidth:
+        return "refused: above the rated bandwidth (an input is wrong, see note)"
+    if f.over_slot_limit:
+        return "not derived (batch above the engine's slot limit)"
+    return "not derived (no decode measured)"
+
+
+def mbu_figures_text(mbu: float | None, detail: Mbu | None) -> str:
+    """The headline with its split and the decode-only figure beside it."""
+    if mbu is None:
+        return mbu_missing_reason(detail)
+    text = fmt_pct(mbu)
+    if detail is None:
+        return text
+    if detail.mbu_weights is not None and detail.mbu_kv is not None:
+        text += f"  (weights {fmt_pct(detail.mbu_weights)} + KV {fmt_pct(detail.mbu_kv)})"
+    if detail.mbu_decode_only is not None:
+        text += f"  ·  decode-only {fmt_pct(detail.mbu_decode_only)}"
+    return text
