@@ -19,6 +19,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         requests are their own count (``requests_cancelled``), not failures; T
         (``output_tokens_per_s``) is the tokens received inside the window ÷ window.
         A version-1 file still loads (its extras are exactly the fields declared here).
+        Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
+        /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
+        ``engine_series_file``; absent in older files (None).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -55,6 +58,8 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "BenchResult",
     "EnergySummary",
+    "EngineAgreement",
+    "EngineFigures",
     "Latency",
     "MachineInfo",
     "Mbu",
@@ -289,6 +294,49 @@ class SloDetail(_Strict):
     trend_rank_correlation: float | None = Field(None, description="Spearman, TTFT vs send time")
 
 
+class EngineAgreement(_Strict):
+    """One figure (T, B or s) on both sides; ``ok`` None where the engine does not count it."""
+
+    figure: str = Field(description="T (node tokens/s), B (batch per replica), s (steps/s)")
+    client: float
+    engine: float | None
+    rel_diff: float | None = Field(None, description="(client − engine) ÷ engine")
+    tolerance: float = Field(description="|rel_diff| allowed, engine.AGREEMENT_TOLERANCES")
+    ok: bool | None = None
+    cause: str | None = Field(None, description="the likely cause of a disagreement")
+
+
+class EngineFigures(_Strict):
+    """What the engine's own /metrics counted over a probe's window (``tokenwatt.engine``).
+
+    Why in the result: the client's B and s are inferred from timing; the engine is a second
+    witness, and the reader must see both. ``unavailable`` says why there are none.
+    """
+
+    engine: str | None = Field(None, description="vllm, sglang, tgi, llamacpp, trtllm")
+    url: str = ""
+    unavailable: str | None = Field(None, description="why no engine figures (one line)")
+    duration_s: float = 0.0
+    scrapes: int = 0
+    requests_finished: float | None = None
+    prompt_tokens: float | None = None
+    generated_tokens: float | None = None
+    generated_tokens_per_s: float | None = Field(None, description="the engine's T")
+    decode_steps: float | None = Field(None, description="engine steps, where counted")
+    decode_steps_per_s: float | None = None
+    preemptions: float | None = None
+    busy_slots_per_decode: float | None = Field(None, description="llama.cpp only")
+    running_mean: float | None = Field(None, description="time-weighted mean running requests")
+    waiting_mean: float | None = Field(None, description="time-weighted mean waiting requests")
+    kv_usage_mean: float | None = Field(None, description="KV-cache usage fraction, mean")
+    kv_usage_max: float | None = None
+    missing: list[str] = Field(default_factory=list, description="figures the engine lacks")
+    batch_per_replica: float | None = Field(None, description="the engine's B")
+    steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
+    mbu: float | None = Field(None, description="MBU from the engine's B and s (second MBU)")
+    agreements: list[EngineAgreement] = Field(default_factory=list)
+
+
 class ProbeSummary(_Strict):
     """One probe (one offered rate) or the single-stream point, over its measurement window.
 
@@ -341,6 +389,8 @@ class ProbeSummary(_Strict):
     window_end_ns: int | None = None
     mean_concurrency: float | None = Field(None, description="Little's law over counted requests")
     interrupted: bool = Field(False, description="Ctrl-C ended the probe")
+    engine: EngineFigures | None = Field(None, description="the engine's /metrics, if scraped")
+    engine_series_file: str | None = Field(None, description="e.g. engine-03.jsonl")
 
     def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
         """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,

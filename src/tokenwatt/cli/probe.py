@@ -23,6 +23,7 @@ from rich.table import Table
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
+    from tokenwatt.engine import EngineWindow
     from tokenwatt.geometry.model import ModelGeometry
     from tokenwatt.hardware import Accelerator
     from tokenwatt.load.probe import ProbeProgress, ProbeRun
@@ -138,6 +139,8 @@ def result_dict(
     geometry: ModelGeometry | None,
     accelerator: Accelerator | None,
     early_stop_reason: str | None,
+    engine_window: EngineWindow | None = None,
+    engine_series_file: str | None = None,
 ) -> dict[str, Any]:
     from tokenwatt import __version__
     from tokenwatt.load.derive import summarize_probe
@@ -151,6 +154,8 @@ def result_dict(
         accelerator=accelerator,
         early_stop_reason=early_stop_reason,
         requests_file="requests.jsonl",
+        engine_window=engine_window,
+        engine_series_file=engine_series_file,
     )
     verdict = summary.slo_detail
     return {
@@ -229,6 +234,7 @@ async def _probe(
     from tokenwatt.errors import TokenwattError
     from tokenwatt.geometry import load_geometry
     from tokenwatt.load.derive import early_stop_for
+    from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
     from tokenwatt.load.probe import run_probe
     from tokenwatt.load.target import open_target, resolve_accelerator
 
@@ -258,6 +264,9 @@ async def _probe(
         with progress:
             bar = _Bar(progress, spec.search.probe.warmup_s)
             stopper = early_stop_for(spec, rate, spec.search.probe)
+            engine_warnings: list[str] = []
+            witness = EngineWitness(spec.server_metrics, target.base_url, engine_warnings)
+            scraper = await witness.start()
 
             def on_progress(p: ProbeProgress) -> None:
                 if stopper is not None:
@@ -274,6 +283,9 @@ async def _probe(
                 on_progress=on_progress,
                 should_stop=stopper,
             )
+            window = await witness.stop(scraper, run)
+        out.mkdir(parents=True, exist_ok=True)
+        series_file = write_engine_series(window, out / "engine.jsonl")
         data = result_dict(
             spec,
             run,
@@ -283,13 +295,25 @@ async def _probe(
             geometry=geometry,
             accelerator=accelerator,
             early_stop_reason=stopper.reason if stopper is not None else None,
+            engine_window=window,
+            engine_series_file=series_file,
         )
-    out.mkdir(parents=True, exist_ok=True)
+        data["warnings"] += engine_warnings
     run.write_requests(out / "requests.jsonl")
     (out / "probe.json").write_bytes(
         orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
     return data
+
+
+def _print_engine(data: dict[str, Any]) -> None:
+    """The client-vs-engine table of the probe, when the engine was scraped."""
+    from tokenwatt.report.terminal import engine_table
+    from tokenwatt.result import ProbeSummary
+
+    table = engine_table(ProbeSummary.model_validate(data["summary"]))
+    if table is not None:
+        console.print(table)
 
 
 def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None) -> BenchSpec:
@@ -381,6 +405,7 @@ def register(app: typer.Typer) -> None:
         )
         if not quiet:
             console.print(summary_table(data))
+            _print_engine(data)
             for w in data["warnings"]:
                 console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
             console.print(f"wrote {folder / 'probe.json'} and {folder / 'requests.jsonl'}")

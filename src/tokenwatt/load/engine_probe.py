@@ -1,0 +1,151 @@
+"""The engine as witness in every probe: scrape its /metrics around the window, compare.
+
+Why here: ``tokenwatt probe`` and ``tokenwatt bench`` both measure probes; both open one
+``EngineWitness`` per run and hand each probe's ``EngineWindow`` to ``summarize_probe``, so the
+engine's figures, the client-vs-engine agreements and the second MBU are derived one way.
+
+A server without /metrics is normal (many deployments hide it): the witness says so once per
+run (one warning) and stops scraping, instead of a failed scrape per probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+
+from tokenwatt.engine import (
+    EngineScraper,
+    EngineWindow,
+    compare_client_engine,
+    engine_batch_and_steps,
+    metrics_url_for,
+)
+from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.hardware import Accelerator
+from tokenwatt.load.probe import ProbeRun
+from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
+from tokenwatt.result import EngineAgreement, EngineFigures
+from tokenwatt.spec import BenchSpec
+from tokenwatt.spec.server_metrics import ServerMetricsSection
+
+__all__ = ["EngineWitness", "engine_figures", "write_engine_series"]
+
+
+class EngineWitness:
+    """One per run: starts a scraper before each probe and stops it at the probe's end."""
+
+    def __init__(
+        self, section: ServerMetricsSection, endpoint_base_url: str, warnings: list[str]
+    ) -> None:
+        self.section = section
+        self.url = section.url or metrics_url_for(endpoint_base_url)
+        self.warnings = warnings
+        self.unavailable: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Scrape at all: enabled in the spec and not found missing earlier in this run."""
+        return self.section.enabled and self.unavailable is None
+
+    async def start(self) -> EngineScraper | None:
+        """The first scrape (blocking, so in a thread); None when not scraping."""
+        if not self.active:
+            return None
+        scraper = EngineScraper(self.url, self.section.engine, interval_s=self.section.interval_s)
+        return await asyncio.to_thread(scraper.start)
+
+    async def stop(self, scraper: EngineScraper | None, run: ProbeRun) -> EngineWindow | None:
+        """The last scrape and the window cut to the client's; a first ``unavailable`` becomes
+        the run's one warning and ends scraping for the rest of the run."""
+        if scraper is None:
+            return None
+        span = (run.window_start_ns, run.window_end_ns)
+        window = await asyncio.to_thread(scraper.stop, span if span[1] > span[0] else None)
+        if window.unavailable is not None and self.unavailable is None:
+            self.unavailable = window.unavailable
+            self.warnings.append(f"engine figures not measured: {window.unavailable}")
+        return window
+
+
+def write_engine_series(window: EngineWindow | None, path: Path) -> str | None:
+    """The window's scrapes as JSON lines (``t_s`` + every figure read); the file's name."""
+    rows = [] if window is None else window.series_rows()
+    if not rows:
+        return None
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path.name
+
+
+def _engine_mbu(
+    run: ProbeRun,
+    *,
+    spec: BenchSpec,
+    geometry: ModelGeometry,
+    accelerator: Accelerator,
+    batch: float,
+    steps_per_s: float,
+) -> float | None:
+    """MBU with the engine's B and s in place of the client's: T = B·s·R, τ = 1/s."""
+    pairs = [(r.prompt_tokens, r.output_tokens) for r in run.counted if r.prompt_tokens is not None]
+    context, kv_per_token = kv_read_per_output_token(geometry, pairs)
+    hw = spec.hardware
+    mbu = compute_mbu(
+        geometry,
+        output_tokens_per_s=batch * steps_per_s * hw.replicas,
+        itl_token_weighted_s=1.0 / steps_per_s,
+        replicas=hw.replicas,
+        gpus=hw.gpus,
+        bandwidth_bytes_per_s=accelerator.bandwidth_bytes_per_s,
+        mean_context_per_token=context,
+        kv_bytes_per_output_token=kv_per_token,
+    )
+    return mbu.mbu
+
+
+def engine_figures(
+    window: EngineWindow,
+    run: ProbeRun,
+    spec: BenchSpec,
+    geometry: ModelGeometry | None,
+    accelerator: Accelerator | None,
+) -> EngineFigures:
+    """The window's engine figures, the T/B/s agreements and the engine-side MBU."""
+    data = window.to_dict()
+    figures = EngineFigures(**data)
+    if window.unavailable is not None:
+        return figures
+    m = run.metrics
+    replicas = spec.hardware.replicas
+    batch, steps = engine_batch_and_steps(window, replicas)
+    agreements: list[EngineAgreement] = []
+    if m.output_tokens_per_s is not None and m.itl_token_weighted_s:
+        agreements = [
+            EngineAgreement(**a.to_dict())
+            for a in compare_client_engine(
+                client_tokens_per_s=m.output_tokens_per_s,
+                client_tau_s=m.itl_token_weighted_s,
+                replicas=replicas,
+                window=window,
+                tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
+            )
+        ]
+    mbu = None
+    if geometry is not None and accelerator is not None and batch and steps:
+        mbu = _engine_mbu(
+            run,
+            spec=spec,
+            geometry=geometry,
+            accelerator=accelerator,
+            batch=batch,
+            steps_per_s=steps,
+        )
+    return figures.model_copy(
+        update={
+            "batch_per_replica": batch,
+            "steps_per_s_per_replica": steps,
+            "mbu": mbu,
+            "agreements": agreements,
+        }
+    )
