@@ -12,13 +12,13 @@ from tokenwatt.result import BenchResult, EngineAgreement, ProbeSummary
 
 __all__ = ["ENGINE_HEADER", "EngineRow", "engine_probe", "engine_rows"]
 
-ENGINE_HEADER = ("figure", "client", "engine", "client − engine", "verdict")
+ENGINE_HEADER = ("figure", "client", "engine", "diff", "verdict")
 EngineRow = tuple[str, str, str, str, str]
 
 _LABELS = {
-    "T": "output tokens/s (T)",
-    "B": "batch per replica (B)",
-    "s": "decode steps/s per replica (s)",
+    "T": "T tokens/s",
+    "B": "B per replica",
+    "s": "s steps/s/replica",
 }
 
 
@@ -53,13 +53,11 @@ def engine_rows(p: ProbeSummary) -> list[EngineRow]:
     if e is None or e.unavailable is not None:
         return []
     rows = [_agreement_row(a) for a in e.agreements]
-    done = p.requests_ok + p.requests_failed
-    fin = DASH if e.requests_finished is None else f"{e.requests_finished:.0f}"
-    rows.append(("requests finished", f"{done} counted", fin, DASH, "engine: whole window"))
-    rows.append(("MBU", fmt_pct(p.mbu), fmt_pct(e.mbu), DASH, "engine: from its B and s"))
+    rows.append(("MBU", fmt_pct(p.mbu), fmt_pct(e.mbu), DASH, "engine: its B and s"))
     for label, v in (
-        ("running requests (mean)", e.running_mean),
-        ("waiting requests (mean)", e.waiting_mean),
+        ("requests finished", e.requests_finished),
+        ("running (mean)", e.running_mean),
+        ("waiting (mean)", e.waiting_mean),
         ("KV-cache usage (mean)", e.kv_usage_mean),
         ("preemptions", e.preemptions),
     ):
