@@ -25,6 +25,7 @@ from rich.console import Console
 
 from faultserver import FaultServer
 from tokenwatt.load.engine_probe import EngineWitness
+from tokenwatt.records import read_requests
 from tokenwatt.report.checks import self_checks
 from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import ResultView
@@ -80,13 +81,13 @@ def test_probe_client_and_engine_agree_within_one_percent(tmp_path: Path) -> Non
     assert e["mbu"] == pytest.approx(s["mbu"], rel=0.02)
     assert e["mbu"] == pytest.approx(0.5, abs=0.03)
     assert "engine_disagrees" not in s["flags"]
-    # the time series beside the requests, one row per scrape, on the window's edges
-    rows = (tmp_path / "out" / "engine.jsonl").read_bytes().splitlines()
-    assert s["engine_series_file"] == "engine.jsonl" and len(rows) == e["scrapes"]
-    first, last = orjson.loads(rows[0]), orjson.loads(rows[-1])
-    assert last["generated_tokens"] - first["generated_tokens"] == pytest.approx(
-        e["generated_tokens"]
-    )
+    # the time series beside the requests: every scrape of the probe, the first before any
+    # request was sent and the last after the drain, so it spans every generated token
+    rows = [orjson.loads(x) for x in (tmp_path / "out" / "engine.jsonl").read_bytes().splitlines()]
+    assert s["engine_series_file"] == "engine.jsonl" and len(rows) >= e["scrapes"]
+    assert rows[0]["t_ns"] < s["window_start_ns"] and rows[-1]["t_ns"] > s["window_end_ns"]
+    sent = sum(r.output_tokens for _, r in read_requests(tmp_path / "out" / "requests.jsonl"))
+    assert rows[-1]["generated_tokens"] - rows[0]["generated_tokens"] == pytest.approx(sent, abs=6)
     assert "Client vs engine" in stdout
 
 

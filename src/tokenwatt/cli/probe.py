@@ -285,7 +285,7 @@ async def _probe(
             )
             window = await witness.stop(scraper, run)
         out.mkdir(parents=True, exist_ok=True)
-        series_file = write_engine_series(window, out / "engine.jsonl")
+        series_file = write_engine_series(scraper, out / "engine.jsonl")
         data = result_dict(
             spec,
             run,

@@ -183,7 +183,7 @@ class _Run:
         name = f"requests-{index:02d}.jsonl"
         await asyncio.to_thread(run.write_requests, self.out_dir / name)
         window = None if self.witness is None else await self.witness.stop(scraper, run)
-        series_file = write_engine_series(window, self.out_dir / f"engine-{index:02d}.jsonl")
+        series_file = write_engine_series(scraper, self.out_dir / f"engine-{index:02d}.jsonl")
         energy, series = await _energy(self.monitor, run)
         summary = summarize_probe(
             index=index,

@@ -43,6 +43,7 @@ class EngineWitness:
         self.url = section.url or metrics_url_for(endpoint_base_url)
         self.warnings = warnings
         self.unavailable: str | None = None
+        self.engine: str | None = None if section.engine == "auto" else section.engine
 
     @property
     def active(self) -> bool:
@@ -50,10 +51,21 @@ class EngineWitness:
         return self.section.enabled and self.unavailable is None
 
     async def start(self) -> EngineScraper | None:
-        """The first scrape (blocking, so in a thread); None when not scraping."""
+        """The first scrape (blocking, so in a thread); None when not scraping.
+
+        llama.cpp adds a request's tokens only when its slot is released, so scrapes inside
+        the window would show steps and interpolating between them would mislead: for it
+        only the scrapes at the start and the end are taken."""
         if not self.active:
             return None
-        scraper = EngineScraper(self.url, self.section.engine, interval_s=self.section.interval_s)
+        if self.engine is None:  # the first probe of the run: detect once
+            scraper = EngineScraper(self.url, self.section.engine, interval_s=0)
+            await asyncio.to_thread(scraper.start)
+            self.engine = scraper.engine
+            if scraper.unavailable is not None or self.engine == "llamacpp":
+                return scraper
+        interval_s = 0.0 if self.engine == "llamacpp" else self.section.interval_s
+        scraper = EngineScraper(self.url, self.engine or "auto", interval_s=interval_s)
         return await asyncio.to_thread(scraper.start)
 
     async def stop(self, scraper: EngineScraper | None, run: ProbeRun) -> EngineWindow | None:
@@ -69,11 +81,15 @@ class EngineWitness:
         return window
 
 
-def write_engine_series(window: EngineWindow | None, path: Path) -> str | None:
-    """The window's scrapes as JSON lines (``t_s`` + every figure read); the file's name."""
-    rows = [] if window is None else window.series_rows()
-    if not rows:
+def write_engine_series(scraper: EngineScraper | None, path: Path) -> str | None:
+    """Every scrape of the probe (warm-up and drain included, not cut to the window) as JSON
+    lines: ``t_ns`` on the client's clock (compare with the probe's ``window_start_ns``),
+    ``t_s`` since the first scrape, then every figure read. Returns the file's name."""
+    samples = [] if scraper is None else sorted(scraper.samples, key=lambda x: x.t_ns)
+    if not samples:
         return None
+    t0 = samples[0].t_ns
+    rows = [{"t_ns": x.t_ns, "t_s": (x.t_ns - t0) / 1e9, **x.counters, **x.gauges} for x in samples]
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     return path.name
 
