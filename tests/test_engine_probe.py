@@ -154,5 +154,56 @@ def test_server_without_metrics_is_said_once(tmp_path: Path) -> None:
     warnings, first, second = asyncio.run(go())
     assert len(warnings) == 1 and "engine figures not measured" in warnings[0]
     assert "/metrics" in warnings[0]
-    assert getattr(first, "unavailable", None) is not None
+    assert first is not None and first.window.unavailable is not None
     assert second is None
+
+
+BENCH_SPEC = """
+name: engine-bench
+model: {source: llama-3.1-8b}
+hardware: {accelerator: h100-sxm}
+endpoint: {url: sim}
+sim: {efficiency: 0.5, prefill_cost: false, max_num_seqs: 8}
+workload: {input_tokens: 64, output_tokens: 64, seed: 3, arrival: {kind: constant}}
+slo: {ttft_ms: 2000, tpot_ms: 200}
+search:
+  start_rate_rps: 20
+  max_probes: 2
+  single_stream_requests: 2
+  probe: {warmup_s: 0.5, min_duration_s: 2.0, min_requests: 10, max_duration_s: 4,
+          drain_timeout_s: 5}
+server_metrics: {interval_s: 0.1}
+"""
+
+
+def test_bench_stores_engine_figures_for_every_probe(tmp_path: Path) -> None:
+    """`tokenwatt bench`: every probe (single stream too) carries the engine's figures and
+    its series file; T agrees with the simulator's count within 2% at every search probe. The
+    single-stream point starts and stops the load at its edges, where interpolating between
+    scrapes misplaces tokens: its tolerance is widened by the straddling scrape time."""
+    from tokenwatt.result import load_result
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BENCH_SPEC)
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [sys.executable, "-m", "tokenwatt", "bench", str(spec), "--out", str(out)],
+        capture_output=True, text=True, timeout=170, check=False,
+        env={**os.environ, "COLUMNS": "120"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    r = load_result(out)
+    probes = [p for p in (r.single_stream, *r.probes) if p is not None]
+    assert len(probes) >= 2
+    for p in probes:
+        e = p.engine
+        assert e is not None and e.engine == "vllm" and e.unavailable is None
+        assert p.engine_series_file == f"engine-{p.index:02d}.jsonl"
+        assert (out / p.engine_series_file).stat().st_size > 0
+        t = next(a for a in e.agreements if a.figure == "T")
+        assert e.edge_fraction is not None and t.tolerance == pytest.approx(0.02 + e.edge_fraction)
+        assert t.ok and t.rel_diff is not None, (p.index, t)
+        if p.index > 0:  # open loop: the load runs on through both edges, the rate is steady
+            assert abs(t.rel_diff) < 0.02, (p.index, t)
+    assert not [w for w in r.warnings if "engine" in w]
+    assert "Client vs engine" in res.stdout

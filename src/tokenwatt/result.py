@@ -335,6 +335,11 @@ class EngineFigures(_Strict):
     steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
     mbu: float | None = Field(None, description="MBU from the engine's B and s (second MBU)")
     agreements: list[EngineAgreement] = Field(default_factory=list)
+    edge_fraction: float | None = Field(
+        None,
+        description="scrape time straddling the window's edges ÷ window: added to every "
+        "tolerance (what the scrapes cannot resolve)",
+    )
 
 
 class ProbeSummary(_Strict):

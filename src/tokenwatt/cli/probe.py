@@ -23,9 +23,9 @@ from rich.table import Table
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
-    from tokenwatt.engine import EngineWindow
     from tokenwatt.geometry.model import ModelGeometry
     from tokenwatt.hardware import Accelerator
+    from tokenwatt.load.engine_probe import ProbeEngine
     from tokenwatt.load.probe import ProbeProgress, ProbeRun
     from tokenwatt.load.target import Target
     from tokenwatt.metrics.latency import ProbeMetrics
@@ -139,7 +139,7 @@ def result_dict(
     geometry: ModelGeometry | None,
     accelerator: Accelerator | None,
     early_stop_reason: str | None,
-    engine_window: EngineWindow | None = None,
+    engine_window: ProbeEngine | None = None,
     engine_series_file: str | None = None,
 ) -> dict[str, Any]:
     from tokenwatt import __version__

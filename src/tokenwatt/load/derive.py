@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 
-from tokenwatt.engine import EngineWindow
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
-from tokenwatt.load.engine_probe import engine_figures
+from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
@@ -129,7 +128,7 @@ def summarize_probe(
     early_stop_reason: str | None = None,
     requests_file: str | None = None,
     phase: str | None = None,
-    engine_window: EngineWindow | None = None,
+    engine_window: ProbeEngine | None = None,
     engine_series_file: str | None = None,
 ) -> ProbeSummary:
     """One probe's figures and verdict, in the result's shape (no geometry: no MBU); with

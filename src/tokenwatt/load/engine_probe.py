@@ -11,11 +11,15 @@ run (one warning) and stops scraping, instead of a failed scrape per probe.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 from tokenwatt.engine import (
+    AGREEMENT_TOLERANCES,
+    EngineSample,
     EngineScraper,
     EngineWindow,
     compare_client_engine,
@@ -30,7 +34,13 @@ from tokenwatt.result import EngineAgreement, EngineFigures
 from tokenwatt.spec import BenchSpec
 from tokenwatt.spec.server_metrics import ServerMetricsSection
 
-__all__ = ["EngineWitness", "engine_figures", "write_engine_series"]
+__all__ = [
+    "EngineWitness",
+    "ProbeEngine",
+    "edge_fraction",
+    "engine_figures",
+    "write_engine_series",
+]
 
 
 class EngineWitness:
@@ -68,17 +78,44 @@ class EngineWitness:
         scraper = EngineScraper(self.url, self.engine or "auto", interval_s=interval_s)
         return await asyncio.to_thread(scraper.start)
 
-    async def stop(self, scraper: EngineScraper | None, run: ProbeRun) -> EngineWindow | None:
+    async def stop(self, scraper: EngineScraper | None, run: ProbeRun) -> ProbeEngine | None:
         """The last scrape and the window cut to the client's; a first ``unavailable`` becomes
         the run's one warning and ends scraping for the rest of the run."""
         if scraper is None:
             return None
-        span = (run.window_start_ns, run.window_end_ns)
-        window = await asyncio.to_thread(scraper.stop, span if span[1] > span[0] else None)
+        w0, w1 = run.window_start_ns, run.window_end_ns
+        window = await asyncio.to_thread(scraper.stop, (w0, w1) if w1 > w0 else None)
         if window.unavailable is not None and self.unavailable is None:
             self.unavailable = window.unavailable
             self.warnings.append(f"engine figures not measured: {window.unavailable}")
-        return window
+        return ProbeEngine(window, edge_fraction(scraper.samples, w0, w1))
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeEngine:
+    """A probe's engine window and how finely the scrapes resolve its edges."""
+
+    window: EngineWindow
+    edge_fraction: float
+
+
+def edge_fraction(samples: Sequence[EngineSample], start_ns: int, end_ns: int) -> float:
+    """(w0 − last scrape before it) + (first scrape after w1 − w1), as a fraction of the window.
+
+    Why: the engine's counters at the window's edges are interpolated between the scrapes that
+    straddle them. Where the load starts or stops at an edge (a single-stream point, a closed
+    loop's last request) the engine's rate is not steady across those scrapes, and at most the
+    tokens of those straddling stretches are misplaced. This bound is added to each agreement's
+    tolerance, so a disagreement is only claimed beyond what the scrapes can resolve.
+    """
+    if end_ns <= start_ns:
+        return 0.0
+    times = sorted(x.t_ns for x in samples)
+    before = [t for t in times if t <= start_ns]
+    after = [t for t in times if t >= end_ns]
+    lead = start_ns - before[-1] if before else 0
+    tail = after[0] - end_ns if after else 0
+    return (lead + tail) / (end_ns - start_ns)
 
 
 def write_engine_series(scraper: EngineScraper | None, path: Path) -> str | None:
@@ -121,13 +158,14 @@ def _engine_mbu(
 
 
 def engine_figures(
-    window: EngineWindow,
+    probe_engine: ProbeEngine,
     run: ProbeRun,
     spec: BenchSpec,
     geometry: ModelGeometry | None,
     accelerator: Accelerator | None,
 ) -> EngineFigures:
     """The window's engine figures, the T/B/s agreements and the engine-side MBU."""
+    window, edge = probe_engine.window, probe_engine.edge_fraction
     data = window.to_dict()
     figures = EngineFigures(**data)
     if window.unavailable is not None:
@@ -145,6 +183,7 @@ def engine_figures(
                 replicas=replicas,
                 window=window,
                 tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
+                tolerances={k: v + edge for k, v in AGREEMENT_TOLERANCES.items()},
             )
         ]
     mbu = None
@@ -163,5 +202,6 @@ def engine_figures(
             "steps_per_s_per_replica": steps,
             "mbu": mbu,
             "agreements": agreements,
+            "edge_fraction": edge,
         }
     )
