@@ -26,6 +26,7 @@ from tokenwatt.engine import (
     engine_batch_and_steps,
     metrics_url_for,
 )
+from tokenwatt.engine.names import COUNTERS, GAUGES
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
@@ -39,6 +40,7 @@ __all__ = [
     "ProbeEngine",
     "edge_fraction",
     "engine_figures",
+    "read_engine_series",
     "write_engine_series",
 ]
 
@@ -129,6 +131,18 @@ def write_engine_series(scraper: EngineScraper | None, path: Path) -> str | None
     rows = [{"t_ns": x.t_ns, "t_s": (x.t_ns - t0) / 1e9, **x.counters, **x.gauges} for x in samples]
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     return path.name
+
+
+def read_engine_series(path: Path) -> list[EngineSample]:
+    """The scrapes ``write_engine_series`` wrote, as samples again: a probe's engine window
+    can be re-derived from its files (``clip_samples`` + ``summarize``), like its requests."""
+    out: list[EngineSample] = []
+    for line in path.read_bytes().splitlines():
+        row = orjson.loads(line)
+        counters = {k: float(row[k]) for k in COUNTERS if k in row}
+        gauges = {k: float(row[k]) for k in GAUGES if k in row}
+        out.append(EngineSample(int(row["t_ns"]), counters, gauges))
+    return out
 
 
 def _engine_mbu(
