@@ -220,6 +220,28 @@ class _Bar:
         self.progress.update(self.task, description=desc, total=max(total, 1e-9), completed=done)
 
 
+def _geometry(spec: BenchSpec) -> tuple[ModelGeometry | None, Accelerator | None, str | None]:
+    """The spec's geometry and accelerator, or the reason there are none (a remote endpoint
+    can still be probed; MBU is then absent)."""
+    from tokenwatt.errors import TokenwattError
+    from tokenwatt.geometry import load_geometry
+    from tokenwatt.load.target import resolve_accelerator
+
+    try:
+        m = spec.model
+        geometry = load_geometry(
+            m.source,
+            weight_dtype=m.weight_dtype,
+            kv_dtype=m.kv_dtype,
+            overrides=m.overrides or None,
+        )
+        return geometry, resolve_accelerator(spec.hardware), None
+    except TokenwattError as exc:
+        if spec.endpoint.is_sim:
+            raise
+        return None, None, str(exc)
+
+
 async def _probe(
     spec: BenchSpec,
     *,
@@ -231,27 +253,12 @@ async def _probe(
     sim_mode: Literal["thread", "subprocess"],
     quiet: bool,
 ) -> dict[str, Any]:
-    from tokenwatt.errors import TokenwattError
-    from tokenwatt.geometry import load_geometry
     from tokenwatt.load.derive import early_stop_for
     from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
     from tokenwatt.load.probe import run_probe
-    from tokenwatt.load.target import open_target, resolve_accelerator
+    from tokenwatt.load.target import open_target
 
-    geometry = geometry_error = accelerator = None
-    try:
-        m = spec.model
-        geometry = load_geometry(
-            m.source,
-            weight_dtype=m.weight_dtype,
-            kv_dtype=m.kv_dtype,
-            overrides=m.overrides or None,
-        )
-        accelerator = resolve_accelerator(spec.hardware)
-    except TokenwattError as exc:
-        if spec.endpoint.is_sim:
-            raise
-        geometry_error = str(exc)  # a remote endpoint can still be probed; MBU is then absent
+    geometry, accelerator, geometry_error = _geometry(spec)
     async with open_target(spec, sim_mode=sim_mode) as target:
         progress = Progress(
             TextColumn("{task.description}"),
