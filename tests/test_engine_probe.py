@@ -207,3 +207,18 @@ def test_bench_stores_engine_figures_for_every_probe(tmp_path: Path) -> None:
             assert abs(t.rel_diff) < 0.02, (p.index, t)
     assert not [w for w in r.warnings if "engine" in w]
     assert "Client vs engine" in res.stdout
+
+
+def test_metrics_url_credentials_stay_out_of_the_result() -> None:
+    """A /metrics URL with user:pass@ and a token: neither reaches the figures or the warning."""
+    from tokenwatt.engine import EngineWindow
+    from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
+    from tokenwatt.spec import parse_spec
+
+    url = "http://admin:hunter2-secret@127.0.0.1:9/metrics?token=abcdef123456"
+    window = EngineWindow(None, url, unavailable=f"no engine metrics at {url} (refused)")
+    spec = parse_spec({"model": {"source": "llama-3.1-8b"}, "endpoint": {"url": "sim"}})
+    figures = engine_figures(ProbeEngine(window, 0.0), None, spec, None, None)  # type: ignore[arg-type]
+    text = figures.model_dump_json()
+    assert "hunter2-secret" not in text and "abcdef123456" not in text
+    assert figures.unavailable is not None and "127.0.0.1:9" in figures.unavailable

@@ -32,7 +32,7 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.result import EngineAgreement, EngineFigures
-from tokenwatt.spec import BenchSpec
+from tokenwatt.spec import BenchSpec, redact_text
 from tokenwatt.spec.server_metrics import ServerMetricsSection
 
 __all__ = [
@@ -89,7 +89,7 @@ class EngineWitness:
         window = await asyncio.to_thread(scraper.stop, (w0, w1) if w1 > w0 else None)
         if window.unavailable is not None and self.unavailable is None:
             self.unavailable = window.unavailable
-            self.warnings.append(f"engine figures not measured: {window.unavailable}")
+            self.warnings.append(f"engine figures not measured: {redact_text(window.unavailable)}")
         return ProbeEngine(window, edge_fraction(scraper.samples, w0, w1))
 
 
@@ -181,6 +181,9 @@ def engine_figures(
     """The window's engine figures, the T/B/s agreements and the engine-side MBU."""
     window, edge = probe_engine.window, probe_engine.edge_fraction
     data = window.to_dict()
+    data["url"] = redact_text(window.url)  # a /metrics URL may carry user:pass@ or a token
+    if window.unavailable is not None:
+        data["unavailable"] = redact_text(window.unavailable)
     figures = EngineFigures(**data)
     if window.unavailable is not None:
         return figures
