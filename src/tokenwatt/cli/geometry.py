@@ -223,16 +223,48 @@ def _show_accelerator(a: Accelerator) -> None:
     _console().print(t)
 
 
+def _measure(as_json: bool) -> None:
+    """Print the measured bandwidth and the spec lines that use it as a measured accelerator."""
+    import os
+
+    from tokenwatt.hardware.measure import measure_read_bandwidth
+
+    m = measure_read_bandwidth()
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if as_json:
+        data = {"bandwidth_bytes_per_s": m.bandwidth_bytes_per_s, "nbytes": m.nbytes,
+                "repeats": m.repeats, "best_s": m.best_s, "memory_bytes": memory}  # fmt: skip
+        typer.echo(json.dumps(data, indent=2))
+        return
+    typer.echo(
+        f"measured streaming-read bandwidth: {m.bandwidth_bytes_per_s / 1e9:.2f} GB/s "
+        f"({m.bandwidth_bytes_per_s:.4g} B/s; numpy sum over {m.nbytes / 2**20:.0f} MiB, "
+        f"best of {m.repeats}, one thread)"
+    )
+    typer.echo("to use it as the accelerator, in the spec:")
+    typer.echo(
+        "hardware:\n  accelerator: null\n  custom:\n"
+        f"    bandwidth_bytes_per_s: {m.bandwidth_bytes_per_s:.4g}\n"
+        f"    memory_bytes: {memory:.4g}\n    measured: true"
+    )
+
+
 _BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off"})
 
 
 def hardware(
     name: str | None = typer.Argument(None, help="accelerator, e.g. h100-sxm; omit to list all"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    measure: bool = typer.Option(
+        False, "--measure", help="measure this machine's streaming-read bandwidth instead"
+    ),
 ) -> None:
     """The accelerator catalog: rated bandwidth, memory, TDP and peak FLOP/s, with sources."""
     from tokenwatt.hardware import get_accelerator, list_accelerators
 
+    if measure:
+        _measure(as_json)
+        return
     if name is None:
         accs = list_accelerators()
         if as_json:

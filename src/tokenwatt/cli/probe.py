@@ -37,6 +37,7 @@ from tokenwatt.errors import SpecError
 if TYPE_CHECKING:
     from tokenwatt.geometry.model import ModelGeometry
     from tokenwatt.hardware import Accelerator
+    from tokenwatt.load.engine_probe import ProbeEngine
     from tokenwatt.load.probe import ProbeProgress, ProbeRun
     from tokenwatt.load.spill import RecordSpill
     from tokenwatt.load.target import Target
@@ -173,6 +174,8 @@ def result_dict(
     geometry: ModelGeometry | None,
     accelerator: Accelerator | None,
     early_stop_reason: str | None,
+    engine_window: ProbeEngine | None = None,
+    engine_series_file: str | None = None,
 ) -> dict[str, Any]:
     from tokenwatt import __version__
     from tokenwatt.load.derive import summarize_probe
@@ -186,6 +189,8 @@ def result_dict(
         accelerator=accelerator,
         early_stop_reason=early_stop_reason,
         requests_file="requests.jsonl",
+        engine_window=engine_window,
+        engine_series_file=engine_series_file,
     )
     verdict = summary.slo_detail
     return {
@@ -287,6 +292,7 @@ async def _probe(
     quiet: bool,
 ) -> dict[str, Any]:
     from tokenwatt.load.derive import early_stop_for
+    from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
     from tokenwatt.load.probe import run_probe
     from tokenwatt.load.target import open_target
 
@@ -304,6 +310,9 @@ async def _probe(
         with progress:
             bar = _Bar(progress, spec.search.probe.warmup_s)
             stopper = early_stop_for(spec, rate, spec.search.probe)
+            engine_warnings: list[str] = []
+            witness = EngineWitness(spec.server_metrics, target.base_url, engine_warnings)
+            scraper = await witness.start()
 
             def on_progress(p: ProbeProgress) -> None:
                 if stopper is not None:
@@ -321,7 +330,10 @@ async def _probe(
                 should_stop=stopper,
                 on_record=spill,
             )
+            window = await witness.stop(scraper, run)
         spill.close()
+        out.mkdir(parents=True, exist_ok=True)
+        series_file = write_engine_series(scraper, out / "engine.jsonl")
         data = result_dict(
             spec,
             run,
@@ -331,10 +343,12 @@ async def _probe(
             geometry=geometry,
             accelerator=accelerator,
             early_stop_reason=stopper.reason if stopper is not None else None,
+            engine_window=window,
+            engine_series_file=series_file,
         )
     if spill.error is not None:
         data["warnings"].append(f"incremental requests.jsonl stopped: {spill.error}")
-    out.mkdir(parents=True, exist_ok=True)
+    data["warnings"] += engine_warnings
     run.write_requests(out / "requests.jsonl")
     (out / "probe.json").write_bytes(
         orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
@@ -405,6 +419,16 @@ def _exit_for(data: dict[str, Any]) -> None:
         raise SystemExit(3)
 
 
+def _print_engine(data: dict[str, Any]) -> None:
+    """The client-vs-engine table of the probe, when the engine was scraped."""
+    from tokenwatt.report.terminal import engine_table
+    from tokenwatt.result import ProbeSummary
+
+    table = engine_table(ProbeSummary.model_validate(data["summary"]))
+    if table is not None:
+        console.print(table)
+
+
 def _with_flags(spec: BenchSpec, *, duration: float | None, warmup: float | None) -> BenchSpec:
     """The spec with ``--duration``/``--warmup`` applied to its probe settings."""
     changes: dict[str, Any] = {}
@@ -438,6 +462,7 @@ def _check_flags(
 
 def _show(data: dict[str, Any], folder: Path) -> None:
     console.print(summary_table(data))
+    _print_engine(data)
     for w in data["warnings"]:
         console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
     files = ", ".join(sorted(f.name for f in folder.iterdir() if f.is_file()))

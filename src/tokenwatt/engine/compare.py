@@ -32,10 +32,10 @@ _CAUSES: dict[tuple[str, bool], str] = {
     "or R in the spec is lower than the engines actually serving",
     ("B", False): "idle replicas or idle time: the client's B averages over elapsed time, "
     "busy slots per decode only over decode calls; or R counts replicas that got no traffic",
-    ("s", True): "several tokens per engine step (multi-token chunks or speculative "
+    ("s", True): "the engine idled (its steps/s averages over elapsed time, 1/τ only over "
+    "decoding), or several tokens per engine step (multi-token chunks or speculative "
     "decoding): 1/τ counts tokens, not steps",
-    ("s", False): "the engine counts prefill-only steps too, or idled (its steps/s "
-    "averages over elapsed time, 1/τ only over decoding)",
+    ("s", False): "the engine counts prefill-only steps too",
 }
 
 

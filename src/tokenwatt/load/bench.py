@@ -27,6 +27,7 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.derive import early_stop_for, summarize_probe
+from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
 from tokenwatt.load.fit import check_fits
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
@@ -113,6 +114,7 @@ class _Run:
     result: BenchResult
     on_event: OnEvent | None
     summaries: dict[int, ProbeSummary] = field(default_factory=dict)
+    witness: EngineWitness | None = None
 
     def settings_for(self, rate_rps: float) -> ProbeSettings:
         """The spec's probe settings, with the warm-up stretched to at least WARMUP_LIFETIMES
@@ -167,6 +169,7 @@ class _Run:
             )
 
         self.emit(BenchEvent("probe_start", index=index, rate_rps=rate_rps, phase=phase))
+        scraper = None if self.witness is None else await self.witness.start()
         run = await run_probe(
             spec,
             self.target.client,
@@ -180,6 +183,8 @@ class _Run:
         )
         name = f"requests-{index:02d}.jsonl"
         await asyncio.to_thread(run.write_requests, self.out_dir / name)
+        window = None if self.witness is None else await self.witness.stop(scraper, run)
+        series_file = write_engine_series(scraper, self.out_dir / f"engine-{index:02d}.jsonl")
         energy, series = await _energy(self.monitor, run)
         summary = summarize_probe(
             index=index,
@@ -192,6 +197,8 @@ class _Run:
             early_stop_reason=stopper.reason if stopper is not None and run.stopped_early else None,
             requests_file=name,
             phase=phase,
+            engine_window=window,
+            engine_series_file=series_file,
         )
         self.summaries[index] = summary
         if index == 0:
@@ -341,6 +348,7 @@ async def run_bench(
                 result.warnings.append("no power source: tokens per joule not measured")
             result.target = target_record(spec, target)
             bench = _Run(spec, out, target, geometry, accelerator, monitor, result, on_event)
+            bench.witness = EngineWitness(spec.server_metrics, target.base_url, result.warnings)
             bench.emit(BenchEvent("started", message=redact_text(target.base_url)))
             try:
                 await _search(bench)

@@ -12,6 +12,7 @@ import math
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import load_expert_load
 from tokenwatt.hardware import Accelerator
+from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
@@ -19,6 +20,7 @@ from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
     EnergySummary,
+    EngineFigures,
     Mbu,
     ProbeSummary,
     SloDetail,
@@ -110,10 +112,12 @@ def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None)
     )
 
 
-def probe_flags(run: ProbeRun, mbu: Mbu | None) -> list[str]:
+def probe_flags(run: ProbeRun, mbu: Mbu | None, engine: EngineFigures | None = None) -> list[str]:
     """Conditions a reader of the figures must know, as short flags."""
     m = run.metrics
     flags = [] if mbu is None else [k for k, v in mbu.flags.model_dump().items() if v]
+    if engine is not None and any(a.ok is False for a in engine.agreements):
+        flags.append("engine_disagrees")
     if run.stopped_early or run.interrupted or run.saturated:
         flags.append("window_cut")
     if run.saturated:
@@ -164,13 +168,19 @@ def summarize_probe(
     early_stop_reason: str | None = None,
     requests_file: str | None = None,
     phase: str | None = None,
+    engine_window: ProbeEngine | None = None,
+    engine_series_file: str | None = None,
 ) -> ProbeSummary:
-    """One probe's figures and verdict, in the result's shape (no geometry: no MBU)."""
+    """One probe's figures and verdict, in the result's shape (no geometry: no MBU); with
+    ``engine_window`` the engine's own figures beside the client's (``load.engine_probe``)."""
     m = run.metrics
     verdict = probe_verdict(run, spec, early_stop_reason)
     mbu = None
     if geometry is not None and accelerator is not None:
         mbu = probe_mbu(run, geometry, spec.hardware, accelerator, spec.engine)
+    engine = None
+    if engine_window is not None:
+        engine = engine_figures(engine_window, run, spec, geometry, accelerator)
     goodput = _or0(m.goodput_output_tokens_per_s)
     return ProbeSummary(
         index=index,
@@ -201,7 +211,7 @@ def summarize_probe(
         errors_by_kind=m.errors_by_kind,
         window_s=m.window_s,
         requests_file=requests_file,
-        flags=probe_flags(run, mbu),
+        flags=probe_flags(run, mbu, engine),
         phase=phase,
         seed=run.seed,
         concurrency=run.concurrency,
@@ -223,4 +233,6 @@ def summarize_probe(
         cached_prompt_fraction=cached_prompt_fraction(
             run.records, window_start_ns=run.window_start_ns, window_end_ns=run.window_end_ns
         ),
+        engine=engine,
+        engine_series_file=engine_series_file,
     )

@@ -617,6 +617,14 @@ def _client_facts(client: StreamingClient) -> tuple[dict[str, Any] | None, dict[
     return clock_dict, stats
 
 
+def _check_rate_and_count(rate_rps: float | None, max_requests: int | None) -> None:
+    """Refuse a probe whose rate or request count cannot describe a run."""
+    if max_requests is not None and max_requests < 1:
+        raise ValueError("max_requests must be >= 1")
+    if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
+        raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
+
+
 async def run_probe(
     spec: BenchSpec,
     client: StreamingClient,
@@ -641,10 +649,7 @@ async def run_probe(
     ``on_record`` sees every record as it ends (for incremental writing).
     """
     settings = settings or spec.search.probe
-    if max_requests is not None and max_requests < 1:
-        raise ValueError("max_requests must be >= 1")
-    if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
-        raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
+    _check_rate_and_count(rate_rps, max_requests)
     prompt_format = _resolve_prompt_format(spec)
     schedule, stated_rate = make_source(
         spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format

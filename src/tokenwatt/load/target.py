@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -82,7 +82,7 @@ def resolve_accelerator(hw: HardwareSection) -> Accelerator:
         assert base is not None  # the spec requires one of the two
         return base
     c = hw.custom
-    return custom_accelerator(
+    acc = custom_accelerator(
         base.name if base is not None else "custom",
         bandwidth_bytes_per_s=c.bandwidth_bytes_per_s,
         memory_bytes=c.memory_bytes,
@@ -91,6 +91,9 @@ def resolve_accelerator(hw: HardwareSection) -> Accelerator:
         fp8_dense_flops=c.fp8_dense_flops,
         base=base,
     )
+    if c.measured:  # not a rated figure: say where it came from
+        return replace(acc, source="measured (tokenwatt hardware --measure)", confidence="measured")
+    return acc
 
 
 def sim_config(spec: BenchSpec, *, truth_log: str | Path | None = None) -> SimConfig:

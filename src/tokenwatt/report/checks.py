@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tokenwatt.metrics.latency import sent_late
-from tokenwatt.report.format import fmt_count, fmt_ms, fmt_quantile
-from tokenwatt.result import BenchResult, ProbeSummary
+from tokenwatt.report.format import fmt_count, fmt_float, fmt_ms, fmt_quantile, fmt_signed_pct
+from tokenwatt.result import BenchResult, EngineAgreement, ProbeSummary
 
 __all__ = ["MIN_TAIL_SAMPLES", "Check", "self_checks"]
 
@@ -167,6 +167,31 @@ def _search(result: BenchResult) -> list[Check]:
     return out
 
 
+def _engine_disagrees(result: BenchResult) -> list[Check]:
+    """Client and engine parting beyond tolerance, one warning per figure and direction,
+    with the likely cause the comparison named (``tokenwatt.engine.compare``)."""
+    groups: dict[tuple[str, str], list[tuple[ProbeSummary, EngineAgreement]]] = {}
+    for p in _all_probes(result):
+        for a in [] if p.engine is None else p.engine.agreements:
+            if a.ok is False and a.rel_diff is not None:
+                groups.setdefault((a.figure, a.cause or ""), []).append((p, a))
+    out: list[Check] = []
+    for (figure, cause), hits in groups.items():
+        probes = list({id(p): p for p, _ in hits}.values())
+        _, a = hits[0]
+        assert a.engine is not None and a.rel_diff is not None
+        out.append(
+            Check(
+                "warning",
+                f"{_labels(probes)}: client and engine disagree on {figure} (client "
+                f"{fmt_float(a.client)} vs engine {fmt_float(a.engine)}, "
+                f"{fmt_signed_pct(a.rel_diff)} beyond ±{a.tolerance:.0%}); likely cause: "
+                f"{cause or 'unknown'}",
+            )
+        )
+    return out
+
+
 def _failures(result: BenchResult) -> list[Check]:
     b = result.boundary
     if b is None or b.requests_failed == 0:
@@ -206,6 +231,7 @@ def self_checks(result: BenchResult) -> list[Check]:
         *_multi_token(result),
         *_above_rated(result),
         *_failures(result),
+        *_engine_disagrees(result),
         *_energy(result),
         *(Check("warning", w) for w in result.warnings),
     ]

@@ -16,6 +16,7 @@ from typing import Any
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.report import plots
 from tokenwatt.report.checks import self_checks
+from tokenwatt.report.engine_view import ENGINE_HEADER, engine_probe, engine_rows
 from tokenwatt.report.format import (
     DASH,
     fmt_bytes,
@@ -358,6 +359,23 @@ def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
     return _section("inputs", "Inputs", body)
 
 
+def _engine(result: BenchResult) -> str:
+    """Client beside engine for the boundary (else the last scraped probe); '' if none."""
+    p = engine_probe(result)
+    rows = [] if p is None else engine_rows(p)
+    if p is None or not rows:
+        return ""
+    label = "single stream" if p.index == 0 else f"probe {p.index}"
+    classes = ["fail" if r[4].startswith("DISAGREE") else "" for r in rows]
+    body = _table(
+        [_e(h) for h in ENGINE_HEADER],
+        [[_e(c) for c in r] for r in rows],
+        left=(0, 4),
+        row_classes=classes,
+    )
+    return _section("engine", f"Client vs engine /metrics ({label})", body)
+
+
 def _json_script(data: Any) -> str:
     # "</" would end the script element early; JSON allows the escaped form.
     text = json.dumps(data, indent=1, ensure_ascii=False).replace("</", "<\\/")
@@ -424,6 +442,7 @@ def render_html(result: BenchResult) -> str:
     parts.append(_section("power", "Power over time", power))
     parts.append(_probes(result))
     parts.append(_single_stream(result))
+    parts.append(_engine(result))
     parts.append(_inputs(result, geometry))
     spec_text = json.dumps(result.spec, indent=2, ensure_ascii=False)
     parts.append(_section("spec", "Spec (secrets removed)", f"<pre>{_e(spec_text)}</pre>"))

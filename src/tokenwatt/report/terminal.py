@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenwatt.report.checks import self_checks
+from tokenwatt.report.engine_view import ENGINE_HEADER, engine_probe, engine_rows
 from tokenwatt.report.format import (
     DASH,
     fmt_bytes,
@@ -46,6 +47,8 @@ __all__ = [
     "describe_run",
     "describe_slo",
     "energy_text",
+    "engine_block",
+    "engine_table",
     "headline",
     "mbu_block",
     "probe_table",
@@ -277,6 +280,29 @@ def single_stream_block(result: BenchResult) -> RenderableType:
     return Group(Text(f"Single stream (latency floor, {n} requests one at a time)", "bold"), grid)
 
 
+def engine_table(p: ProbeSummary) -> Table | None:
+    """Client beside engine for one probe; None when the engine was not scraped."""
+    rows = engine_rows(p)
+    if not rows:
+        return None
+    label = "single stream" if p.index == 0 else f"probe {p.index}"
+    t = Table(title=f"Client vs engine /metrics ({label})", box=box.SIMPLE_HEAD)
+    for i, h in enumerate(ENGINE_HEADER):
+        t.add_column(h, justify="left" if i in (0, 4) else "right")
+    for row in rows:
+        style = "yellow" if row[4].startswith("DISAGREE") else None
+        t.add_row(*row, style=style)
+    return t
+
+
+def engine_block(result: BenchResult) -> Iterator[RenderableType]:
+    """The boundary's (else the last scraped probe's) client-vs-engine table, if any."""
+    p = engine_probe(result)
+    table = None if p is None else engine_table(p)
+    if table is not None:
+        yield table
+
+
 def checks_block(result: BenchResult) -> RenderableType:
     checks = self_checks(result)
     if not checks:
@@ -300,6 +326,7 @@ class ResultView:
         yield mbu_block(r)
         yield probe_table(r)
         yield single_stream_block(r)
+        yield from engine_block(r)
         yield checks_block(r)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

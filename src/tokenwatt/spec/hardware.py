@@ -24,6 +24,11 @@ class CustomAccelerator(Section):
         None, gt=0, le=1e19, description="dense BF16 peak, FLOP/s"
     )
     fp8_dense_flops: float | None = Field(None, gt=0, le=1e19, description="dense FP8 peak, FLOP/s")
+    measured: bool = Field(
+        False,
+        description="the bandwidth was measured (`tokenwatt hardware --measure`), not rated: "
+        "the result labels the accelerator measured",
+    )
 
 
 class HardwareSection(Section):

@@ -1,0 +1,66 @@
+"""Client beside engine for one probe: the rows both the terminal and the HTML report show.
+
+Why one module: the two views must show the same figures with the same verdicts; only the
+markup differs. The rows come from the result file (``ProbeSummary.engine``), never from
+in-memory state.
+"""
+
+from __future__ import annotations
+
+from tokenwatt.report.format import DASH, fmt_float, fmt_pct, fmt_signed_pct, fmt_tokens_per_s
+from tokenwatt.result import BenchResult, EngineAgreement, ProbeSummary
+
+__all__ = ["ENGINE_HEADER", "EngineRow", "engine_probe", "engine_rows"]
+
+ENGINE_HEADER = ("figure", "client", "engine", "diff", "verdict")
+EngineRow = tuple[str, str, str, str, str]
+
+_LABELS = {
+    "T": "T tokens/s",
+    "B": "B per replica",
+    "s": "s steps/s/replica",
+}
+
+
+def engine_probe(result: BenchResult) -> ProbeSummary | None:
+    """The probe to show: the boundary, else the last probe the engine was scraped for."""
+    candidates = [result.boundary, *reversed(result.probes), result.single_stream]
+    for p in candidates:
+        if p is not None and p.engine is not None and p.engine.unavailable is None:
+            return p
+    return None
+
+
+def _fmt(figure: str, x: float | None) -> str:
+    return fmt_tokens_per_s(x) if figure == "T" else fmt_float(x)
+
+
+def _agreement_row(a: EngineAgreement) -> EngineRow:
+    if a.ok is None:
+        verdict = "not counted by the engine"
+    elif a.ok:
+        verdict = f"agree (±{fmt_pct(a.tolerance, 0)})"
+    else:
+        verdict = f"DISAGREE (±{fmt_pct(a.tolerance, 0)})"
+    diff = fmt_signed_pct(a.rel_diff) if a.rel_diff is not None else DASH
+    return (_LABELS.get(a.figure, a.figure), _fmt(a.figure, a.client), _fmt(a.figure, a.engine),
+            diff, verdict)  # fmt: skip
+
+
+def engine_rows(p: ProbeSummary) -> list[EngineRow]:
+    """Agreements first, then the counts only one side has or that explain the engine."""
+    e = p.engine
+    if e is None or e.unavailable is not None:
+        return []
+    rows = [_agreement_row(a) for a in e.agreements]
+    rows.append(("MBU", fmt_pct(p.mbu), fmt_pct(e.mbu), DASH, "engine: its B and s"))
+    for label, v in (
+        ("requests finished", e.requests_finished),
+        ("running (mean)", e.running_mean),
+        ("waiting (mean)", e.waiting_mean),
+        ("KV-cache usage (mean)", e.kv_usage_mean),
+        ("preemptions", e.preemptions),
+    ):
+        shown = fmt_pct(v) if label.startswith("KV") else fmt_float(v)
+        rows.append((label, DASH, shown, DASH, ""))
+    return rows
