@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tokenwatt.cli._workers import WorkersOption, with_workers
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -192,11 +194,12 @@ def _bench_and_report(spec: BenchSpec, out: Path | None) -> None:
 def bench(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="benchmark spec (YAML)")],
     out: OutOption = None,
+    workers: WorkersOption = None,
 ) -> None:
     """Find the SLO boundary and report goodput, tokens per joule and MBU there."""
     from tokenwatt.spec import load_spec
 
-    _bench_and_report(load_spec(spec_path), out)
+    _bench_and_report(with_workers(load_spec(spec_path), workers), out)
 
 
 def demo_spec_text() -> str:

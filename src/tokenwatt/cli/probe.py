@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tokenwatt.cli._workers import WorkersOption, with_workers
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
@@ -386,6 +387,7 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[
             bool, typer.Option("--quiet", "-q", help="no progress bar or summary")
         ] = False,
+        workers: WorkersOption = None,
     ) -> None:
         """Run one probe at one offered load and write probe.json and requests.jsonl."""
         from tokenwatt.spec import load_spec
@@ -399,6 +401,7 @@ def register(app: typer.Typer) -> None:
         if max_requests is not None and max_requests < 1:
             raise SpecError("--max-requests must be at least 1")
         spec = _with_flags(load_spec(spec_path), duration=duration, warmup=warmup)
+        spec = with_workers(spec, workers)
         folder = out or Path(f"tokenwatt-probe-{dt.datetime.now():%Y%m%d-%H%M%S}")
         from tokenwatt.cli._loop import run_async
 

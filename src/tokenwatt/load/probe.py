@@ -53,10 +53,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
+from tokenwatt.load.live_pool import LEAD_NS, LivePool
 from tokenwatt.load.window import WindowRules
+from tokenwatt.load.workers import (
+    ClientConfig,
+    ScheduledRequest,
+    WorkerStats,
+    cpu_seconds,
+    sleep_until,
+    worker_stats,
+)
 from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
@@ -77,7 +87,6 @@ __all__ = [
 _NS = 1_000_000_000
 _LEAD_NS = 20_000_000  # first arrival slot this long after run_probe starts (set-up time)
 _POLL_S = 0.5  # progress and should_stop cadence
-_SPIN_NS = 1_500_000  # sleep until this close to a send time, then yield-spin to it
 # The most open-loop requests in flight at once. Far above any engine's running batch
 # (vLLM's max_num_seqs is 256-1024 per replica), low enough that 8192 tasks, records and
 # prompts stay within tens of MB. At the cap the sender waits, and its sends turn late.
@@ -151,6 +160,8 @@ class ProbeRun:
     max_send_lag_s: float = 0.0  # the sender's worst lag behind its schedule
     clock: dict[str, Any] | None = None  # the client's timestamp source and clock offset
     client_stats: dict[str, Any] = field(default_factory=dict)
+    workers: int = 1  # processes that sent the load (1: this one)
+    keep_up: list[WorkerStats] = field(default_factory=list)  # per sending process
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -202,8 +213,13 @@ class _Probe:
         on_progress: Callable[[ProbeProgress], None] | None,
         should_stop: Callable[[Sequence[RequestRecord]], bool] | None,
         on_record: Callable[[RequestRecord], None] | None = None,
+        pool: LivePool | None = None,
     ) -> None:
         self.spec = spec
+        self.pool = pool
+        self.pool_counted: dict[int, bool] = {}  # dealt to a worker, not yet recorded
+        self.worker_late = 0  # the workers' late sends (their own clocks of the same slots)
+        self.keep_up: list[WorkerStats] = []
         self.on_record = on_record
         self.client = client
         self.schedule = schedule
@@ -290,6 +306,9 @@ class _Probe:
         self.sent += 1
 
     def _launch(self, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
+        if self.pool is not None:
+            self._deal(self.pool, plan, sched_ns, counted)
+            return
         self._begin(plan, counted)
         task = asyncio.get_running_loop().create_task(self._run_one(plan, sched_ns, counted))
         self.tasks.add(task)
@@ -370,16 +389,40 @@ class _Probe:
             if self.w1 is not None and not self.counted_ids_in_flight:
                 self.wake.set()
 
+    # ------------------------------------------------------------------ worker processes
+    def _deal(self, pool: LivePool, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
+        """Hand the request to a worker, which sends it at ``sched_ns`` (``load.live_pool``)."""
+        self._begin(plan, counted)
+        self.pool_counted[plan.index] = counted
+        pool.submit(
+            ScheduledRequest(
+                plan.index, sched_ns, plan.prompt, plan.prompt_tokens_client, plan.max_tokens
+            )
+        )
+
+    def _pool_record(self, rec: RequestRecord) -> None:
+        counted = self.pool_counted.pop(rec.request_id, False)
+        self._done(rec, counted)
+        self.slot_free.set()
+
+    def _pool_figures(self) -> None:
+        """The workers' sender figures, under the same saturation rule as in-process."""
+        if self.pool is None:
+            return
+        f = self.pool.figures
+        self.worker_late = f.late_sends
+        self.max_lag_ns = max(self.max_lag_ns, f.max_lag_ns)
+        late = self.late_sends + self.worker_late
+        if f.lag_ns > MAX_SEND_LAG_S * _NS and late >= _SATURATED_MIN_LATE:
+            self.saturated = True
+            self.wake.set()
+
+    def _in_flight(self) -> int:
+        return len(self.tasks) if self.pool is None else len(self.pool_counted)
+
     # ------------------------------------------------------------------ dispatch
     async def _sleep_until(self, t_ns: int) -> None:
-        while True:
-            d = t_ns - now_ns()
-            if d <= 0:
-                return
-            if d > _SPIN_NS:
-                await asyncio.sleep((d - _SPIN_NS + 500_000) / _NS)
-            else:
-                await asyncio.sleep(0)
+        await sleep_until(t_ns)
 
     async def _open_loop(self, schedule: OpenLoopSchedule) -> None:
         for k, off in enumerate(schedule.offsets_ns()):
@@ -391,8 +434,10 @@ class _Probe:
                 self.wake.set()
                 return
             plan = next(self.plans)
-            await self._sleep_until(t)
-            if not await self._room_for_one(t) or self.stop_dispatch:
+            # with workers the coordinator deals ahead; the worker sends at t itself
+            slot = t if self.pool is None else t - LEAD_NS
+            await self._sleep_until(slot)
+            if not await self._room_for_one(slot) or self.stop_dispatch:
                 return
             self._launch(plan, t, counted)
             if k % _YIELD_EVERY == _YIELD_EVERY - 1:
@@ -404,7 +449,7 @@ class _Probe:
         while True:
             lag = now_ns() - slot_ns
             self.max_lag_ns = max(self.max_lag_ns, lag)
-            at_cap = len(self.tasks) >= MAX_PENDING_SENDS
+            at_cap = self._in_flight() >= MAX_PENDING_SENDS
             # One stall of the whole process (a GC pause, a busy machine) is caught up on;
             # a sender that stays behind, sending late after late, or is held at the cap, is not.
             if lag > MAX_SEND_LAG_S * _NS and (at_cap or self.late_sends >= _SATURATED_MIN_LATE):
@@ -465,6 +510,9 @@ class _Probe:
 
     async def run(self) -> tuple[list[RequestRecord], int, int]:
         loop = asyncio.get_running_loop()
+        if self.pool is not None:
+            await self.pool.start(self._pool_record, self._pool_figures)
+        cpu0, wall0 = cpu_seconds(), now_ns()
         self.t0 = now_ns() + _LEAD_NS
         self.window.w0 = self.t0 + round(self.settings.warmup_s * _NS)
         workers: list[asyncio.Task[None]] = []
@@ -517,6 +565,10 @@ class _Probe:
         finally:
             await self._shutdown(workers)
         end = now_ns()
+        if self.pool is None:  # this process sent: its keep-up, as one worker's
+            busy = (cpu_seconds() - cpu0) / max(1e-9, (end - wall0) / _NS)
+            sent = [r for r in self.records if r.sent_ns is not None]
+            self.keep_up = [worker_stats(0, sent, dealt=len(sent), busy_fraction=busy)]
         w1 = self.w1 if self.w1 is not None else end
         if self.interrupted or self.stopped_early or self.saturated:
             w1 = min(w1, end)
@@ -531,6 +583,8 @@ class _Probe:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        if self.pool is not None:
+            self.keep_up = await self.pool.finish(cancel=True)
         for rec in self.records:
             if rec.request_id in self.timed_out_ids and rec.cancelled:
                 # cut at the drain timeout: the server did not finish it in time, a failure
@@ -586,6 +640,7 @@ async def run_probe(
     )
     prompt_format = _resolve_prompt_format(spec)
     plans = iter(WorkloadGenerator(spec.workload, prompt_format=prompt_format, seed=seed))
+    pool = _pool_for(spec, client, schedule, settings)
     probe = _Probe(
         spec=spec,
         client=client,
@@ -596,6 +651,7 @@ async def run_probe(
         on_progress=on_progress,
         should_stop=should_stop,
         on_record=on_record,
+        pool=pool,
     )
     records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
@@ -626,8 +682,30 @@ async def run_probe(
         drain_timeouts=sum(1 for r in records if r.request_id in probe.timed_out_ids),
         saturated=probe.saturated,
         error_stopped=probe.error_stopped,
-        late_sends=probe.late_sends,
+        late_sends=probe.late_sends + probe.worker_late,
         max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
         clock=clock_dict,
         client_stats=stats,
+        workers=1 if pool is None else pool.n,
+        keep_up=probe.keep_up,
     )
+
+
+def _pool_for(
+    spec: BenchSpec,
+    client: StreamingClient,
+    schedule: OpenLoopSchedule | ClosedLoop,
+    settings: ProbeSettings,
+) -> LivePool | None:
+    """Worker processes for an open-loop probe with ``search.probe.workers`` > 1.
+
+    Closed loop (the single-stream point) stays in this process: one stream needs no help.
+    """
+    n = settings.workers
+    if n == 1 or isinstance(schedule, ClosedLoop):
+        return None
+    if not isinstance(client, StreamClient):
+        raise SpecError("search.probe.workers > 1 needs the HTTP StreamClient; set workers: 1")
+    cfg = ClientConfig.from_client(client, ignore_eos=spec.workload.ignore_eos)
+    pool = LivePool(n, cfg, late_send_s=LATE_SEND_S)
+    return None if pool.n == 1 else pool
