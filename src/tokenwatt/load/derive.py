@@ -11,6 +11,7 @@ import math
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
+from tokenwatt.load.keepup import load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
@@ -184,4 +185,5 @@ def summarize_probe(
         interrupted=run.interrupted,
         late_sends=run.late_sends,
         max_send_lag_s=run.max_send_lag_s,
+        load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
     )
