@@ -78,7 +78,8 @@ class _Sender:
     figs: SenderFigures = field(default_factory=SenderFigures)
     done: list[RequestRecord] = field(default_factory=list)
     tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
-    unsent: list[int] = field(default_factory=list)
+    launched: set[int] = field(default_factory=set)
+    sent: set[int] = field(default_factory=set)
 
     async def one(self, req: ScheduledRequest) -> None:
         t = req.offset_ns
@@ -88,11 +89,8 @@ class _Sender:
             prompt_tokens_client=req.prompt_tokens_client,
             max_tokens=req.max_tokens,
         )
-        try:
-            await sleep_until(t)
-        except asyncio.CancelledError:
-            self.unsent.append(req.index)  # stopped before its slot: never sent
-            raise
+        await sleep_until(t)  # cancelled here (or before): never sent, reported unsent
+        self.sent.add(req.index)
         lag = now_ns() - t
         self.figs.lag_ns = lag
         self.figs.max_lag_ns = max(self.figs.max_lag_ns, lag)
@@ -122,6 +120,7 @@ class _Sender:
     def launch(self, req: ScheduledRequest) -> None:
         task = asyncio.get_running_loop().create_task(self.one(req))
         self.tasks[req.index] = task
+        self.launched.add(req.index)
         task.add_done_callback(lambda _t: self.tasks.pop(req.index, None))
 
 
@@ -173,7 +172,8 @@ async def _live_drive(conn: Connection, cfg: ClientConfig, late_ns: int, interva
     flush()
     busy = (cpu_seconds() - cpu0) / max(1e-9, (now_ns() - wall0) / _NS)
     await s.client.aclose()
-    conn.send_bytes(_END + orjson.dumps({"busy_fraction": busy, "unsent": s.unsent}))
+    unsent = sorted(s.launched - s.sent)
+    conn.send_bytes(_END + orjson.dumps({"busy_fraction": busy, "unsent": unsent}))
 
 
 def _live_main(
