@@ -43,12 +43,13 @@ from tokenwatt.load.workers import (
     ClientConfig,
     ScheduledRequest,
     WorkerStats,
-    auto_workers,
     cpu_seconds,
     lost_record,
     pinned_core,
     run_loop,
     sleep_until,
+    stream_one,
+    worker_count,
     worker_stats,
 )
 from tokenwatt.records import RequestRecord
@@ -96,15 +97,7 @@ class _Sender:
         self.figs.max_lag_ns = max(self.figs.max_lag_ns, lag)
         self.figs.late_sends += lag > self.late_ns
         try:
-            rec = await self.client.stream(
-                request_id=req.index,
-                scheduled_ns=t,
-                prompt=req.prompt,
-                max_tokens=req.max_tokens,
-                prompt_tokens_client=req.prompt_tokens_client,
-                ignore_eos=self.ignore_eos,
-                record=rec,
-            )
+            rec = await stream_one(self.client, req, t, ignore_eos=self.ignore_eos, record=rec)
         except asyncio.CancelledError:
             rec.status, rec.error_kind = "cancelled", "cancelled"
             rec.error_message = rec.error_message or "cancelled"
@@ -211,9 +204,7 @@ class LivePool:
         interval_s: float = 0.05,
         late_send_s: float = 0.05,
     ) -> None:
-        self.n = auto_workers() if n == "auto" else n
-        if self.n < 1:
-            raise ValueError(f"workers must be >= 1 or auto, got {n}")
+        self.n = worker_count(n)
         self.config = client_config
         self.pin = pin
         self.interval_s = interval_s

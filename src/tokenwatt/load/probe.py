@@ -51,7 +51,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
@@ -62,9 +62,11 @@ from tokenwatt.load.window import WindowRules
 from tokenwatt.load.workers import (
     ClientConfig,
     ScheduledRequest,
+    Streamer,
     WorkerStats,
     cpu_seconds,
     sleep_until,
+    stream_one,
     worker_stats,
 )
 from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
@@ -99,20 +101,7 @@ _ERROR_STOP_MIN = 20  # ended requests before a broken endpoint may stop the pro
 Phase = Literal["warmup", "window", "drain"]
 
 
-class StreamingClient(Protocol):
-    """What a probe needs from ``tokenwatt.client.StreamClient``."""
-
-    async def stream(
-        self,
-        *,
-        request_id: int,
-        scheduled_ns: int,
-        prompt: str | list[int],
-        max_tokens: int,
-        prompt_tokens_client: int,
-        ignore_eos: bool = True,
-        record: RequestRecord | None = None,
-    ) -> RequestRecord: ...
+StreamingClient = Streamer  # what a probe needs from ``tokenwatt.client.StreamClient``
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,14 +324,8 @@ class _Probe:
             max_tokens=plan.max_tokens,
         )
         try:
-            rec = await self.client.stream(
-                request_id=plan.index,
-                scheduled_ns=sched_ns,
-                prompt=plan.prompt,
-                max_tokens=plan.max_tokens,
-                prompt_tokens_client=plan.prompt_tokens_client,
-                ignore_eos=self.ignore_eos,
-                record=rec,
+            rec = await stream_one(
+                self.client, plan, sched_ns, ignore_eos=self.ignore_eos, record=rec
             )
         except asyncio.CancelledError:
             if rec.status == "ok":  # cancelled before the client could mark it

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -83,6 +83,64 @@ class ScheduledRequest:
     prompt: str | list[int]
     prompt_tokens_client: int
     max_tokens: int
+
+
+class Sendable(Protocol):
+    """A request to send: a ``ScheduledRequest`` or a probe's ``RequestPlan``."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def prompt(self) -> str | list[int]: ...
+    @property
+    def prompt_tokens_client(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...
+
+
+class Streamer(Protocol):
+    """What a sender needs of ``tokenwatt.client.StreamClient``."""
+
+    async def stream(
+        self,
+        *,
+        request_id: int,
+        scheduled_ns: int,
+        prompt: str | list[int],
+        max_tokens: int,
+        prompt_tokens_client: int,
+        ignore_eos: bool = True,
+        record: RequestRecord | None = None,
+    ) -> RequestRecord: ...
+
+
+async def stream_one(
+    client: Streamer,
+    req: Sendable,
+    sched_ns: int,
+    *,
+    ignore_eos: bool,
+    record: RequestRecord | None = None,
+) -> RequestRecord:
+    """Send ``req`` (scheduled at ``sched_ns``) and stream its answer into ``record``: the one
+    send call of every sender (in-process probe, live and fixed-schedule workers)."""
+    return await client.stream(
+        request_id=req.index,
+        scheduled_ns=sched_ns,
+        prompt=req.prompt,
+        max_tokens=req.max_tokens,
+        prompt_tokens_client=req.prompt_tokens_client,
+        ignore_eos=ignore_eos,
+        record=record,
+    )
+
+
+def worker_count(n: int | Literal["auto"]) -> int:
+    """``workers: N | auto`` as a number of processes (auto: ``auto_workers()``)."""
+    count = auto_workers() if n == "auto" else n
+    if count < 1:
+        raise ValueError(f"workers must be >= 1 or auto, got {n}")
+    return count
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,16 +465,7 @@ async def send_share(
             done.clear()
 
     async def one(req: ScheduledRequest, sched_ns: int) -> None:
-        done.append(
-            await client.stream(
-                request_id=req.index,
-                scheduled_ns=sched_ns,
-                prompt=req.prompt,
-                max_tokens=req.max_tokens,
-                prompt_tokens_client=req.prompt_tokens_client,
-                ignore_eos=ignore_eos,
-            )
-        )
+        done.append(await stream_one(client, req, sched_ns, ignore_eos=ignore_eos))
 
     async def flusher() -> None:
         while True:
@@ -529,9 +578,7 @@ class WorkerPool:
         pin: bool = True,
         batch_interval_s: float = 0.1,
     ) -> None:
-        self.n = auto_workers() if n == "auto" else n
-        if self.n < 1:
-            raise ValueError(f"workers must be >= 1 or auto, got {n}")
+        self.n = worker_count(n)
         self.config = client_config
         self.pin = pin
         self.batch_interval_s = batch_interval_s
