@@ -420,7 +420,7 @@ class _Probe:
             # with workers the coordinator deals ahead; the worker sends at t itself
             slot = t if self.pool is None else t - LEAD_NS
             await self._sleep_until(slot)
-            if not await self._room_for_one(slot) or self.stop_dispatch:
+            if not await self._room_for_one(t) or self.stop_dispatch:
                 return
             self._launch(plan, t, counted)
             if k % _YIELD_EVERY == _YIELD_EVERY - 1:
@@ -494,7 +494,11 @@ class _Probe:
     async def run(self) -> tuple[list[RequestRecord], int, int]:
         loop = asyncio.get_running_loop()
         if self.pool is not None:
-            await self.pool.start(self._pool_record, self._pool_figures)
+            try:
+                await self.pool.start(self._pool_record, self._pool_figures)
+            except BaseException:  # Ctrl-C or a broken worker while starting: none left behind
+                await self.pool.finish(cancel=True)
+                raise
         cpu0, wall0 = cpu_seconds(), now_ns()
         self.t0 = now_ns() + _LEAD_NS
         self.window.w0 = self.t0 + round(self.settings.warmup_s * _NS)
@@ -614,10 +618,7 @@ async def run_probe(
     ``on_record`` sees every record as it ends (for incremental writing).
     """
     settings = settings or spec.search.probe
-    if max_requests is not None and max_requests < 1:
-        raise ValueError("max_requests must be >= 1")
-    if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
-        raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
+    _check_args(rate_rps, max_requests)
     schedule = make_arrivals(
         spec.workload.arrival, rate_rps=rate_rps, seed=seed, concurrency=concurrency
     )
@@ -638,22 +639,22 @@ async def run_probe(
     )
     records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
+    is_open = isinstance(schedule, OpenLoopSchedule)
     metrics = compute_probe_metrics(
         records,
         window_start_ns=probe.w0,
         window_end_ns=w1,
         slo=spec.slo,
-        target_rate_rps=rate_rps if isinstance(schedule, OpenLoopSchedule) else None,
+        target_rate_rps=rate_rps if is_open else None,
     )
     clock_dict, stats = _client_facts(client)
-    is_open = isinstance(schedule, OpenLoopSchedule)
     return ProbeRun(
         records=records,
         window_start_ns=probe.w0,
         window_end_ns=w1,
         metrics=metrics,
         rate_rps=rate_rps if is_open else None,
-        concurrency=None if isinstance(schedule, OpenLoopSchedule) else schedule.concurrency,
+        concurrency=schedule.concurrency if isinstance(schedule, ClosedLoop) else None,
         arrival=schedule.kind if isinstance(schedule, OpenLoopSchedule) else "concurrency",
         seed=seed,
         settings=settings,
@@ -669,9 +670,16 @@ async def run_probe(
         max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
         clock=clock_dict,
         client_stats=stats,
-        workers=1 if pool is None else pool.n,
+        workers=pool.n if pool else 1,
         keep_up=probe.keep_up,
     )
+
+
+def _check_args(rate_rps: float | None, max_requests: int | None) -> None:
+    if max_requests is not None and max_requests < 1:
+        raise ValueError("max_requests must be >= 1")
+    if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
+        raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
 
 
 def _pool_for(
