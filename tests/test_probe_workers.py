@@ -93,7 +93,8 @@ def test_probe_with_two_workers_matches_one(tmp_path: Path) -> None:
     lg = two["summary"]["load_generator"]
     assert lg["workers"] == 2 and len(lg["per_worker"]) == 2
     assert sum(w["dealt"] for w in lg["per_worker"]) == len(recs2)
-    assert all(abs(w["dealt"] - len(recs2) / 2) <= 1 for w in lg["per_worker"])
+    # dealt alternately; only the last slots before the stop (never sent, dropped) may differ
+    assert all(abs(w["dealt"] - len(recs2) / 2) <= 3 for w in lg["per_worker"])
     assert all(w["lost"] == 0 and w["events"] > 0 for w in lg["per_worker"])
     lg1 = one["summary"]["load_generator"]
     assert lg1["workers"] == 1 and lg1["per_worker"][0]["dealt"] == len(recs1)
