@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,6 +173,10 @@ async def _live_drive(conn: Connection, cfg: ClientConfig, late_ns: int, interva
 def _live_main(
     conn: Connection, cfg: ClientConfig, core: int | None, late_ns: int, interval_s: float
 ) -> None:
+    # Ctrl-C reaches the whole process group: the probe decides how the run ends and tells
+    # the worker (stop: in-flight requests end as cancelled); a closed pipe stops it too.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     run_loop(_live_drive(conn, cfg, late_ns, interval_s), core)
     conn.close()
 
