@@ -44,6 +44,7 @@ search: {probe: {warmup_s: 0.5, min_duration_s: 3.0, min_requests: 5}}
 
 
 _CLI = (sys.executable, "-m", "tokenwatt", "probe")
+_THREAD = ("--sim-mode", "thread")
 
 
 def _probe_cli(spec: Path, out: Path, workers: str) -> dict[str, Any]:
@@ -200,3 +201,39 @@ def test_workers_flag_and_field_are_bounded(tmp_path: Path) -> None:
         assert "--workers" in res.stderr and words in res.stderr
         assert "Traceback" not in res.stderr
     assert _spec(3).search.probe.workers == 3
+
+
+def test_ctrl_c_to_the_process_group_cancels_worker_requests(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal reaches every process of the group: the workers must leave the
+    ending to the probe, so their requests end ``cancelled`` (not ``worker_lost``)."""
+    import time
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.replace("min_duration_s: 3.0", "min_duration_s: 60.0"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        # the simulator in a thread: a simulator process in the group would shut down too
+        [*_CLI, str(spec), "--rate", "20", "--workers", "2", *_THREAD, "--out", str(out), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    spill = out / "requests.jsonl"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if spill.exists() and len(spill.read_bytes().splitlines()) >= 20:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert b"Traceback" not in err
+    recs = _lines(out)
+    ids = [r["request_id"] for r in recs]
+    assert len(ids) == len(set(ids)) >= 20
+    assert not [r for r in recs if r["error_kind"] == "worker_lost"]
+    assert [(r["error_kind"], r["error_message"]) for r in recs if r["status"] == "error"] == []
+    assert any(r["status"] == "cancelled" for r in recs)  # in flight when it stopped
+    data = orjson.loads((out / "probe.json").read_bytes())
+    assert data["interrupted"] is True
+    assert all(w["lost"] == 0 for w in data["summary"]["load_generator"]["per_worker"])
