@@ -294,12 +294,24 @@ async def _probe(
         )
     if spill.error is not None:
         data["warnings"].append(f"incremental requests.jsonl stopped: {spill.error}")
+    data["warnings"].extend(_keep_up_warnings(data["summary"].get("load_generator")))
     out.mkdir(parents=True, exist_ok=True)
     run.write_requests(out / "requests.jsonl")
     (out / "probe.json").write_bytes(
         orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
     return data
+
+
+def _keep_up_warnings(lg: dict[str, Any] | None) -> list[str]:
+    """Printed: the bottleneck verdict with every failed keep-up check, or lost workers; the
+    other checks (late with CPU to spare) stay in probe.json's ``load_generator``."""
+    if not lg:
+        return []
+    if lg["bottleneck"]:
+        head = "the load generator was the bottleneck, not the server: use more workers"
+        return [f"{head} (--workers N)", *(f"keep-up: {p}" for p in lg["problems"])]
+    return [f"keep-up: {p}" for p in lg["problems"] if "ended early" in p]
 
 
 def _fresh_spill(out: Path) -> RecordSpill:
