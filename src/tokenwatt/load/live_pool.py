@@ -59,6 +59,7 @@ __all__ = ["LEAD_NS", "LivePool", "SenderFigures"]
 
 _NS = 1_000_000_000
 LEAD_NS = 100_000_000  # a request is dealt this long before its slot
+_FINISH_S = 30.0  # after a stop, the longest wait for a worker's last records
 _READY, _BATCH, _FIGS, _END = b"R", b"B", b"L", b"E"
 
 
@@ -318,10 +319,17 @@ class LivePool:
         for h in self.handles:
             with contextlib.suppress(OSError):
                 h.conn.send(("S" if cancel else "D", None))
+        readers = [h.reader for h in self.handles if h.reader is not None]
         try:
+            # a stop ends every stream at once; a worker still silent after this is stuck:
+            # it is killed, and what it never reported becomes worker_lost
+            if readers:
+                await asyncio.wait(readers, timeout=_FINISH_S if cancel else None)
             for h in self.handles:
-                if h.reader is not None:
-                    await h.reader
+                if h.proc.is_alive() and (h.reader is None or not h.reader.done()):
+                    h.proc.kill()
+            await asyncio.gather(*readers)
+            for h in self.handles:
                 await asyncio.to_thread(h.proc.join, 10)
         finally:
             for h in self.handles:
