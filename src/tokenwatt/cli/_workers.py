@@ -33,7 +33,8 @@ def with_workers(spec: BenchSpec, workers: str | None) -> BenchSpec:
             {**spec.search.probe.model_dump(), "workers": value}
         )
     except ValidationError as exc:
-        raise SpecError(f"--workers: {exc.errors()[0]['msg']}") from None
+        why = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise SpecError(f"--workers: {why}") from None
     return spec.model_copy(update={"search": spec.search.model_copy(update={"probe": probe})})
 
 
