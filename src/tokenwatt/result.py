@@ -21,7 +21,8 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         A version-1 file still loads (its extras are exactly the fields declared here).
         Added within 2 (defaults keep older files loading): slo.max_error_rate;
         slo_detail.error_probe, error_rate, load_generator_saturated; probe.late_sends,
-        max_send_lag_s; search stop reasons "error" and "saturated".
+        max_send_lag_s; search stop reasons "error" and "saturated"; probe.load_generator
+        (sending processes, per-worker keep-up, whether the client was the bottleneck).
         (+) ``target``: what was driven, ``{kind: sim|endpoint, base_url, model, sim_mode,
         sim}`` with the simulator's settings, so a simulated result says so (None: older
         file; readers then look at ``spec.endpoint.url``).
@@ -76,6 +77,7 @@ __all__ = [
     "EngineAgreement",
     "EngineFigures",
     "Latency",
+    "LoadGenerator",
     "MachineInfo",
     "Mbu",
     "MbuFlags",
@@ -88,6 +90,7 @@ __all__ = [
     "SessionStats",
     "SloDetail",
     "SloSettings",
+    "WorkerKeepUp",
     "load_result",
     "result_path",
     "write_result",
@@ -354,6 +357,33 @@ class SessionStats(_Strict):
     )
 
 
+class WorkerKeepUp(_Strict):
+    """One sending process's keep-up over a probe (``load.workers.WorkerStats``)."""
+
+    worker: int
+    core: int | None = Field(None, description="the core it was pinned to")
+    dealt: int = Field(description="requests dealt to it")
+    lost: int = Field(0, description="of those, never reported: failures (worker_lost)")
+    send_lateness_p50_s: float | None = None
+    send_lateness_p99_s: float | None = None
+    busy_fraction: float | None = Field(None, description="its CPU time ÷ wall time")
+    coalesced_reads: int = Field(0, description="reads that returned more than one event")
+    events: int = 0
+    exact_share: float | None = Field(None, description="events alone in their read")
+    cause: str | None = Field(None, description="why it ended early, if it did")
+
+
+class LoadGenerator(_Strict):
+    """Who sent a probe's load and whether it kept up (docs: "Workers and clocks")."""
+
+    workers: int = Field(1, description="sending processes (1: the benchmark's own)")
+    bottleneck: bool = Field(
+        False, description="the client, not the server, limited the load: no verdict on it"
+    )
+    problems: list[str] = Field(default_factory=list, description="failed keep-up checks")
+    per_worker: list[WorkerKeepUp] = Field(default_factory=list)
+
+
 class SloDetail(_Strict):
     """Why a probe passed or failed its SLO."""
 
@@ -500,6 +530,10 @@ class ProbeSummary(_Strict):
     )
     engine: EngineFigures | None = Field(None, description="the engine's /metrics, if scraped")
     engine_series_file: str | None = Field(None, description="e.g. engine-03.jsonl")
+
+    load_generator: LoadGenerator | None = Field(
+        None, description="sending processes and their keep-up (None: not recorded)"
+    )
 
     def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
         """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tokenwatt.cli._workers import WorkersOption, with_workers
 from tokenwatt.cli.options import (
     ApiOption,
     BaseUrlOption,
@@ -259,6 +260,7 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     sets: SetOption = None,
     out: OutOption = None,
     overwrite: OverwriteOption = False,
+    workers: WorkersOption = None,
 ) -> None:
     """Find the SLO boundary and report goodput, tokens per joule and MBU there.
 
@@ -273,7 +275,7 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     if duration is not None:
         extra["search.probe.min_duration_s"] = duration
     flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
-    _bench_and_report(build_spec(spec_path, flags), out, overwrite=overwrite)
+    _bench_and_report(with_workers(build_spec(spec_path, flags), workers), out, overwrite=overwrite)
 
 
 def demo_spec_text() -> str:

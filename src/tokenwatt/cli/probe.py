@@ -24,6 +24,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tokenwatt.cli._workers import WorkersOption, with_workers
 from tokenwatt.cli.options import (
     ApiOption,
     BaseUrlOption,
@@ -349,6 +350,7 @@ async def _probe(
     if spill.error is not None:
         data["warnings"].append(f"incremental requests.jsonl stopped: {spill.error}")
     data["warnings"] += engine_warnings
+    data["warnings"].extend(_keep_up_warnings(data["summary"].get("load_generator")))
     run.write_requests(out / "requests.jsonl")
     (out / "probe.json").write_bytes(
         orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
@@ -391,6 +393,17 @@ def write_probe_result(
         target=target,
     )
     write_result(result, out)
+
+
+def _keep_up_warnings(lg: dict[str, Any] | None) -> list[str]:
+    """Printed: the bottleneck verdict with every failed keep-up check, or lost workers; the
+    other checks (late with CPU to spare) stay in probe.json's ``load_generator``."""
+    if not lg:
+        return []
+    if lg["bottleneck"]:
+        head = "the load generator was the bottleneck, not the server: use more workers"
+        return [f"{head} (--workers N)", *(f"keep-up: {p}" for p in lg["problems"])]
+    return [f"keep-up: {p}" for p in lg["problems"] if "ended early" in p]
 
 
 def _fresh_spill(out: Path) -> RecordSpill:
@@ -480,6 +493,20 @@ SimModeOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar or summary")]
 
 
+ProbeOutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="output folder; if it holds an earlier run, a new timestamped folder "
+        "inside it (default: a new folder under results/)",
+    ),
+]
+ProbeOverwriteOption = Annotated[
+    bool, typer.Option("--overwrite", help="write into --out itself, replacing a run there")
+]
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
@@ -515,21 +542,11 @@ def register(app: typer.Typer) -> None:
             typer.Option("--max-requests", help="count exactly N requests instead of a duration"),
         ] = None,
         seed: Annotated[int | None, typer.Option("--seed", help="default: workload.seed")] = None,
-        out: Annotated[
-            Path | None,
-            typer.Option(
-                "--out",
-                "-o",
-                help="output folder; if it holds an earlier run, a new timestamped folder "
-                "inside it (default: a new folder under results/)",
-            ),
-        ] = None,
-        overwrite: Annotated[
-            bool,
-            typer.Option("--overwrite", help="write into --out itself, replacing a run there"),
-        ] = False,
+        out: ProbeOutOption = None,
+        overwrite: ProbeOverwriteOption = False,
         sim_mode: SimModeOption = "subprocess",
         quiet: QuietOption = False,
+        workers: WorkersOption = None,
     ) -> None:
         """Run one probe at one offered load; write result.json, probe.json, requests.jsonl."""
         from tokenwatt.cli.options import Flags, build_spec
@@ -538,6 +555,7 @@ def register(app: typer.Typer) -> None:
         _check_flags(sim_mode, rate, concurrency, max_requests)
         flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []))
         spec = _with_flags(build_spec(spec_path, flags), duration=duration, warmup=warmup)
+        spec = with_workers(spec, workers)
         folder = choose_out_dir(out, spec.name, overwrite=overwrite)
         started_ns = time.time_ns()
         from tokenwatt.cli._loop import run_async

@@ -8,11 +8,13 @@ requests, the one SLO judge (``metrics.slo.judge_probe``), the spec's node.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import load_expert_load
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
+from tokenwatt.load.keepup import load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
@@ -156,6 +158,21 @@ def _slo_detail(verdict: SLOVerdict) -> SloDetail:
     )
 
 
+def _workload_figures(run: ProbeRun) -> dict[str, Any]:
+    """What the workload kind adds to a probe: the rate's unit, conversation figures, the
+    share of prompt tokens the server's prefix cache served."""
+    w0, w1 = run.window_start_ns, run.window_end_ns
+    return {
+        "rate_unit": run.rate_unit,
+        "sessions": session_stats(
+            run.records, window_start_ns=w0, window_end_ns=w1, completed_ids=run.sessions_completed
+        ),
+        "cached_prompt_fraction": cached_prompt_fraction(
+            run.records, window_start_ns=w0, window_end_ns=w1
+        ),
+    }
+
+
 def summarize_probe(
     *,
     index: int,
@@ -223,16 +240,8 @@ def summarize_probe(
         interrupted=run.interrupted,
         late_sends=run.late_sends,
         max_send_lag_s=run.max_send_lag_s,
-        rate_unit=run.rate_unit,
-        sessions=session_stats(
-            run.records,
-            window_start_ns=run.window_start_ns,
-            window_end_ns=run.window_end_ns,
-            completed_ids=run.sessions_completed,
-        ),
-        cached_prompt_fraction=cached_prompt_fraction(
-            run.records, window_start_ns=run.window_start_ns, window_end_ns=run.window_end_ns
-        ),
+        **_workload_figures(run),
         engine=engine,
         engine_series_file=engine_series_file,
+        load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
     )

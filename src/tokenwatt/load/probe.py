@@ -51,20 +51,32 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from tokenwatt.client.openai import Prompt
+from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
+from tokenwatt.load.live_pool import LEAD_NS, LivePool
 from tokenwatt.load.schedule import (
     OpenLoopSource,
     RateUnit,
     ScheduleSource,
+    SessionSource,
     closed_loop_plans,
     make_source,
 )
 from tokenwatt.load.window import WindowRules
+from tokenwatt.load.workers import (
+    ClientConfig,
+    ScheduledRequest,
+    Streamer,
+    WorkerStats,
+    cpu_seconds,
+    sleep_until,
+    stream_one,
+    worker_stats,
+)
 from tokenwatt.load.workload import PromptFormat, RequestPlan
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
@@ -85,7 +97,7 @@ __all__ = [
 _NS = 1_000_000_000
 _LEAD_NS = 20_000_000  # first arrival slot this long after run_probe starts (set-up time)
 _POLL_S = 0.5  # progress and should_stop cadence
-_SPIN_NS = 1_500_000  # sleep until this close to a send time, then yield-spin to it
+_SPIN_NS = 1_500_000  # wait for a source change until this close to a send time
 # The most open-loop requests in flight at once. Far above any engine's running batch
 # (vLLM's max_num_seqs is 256-1024 per replica), low enough that 8192 tasks, records and
 # prompts stay within tens of MB. At the cap the sender waits, and its sends turn late.
@@ -98,20 +110,7 @@ _ERROR_STOP_MIN = 20  # ended requests before a broken endpoint may stop the pro
 Phase = Literal["warmup", "window", "drain"]
 
 
-class StreamingClient(Protocol):
-    """What a probe needs from ``tokenwatt.client.StreamClient``."""
-
-    async def stream(
-        self,
-        *,
-        request_id: int,
-        scheduled_ns: int,
-        prompt: Prompt,
-        max_tokens: int,
-        prompt_tokens_client: int,
-        ignore_eos: bool = True,
-        record: RequestRecord | None = None,
-    ) -> RequestRecord: ...
+StreamingClient = Streamer  # what a probe needs from ``tokenwatt.client.StreamClient``
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +160,8 @@ class ProbeRun:
     client_stats: dict[str, Any] = field(default_factory=dict)
     rate_unit: RateUnit = "requests"  # what rate_rps counts: requests, sessions or turns /s
     sessions_completed: frozenset[int] = frozenset()  # conversations with every turn answered
+    workers: int = 1  # processes that sent the load (1: this one)
+    keep_up: list[WorkerStats] = field(default_factory=list)  # per sending process
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -212,8 +213,13 @@ class _Probe:
         on_progress: Callable[[ProbeProgress], None] | None,
         should_stop: Callable[[Sequence[RequestRecord]], bool] | None,
         on_record: Callable[[RequestRecord], None] | None = None,
+        pool: LivePool | None = None,
     ) -> None:
         self.spec = spec
+        self.pool = pool
+        self.pool_counted: dict[int, bool] = {}  # dealt to a worker, not yet recorded
+        self.worker_late = 0  # the workers' late sends (their own clocks of the same slots)
+        self.keep_up: list[WorkerStats] = []
         self.on_record = on_record
         self.client = client
         if isinstance(schedule, OpenLoopSchedule):
@@ -303,6 +309,9 @@ class _Probe:
         self.sent += 1
 
     def _launch(self, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
+        if self.pool is not None:
+            self._deal(self.pool, plan, sched_ns, counted)
+            return
         self._begin(plan, counted)
         task = asyncio.get_running_loop().create_task(self._run_one(plan, sched_ns, counted))
         self.tasks.add(task)
@@ -329,14 +338,8 @@ class _Probe:
             max_tokens=plan.max_tokens,
         )
         try:
-            rec = await self.client.stream(
-                request_id=plan.index,
-                scheduled_ns=sched_ns,
-                prompt=plan.prompt,
-                max_tokens=plan.max_tokens,
-                prompt_tokens_client=plan.prompt_tokens_client,
-                ignore_eos=self.ignore_eos,
-                record=rec,
+            rec = await stream_one(
+                self.client, plan, sched_ns, ignore_eos=self.ignore_eos, record=rec
             )
         except asyncio.CancelledError:
             if rec.status == "ok":  # cancelled before the client could mark it
@@ -384,16 +387,40 @@ class _Probe:
             if self.w1 is not None and not self.counted_ids_in_flight:
                 self.wake.set()
 
+    # ------------------------------------------------------------------ worker processes
+    def _deal(self, pool: LivePool, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
+        """Hand the request to a worker, which sends it at ``sched_ns`` (``load.live_pool``)."""
+        self._begin(plan, counted)
+        self.pool_counted[plan.index] = counted
+        pool.submit(
+            ScheduledRequest(
+                plan.index, sched_ns, plan.prompt, plan.prompt_tokens_client, plan.max_tokens
+            )
+        )
+
+    def _pool_record(self, rec: RequestRecord) -> None:
+        counted = self.pool_counted.pop(rec.request_id, False)
+        self._done(rec, counted)
+        self.slot_free.set()
+
+    def _pool_figures(self) -> None:
+        """The workers' sender figures, under the same saturation rule as in-process."""
+        if self.pool is None:
+            return
+        f = self.pool.figures
+        self.worker_late = f.late_sends
+        self.max_lag_ns = max(self.max_lag_ns, f.max_lag_ns)
+        late = self.late_sends + self.worker_late
+        if f.lag_ns > MAX_SEND_LAG_S * _NS and late >= _SATURATED_MIN_LATE:
+            self.saturated = True
+            self.wake.set()
+
+    def _in_flight(self) -> int:
+        return len(self.tasks) if self.pool is None else len(self.pool_counted)
+
     # ------------------------------------------------------------------ dispatch
     async def _sleep_until(self, t_ns: int) -> None:
-        while True:
-            d = t_ns - now_ns()
-            if d <= 0:
-                return
-            if d > _SPIN_NS:
-                await asyncio.sleep((d - _SPIN_NS + 500_000) / _NS)
-            else:
-                await asyncio.sleep(0)
+        await sleep_until(t_ns)
 
     def _report_back(self, rec: RequestRecord) -> None:
         """The hook where a finished request reports to its schedule (a conversation's next
@@ -417,15 +444,17 @@ class _Probe:
                 await self.source_changed.wait()
                 continue
             t = self.t0 + off
+            # with workers the coordinator deals ahead; the worker sends at t itself
+            slot = t if self.pool is None else t - LEAD_NS
             self.source_changed.clear()
-            if t - now_ns() > _SPIN_NS:
+            if slot - now_ns() > _SPIN_NS:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
-                        self.source_changed.wait(), timeout=(t - now_ns() - _SPIN_NS) / _NS
+                        self.source_changed.wait(), timeout=(slot - now_ns() - _SPIN_NS) / _NS
                     )
                 if self.source_changed.is_set():
                     continue
-            await self._sleep_until(t)
+            await self._sleep_until(slot)
             return t
         return None
 
@@ -460,7 +489,7 @@ class _Probe:
         while True:
             lag = now_ns() - slot_ns
             self.max_lag_ns = max(self.max_lag_ns, lag)
-            at_cap = len(self.tasks) >= MAX_PENDING_SENDS
+            at_cap = self._in_flight() >= MAX_PENDING_SENDS
             # One stall of the whole process (a GC pause, a busy machine) is caught up on;
             # a sender that stays behind, sending late after late, or is held at the cap, is not.
             if lag > MAX_SEND_LAG_S * _NS and (at_cap or self.late_sends >= _SATURATED_MIN_LATE):
@@ -529,6 +558,13 @@ class _Probe:
 
     async def run(self) -> tuple[list[RequestRecord], int, int]:
         loop = asyncio.get_running_loop()
+        if self.pool is not None:
+            try:
+                await self.pool.start(self._pool_record, self._pool_figures)
+            except BaseException:  # Ctrl-C or a broken worker while starting: none left behind
+                await self.pool.finish(cancel=True)
+                raise
+        cpu0, wall0 = cpu_seconds(), now_ns()
         self.t0 = now_ns() + _LEAD_NS
         self.window.w0 = self.t0 + round(self.settings.warmup_s * _NS)
         workers: list[asyncio.Task[None]] = []
@@ -581,6 +617,10 @@ class _Probe:
         finally:
             await self._shutdown(workers)
         end = now_ns()
+        if self.pool is None:  # this process sent: its keep-up, as one worker's
+            busy = (cpu_seconds() - cpu0) / max(1e-9, (end - wall0) / _NS)
+            sent = [r for r in self.records if r.sent_ns is not None]
+            self.keep_up = [worker_stats(0, sent, dealt=len(sent), busy_fraction=busy)]
         w1 = self.w1 if self.w1 is not None else end
         if self.interrupted or self.stopped_early or self.saturated:
             w1 = min(w1, end)
@@ -595,6 +635,8 @@ class _Probe:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        if self.pool is not None:
+            self.keep_up = await self.pool.finish(cancel=True)
         for rec in self.records:
             if rec.request_id in self.timed_out_ids and rec.cancelled:
                 # cut at the drain timeout: the server did not finish it in time, a failure
@@ -615,14 +657,6 @@ def _client_facts(client: StreamingClient) -> tuple[dict[str, Any] | None, dict[
         if isinstance(getattr(client, k, None), int)
     }
     return clock_dict, stats
-
-
-def _check_rate_and_count(rate_rps: float | None, max_requests: int | None) -> None:
-    """Refuse a probe whose rate or request count cannot describe a run."""
-    if max_requests is not None and max_requests < 1:
-        raise ValueError("max_requests must be >= 1")
-    if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
-        raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
 
 
 async def run_probe(
@@ -649,11 +683,12 @@ async def run_probe(
     ``on_record`` sees every record as it ends (for incremental writing).
     """
     settings = settings or spec.search.probe
-    _check_rate_and_count(rate_rps, max_requests)
+    _check_args(rate_rps, max_requests)
     prompt_format = _resolve_prompt_format(spec)
     schedule, stated_rate = make_source(
         spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format
     )
+    pool = _pool_for(spec, client, schedule, settings)
     probe = _Probe(
         spec=spec,
         client=client,
@@ -667,9 +702,32 @@ async def run_probe(
         on_progress=on_progress,
         should_stop=should_stop,
         on_record=on_record,
+        pool=pool,
     )
     records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
+    return _probe_run(
+        probe, records, w1, end, schedule=schedule, stated_rate=stated_rate, spec=spec,
+        client=client, seed=seed, settings=settings, prompt_format=prompt_format, pool=pool,
+    )  # fmt: skip
+
+
+def _probe_run(
+    probe: _Probe,
+    records: list[RequestRecord],
+    w1: int,
+    end: int,
+    *,
+    schedule: ScheduleSource | ClosedLoop,
+    stated_rate: float | None,
+    spec: BenchSpec,
+    client: StreamingClient,
+    seed: int,
+    settings: ProbeSettings,
+    prompt_format: PromptFormat,
+    pool: LivePool | None,
+) -> ProbeRun:
+    """What a finished probe measured: its records, window and figures."""
     closed = isinstance(schedule, ClosedLoop)
     # a requests/s target only where the rate counts requests (not sessions or turns)
     counts_requests = not isinstance(schedule, ClosedLoop) and schedule.rate_unit == "requests"
@@ -701,8 +759,45 @@ async def run_probe(
         drain_timeouts=sum(1 for r in records if r.request_id in probe.timed_out_ids),
         saturated=probe.saturated,
         error_stopped=probe.error_stopped,
-        late_sends=probe.late_sends,
+        late_sends=probe.late_sends + probe.worker_late,
         max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
         clock=clock_dict,
         client_stats=stats,
+        workers=pool.n if pool else 1,
+        keep_up=probe.keep_up,
     )
+
+
+def _check_args(rate_rps: float | None, max_requests: int | None) -> None:
+    """Refuse a probe whose rate or request count cannot describe a run."""
+    if max_requests is not None and max_requests < 1:
+        raise ValueError("max_requests must be >= 1")
+    if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
+        raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
+
+
+def _pool_for(
+    spec: BenchSpec,
+    client: StreamingClient,
+    schedule: ScheduleSource | ClosedLoop,
+    settings: ProbeSettings,
+) -> LivePool | None:
+    """Worker processes for an open-loop probe with ``search.probe.workers`` > 1.
+
+    Closed loop (the single-stream point) stays in this process: one stream needs no help.
+    Conversations stay too: a next turn needs the previous answer's text, which the workers'
+    compact records do not carry.
+    """
+    n = settings.workers
+    if n == 1 or isinstance(schedule, ClosedLoop):
+        return None
+    if isinstance(schedule, SessionSource):
+        raise SpecError(
+            "search.probe.workers > 1 cannot send conversations (workload.sessions): a next turn "
+            "needs the previous answer; set workers: 1"
+        )
+    if not isinstance(client, StreamClient):
+        raise SpecError("search.probe.workers > 1 needs the HTTP StreamClient; set workers: 1")
+    cfg = ClientConfig.from_client(client, ignore_eos=spec.workload.ignore_eos)
+    pool = LivePool(n, cfg, late_send_s=LATE_SEND_S)
+    return None if pool.n == 1 else pool

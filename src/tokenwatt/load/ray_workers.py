@@ -34,10 +34,9 @@ from tokenwatt.load.workers import (
     ClientConfig,
     PoolResult,
     ScheduledRequest,
+    collect_share,
     deal,
-    merge_records,
     send_share,
-    worker_stats,
 )
 from tokenwatt.records import RequestRecord
 
@@ -207,23 +206,19 @@ class RayWorkerPool:
     def _collect(self, handles: list[_Handle], start_ns: int) -> RayPoolResult:
         records: list[RequestRecord] = []
         stats = []
-        at = now_ns()
         for h in handles:
             msg = f"worker {h.worker} (Ray actor) ended before reporting this request: {h.cause}"
-            merged, lost = merge_records(
-                h.requests, h.received, start_ns=start_ns, lost_message=msg, lost_at_ns=at
+            merged, st = collect_share(
+                h.worker,
+                h.requests,
+                h.received,
+                start_ns=start_ns,
+                lost_message=msg,
+                busy_fraction=h.busy_fraction,
+                cause=h.cause,
             )
             records.extend(merged)
-            stats.append(
-                worker_stats(
-                    h.worker,
-                    h.received,
-                    dealt=len(h.requests),
-                    lost=lost,
-                    busy_fraction=h.busy_fraction,
-                    cause=h.cause,
-                )
-            )
+            stats.append(st)
         records.sort(key=lambda r: r.request_id)
         offsets = [h.offset for h in handles if h.offset is not None]
         return RayPoolResult(records, stats, start_ns, offsets)

@@ -28,14 +28,15 @@ import multiprocessing as mp
 import os
 import resource
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
 from tokenwatt.client import StreamClient
+from tokenwatt.client.openai import Prompt
 from tokenwatt.clock import now_ns
 from tokenwatt.load.arrivals import OpenLoopSchedule
 from tokenwatt.load.wire import pack_records, unpack_records
@@ -80,9 +81,67 @@ class ScheduledRequest:
 
     index: int
     offset_ns: int
-    prompt: str | list[int] | list[dict[str, str]]  # text, token ids or a chat history
+    prompt: Prompt  # text, token ids or a chat history
     prompt_tokens_client: int
     max_tokens: int
+
+
+class Sendable(Protocol):
+    """A request to send: a ``ScheduledRequest`` or a probe's ``RequestPlan``."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def prompt(self) -> Prompt: ...
+    @property
+    def prompt_tokens_client(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...
+
+
+class Streamer(Protocol):
+    """What a sender needs of ``tokenwatt.client.StreamClient``."""
+
+    async def stream(
+        self,
+        *,
+        request_id: int,
+        scheduled_ns: int,
+        prompt: Prompt,
+        max_tokens: int,
+        prompt_tokens_client: int,
+        ignore_eos: bool = True,
+        record: RequestRecord | None = None,
+    ) -> RequestRecord: ...
+
+
+async def stream_one(
+    client: Streamer,
+    req: Sendable,
+    sched_ns: int,
+    *,
+    ignore_eos: bool,
+    record: RequestRecord | None = None,
+) -> RequestRecord:
+    """Send ``req`` (scheduled at ``sched_ns``) and stream its answer into ``record``: the one
+    send call of every sender (in-process probe, live and fixed-schedule workers)."""
+    return await client.stream(
+        request_id=req.index,
+        scheduled_ns=sched_ns,
+        prompt=req.prompt,
+        max_tokens=req.max_tokens,
+        prompt_tokens_client=req.prompt_tokens_client,
+        ignore_eos=ignore_eos,
+        record=record,
+    )
+
+
+def worker_count(n: int | Literal["auto"]) -> int:
+    """``workers: N | auto`` as a number of processes (auto: ``auto_workers()``)."""
+    count = auto_workers() if n == "auto" else n
+    if count < 1:
+        raise ValueError(f"workers must be >= 1 or auto, got {n}")
+    return count
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +158,21 @@ class ClientConfig:
     max_connections: int = 4096
     kernel_timestamps: bool | None = None
     ignore_eos: bool = True
+
+    @classmethod
+    def from_client(cls, client: StreamClient, *, ignore_eos: bool = True) -> ClientConfig:
+        """The settings of an open client, for workers that build their own copy of it."""
+        return cls(
+            base_url=client.base_url,
+            api=client.api,
+            model=client.model,
+            timeouts=client.timeouts,
+            api_key=client._api_key,
+            extra_body=client.extra_body,
+            stream_usage=client.stream_usage,
+            max_connections=client.max_connections,
+            ignore_eos=ignore_eos,
+        )
 
     def make_client(self) -> StreamClient:
         return StreamClient(
@@ -143,6 +217,12 @@ def deal(schedule: Sequence[ScheduledRequest], n: int) -> list[list[ScheduledReq
 def auto_workers() -> int:
     """``workers: auto``: one per core this process may use, leaving one for the coordinator."""
     return max(1, len(_cores()) - 1)
+
+
+def pinned_core(worker: int) -> int:
+    """Worker i on the (i+1)-th usable core, wrapping: the first is the coordinator's."""
+    cores = _cores()
+    return cores[(worker + 1) % len(cores)]
 
 
 def _cores() -> list[int]:
@@ -310,26 +390,52 @@ def merge_records(
     for idx, req in want.items():
         if idx not in got:
             lost += 1
-            got[idx] = RequestRecord(
-                request_id=idx,
-                scheduled_ns=start_ns + req.offset_ns,
-                prompt_tokens_client=req.prompt_tokens_client,
-                max_tokens=req.max_tokens,
-                status="error",
-                error_kind="worker_lost",
-                error_message=lost_message,
-                done_ns=lost_at_ns,
-            )
+            got[idx] = lost_record(req, start_ns=start_ns, message=lost_message, at_ns=lost_at_ns)
     return [got[i] for i in sorted(got)], lost
 
 
+def lost_record(req: ScheduledRequest, *, start_ns: int, message: str, at_ns: int) -> RequestRecord:
+    """The failure recorded for a dealt request whose worker died before reporting it."""
+    return RequestRecord(
+        request_id=req.index,
+        scheduled_ns=start_ns + req.offset_ns,
+        prompt_tokens_client=req.prompt_tokens_client,
+        max_tokens=req.max_tokens,
+        status="error",
+        error_kind="worker_lost",
+        error_message=message,
+        done_ns=at_ns,
+    )
+
+
+def collect_share(
+    worker: int,
+    dealt: Sequence[ScheduledRequest],
+    received: Sequence[RequestRecord],
+    *,
+    start_ns: int,
+    lost_message: str,
+    **stats: Any,
+) -> tuple[list[RequestRecord], WorkerStats]:
+    """One worker's merged records (lost ones as failures) and its keep-up figures: the end
+    of a run for process and Ray workers alike."""
+    merged, lost = merge_records(
+        dealt, received, start_ns=start_ns, lost_message=lost_message, lost_at_ns=now_ns()
+    )
+    return merged, worker_stats(worker, received, dealt=len(dealt), lost=lost, **stats)
+
+
 # ---------------------------------------------------------------------- worker process
-def _cpu_s() -> float:
+def cpu_seconds() -> float:
+    """CPU time (user + system) this process has used, s: a worker's busy fraction."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
-async def _sleep_until(t_ns: int) -> None:
+async def sleep_until(t_ns: int) -> None:
+    """Sleep until monotonic ``t_ns``: a coarse sleep to within ``_SPIN_NS``, then yields.
+
+    The one send-timing rule of every sender (in-process probe, process and Ray workers)."""
     while True:
         d = t_ns - now_ns()
         if d <= 0:
@@ -360,34 +466,25 @@ async def send_share(
             done.clear()
 
     async def one(req: ScheduledRequest, sched_ns: int) -> None:
-        done.append(
-            await client.stream(
-                request_id=req.index,
-                scheduled_ns=sched_ns,
-                prompt=req.prompt,
-                max_tokens=req.max_tokens,
-                prompt_tokens_client=req.prompt_tokens_client,
-                ignore_eos=ignore_eos,
-            )
-        )
+        done.append(await stream_one(client, req, sched_ns, ignore_eos=ignore_eos))
 
     async def flusher() -> None:
         while True:
             await asyncio.sleep(interval_s)
             flush()
 
-    cpu0, wall0 = _cpu_s(), now_ns()
+    cpu0, wall0 = cpu_seconds(), now_ns()
     loop = asyncio.get_running_loop()
     flush_task = loop.create_task(flusher())
     tasks: list[asyncio.Task[None]] = []
     for req in requests:
         t = start_ns + req.offset_ns
-        await _sleep_until(t)
+        await sleep_until(t)
         tasks.append(loop.create_task(one(req, t)))
     await asyncio.gather(*tasks)
     flush_task.cancel()
     flush()
-    return (_cpu_s() - cpu0) / max(1e-9, (now_ns() - wall0) / _NS)
+    return (cpu_seconds() - cpu0) / max(1e-9, (now_ns() - wall0) / _NS)
 
 
 async def _drive(
@@ -416,6 +513,13 @@ def _worker_main(
     requests: list[ScheduledRequest],
     interval_s: float,
 ) -> None:
+    run_loop(_drive(conn, cfg, requests, interval_s), core)
+    conn.close()
+
+
+def run_loop(main: Coroutine[Any, Any, None], core: int | None) -> None:
+    """A worker process's body: pin it to ``core`` (if any), run ``main`` on a fresh loop
+    (uvloop where installed)."""
     if core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
     loop_factory: Any = asyncio.new_event_loop
@@ -426,8 +530,7 @@ def _worker_main(
     except ImportError:
         pass
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(_drive(conn, cfg, requests, interval_s))
-    conn.close()
+        runner.run(main)
 
 
 # ---------------------------------------------------------------------- coordinator
@@ -476,9 +579,7 @@ class WorkerPool:
         pin: bool = True,
         batch_interval_s: float = 0.1,
     ) -> None:
-        self.n = auto_workers() if n == "auto" else n
-        if self.n < 1:
-            raise ValueError(f"workers must be >= 1 or auto, got {n}")
+        self.n = worker_count(n)
         self.config = client_config
         self.pin = pin
         self.batch_interval_s = batch_interval_s
@@ -486,10 +587,7 @@ class WorkerPool:
 
     def _core(self, worker: int) -> int | None:
         """Worker i on the (i+1)-th usable core, wrapping: the first is the coordinator's."""
-        if not self.pin:
-            return None
-        cores = _cores()
-        return cores[(worker + 1) % len(cores)]
+        return pinned_core(worker) if self.pin else None
 
     async def run(self, schedule: Sequence[ScheduledRequest]) -> PoolResult:
         ctx = mp.get_context("spawn")
@@ -534,27 +632,23 @@ class WorkerPool:
     def _collect(self, handles: list[_Handle], start_ns: int) -> PoolResult:
         records: list[RequestRecord] = []
         stats: list[WorkerStats] = []
-        at = now_ns()
         for h in handles:
             code = h.proc.exitcode
             msg = (
                 f"worker {h.worker} (pid {h.proc.pid}) exited with status {code} "
                 "before reporting this request"
             )
-            merged, lost = merge_records(
-                h.requests, h.received, start_ns=start_ns, lost_message=msg, lost_at_ns=at
+            merged, st = collect_share(
+                h.worker,
+                h.requests,
+                h.received,
+                start_ns=start_ns,
+                lost_message=msg,
+                core=h.core,
+                busy_fraction=h.busy_fraction,
+                exit_code=code,
             )
             records.extend(merged)
-            stats.append(
-                worker_stats(
-                    h.worker,
-                    h.received,
-                    dealt=len(h.requests),
-                    lost=lost,
-                    core=h.core,
-                    busy_fraction=h.busy_fraction,
-                    exit_code=code,
-                )
-            )
+            stats.append(st)
         records.sort(key=lambda r: r.request_id)
         return PoolResult(records, stats, start_ns)

@@ -14,7 +14,7 @@ from tokenwatt.metrics.latency import sent_late
 from tokenwatt.report.format import fmt_count, fmt_float, fmt_ms, fmt_quantile, fmt_signed_pct
 from tokenwatt.result import BenchResult, EngineAgreement, ProbeSummary
 
-__all__ = ["MIN_TAIL_SAMPLES", "Check", "self_checks"]
+__all__ = ["MIN_TAIL_SAMPLES", "Check", "client_bound_probes", "self_checks"]
 
 # A q-quantile needs at least this many samples beyond it before it is more than the
 # sample maximum: p99 over 200 requests has 2 requests beyond it.
@@ -192,6 +192,39 @@ def _engine_disagrees(result: BenchResult) -> list[Check]:
     return out
 
 
+def client_bound_probes(result: BenchResult) -> list[ProbeSummary]:
+    """The probes a boundary rests on (the boundary probe, and the failed probes at the
+    search's upper bracket) whose load generator was the bottleneck (``load.keepup``)."""
+    hi = result.search.hi_rps if result.search is not None else None
+    rests_on = [result.boundary] if result.boundary is not None else []
+    rests_on += [p for p in result.probes if hi is not None and p.rate_rps == hi]
+    out: list[ProbeSummary] = []
+    for p in rests_on:
+        lg = p.load_generator
+        if lg is not None and lg.bottleneck and all(p is not q for q in out):
+            out.append(p)
+    return out
+
+
+def _keep_up(result: BenchResult) -> list[Check]:
+    """The client could not drive the load a boundary rests on: no boundary is called."""
+    bound = client_bound_probes(result)
+    if not bound:
+        return []
+    gens = [p.load_generator for p in bound if p.load_generator is not None]
+    busiest = max((w.busy_fraction or 0.0 for g in gens for w in g.per_worker), default=0.0)
+    n = max(g.workers for g in gens)
+    return [
+        Check(
+            "warning",
+            f"{_labels(bound)}: the load generator was the bottleneck (a sending process "
+            f"{busiest:.0%} busy with {n} worker{'s' if n != 1 else ''}), not the server: "
+            "the boundary is not called; use more workers (search.probe.workers or "
+            "--workers N)",
+        )
+    ]
+
+
 def _failures(result: BenchResult) -> list[Check]:
     b = result.boundary
     if b is None or b.requests_failed == 0:
@@ -228,6 +261,7 @@ def self_checks(result: BenchResult) -> list[Check]:
         *_search(result),
         *_few_requests(result),
         *_lateness(result),
+        *_keep_up(result),
         *_multi_token(result),
         *_above_rated(result),
         *_failures(result),

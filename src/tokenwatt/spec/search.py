@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tokenwatt.spec._base import MAX_COUNT, MAX_RATE_RPS, MAX_SECONDS, Section
+
+MAX_WORKERS = 256  # sending processes per probe
 
 
 class ProbeSettings(Section):
@@ -29,6 +31,20 @@ class ProbeSettings(Section):
         description="after the window, wait this long for counted requests to end",
     )
     early_stop: bool = Field(True, description="stop a probe as soon as it has clearly failed")
+    workers: int | Literal["auto"] = Field(
+        1,
+        description="processes that send an open-loop probe's requests (auto: one per free "
+        "core); 1 sends from the benchmark's own process",
+    )
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= MAX_WORKERS:
+            raise ValueError(
+                f"must be 1 to {MAX_WORKERS} or auto; more workers than cores only share them"
+            )
+        return v
 
     @model_validator(mode="after")
     def _order(self) -> Self:
