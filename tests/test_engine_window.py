@@ -241,3 +241,26 @@ def test_an_idle_engine_reads_as_client_s_above_the_engine() -> None:
     }
     assert out["s"].ok is False and out["s"].rel_diff is not None and out["s"].rel_diff > 0
     assert "idled" in (out["s"].cause or "")
+
+    def verdicts(share: float | None, replicas: int = 1) -> dict[str, bool | None]:
+        return {
+            a.figure: a.ok
+            for a in compare_client_engine(
+                client_tokens_per_s=20.0 * replicas,
+                client_tau_s=0.01,
+                replicas=replicas,
+                window=w,
+                client_decode_share=share,
+            )
+        }
+
+    # B reads 0.2 of the engine's and s 5x; the client itself saw something decoding only
+    # 20% of the window (2 s of 10): the witnesses agree on all but that time: said, not flagged
+    assert verdicts(0.2) == {"T": True, "B": True, "s": True}
+    explained = compare_client_engine(
+        client_tokens_per_s=20.0, client_tau_s=0.01, replicas=1, window=w, client_decode_share=0.2
+    )[2]
+    assert "idle-explained" in (explained.cause or "") and "80%" in (explained.cause or "")
+    # the same pattern while the client saw decoding all the time (several tokens per engine
+    # step, speculative decoding): flagged
+    assert verdicts(1.0) == {"T": True, "B": False, "s": False}

@@ -209,14 +209,14 @@ def test_worker_stats_by_hand() -> None:
             chunk_tokens=[1, 1, 1],
             coalesced_reads=1,
         ),
-        RequestRecord(1, 200, 1, 2, sent_ns=2_000_300, chunk_ns=[30, 40], chunk_tokens=[1, 1]),
+        RequestRecord(1, 200, 1, 2, sent_ns=6_000_300, chunk_ns=[30, 40], chunk_tokens=[1, 1]),
     ]
     s = worker_stats(0, recs, dealt=2, busy_fraction=0.5)
     assert (s.events, s.exact_events, s.coalesced_reads) == (5, 3, 1)
     assert s.exact_share == pytest.approx(0.6)
-    assert s.send_lateness_p50_ns == 2_000_100 and s.send_lateness_p99_ns == 2_000_100
+    assert s.send_lateness_p50_ns == 6_000_100 and s.send_lateness_p99_ns == 6_000_100
     problems = s.problems()
-    assert len(problems) == 2  # lateness 2 ms > 1 ms, exact share 60% < 80%
+    assert len(problems) == 2  # lateness 6 ms > the 5 ms floor, exact share 60% < 80%
     # half a core used: the worker was held up by something else, more workers would not help
     assert not s.client_bound
     assert all("CPU to spare" in p and "more workers" not in p for p in problems)

@@ -18,9 +18,16 @@ from typing import Any
 
 from tokenwatt.engine.window import EngineWindow
 
-__all__ = ["AGREEMENT_TOLERANCES", "Agreement", "compare_client_engine", "engine_batch_and_steps"]
+__all__ = [
+    "AGREEMENT_TOLERANCES",
+    "IDLE_EXPLAINED",
+    "Agreement",
+    "compare_client_engine",
+    "engine_batch_and_steps",
+]
 
 # the one definition of "agree": |client − engine| ≤ tolerance × engine
+IDLE_EXPLAINED = "idle-explained"  # B and s part by the engine's idle share alone
 AGREEMENT_TOLERANCES: dict[str, float] = {"T": 0.02, "B": 0.05, "s": 0.05}
 
 _CAUSES: dict[tuple[str, bool], str] = {
@@ -97,10 +104,13 @@ def compare_client_engine(
     window: EngineWindow,
     tokens_per_chunk: float = 1.0,
     tolerances: Mapping[str, float] = AGREEMENT_TOLERANCES,
+    client_decode_share: float | None = None,
 ) -> list[Agreement]:
     """T, B = T·τ/R and s = 1/τ from the client against the engine's counts over the window.
 
     ``tokens_per_chunk`` > 1 (seen by the client) is named in any disagreement's cause.
+    ``client_decode_share``: the share of the window in which some request was decoding, from
+    the client's own first- and last-token times (one replica); it can explain B and s.
     """
     r = max(replicas, 1)
     extra = (
@@ -111,8 +121,41 @@ def compare_client_engine(
     b_engine, s_engine = engine_batch_and_steps(window, r)
     client_b = client_tokens_per_s * client_tau_s / r
     client_s = 1.0 / client_tau_s if client_tau_s > 0 else 0.0
-    return [
+    t, b, s = (
         _one("T", client_tokens_per_s, window.generated_tokens_per_s, tolerances["T"], extra),
         _one("B", client_b, b_engine, tolerances["B"], extra),
         _one("s", client_s, s_engine, tolerances["s"], extra),
-    ]
+    )
+    if r == 1 and client_decode_share is not None:
+        return [t, *_idle_explained(t, b, s, client_decode_share)]
+    return [t, b, s]
+
+
+def _idle_explained(
+    t: Agreement, b: Agreement, s: Agreement, decode_share: float
+) -> tuple[Agreement, Agreement]:
+    """B low and s high by the share of the window in which nothing decoded: not a disagreement.
+
+    The client's B = T·τ/R and s = 1/τ average over the elapsed window, the engine's busy
+    slots and steps only over the steps that decode; with a decode share u the client reads
+    B·u and s/u. When T agrees and the client's own measure of u (first- to last-token spans)
+    matches 1 + ΔB within B's tolerance, both witnesses agree on everything but the time
+    nothing decoded (prefill, gaps between requests: a single stream has both by
+    construction); that is said, not flagged. Several tokens per engine step (speculative
+    decoding) make the same pattern with u ≈ 1, and stay flagged; so does R > 1, where it may
+    be a replica that got no traffic.
+    """
+    if not (t.ok and b.ok is False and s.ok is False):
+        return b, s
+    assert b.rel_diff is not None
+    if not (b.rel_diff < 0 and abs(1 + b.rel_diff - decode_share) <= b.tolerance):
+        return b, s
+    cause = (
+        f"{IDLE_EXPLAINED}: nothing decoded for {1 - decode_share:.0%} of the window (the "
+        "client's first-to-last-token spans); its B and s average over elapsed time, the "
+        "engine's over decode steps; T agrees"
+    )
+    return (
+        Agreement(b.figure, b.client, b.engine, b.rel_diff, b.tolerance, True, cause),
+        Agreement(s.figure, s.client, s.engine, s.rel_diff, s.tolerance, True, cause),
+    )

@@ -31,6 +31,7 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
+from tokenwatt.metrics.mixed_steps import idle_fraction_from_intervals
 from tokenwatt.result import EngineAgreement, EngineFigures
 from tokenwatt.spec import BenchSpec, redact_text
 from tokenwatt.spec.server_metrics import ServerMetricsSection
@@ -201,6 +202,7 @@ def engine_figures(
                 window=window,
                 tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
                 tolerances={k: v + edge for k, v in AGREEMENT_TOLERANCES.items()},
+                client_decode_share=_decode_share(run) if replicas == 1 else None,
             )
         ]
     mbu = None
@@ -222,3 +224,10 @@ def engine_figures(
             "edge_fraction": edge,
         }
     )
+
+
+def _decode_share(run: ProbeRun) -> float | None:
+    """Share of the window in which some request was between its first and last token."""
+    spans = [(r.first_token_ns, r.end_ns) for r in run.records if r.first_token_ns and r.end_ns]
+    idle = idle_fraction_from_intervals(spans, run.window_start_ns, run.window_end_ns, 1)
+    return None if idle is None else 1.0 - idle

@@ -41,6 +41,7 @@ from tokenwatt.clock import now_ns
 from tokenwatt.load.arrivals import OpenLoopSchedule
 from tokenwatt.load.wire import pack_records, unpack_records
 from tokenwatt.load.workload import RequestPlan
+from tokenwatt.metrics.latency import LATENESS_FLOOR_S
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec.endpoint import Timeouts
 
@@ -67,8 +68,9 @@ _LEAD_NS = 50_000_000  # the common start is this long after the last worker sai
 _TAG_READY, _TAG_BATCH, _TAG_END = b"R", b"B", b"E"
 
 # Keep-up self-checks (one definition, see docs/methodology.md "Workers and clocks"):
-# a worker whose p99 send lateness exceeds 1 ms no longer sends on the schedule;
-KEEP_UP_LATENESS_P99_NS = 1_000_000
+# a worker whose p99 send lateness exceeds the one lateness floor (metrics.latency) no longer
+# sends on the schedule;
+KEEP_UP_LATENESS_P99_NS = round(LATENESS_FLOOR_S * 1e9)
 # a worker whose process used more than 90% of a core has no slack left to read on time;
 KEEP_UP_BUSY_MAX = 0.90
 # when fewer than 80% of events had a read to themselves, most stamps are those of a late read.

@@ -54,9 +54,13 @@ _NS = 1e9
 # per-chunk timing no longer reflects one engine step per token (speculative decoding, coalescing).
 MULTI_TOKEN_CHUNK_SHARE = 0.01
 # The client sent late (it, not the server, shaped the load) when its p99 send lateness exceeds
-# this share of the mean gap between arrivals, and this absolute floor.
+# this share of the mean gap between arrivals, and this absolute floor. The floor is what one
+# client process reaches on a quiet machine: a step's chunks for every stream arrive together
+# and are handled in one burst, so a send due inside it waits (measured 2.2-3.3 ms p99 at
+# 32 req/s against the simulator, with and without the engine scraper); lateness below it is
+# not a load generator falling behind, and more workers would not remove it.
 LATENESS_SHARE_OF_GAP = 0.1
-LATENESS_FLOOR_S = 1e-3
+LATENESS_FLOOR_S = 5e-3
 
 
 def sent_late(lateness_p99_s: float | None, rate_rps: float | None) -> bool:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from tokenwatt.metrics.latency import sent_late
+from tokenwatt.metrics.latency import LATENESS_FLOOR_S, LATENESS_SHARE_OF_GAP, sent_late
 from tokenwatt.report.format import fmt_count, fmt_float, fmt_ms, fmt_quantile, fmt_signed_pct
 from tokenwatt.result import BenchResult, EngineAgreement, ProbeSummary
 
@@ -87,8 +87,9 @@ def _lateness(result: BenchResult) -> list[Check]:
         Check(
             "warning",
             f"{_labels([p for p, _ in late])}: the client sent requests late (p99 up to "
-            f"{fmt_ms(worst)} behind schedule, over 10% of the mean gap between arrivals); "
-            "the load generator was saturated: run it on a quieter machine",
+            f"{fmt_ms(worst)} behind schedule, over {LATENESS_SHARE_OF_GAP:.0%} of the mean gap "
+            f"between arrivals and {fmt_ms(LATENESS_FLOOR_S)}): the client shaped the load; use "
+            "more workers (--workers N) or a quieter machine",
         )
     ]
 

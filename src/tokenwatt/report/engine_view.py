@@ -38,6 +38,8 @@ def _fmt(figure: str, x: float | None) -> str:
 def _agreement_row(a: EngineAgreement) -> EngineRow:
     if a.ok is None:
         verdict = "not counted by the engine"
+    elif a.ok and a.cause is not None and a.cause.startswith("idle-explained"):
+        verdict = "agree after the engine's idle share"
     elif a.ok:
         verdict = f"agree (±{fmt_pct(a.tolerance, 0)})"
     else:
