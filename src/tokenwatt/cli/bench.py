@@ -23,9 +23,11 @@ from tokenwatt.cli.options import (
     ApiOption,
     BaseUrlOption,
     ModelOption,
+    OverwriteOption,
     SetOption,
     SloTpotOption,
     SloTtftOption,
+    SpecArgument,
 )
 
 if TYPE_CHECKING:
@@ -229,19 +231,8 @@ def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = Fa
         sys.exit(EXIT_NO_BOUNDARY)
 
 
-OverwriteOption = Annotated[
-    bool,
-    typer.Option(
-        "--overwrite", help="write into --out itself, replacing an earlier run's files there"
-    ),
-]
-
-
 def bench(  # noqa: PLR0917 - one parameter per flag
-    spec_path: Annotated[
-        Path | None,
-        typer.Argument(metavar="[SPEC]", help="benchmark spec (YAML); flags override it"),
-    ] = None,
+    spec_path: SpecArgument = None,
     base_url: BaseUrlOption = None,
     model: ModelOption = None,
     api: ApiOption = None,

@@ -65,6 +65,17 @@ SetOption = Annotated[
     ),
 ]
 
+SpecArgument = Annotated[
+    Path | None,
+    typer.Argument(metavar="[SPEC]", help="benchmark spec (YAML); flags override it"),
+]
+OverwriteOption = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite", help="write into --out itself, replacing an earlier run's files there"
+    ),
+]
+
 
 @dataclass(slots=True)
 class Flags:

@@ -29,9 +29,11 @@ from tokenwatt.cli.options import (
     ApiOption,
     BaseUrlOption,
     ModelOption,
+    OverwriteOption,
     SetOption,
     SloTpotOption,
     SloTtftOption,
+    SpecArgument,
 )
 from tokenwatt.errors import SpecError
 
@@ -502,9 +504,6 @@ ProbeOutOption = Annotated[
         "inside it (default: a new folder under results/)",
     ),
 ]
-ProbeOverwriteOption = Annotated[
-    bool, typer.Option("--overwrite", help="write into --out itself, replacing a run there")
-]
 
 
 def register(app: typer.Typer) -> None:
@@ -512,10 +511,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("probe")
     def probe(  # noqa: PLR0917 - one parameter per flag
-        spec_path: Annotated[
-            Path | None,
-            typer.Argument(metavar="[SPEC]", help="benchmark spec (YAML); flags override it"),
-        ] = None,
+        spec_path: SpecArgument = None,
         base_url: BaseUrlOption = None,
         model: ModelOption = None,
         api: ApiOption = None,
@@ -543,7 +539,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         seed: Annotated[int | None, typer.Option("--seed", help="default: workload.seed")] = None,
         out: ProbeOutOption = None,
-        overwrite: ProbeOverwriteOption = False,
+        overwrite: OverwriteOption = False,
         sim_mode: SimModeOption = "subprocess",
         quiet: QuietOption = False,
         workers: WorkersOption = None,
