@@ -260,7 +260,7 @@ def test_demo_runs_the_bundled_spec(tmp_path: Path) -> None:
     res = run_cli("demo", "--out", str(out), timeout=390)
     assert res.returncode == 0, res.stderr[-2000:]
     r = load_result(out)
-    assert r.geometry["experts"] == 128 and r.accelerator["name"] == "h100-sxm"
+    assert r.geometry.experts == 128 and r.accelerator.name == "h100-sxm"
     assert r.search is not None and r.search.stop_reason == "converged"
     b = r.boundary
     assert b is not None and b.slo_passed and b.mbu is not None
@@ -269,7 +269,7 @@ def test_demo_runs_the_bundled_spec(tmp_path: Path) -> None:
     assert 0.3 < b.mbu < 0.5
     assert "SLO goodput" in res.stdout and (out / "report.html").exists()
     # labelled simulated; sized so that every p99 rests on >= 2 requests beyond it
-    assert r.target is not None and r.target["kind"] == "sim" and "SIMULATED" in res.stdout
+    assert r.target is not None and r.target.kind == "sim" and "SIMULATED" in res.stdout
     from tokenwatt.report.checks import self_checks
 
     assert not [c for c in self_checks(r) if "rests on fewer" in c.message]

@@ -15,6 +15,7 @@ from tokenwatt.result import (
     load_result,
     write_result,
 )
+from tokenwatt.spec import BenchSpec
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
 DEMO_V1 = Path(__file__).parent / "fixtures" / "report" / "result-v1-demo.json"
@@ -31,9 +32,20 @@ def test_golden_round_trips_exactly(tmp_path: Path) -> None:
     out = write_result(result, tmp_path / "run")
     assert out == tmp_path / "run" / "result.json"
     written = json.loads(out.read_text("utf-8"))
-    assert _subset(_golden_data(), written)
+    assert written["geometry"]["kv_bytes_per_token_full_context"] == 98304
+    assert _subset(_renamed(_golden_data(), written), written)
     assert load_result(tmp_path / "run") == result
     assert not [p for p in (tmp_path / "run").iterdir() if p.name != "result.json"]
+
+
+def _renamed(v1: dict, written: dict) -> dict:
+    """A version-1 file as version 2 writes it back: the one field under a new name is
+    version 1's ``geometry.kv_bytes_per_token`` (it counts full-context layers only)."""
+    out = json.loads(json.dumps(v1))
+    kv = out["geometry"].pop("kv_bytes_per_token")
+    assert written["geometry"]["kv_bytes_per_token_full_context"] == kv
+    assert "kv_bytes_per_token" not in written["geometry"]
+    return out
 
 
 def _subset(small: object, big: object) -> bool:
@@ -70,7 +82,8 @@ def test_version_1_demo_file_reads_with_every_extra_declared(tmp_path: Path) -> 
     assert r.search is not None and r.search.lo_rps == raw["search"]["lo_rps"]
     assert [s.reason for s in r.search.history] == [h["reason"] for h in raw["search"]["history"]]
     out = write_result(r, tmp_path / "again")
-    assert _subset(raw, json.loads(out.read_text("utf-8")))
+    written = json.loads(out.read_text("utf-8"))
+    assert _subset(_renamed(raw, written), written)
     assert load_result(out) == r
 
 
@@ -83,7 +96,7 @@ def test_golden_content_is_what_the_views_need() -> None:
     # The bracket closed within the target precision: (9.5 - 9.25) / 9.25.
     assert r.search.precision_reached == pytest.approx((9.5 - 9.25) / 9.25, abs=1e-4)
     assert r.search.precision_reached < r.search.precision_target
-    assert r.spec["endpoint"]["api_key_env"] == "OPENAI_API_KEY"  # a variable's name, kept
+    assert r.spec.endpoint.api_key_env == "OPENAI_API_KEY"  # a variable's name, kept
 
 
 def test_golden_mbu_is_coherent_with_the_seed_formula() -> None:
@@ -94,17 +107,17 @@ def test_golden_mbu_is_coherent_with_the_seed_formula() -> None:
     detail = r.boundary.mbu_detail
     assert detail is not None
     d = detail.inputs
-    e, k = geo["experts"], geo["experts_per_token"]
+    e, k = geo.experts, geo.experts_per_token
     b = d.output_tokens_per_s * d.itl_token_weighted_s / d.replicas
     assert b == pytest.approx(d.batch_per_replica, rel=1e-4)
     unique = e * (1 - (1 - k / e) ** b)
     assert unique == pytest.approx(d.expected_distinct_experts, rel=1e-4)
-    w = geo["dense_weight_bytes"] + geo["moe_layers"] * unique * geo["expert_bytes"]
+    w = geo.dense_weight_bytes + geo.moe_layers * unique * geo.expert_bytes
     assert w == pytest.approx(d.weight_bytes_per_step, rel=1e-4)
     assert d.mean_context_per_token is not None
-    kv = d.output_tokens_per_s * d.mean_context_per_token * geo["kv_bytes_per_token"]
+    kv = d.output_tokens_per_s * d.mean_context_per_token * geo.kv_bytes_per_token_full_context
     assert kv == pytest.approx(d.kv_bytes_per_s, rel=1e-5)
-    rated = r.gpus * r.accelerator["bandwidth_bytes_per_s"]
+    rated = r.gpus * r.accelerator.bandwidth_bytes_per_s
     assert rated == d.node_bandwidth_bytes_per_s
     mbu = (d.replicas * w / d.itl_token_weighted_s + kv) / rated
     assert mbu == pytest.approx(r.boundary.mbu, abs=5e-4)
@@ -114,7 +127,7 @@ def test_golden_mbu_is_coherent_with_the_seed_formula() -> None:
         r.boundary.goodput_output_tokens_per_s / r.gpus, abs=0.01
     )
     # Qwen3-30B-A3B: 96 KiB of BF16 KV per token (48 layers x 4 KV heads x 128 x 2 x 2 B).
-    assert geo["kv_bytes_per_token"] == 48 * 4 * 128 * 2 * 2 == 96 * 1024
+    assert geo.kv_bytes_per_token_full_context == 48 * 4 * 128 * 2 * 2 == 96 * 1024
 
 
 @pytest.mark.parametrize(
@@ -174,8 +187,13 @@ def test_secrets_never_reach_the_file(tmp_path: Path) -> None:
     text = write_result(r, tmp_path).read_text("utf-8")
     assert "hunter2" not in text and "sk-live-123" not in text and "alice" not in text
     spec = load_result(tmp_path).spec
-    assert spec["endpoint"]["url"] == "http://***@127.0.0.1:8000/v1"
-    assert spec["endpoint"]["extra_body"] == {"api_key": "***", "temperature": 0}
+    assert spec.endpoint.url == "http://***@127.0.0.1:8000/v1"
+    assert spec.endpoint.extra_body == {"api_key": "***", "temperature": 0}
+    # a typed spec handed in is redacted on its way in too (no path writes a key)
+    raw = r.spec.model_dump(mode="json")
+    raw["endpoint"]["url"] = "http://bob:swordfish@127.0.0.1:8000/v1"
+    typed = BenchResult.model_validate({**data, "spec": BenchSpec.model_validate(raw)})
+    assert "swordfish" not in write_result(typed, tmp_path / "typed").read_text("utf-8")
 
 
 def test_golden_latencies_are_ordered() -> None:
@@ -267,3 +285,55 @@ def test_latency_at_reads_summaries_and_the_verdicts_quantiles() -> None:
     assert p.latency_at("tpot", 0.5) == b["tpot_s"]["p50"]
     assert p.latency_at("ttft", 0.995) == 0.31  # not a summary field: the verdict's value
     assert p.latency_at("e2e", 0.995) is None
+
+
+def test_typed_copies_are_the_objects_the_run_used() -> None:
+    """spec, geometry, accelerator and target come back as the library's own types, equal to
+    what the spec, the bundled preset and the catalog give today (independent readers)."""
+    from tokenwatt.geometry import load_geometry
+    from tokenwatt.hardware import get_accelerator
+
+    r = load_result(DEMO_V1)
+    assert r.spec.model.source == "qwen3-30b-a3b"
+    assert r.geometry == load_geometry(r.spec.model.source)
+    assert r.accelerator == get_accelerator("h100-sxm")
+    assert r.target is None and r.simulated  # version 1: no target; its spec says sim
+
+
+def test_version_1_spec_without_endpoint_or_hardware_is_filled_from_the_file(
+    tmp_path: Path,
+) -> None:
+    """Version 1 defaulted endpoint to the simulator and hardware to the file's own figures;
+    today both are required, so the reader fills them from exactly those."""
+    data = _golden_data()
+    del data["spec"]["endpoint"], data["spec"]["hardware"]
+    p = tmp_path / "result.json"
+    p.write_text(json.dumps(data), "utf-8")
+    r = load_result(p)
+    assert r.spec.endpoint.url == "sim" and r.simulated
+    hw = r.spec.hardware
+    assert (hw.accelerator, hw.gpus, hw.replicas) == ("h100-sxm", data["gpus"], data["replicas"])
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "fragment"),
+    [
+        (("spec", "hardware", "gpus"), 0, "spec.hardware.gpus"),
+        (("geometry", "layers"), "many", "geometry.layers"),
+        (("accelerator", "bandwidth_bytes_per_s"), None, "accelerator.bandwidth_bytes_per_s"),
+        (("target",), {"kind": "cloud", "base_url": "x"}, "target.kind"),
+    ],
+)
+def test_a_bad_typed_copy_is_refused_in_one_line(
+    tmp_path: Path, where: tuple[str, ...], value: object, fragment: str
+) -> None:
+    data = _golden_data()
+    node = data
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    p = tmp_path / "result.json"
+    p.write_text(json.dumps(data), "utf-8")
+    with pytest.raises(ReportError) as info:
+        load_result(p)
+    assert fragment in str(info.value) and "\n" not in str(info.value)

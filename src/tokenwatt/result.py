@@ -38,6 +38,12 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
         /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
         ``engine_series_file``; absent in older files (None).
+        Typed, same JSON (issue 9): ``spec`` is read as a ``BenchSpec``, ``geometry`` as a
+        ``ModelGeometry``, ``accelerator`` as an ``Accelerator`` and ``target`` as a
+        ``RunTarget``, so a bad copy is refused at load in one line; version 1's
+        ``geometry.kv_bytes_per_token`` is written back as ``kv_bytes_per_token_full_context``
+        and a version-1 spec without ``endpoint``/``hardware`` gets the simulator and the
+        file's own accelerator, gpus and replicas (version 1's defaults).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -66,7 +72,10 @@ from pydantic import (
 )
 
 from tokenwatt.errors import ReportError
-from tokenwatt.spec import redact
+from tokenwatt.geometry.model import ModelGeometry, upgrade_geometry_dict
+from tokenwatt.hardware import Accelerator
+from tokenwatt.simsettings import SimSettings
+from tokenwatt.spec import BenchSpec, redact
 
 __all__ = [
     "RESULT_FILE",
@@ -84,6 +93,7 @@ __all__ = [
     "MbuInputs",
     "MbuMixedSteps",
     "ProbeSummary",
+    "RunTarget",
     "ScopeEnergy",
     "SearchStep",
     "SearchSummary",
@@ -620,16 +630,38 @@ class MachineInfo(_Strict):
         )
 
 
+class RunTarget(_Strict):
+    """What a run drove: the simulator or an endpoint, so a simulated result says so."""
+
+    kind: Literal["sim", "endpoint"]
+    base_url: str = Field(description="the URL requests went to (credentials removed)")
+    model: str | None = Field(None, description="the served model name requests named")
+    sim_mode: Literal["thread", "subprocess"] | None = Field(
+        None, description="how the simulator ran beside the client (None: an endpoint)"
+    )
+    sim: SimSettings | None = Field(None, description="the simulator's settings (None: endpoint)")
+
+    @field_validator("base_url", mode="after")
+    @classmethod
+    def _redact_url(cls, v: str) -> str:
+        return redact(v)  # type: ignore[no-any-return]
+
+
 class BenchResult(_Strict):
-    """A whole ``tokenwatt bench`` run."""
+    """A whole ``tokenwatt bench`` run (or one ``tokenwatt probe``: no search).
+
+    ``spec``, ``geometry`` and ``accelerator`` are the typed objects the run used: a reader
+    gets the same ``BenchSpec``, ``ModelGeometry`` and ``Accelerator`` back, and a file
+    whose copies do not validate is refused at load, not when a view reaches the field.
+    """
 
     schema_version: int = SCHEMA_VERSION
     tool: str = "tokenwatt"
     tool_version: str
     name: str = Field(description="the spec's name")
-    spec: dict[str, Any] = Field(description="the spec, secrets removed")
-    geometry: dict[str, Any] = Field(description="ModelGeometry.to_dict()")
-    accelerator: dict[str, Any] = Field(description="Accelerator.to_dict()")
+    spec: BenchSpec = Field(description="the spec, secrets removed")
+    geometry: ModelGeometry = Field(description="the model's geometry as the run used it")
+    accelerator: Accelerator = Field(description="the accelerator's rated figures")
     gpus: int = Field(ge=1, description="N_GPU")
     replicas: int = Field(ge=1, description="R")
     slo: SloSettings
@@ -640,20 +672,25 @@ class BenchResult(_Strict):
     probes: list[ProbeSummary] = Field(default_factory=list)
     boundary: ProbeSummary | None = None
     search: SearchSummary | None = None
-    target: dict[str, Any] | None = Field(
-        None,
-        description="what was driven: kind (sim or endpoint), base_url, model, sim_mode and, "
-        "for the simulator, its settings; a simulated result must never read as a measurement",
+    target: RunTarget | None = Field(
+        None, description="what was driven; None in files older than the field"
     )
     interrupted: bool = False
     warnings: list[str] = Field(default_factory=list)
 
-    @field_validator("spec", mode="after")
+    @field_validator("spec", mode="before")
     @classmethod
-    def _redact_spec(cls, v: dict[str, Any]) -> dict[str, Any]:
-        # The caller redacts already; do it again so no path can leak a key into a file.
-        out: dict[str, Any] = redact(v)
-        return out
+    def _redact_spec(cls, v: Any) -> Any:
+        # Every spec passes through the one redaction on its way in, typed or not, so no
+        # path can leak a key into a file (the caller may have redacted already).
+        if isinstance(v, BenchSpec):
+            v = v.model_dump(mode="json")
+        return redact(v)
+
+    @field_validator("geometry", mode="before")
+    @classmethod
+    def _geometry(cls, v: Any) -> Any:
+        return upgrade_geometry_dict(v) if isinstance(v, dict) else v
 
     @field_validator("schema_version")
     @classmethod
@@ -662,9 +699,14 @@ class BenchResult(_Strict):
             raise ValueError(f"unknown schema_version {v}; this tokenwatt reads {_versions()}")
         return v
 
+    @property
+    def simulated(self) -> bool:
+        """Whether the built-in simulator served the run (older files: their spec's URL)."""
+        if self.target is not None:
+            return self.target.kind == "sim"
+        return self.spec.endpoint.is_sim
 
-# Secret-looking keys. "token" only as a whole word at the end (token, hf_token, auth_token):
-# the spec is full of token counts (input_tokens, max_batched_tokens, first_token_s).
+
 def _versions() -> str:
     return ", ".join(str(v) for v in sorted(SUPPORTED_VERSIONS))
 
@@ -722,6 +764,7 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
     null (no samples: 0 now). Figures are kept as written (T was then the tokens of the
     requests scheduled in the window ÷ window)."""
     out = dict(data)
+    out["spec"] = _v1_spec(out)
     probes = [out.get("single_stream"), out.get("boundary"), *(out.get("probes") or [])]
     for probe in probes:
         if not isinstance(probe, dict):
@@ -731,6 +774,25 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
             if isinstance(lat, dict) and lat.get("count") is None:
                 probe[key] = {**lat, "count": 0}
     return out
+
+
+def _v1_spec(data: dict[str, Any]) -> Any:
+    """A version-1 spec with today's required sections: version 1 defaulted ``endpoint`` to
+    the simulator and ``hardware`` to what the file itself records (accelerator, gpus,
+    replicas), so a spec written without them is filled from exactly that."""
+    spec = data.get("spec")
+    if not isinstance(spec, dict):
+        return spec
+    spec = dict(spec)
+    spec.setdefault("endpoint", {"url": "sim"})
+    acc = data.get("accelerator")
+    if "hardware" not in spec and isinstance(acc, dict):
+        spec["hardware"] = {
+            "accelerator": acc.get("name"),
+            "gpus": data.get("gpus", 1),
+            "replicas": data.get("replicas", 1),
+        }
+    return spec
 
 
 def _umask() -> int:

@@ -201,7 +201,7 @@ def result_dict(
         "tokenwatt_version": __version__,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "spec": redact(spec.model_dump(mode="json")),
-        "target": redact(target.describe()),
+        "target": target.record(spec.sim).model_dump(mode="json"),
         "probe": {
             "rate_rps": run.rate_rps,
             "concurrency": run.concurrency,
@@ -371,18 +371,22 @@ def write_probe_result(
 ) -> None:
     """``result.json`` beside ``probe.json``: the layout ``bench`` writes (one probe, no
     search), so ``tokenwatt report`` and ``compare`` read a probe's folder like a bench's."""
-    from tokenwatt.result import BenchResult, MachineInfo, ProbeSummary, SloSettings, write_result
+    from tokenwatt.result import (
+        BenchResult,
+        MachineInfo,
+        ProbeSummary,
+        RunTarget,
+        SloSettings,
+        write_result,
+    )
 
     summary = ProbeSummary.model_validate(data["summary"])
-    target = dict(data["target"])
-    target["kind"] = "sim" if target.get("kind") == "sim" else "endpoint"
-    target["sim"] = spec.sim.model_dump(mode="json") if target["kind"] == "sim" else None
     result = BenchResult(
         tool_version=data["tokenwatt_version"],
         name=spec.name,
-        spec=data["spec"],
-        geometry=geometry.to_dict(),
-        accelerator=accelerator.to_dict(),
+        spec=spec,
+        geometry=geometry,
+        accelerator=accelerator,
         gpus=spec.hardware.gpus,
         replicas=spec.hardware.replicas,
         slo=SloSettings(**spec.slo.model_dump()),
@@ -392,7 +396,7 @@ def write_probe_result(
         probes=[summary],
         interrupted=bool(data["interrupted"]),
         warnings=list(data["warnings"]),
-        target=target,
+        target=RunTarget.model_validate(data["target"]),
     )
     write_result(result, out)
 

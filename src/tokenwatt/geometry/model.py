@@ -182,11 +182,19 @@ class ModelGeometry:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelGeometry:
-        groups = tuple(KVGroup(**g) for g in data.get("kv_groups", ()))
-        fields = {k: v for k, v in data.items() if k != "kv_groups"}
-        if "kv_bytes_per_token" in fields:  # the field's old name, in older result files
-            legacy = fields.pop("kv_bytes_per_token")
-            fields.setdefault("kv_bytes_per_token_full_context", legacy)
+        fields = upgrade_geometry_dict(data)
+        groups = tuple(KVGroup(**g) for g in fields.pop("kv_groups", ()))
         if "notes" in fields:
             fields["notes"] = tuple(fields["notes"])
         return cls(**fields, kv_groups=groups)
+
+
+def upgrade_geometry_dict(data: dict[str, Any]) -> dict[str, Any]:
+    """A geometry written by an older tokenwatt under today's field names: version-1 result
+    files call the full-context KV bytes ``kv_bytes_per_token`` (it counted only full and
+    MLA layers, so the name now says so)."""
+    fields = dict(data)
+    if "kv_bytes_per_token" in fields:
+        legacy = fields.pop("kv_bytes_per_token")
+        fields.setdefault("kv_bytes_per_token_full_context", legacy)
+    return fields

@@ -45,7 +45,7 @@ from tokenwatt.result import (
     SloSettings,
     write_result,
 )
-from tokenwatt.spec import BenchSpec, ProbeSettings, redact, redact_text
+from tokenwatt.spec import BenchSpec, ProbeSettings, redact_text
 
 __all__ = [
     "WARMUP_LIFETIMES",
@@ -298,9 +298,9 @@ def _new_result(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerat
     return BenchResult(
         tool_version=__version__,
         name=spec.name,
-        spec=redact(spec.model_dump(mode="json")),
-        geometry=geometry.to_dict(),
-        accelerator=accelerator.to_dict(),
+        spec=spec,
+        geometry=geometry,
+        accelerator=accelerator,
         gpus=spec.hardware.gpus,
         replicas=spec.hardware.replicas,
         slo=SloSettings(**spec.slo.model_dump()),
@@ -346,7 +346,7 @@ async def run_bench(
             result.warnings.extend(monitor.warnings)
             if not monitor.sources:
                 result.warnings.append("no power source: tokens per joule not measured")
-            result.target = target_record(spec, target)
+            result.target = target.record(spec.sim)
             bench = _Run(spec, out, target, geometry, accelerator, monitor, result, on_event)
             bench.witness = EngineWitness(spec.server_metrics, target.base_url, result.warnings)
             bench.emit(BenchEvent("started", message=redact_text(target.base_url)))
@@ -362,15 +362,6 @@ async def run_bench(
         finally:
             await asyncio.to_thread(monitor.close)
     return result
-
-
-def target_record(spec: BenchSpec, target: Target) -> dict[str, object]:
-    """``result.target``: what was driven; for the simulator, the settings it ran with."""
-    d = dict(target.describe())
-    d["kind"] = "sim" if target.kind == "sim" else "endpoint"
-    d["sim"] = spec.sim.model_dump(mode="json") if target.kind == "sim" else None
-    out: dict[str, object] = redact(d)
-    return out
 
 
 def _finish(bench: _Run) -> None:

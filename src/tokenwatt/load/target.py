@@ -26,7 +26,9 @@ from tokenwatt.client import StreamClient
 from tokenwatt.errors import SpecError, TargetError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import Accelerator, custom_accelerator, get_accelerator
+from tokenwatt.result import RunTarget
 from tokenwatt.sim import RunningSim, SimConfig, start_sim_subprocess, start_sim_thread
+from tokenwatt.simsettings import SimSettings
 from tokenwatt.spec import BenchSpec
 from tokenwatt.spec.hardware import HardwareSection
 
@@ -52,13 +54,17 @@ class Target:
         """The simulator's Prometheus endpoint (None for a remote target)."""
         return self.sim.metrics_url if self.sim is not None else None
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "kind": self.kind,
-            "base_url": self.base_url,
-            "model": self.model,
-            "sim_mode": self.sim_mode,
-        }
+    def record(self, sim: SimSettings) -> RunTarget:
+        """``result.target``: what was driven; for the simulator, the settings it ran with
+        (``sim``, the spec's section: the simulator was built from exactly it)."""
+        simulated = self.kind == "sim"
+        return RunTarget(
+            kind="sim" if simulated else "endpoint",
+            base_url=self.base_url,
+            model=self.model,
+            sim_mode=self.sim_mode if simulated else None,
+            sim=SimSettings.model_validate(sim.model_dump()) if simulated else None,
+        )
 
 
 def resolve_api_key(spec: BenchSpec) -> str | None:

@@ -162,7 +162,7 @@ def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..
 
 def _model_key(r: BenchResult) -> str:
     g = r.geometry
-    return f"{g.get('name')} ({g.get('weight_dtype')} weights, {g.get('kv_dtype')} KV)"
+    return f"{g.name} ({g.weight_dtype} weights, {g.kv_dtype} KV)"
 
 
 def _slo_key(r: BenchResult) -> str:
@@ -170,12 +170,12 @@ def _slo_key(r: BenchResult) -> str:
 
 
 def _workload_key(r: BenchResult) -> str:
-    return json.dumps(r.spec.get("workload"), sort_keys=True)
+    return json.dumps(r.spec.workload.model_dump(mode="json"), sort_keys=True)
 
 
 _CHECKED: tuple[tuple[str, Callable[[BenchResult], str]], ...] = (
     ("models", _model_key),
-    ("accelerators", lambda r: str(r.accelerator.get("name"))),
+    ("accelerators", lambda r: r.accelerator.name),
     ("GPU counts", lambda r: str(r.gpus)),
     ("replicas", lambda r: str(r.replicas)),
     ("SLOs", _slo_key),

@@ -44,8 +44,8 @@ def probe_figures(result: BenchResult, probe: ProbeSummary, out_dir: Path) -> Pr
         return None
     records = [rec for _, rec in read_requests(path)]
     wall_s = probe.window_start_ns / 1e9 + result.machine.realtime_minus_monotonic_s
-    workload = result.spec.get("workload", {}) if isinstance(result.spec, dict) else {}
-    sampled = bool(workload.get("trace") or workload.get("dataset"))
+    workload = result.spec.workload
+    sampled = workload.trace is not None or workload.dataset is not None
     return ProbeFigures.from_records(
         records,
         window_start_ns=probe.window_start_ns,
@@ -70,7 +70,9 @@ def write_exports(result: BenchResult, out_dir: Path) -> list[Path]:
         f = probe_figures(result, p, out_dir)
         if f is None:
             continue
-        report = to_br02(f, eid=eid, uid=f"{eid}-{p.index:02d}", config=result.spec)
+        report = to_br02(
+            f, eid=eid, uid=f"{eid}-{p.index:02d}", config=result.spec.model_dump(mode="json")
+        )
         path = out_dir / br02_name(p.index)
         write_br02(path, report)
         written.append(path)

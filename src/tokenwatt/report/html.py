@@ -333,9 +333,9 @@ def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
     s = r.search
     node = _kv_rows(
         [
-            ("accelerator", acc.get("display_name") or acc.get("name")),
-            ("rated bandwidth / GPU", fmt_bytes_per_s(acc.get("bandwidth_bytes_per_s"))),
-            ("source", acc.get("source")),
+            ("accelerator", acc.display_name or acc.name),
+            ("rated bandwidth / GPU", fmt_bytes_per_s(acc.bandwidth_bytes_per_s)),
+            ("source", acc.source),
             ("N_GPU, R", f"{r.gpus}, {r.replicas}"),
             ("SLO", describe_slo(r.slo)),
             ("search stop", s.stop_reason if s else DASH),
@@ -384,7 +384,7 @@ def _json_script(data: Any) -> str:
 
 def render_html(result: BenchResult) -> str:
     """The whole report as one HTML string."""
-    geometry = ModelGeometry.from_dict(result.geometry)
+    geometry = result.geometry
     q = fmt_quantile(result.slo.percentile)
     b = result.boundary
     parts = [_headline(result), _checks(result)]
@@ -444,7 +444,7 @@ def render_html(result: BenchResult) -> str:
     parts.append(_single_stream(result))
     parts.append(_engine(result))
     parts.append(_inputs(result, geometry))
-    spec_text = json.dumps(result.spec, indent=2, ensure_ascii=False)
+    spec_text = json.dumps(result.spec.model_dump(mode="json"), indent=2, ensure_ascii=False)
     parts.append(_section("spec", "Spec (secrets removed)", f"<pre>{_e(spec_text)}</pre>"))
     return _page(result, parts)
 

@@ -232,9 +232,10 @@ def mbu_plot(result: BenchResult, geometry: ModelGeometry) -> str:
     b = result.boundary
     if b is not None and b.batch_per_replica is not None and b.mbu is not None:
         _mark_boundary(ax, b.batch_per_replica, b.mbu * 100)
-    sim_eff = result.spec.get("sim", {}).get("efficiency") if _is_sim(result) else None
-    if isinstance(sim_eff, int | float):
-        ax.axhline(sim_eff * 100, color=MUTED, ls=":", lw=1, label="sim efficiency")
+    if result.simulated:  # the simulator was built from the spec's sim section
+        ax.axhline(
+            result.spec.sim.efficiency * 100, color=MUTED, ls=":", lw=1, label="sim efficiency"
+        )
     _batch_axis(ax, result)
     ax.set_xlabel("B, sequences per step per replica")
     ax.set_ylabel("MBU (%)")
@@ -266,11 +267,6 @@ def mbu_plot(result: BenchResult, geometry: ModelGeometry) -> str:
     axw.set_title("W(B): weight bytes per step")
     axw.legend(loc="lower right")
     return _to_svg(fig, "MBU against batch size, and W(B)")
-
-
-def _is_sim(result: BenchResult) -> bool:
-    endpoint = result.spec.get("endpoint", {})
-    return isinstance(endpoint, dict) and endpoint.get("url") == "sim"
 
 
 @_styled

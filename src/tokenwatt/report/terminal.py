@@ -70,21 +70,13 @@ def describe_slo(slo: SloSettings) -> str:
     return ", ".join(f"{q} {name} ≤ {ms:g} ms" for name, ms in limits)
 
 
-def is_simulated(result: BenchResult) -> bool:
-    """Whether the built-in simulator served the run (older files: their spec's endpoint)."""
-    if result.target is not None:
-        return result.target.get("kind") == "sim"
-    endpoint = result.spec.get("endpoint")
-    return isinstance(endpoint, dict) and endpoint.get("url") == "sim"
-
-
 def describe_run(result: BenchResult) -> str:
     """``name · model on N × accelerator (R replicas)``, and ``SIMULATED`` where the built-in
     simulator served it: a screenshot must not read like a real H100 measurement."""
-    model = result.geometry.get("name", "model")
-    acc = result.accelerator.get("display_name") or result.accelerator.get("name", "accelerator")
+    model = result.geometry.name
+    acc = result.accelerator.display_name or result.accelerator.name
     replicas = "1 replica" if result.replicas == 1 else f"{result.replicas} replicas"
-    if is_simulated(result):
+    if result.simulated:
         node = f"{result.gpus} × {acc} ({replicas}, tokenwatt sim)"
         return f"{result.name} · SIMULATED {model} on {node}"
     return f"{result.name} · {model} on {result.gpus} × {acc} ({replicas})"
