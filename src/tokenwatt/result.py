@@ -699,6 +699,32 @@ class BenchResult(_Strict):
             raise ValueError(f"unknown schema_version {v}; this tokenwatt reads {_versions()}")
         return v
 
+    @classmethod
+    def begin(
+        cls,
+        spec: BenchSpec,
+        geometry: ModelGeometry,
+        accelerator: Accelerator,
+        *,
+        tool_version: str,
+        timestamp_source: str,
+        started_at: datetime,
+    ) -> BenchResult:
+        """A run's result before its first probe: the node and the SLO from the spec, and
+        this machine; ``bench`` and ``probe`` both start from here."""
+        return cls(
+            tool_version=tool_version,
+            name=spec.name,
+            spec=spec,
+            geometry=geometry,
+            accelerator=accelerator,
+            gpus=spec.hardware.gpus,
+            replicas=spec.hardware.replicas,
+            slo=SloSettings(**spec.slo.model_dump()),
+            machine=MachineInfo.collect(timestamp_source=timestamp_source),
+            started_at=started_at,
+        )
+
     @property
     def simulated(self) -> bool:
         """Whether the built-in simulator served the run (older files: their spec's URL)."""

@@ -371,33 +371,21 @@ def write_probe_result(
 ) -> None:
     """``result.json`` beside ``probe.json``: the layout ``bench`` writes (one probe, no
     search), so ``tokenwatt report`` and ``compare`` read a probe's folder like a bench's."""
-    from tokenwatt.result import (
-        BenchResult,
-        MachineInfo,
-        ProbeSummary,
-        RunTarget,
-        SloSettings,
-        write_result,
-    )
+    from tokenwatt.result import BenchResult, ProbeSummary, RunTarget, write_result
 
-    summary = ProbeSummary.model_validate(data["summary"])
-    result = BenchResult(
+    result = BenchResult.begin(
+        spec,
+        geometry,
+        accelerator,
         tool_version=data["tokenwatt_version"],
-        name=spec.name,
-        spec=spec,
-        geometry=geometry,
-        accelerator=accelerator,
-        gpus=spec.hardware.gpus,
-        replicas=spec.hardware.replicas,
-        slo=SloSettings(**spec.slo.model_dump()),
-        machine=MachineInfo.collect(timestamp_source=str(data["metrics"]["timestamp_source"])),
+        timestamp_source=str(data["metrics"]["timestamp_source"]),
         started_at=dt.datetime.fromisoformat(data["created_utc"]),
-        ended_at=dt.datetime.now(dt.UTC),
-        probes=[summary],
-        interrupted=bool(data["interrupted"]),
-        warnings=list(data["warnings"]),
-        target=RunTarget.model_validate(data["target"]),
     )
+    result.ended_at = dt.datetime.now(dt.UTC)
+    result.probes = [ProbeSummary.model_validate(data["summary"])]
+    result.interrupted = bool(data["interrupted"])
+    result.warnings = list(data["warnings"])
+    result.target = RunTarget.model_validate(data["target"])
     write_result(result, out)
 
 

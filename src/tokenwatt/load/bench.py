@@ -38,11 +38,9 @@ from tokenwatt.power import PowerMonitor, open_power
 from tokenwatt.result import (
     BenchResult,
     EnergySummary,
-    MachineInfo,
     ProbeSummary,
     SearchStep,
     SearchSummary,
-    SloSettings,
     write_result,
 )
 from tokenwatt.spec import BenchSpec, ProbeSettings, redact_text
@@ -295,16 +293,12 @@ def _start_rate(spec: BenchSpec, single: ProbeSummary | None, warnings: list[str
 
 
 def _new_result(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerator) -> BenchResult:
-    return BenchResult(
+    return BenchResult.begin(
+        spec,
+        geometry,
+        accelerator,
         tool_version=__version__,
-        name=spec.name,
-        spec=spec,
-        geometry=geometry,
-        accelerator=accelerator,
-        gpus=spec.hardware.gpus,
-        replicas=spec.hardware.replicas,
-        slo=SloSettings(**spec.slo.model_dump()),
-        machine=MachineInfo.collect(timestamp_source="kernel"),
+        timestamp_source="kernel",
         started_at=datetime.now(UTC),
     )
 
