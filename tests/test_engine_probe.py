@@ -27,9 +27,11 @@ from faultserver import FaultServer
 from tokenwatt.load.engine_probe import EngineWitness
 from tokenwatt.records import read_requests
 from tokenwatt.report.checks import self_checks
+from tokenwatt.report.engine_view import MBU_ROW_NOTE, engine_rows
+from tokenwatt.report.format import fmt_pct
 from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import ResultView
-from tokenwatt.result import BenchResult, EngineAgreement, EngineFigures
+from tokenwatt.result import BenchResult, EngineAgreement, EngineFigures, ProbeSummary
 from tokenwatt.spec.server_metrics import ServerMetricsSection
 
 pytestmark = pytest.mark.timeout(180)
@@ -89,6 +91,50 @@ def test_probe_client_and_engine_agree_within_one_percent(tmp_path: Path) -> Non
     sent = sum(r.output_tokens for _, r in read_requests(tmp_path / "out" / "requests.jsonl"))
     assert rows[-1]["generated_tokens"] - rows[0]["generated_tokens"] == pytest.approx(sent, abs=6)
     assert "Client vs engine" in stdout
+
+
+MIXED_SPEC = """
+name: engine-witness-mixed
+model: {source: qwen3-30b-a3b}
+hardware: {accelerator: h100-sxm, replicas: 1, gpus: 1}
+endpoint: {url: sim}
+sim: {efficiency: 0.5, prefill_efficiency: 0.5, step_overhead_ms: 0.5}
+workload: {input_tokens: {kind: uniform, min: 128, max: 512}, output_tokens: 32, seed: 3}
+slo: {ttft_ms: 5000, tpot_ms: 500}
+search: {probe: {warmup_s: 1.0, min_duration_s: 4.0, min_requests: 40, early_stop: false}}
+server_metrics: {interval_s: 0.1}
+"""
+
+
+def test_engine_mbu_stands_beside_the_client_decode_only_figure(tmp_path: Path) -> None:
+    """MoE with prefill in the steps: the headline counts the experts prompt tokens route to
+    (mixed steps), the engine's second MBU is the seed's decode-only formula on its own B and
+    s. So the engine figure lands on the client's decode-only figure (within B's and s's own
+    disagreement) and the report sets it beside that one, not beside the headline (the demo
+    showed 44.9 % beside 40.0 % with B and s agreeing within 1.4 %)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MIXED_SPEC)
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [sys.executable, "-m", "tokenwatt", "probe", str(spec), "--rate", "20", "--out", str(out)],
+        capture_output=True, text=True, timeout=150, check=False, env=dict(os.environ),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    summary = ProbeSummary.model_validate(
+        orjson.loads((out / "probe.json").read_bytes())["summary"]
+    )
+    detail, engine = summary.mbu_detail, summary.engine
+    assert detail is not None and engine is not None and engine.mbu is not None
+    mixed = detail.inputs.mixed_steps
+    assert mixed is not None and mixed.mixed_step_fraction > 0.2  # the regime under test
+    assert summary.mbu is not None and detail.mbu_decode_only is not None
+    checks = {a.figure: a for a in engine.agreements}
+    spread = sum(abs(checks[f].rel_diff or 0.0) for f in ("B", "s")) + 0.01
+    assert engine.mbu == pytest.approx(detail.mbu_decode_only, rel=spread)
+    assert abs(summary.mbu / engine.mbu - 1) > spread  # the headline is another figure
+    (row,) = [r for r in engine_rows(summary) if r[0].startswith("MBU")]
+    assert row == ("MBU, decode-only", fmt_pct(detail.mbu_decode_only), fmt_pct(engine.mbu),
+                   "—", MBU_ROW_NOTE)  # fmt: skip
 
 
 def test_idle_replica_is_flagged_with_its_cause(tmp_path: Path) -> None:

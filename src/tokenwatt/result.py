@@ -464,7 +464,11 @@ class EngineFigures(_Strict):
     missing: list[str] = Field(default_factory=list, description="figures the engine lacks")
     batch_per_replica: float | None = Field(None, description="the engine's B")
     steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
-    mbu: float | None = Field(None, description="MBU from the engine's B and s (second MBU)")
+    mbu: float | None = Field(
+        None,
+        description="the seed's decode-only MBU from the engine's B and s "
+        "(compare with mbu_detail.mbu_decode_only, not the headline)",
+    )
     agreements: list[EngineAgreement] = Field(default_factory=list)
     edge_fraction: float | None = Field(
         None,
