@@ -22,6 +22,7 @@ corrected (crystal drift is parts per million: microseconds per minute).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +77,13 @@ def ray_session(address: str | None) -> Any:
     if not ray.is_initialized():
         where = None if address in (None, "local") else address
         try:
-            ray.init(address=where, include_dashboard=False, log_to_driver=False)
+            # logging_level: Ray's "Started a local Ray instance" is not the benchmark's output
+            ray.init(
+                address=where,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise SpecError(
                 f"search.probe.ray: cannot join the Ray cluster at {address}: {exc}; start one "
