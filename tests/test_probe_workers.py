@@ -101,11 +101,12 @@ def test_probe_with_two_workers_matches_one(tmp_path: Path) -> None:
     assert lg1["workers"] == 1 and lg1["per_worker"][0]["dealt"] == len(recs1)
 
 
-def _spec(workers: int) -> BenchSpec:
+def _spec(workers: int, **probe: Any) -> BenchSpec:
+    """SPEC with ``workers`` and a 4 s window; ``probe``: more ``search.probe`` fields."""
     import yaml
 
     data = yaml.safe_load(SPEC)
-    data["search"]["probe"].update(workers=workers, min_duration_s=4.0)
+    data["search"]["probe"].update({"workers": workers, "min_duration_s": 4.0, **probe})
     return parse_spec(data)
 
 

@@ -381,6 +381,13 @@ class WorkerKeepUp(_Strict):
     events: int = 0
     exact_share: float | None = Field(None, description="events alone in their read")
     cause: str | None = Field(None, description="why it ended early, if it did")
+    node_id: str | None = Field(None, description="a Ray actor's node (None: a local process)")
+    clock_offset_ns: int | None = Field(
+        None, description="a Ray actor's monotonic clock minus the coordinator's, ns"
+    )
+    clock_uncertainty_ns: int | None = Field(
+        None, description="± of clock_offset_ns: half the shortest exchange's round trip, ns"
+    )
 
 
 class LoadGenerator(_Strict):

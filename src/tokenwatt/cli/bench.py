@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tokenwatt.cli._workers import WorkersOption, with_workers
+from tokenwatt.cli._workers import RayOption, WorkersOption, with_senders
 from tokenwatt.cli.options import (
     ApiOption,
     BaseUrlOption,
@@ -252,6 +252,7 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     out: OutOption = None,
     overwrite: OverwriteOption = False,
     workers: WorkersOption = None,
+    ray: RayOption = None,
 ) -> None:
     """Find the SLO boundary and report goodput, tokens per joule and MBU there.
 
@@ -266,7 +267,8 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     if duration is not None:
         extra["search.probe.min_duration_s"] = duration
     flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
-    _bench_and_report(with_workers(build_spec(spec_path, flags), workers), out, overwrite=overwrite)
+    spec = with_senders(build_spec(spec_path, flags), workers, ray)
+    _bench_and_report(spec, out, overwrite=overwrite)
 
 
 def demo_spec_text() -> str:

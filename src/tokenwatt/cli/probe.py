@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tokenwatt.cli._workers import WorkersOption, with_workers
+from tokenwatt.cli._workers import RayOption, WorkersOption, with_senders
 from tokenwatt.cli.options import (
     ApiOption,
     BaseUrlOption,
@@ -535,6 +535,7 @@ def register(app: typer.Typer) -> None:
         sim_mode: SimModeOption = "subprocess",
         quiet: QuietOption = False,
         workers: WorkersOption = None,
+        ray: RayOption = None,
     ) -> None:
         """Run one probe at one offered load; write result.json, probe.json, requests.jsonl."""
         from tokenwatt.cli.options import Flags, build_spec
@@ -543,7 +544,7 @@ def register(app: typer.Typer) -> None:
         _check_flags(sim_mode, rate, concurrency, max_requests)
         flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []))
         spec = _with_flags(build_spec(spec_path, flags), duration=duration, warmup=warmup)
-        spec = with_workers(spec, workers)
+        spec = with_senders(spec, workers, ray)
         folder = choose_out_dir(out, spec.name, overwrite=overwrite)
         started_ns = time.time_ns()
         from tokenwatt.cli._loop import run_async

@@ -33,6 +33,9 @@ def _keep_up(w: WorkerStats) -> WorkerKeepUp:
         events=w.events,
         exact_share=w.exact_share,
         cause=w.cause,
+        node_id=w.node_id,
+        clock_offset_ns=w.clock_offset_ns,
+        clock_uncertainty_ns=w.clock_uncertainty_ns,
     )
 
 

@@ -21,6 +21,11 @@ only moves the *sending* out of the process:
   never sends a slot after its stop. A worker that dies turns every request dealt to it and
   not yet reported into a failure (``error_kind="worker_lost"``, exit status in the
   message) the moment its pipe closes, so the probe does not wait on them.
+
+The coordinator's half that does not depend on how a worker is reached (dealing k mod N, the
+figures, records reported once, lost requests as failures, the keep-up figures) is
+:class:`LiveDealer`; the sending half is :class:`Sender`. ``load.ray_live`` uses both for
+Ray actors; only the transport differs (a pipe here, actor calls there).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import orjson
 
@@ -55,11 +60,20 @@ from tokenwatt.load.workers import (
 )
 from tokenwatt.records import RequestRecord
 
-__all__ = ["LEAD_NS", "LivePool", "SenderFigures"]
+__all__ = [
+    "FINISH_S",
+    "LEAD_NS",
+    "LiveDealer",
+    "LivePool",
+    "Sender",
+    "SenderFigures",
+    "Share",
+    "fields",
+]
 
 _NS = 1_000_000_000
 LEAD_NS = 100_000_000  # a request is dealt this long before its slot
-_FINISH_S = 30.0  # after a stop, the longest wait for a worker's last records
+FINISH_S = 30.0  # after a stop, the longest wait for a worker's last records
 _READY, _BATCH, _FIGS, _END = b"R", b"B", b"L", b"E"
 
 
@@ -72,9 +86,12 @@ class SenderFigures:
     max_lag_ns: int = 0
 
 
-# ---------------------------------------------------------------------- worker process
+# ---------------------------------------------------------------------- worker side
 @dataclass(slots=True)
-class _Sender:
+class Sender:
+    """A worker's sending half: each request sent at its slot (this worker's clock), finished
+    records kept for the next :meth:`take`; used by worker processes and Ray actors alike."""
+
     client: StreamClient
     ignore_eos: bool
     late_ns: int
@@ -83,6 +100,8 @@ class _Sender:
     tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     launched: set[int] = field(default_factory=set)
     sent: set[int] = field(default_factory=set)
+    cpu0: float = field(default_factory=cpu_seconds)
+    wall0: int = field(default_factory=now_ns)
 
     async def one(self, req: ScheduledRequest) -> None:
         t = req.offset_ns
@@ -118,6 +137,27 @@ class _Sender:
         self.launched.add(req.index)
         task.add_done_callback(lambda _t: self.tasks.pop(req.index, None))
 
+    def take(self) -> tuple[bytes, list[int]]:
+        """The records finished since the last take (packed, ``b""``: none) and the figures."""
+        packed = pack_records(self.done) if self.done else b""
+        self.done.clear()
+        f = self.figs
+        return packed, [f.late_sends, f.lag_ns, f.max_lag_ns]
+
+    async def stop(self, *, cancel: bool) -> None:
+        """Wait for what is in flight to end (``cancel``: cancel it first)."""
+        pending = list(self.tasks.values())
+        if cancel:
+            for t in pending:
+                t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def close(self) -> dict[str, Any]:
+        """Close the client; the end message: busy fraction and the requests never sent."""
+        busy = (cpu_seconds() - self.cpu0) / max(1e-9, (now_ns() - self.wall0) / _NS)
+        await self.client.aclose()
+        return {"busy_fraction": busy, "unsent": sorted(self.launched - self.sent)}
+
 
 def _inbox_reader(conn: Connection, loop: asyncio.AbstractEventLoop, q: asyncio.Queue[Any]) -> None:
     """(thread) Hand every coordinator message to the loop; a closed pipe means stop."""
@@ -132,24 +172,22 @@ def _inbox_reader(conn: Connection, loop: asyncio.AbstractEventLoop, q: asyncio.
 
 
 async def _live_drive(conn: Connection, cfg: ClientConfig, late_ns: int, interval_s: float) -> None:
-    s = _Sender(cfg.make_client(), cfg.ignore_eos, late_ns)
+    s = Sender(cfg.make_client(), cfg.ignore_eos, late_ns)
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[Any] = asyncio.Queue()
     threading.Thread(target=_inbox_reader, args=(conn, loop, inbox), daemon=True).start()
 
     def flush() -> None:
-        if s.done:
-            conn.send_bytes(_BATCH + pack_records(s.done))
-            s.done.clear()
-        f = s.figs
-        conn.send_bytes(_FIGS + orjson.dumps([f.late_sends, f.lag_ns, f.max_lag_ns]))
+        packed, figs = s.take()
+        if packed:
+            conn.send_bytes(_BATCH + packed)
+        conn.send_bytes(_FIGS + orjson.dumps(figs))
 
     async def flusher() -> None:
         while True:
             await asyncio.sleep(interval_s)
             flush()
 
-    cpu0, wall0 = cpu_seconds(), now_ns()
     conn.send_bytes(_READY)
     flush_task = loop.create_task(flusher())
     while True:
@@ -157,18 +195,11 @@ async def _live_drive(conn: Connection, cfg: ClientConfig, late_ns: int, interva
         if tag == "Q":
             s.launch(ScheduledRequest(*body))
             continue
-        pending = list(s.tasks.values())
-        if tag == "S":
-            for t in pending:
-                t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await s.stop(cancel=tag == "S")
         break
     flush_task.cancel()
     flush()
-    busy = (cpu_seconds() - cpu0) / max(1e-9, (now_ns() - wall0) / _NS)
-    await s.client.aclose()
-    unsent = sorted(s.launched - s.sent)
-    conn.send_bytes(_END + orjson.dumps({"busy_fraction": busy, "unsent": unsent}))
+    conn.send_bytes(_END + orjson.dumps(await s.close()))
 
 
 def _live_main(
@@ -182,23 +213,114 @@ def _live_main(
     conn.close()
 
 
-# ---------------------------------------------------------------------- coordinator
-@dataclass(slots=True)
-class _Live:
+# ---------------------------------------------------------------------- coordinator side
+@dataclass(slots=True, kw_only=True)
+class Share:
+    """The coordinator's view of one worker: what it was dealt and what came back."""
+
     worker: int
-    core: int | None
-    proc: Any  # multiprocessing.Process (spawn context)
-    conn: Connection
     dealt: dict[int, ScheduledRequest] = field(default_factory=dict)
     reported: list[RequestRecord] = field(default_factory=list)
     figs: SenderFigures = field(default_factory=SenderFigures)
     busy_fraction: float | None = None
     lost: int = 0
-    gone: bool = False  # its pipe closed: it sends nothing more
+    gone: bool = False  # it sends nothing more
+
+
+H = TypeVar("H", bound=Share)
+
+
+class LiveDealer(Generic[H]):
+    """What every live pool does the same way, whatever carries its messages.
+
+    A subclass fills ``handles`` in ``start``, sends one request in :meth:`_send` (False: the
+    worker is unreachable), names a lost worker in :meth:`_lost_message` and ends in
+    ``finish``. ``lead_ns`` is how long before its slot the probe deals a request.
+    """
+
+    lead_ns: int = LEAD_NS
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.handles: list[H] = []
+        self._next = 0
+        self._on_record: Callable[[RequestRecord], None] = lambda _r: None
+        self._on_figures: Callable[[], None] = lambda: None
+
+    async def start(
+        self, on_record: Callable[[RequestRecord], None], on_figures: Callable[[], None]
+    ) -> None:
+        raise NotImplementedError
+
+    async def finish(self, *, cancel: bool) -> list[WorkerStats]:
+        raise NotImplementedError
+
+    def _send(self, h: H, req: ScheduledRequest) -> bool:
+        raise NotImplementedError
+
+    def _lost_message(self, h: H) -> str:
+        raise NotImplementedError
+
+    def submit(self, req: ScheduledRequest) -> None:
+        """Deal one request (``offset_ns`` = its absolute monotonic slot) to the next worker."""
+        h = self.handles[self._next % self.n]
+        self._next += 1
+        h.dealt[req.index] = req
+        if not h.gone and self._send(h, req):
+            return
+        self._lose(h, set())  # a dead worker: the request fails as worker_lost
+
+    @property
+    def figures(self) -> SenderFigures:
+        """All workers' sender figures together: late sends summed, lags the worst."""
+        hs = self.handles
+        return SenderFigures(
+            late_sends=sum(h.figs.late_sends for h in hs),
+            lag_ns=max((h.figs.lag_ns for h in hs), default=0),
+            max_lag_ns=max((h.figs.max_lag_ns for h in hs), default=0),
+        )
+
+    def _set_figures(self, h: H, figs: list[int]) -> None:
+        h.figs = SenderFigures(*figs)
+        self._on_figures()
+
+    def _got(self, h: H, recs: list[RequestRecord]) -> None:
+        for r in recs:
+            if h.dealt.pop(r.request_id, None) is None:
+                raise RuntimeError(f"worker {h.worker} reported request {r.request_id} twice")
+            h.reported.append(r)
+            self._on_record(r)
+
+    def _lose(self, h: H, unsent: set[int]) -> None:
+        """The worker is gone: drop what it never sent, fail what it never reported."""
+        h.gone = True
+        for idx in unsent:
+            h.dealt.pop(idx, None)
+        if not h.dealt:
+            return
+        msg, at = self._lost_message(h), now_ns()
+        for req in list(h.dealt.values()):
+            h.lost += 1
+            self._on_record(lost_record(req, start_ns=0, message=msg, at_ns=at))
+        h.dealt.clear()
+
+    def _stats(self, h: H, **extra: Any) -> WorkerStats:
+        """One worker's keep-up over the records it reported (``extra``: ``worker_stats``)."""
+        dealt = len(h.reported) + h.lost
+        return worker_stats(
+            h.worker, h.reported, dealt=dealt, lost=h.lost, busy_fraction=h.busy_fraction, **extra
+        )
+
+
+@dataclass(slots=True, kw_only=True)
+class _Live(Share):
+    core: int | None
+    proc: Any  # multiprocessing.Process (spawn context)
+    conn: Connection
     reader: asyncio.Future[None] | None = None
 
 
-class LivePool:
+class LivePool(LiveDealer[_Live]):
     """N worker processes that send what a probe deals them (see the module doc)."""
 
     def __init__(
@@ -210,15 +332,11 @@ class LivePool:
         interval_s: float = 0.05,
         late_send_s: float = 0.05,
     ) -> None:
-        self.n = worker_count(n)
+        super().__init__(worker_count(n))
         self.config = client_config
         self.pin = pin
         self.interval_s = interval_s
         self.late_ns = round(late_send_s * _NS)
-        self.handles: list[_Live] = []
-        self._next = 0
-        self._on_record: Callable[[RequestRecord], None] = lambda _r: None
-        self._on_figures: Callable[[], None] = lambda: None
 
     @property
     def pids(self) -> list[int]:
@@ -238,7 +356,7 @@ class LivePool:
             proc = ctx.Process(target=_live_main, args=args, daemon=True)
             proc.start()
             child.close()
-            self.handles.append(_Live(i, core, proc, parent))
+            self.handles.append(_Live(worker=i, core=core, proc=proc, conn=parent))
         for h in self.handles:
             with contextlib.suppress(EOFError, OSError):
                 msg = await asyncio.to_thread(h.conn.recv_bytes)
@@ -246,25 +364,18 @@ class LivePool:
                     raise RuntimeError(f"worker {h.worker} sent {msg[:20]!r} instead of ready")
             h.reader = loop.run_in_executor(None, self._read, h, loop)
 
-    def submit(self, req: ScheduledRequest) -> None:
-        """Deal one request (``offset_ns`` = its absolute monotonic slot) to the next worker."""
-        h = self.handles[self._next % self.n]
-        self._next += 1
-        h.dealt[req.index] = req
-        if not h.gone:
-            with contextlib.suppress(OSError):
-                h.conn.send(("Q", _fields(req)))
-                return
-        self._lose(h, set())  # a dead worker: the request fails as worker_lost
+    def _send(self, h: _Live, req: ScheduledRequest) -> bool:
+        try:
+            h.conn.send(("Q", fields(req)))
+        except OSError:
+            return False
+        return True
 
-    @property
-    def figures(self) -> SenderFigures:
-        """All workers' sender figures together: late sends summed, lags the worst."""
-        hs = self.handles
-        return SenderFigures(
-            late_sends=sum(h.figs.late_sends for h in hs),
-            lag_ns=max((h.figs.lag_ns for h in hs), default=0),
-            max_lag_ns=max((h.figs.max_lag_ns for h in hs), default=0),
+    def _lost_message(self, h: _Live) -> str:
+        code = h.proc.exitcode
+        return (
+            f"worker {h.worker} (pid {h.proc.pid}) exited with status {code} "
+            "before reporting this request"
         )
 
     def _read(self, h: _Live, loop: asyncio.AbstractEventLoop) -> None:
@@ -280,39 +391,12 @@ class LivePool:
             if tag == _BATCH:
                 loop.call_soon_threadsafe(self._got, h, unpack_records(body))
             elif tag == _FIGS:
-                late, lag, worst = orjson.loads(body)
-                h.figs = SenderFigures(late, lag, worst)
-                loop.call_soon_threadsafe(self._on_figures)
+                loop.call_soon_threadsafe(self._set_figures, h, orjson.loads(body))
             elif tag == _END:
                 end = orjson.loads(body)
                 h.busy_fraction = float(end["busy_fraction"])
                 loop.call_soon_threadsafe(self._lose, h, set(end["unsent"]))
                 return
-
-    def _got(self, h: _Live, recs: list[RequestRecord]) -> None:
-        for r in recs:
-            if h.dealt.pop(r.request_id, None) is None:
-                raise RuntimeError(f"worker {h.worker} reported request {r.request_id} twice")
-            h.reported.append(r)
-            self._on_record(r)
-
-    def _lose(self, h: _Live, unsent: set[int]) -> None:
-        """The worker is gone: drop what it never sent, fail what it never reported."""
-        h.gone = True
-        for idx in unsent:
-            h.dealt.pop(idx, None)
-        if not h.dealt:
-            return
-        code = h.proc.exitcode
-        msg = (
-            f"worker {h.worker} (pid {h.proc.pid}) exited with status {code} "
-            "before reporting this request"
-        )
-        at = now_ns()
-        for req in list(h.dealt.values()):
-            h.lost += 1
-            self._on_record(lost_record(req, start_ns=0, message=msg, at_ns=at))
-        h.dealt.clear()
 
     async def finish(self, *, cancel: bool) -> list[WorkerStats]:
         """End the run (``cancel``: stop what is in flight) and return each worker's keep-up."""
@@ -324,7 +408,7 @@ class LivePool:
             # a stop ends every stream at once; a worker still silent after this is stuck:
             # it is killed, and what it never reported becomes worker_lost
             if readers:
-                await asyncio.wait(readers, timeout=_FINISH_S if cancel else None)
+                await asyncio.wait(readers, timeout=FINISH_S if cancel else None)
             for h in self.handles:
                 if h.proc.is_alive() and (h.reader is None or not h.reader.done()):
                     h.proc.kill()
@@ -336,19 +420,8 @@ class LivePool:
                 if h.proc.is_alive():
                     h.proc.kill()
                 h.conn.close()
-        return [
-            worker_stats(
-                h.worker,
-                h.reported,
-                dealt=len(h.reported) + h.lost,
-                lost=h.lost,
-                core=h.core,
-                busy_fraction=h.busy_fraction,
-                exit_code=h.proc.exitcode,
-            )
-            for h in self.handles
-        ]
+        return [self._stats(h, core=h.core, exit_code=h.proc.exitcode) for h in self.handles]
 
 
-def _fields(req: ScheduledRequest) -> tuple[Any, ...]:
+def fields(req: ScheduledRequest) -> tuple[Any, ...]:
     return (req.index, req.offset_ns, req.prompt, req.prompt_tokens_client, req.max_tokens)

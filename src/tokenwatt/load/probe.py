@@ -57,7 +57,7 @@ from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
-from tokenwatt.load.live_pool import LEAD_NS, LivePool
+from tokenwatt.load.live_pool import LiveDealer, LivePool
 from tokenwatt.load.schedule import (
     OpenLoopSource,
     RateUnit,
@@ -213,7 +213,7 @@ class _Probe:
         on_progress: Callable[[ProbeProgress], None] | None,
         should_stop: Callable[[Sequence[RequestRecord]], bool] | None,
         on_record: Callable[[RequestRecord], None] | None = None,
-        pool: LivePool | None = None,
+        pool: LiveDealer[Any] | None = None,
     ) -> None:
         self.spec = spec
         self.pool = pool
@@ -388,7 +388,7 @@ class _Probe:
                 self.wake.set()
 
     # ------------------------------------------------------------------ worker processes
-    def _deal(self, pool: LivePool, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
+    def _deal(self, pool: LiveDealer[Any], plan: RequestPlan, sched_ns: int, counted: bool) -> None:
         """Hand the request to a worker, which sends it at ``sched_ns`` (``load.live_pool``)."""
         self._begin(plan, counted)
         self.pool_counted[plan.index] = counted
@@ -445,7 +445,7 @@ class _Probe:
                 continue
             t = self.t0 + off
             # with workers the coordinator deals ahead; the worker sends at t itself
-            slot = t if self.pool is None else t - LEAD_NS
+            slot = t if self.pool is None else t - self.pool.lead_ns
             self.source_changed.clear()
             if slot - now_ns() > _SPIN_NS:
                 with contextlib.suppress(TimeoutError):
@@ -565,7 +565,8 @@ class _Probe:
                 await self.pool.finish(cancel=True)
                 raise
         cpu0, wall0 = cpu_seconds(), now_ns()
-        self.t0 = now_ns() + _LEAD_NS
+        # with workers, the first request is dealt its pool's lead before its slot
+        self.t0 = now_ns() + max(_LEAD_NS, self.pool.lead_ns if self.pool else 0)
         self.window.w0 = self.t0 + round(self.settings.warmup_s * _NS)
         workers: list[asyncio.Task[None]] = []
         if isinstance(self.schedule, ClosedLoop):
@@ -725,7 +726,7 @@ def _probe_run(
     seed: int,
     settings: ProbeSettings,
     prompt_format: PromptFormat,
-    pool: LivePool | None,
+    pool: LiveDealer[Any] | None,
 ) -> ProbeRun:
     """What a finished probe measured: its records, window and figures."""
     closed = isinstance(schedule, ClosedLoop)
@@ -781,23 +782,30 @@ def _pool_for(
     client: StreamingClient,
     schedule: ScheduleSource | ClosedLoop,
     settings: ProbeSettings,
-) -> LivePool | None:
-    """Worker processes for an open-loop probe with ``search.probe.workers`` > 1.
+) -> LiveDealer[Any] | None:
+    """The senders of an open-loop probe: worker processes with ``search.probe.workers`` > 1,
+    Ray actors (``workers`` of them) with ``search.probe.ray``; None: this process sends.
 
     Closed loop (the single-stream point) stays in this process: one stream needs no help.
     Conversations stay too: a next turn needs the previous answer's text, which the workers'
     compact records do not carry.
     """
-    n = settings.workers
-    if n == 1 or isinstance(schedule, ClosedLoop):
+    n, ray = settings.workers, settings.ray
+    if (n == 1 and ray is None) or isinstance(schedule, ClosedLoop):
         return None
+    field = "search.probe.ray" if ray is not None else "search.probe.workers > 1"
+    fix = "drop ray" if ray is not None else "set workers: 1"
     if isinstance(schedule, SessionSource):
         raise SpecError(
-            "search.probe.workers > 1 cannot send conversations (workload.sessions): a next turn "
-            "needs the previous answer; set workers: 1"
+            f"{field} cannot send conversations (workload.sessions): a next turn needs the "
+            f"previous answer; {fix}"
         )
     if not isinstance(client, StreamClient):
-        raise SpecError("search.probe.workers > 1 needs the HTTP StreamClient; set workers: 1")
+        raise SpecError(f"{field} needs the HTTP StreamClient; {fix}")
     cfg = ClientConfig.from_client(client, ignore_eos=spec.workload.ignore_eos)
+    if ray is not None:
+        from tokenwatt.load.ray_live import RayLivePool  # noqa: PLC0415 (optional extra)
+
+        return RayLivePool(n, cfg, address=ray, late_send_s=LATE_SEND_S)
     pool = LivePool(n, cfg, late_send_s=LATE_SEND_S)
     return None if pool.n == 1 else pool

@@ -22,6 +22,7 @@ corrected (crystal drift is parts per million: microseconds per minute).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,14 +41,25 @@ from tokenwatt.load.workers import (
 )
 from tokenwatt.records import RequestRecord
 
-__all__ = ["ClockOffset", "RayPoolResult", "RayWorkerPool"]
+__all__ = [
+    "ClockActor",
+    "ClockOffset",
+    "RayPoolResult",
+    "RayWorkerPool",
+    "measure_offset",
+    "ray_module",
+    "ray_session",
+    "shift_stamps",
+    "spread_actors",
+]
 
 _EXCHANGES = 7  # clock exchanges per actor; the one with the shortest round trip is kept
 _LEAD_NS = 200_000_000  # common start this long after the offsets are measured
 _STAMP_FIELDS = ("scheduled_ns", "sent_ns", "first_token_ns", "end_ns", "done_ns")
 
 
-def _ray() -> Any:
+def ray_module() -> Any:
+    """``import ray``, or the one-line error that names the extra to install."""
     try:
         import ray  # noqa: PLC0415 (optional extra)
     except ImportError:
@@ -58,7 +70,66 @@ def _ray() -> Any:
     return ray
 
 
-class _Actor:
+def ray_session(address: str | None) -> Any:
+    """Ray, initialised: the session already open in this process, else ``ray.init(address)``
+    (None or "local": a new local instance; "auto" or "ray://host:port": join a cluster)."""
+    ray = ray_module()
+    if not ray.is_initialized():
+        where = None if address in (None, "local") else address
+        try:
+            # logging_level: Ray's "Started a local Ray instance" is not the benchmark's output
+            ray.init(
+                address=where,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise SpecError(
+                f"search.probe.ray: cannot join the Ray cluster at {address}: {exc}; start one "
+                "(ray start --head) or use local"
+            ) from None
+    return ray
+
+
+def spread_actors(cls: type, args: Sequence[tuple[Any, ...]], *, name: str = "") -> list[Any]:
+    """One actor ``cls(*a)`` per ``a`` in ``args``, one CPU each, spread over the nodes, never
+    restarted (a restart would lose its requests silently; a death is reported instead).
+    ``name``: a prefix; actor i is then named ``{name}-{i}`` (findable by ``ray.get_actor``)."""
+    remote = ray_module().remote(num_cpus=1, max_restarts=0)(cls)
+    out = []
+    for i, a in enumerate(args):
+        named = {"name": f"{name}-{i}"} if name else {}
+        out.append(remote.options(scheduling_strategy="SPREAD", **named).remote(*a))
+    return out
+
+
+async def measure_offset(actor: Any, worker: int) -> ClockOffset:
+    """The actor's clock minus ours, by exchange (Cristian, see the module doc): of
+    ``_EXCHANGES`` round trips the shortest is kept; ± half of it."""
+    best: tuple[int, int] | None = None  # (round trip, offset)
+    for _ in range(_EXCHANGES):
+        c0 = now_ns()
+        a = await actor.clock_ns.remote()
+        c1 = now_ns()
+        if best is None or c1 - c0 < best[0]:
+            best = (c1 - c0, a - (c0 + c1) // 2)
+    assert best is not None
+    node = await actor.node_id.remote()
+    return ClockOffset(worker, node, best[1], (best[0] + 1) // 2)
+
+
+class ClockActor:
+    """What the coordinator asks of any of its actors: its clock and its node."""
+
+    async def clock_ns(self) -> int:
+        return now_ns()
+
+    async def node_id(self) -> str:
+        return str(ray_module().get_runtime_context().get_node_id())
+
+
+class _Actor(ClockActor):
     """One worker: its own StreamClient on the actor's event loop, batches kept for ``take``."""
 
     def __init__(self, cfg: ClientConfig, requests: list[ScheduledRequest], interval_s: float):
@@ -66,12 +137,6 @@ class _Actor:
         self.requests = requests
         self.interval_s = interval_s
         self.batches: list[bytes] = []
-
-    async def clock_ns(self) -> int:
-        return now_ns()
-
-    async def node_id(self) -> str:
-        return _node_id()
 
     async def run(self, start_ns: int) -> float:
         client: StreamClient = self.cfg.make_client()
@@ -121,7 +186,8 @@ class _Handle:
     cause: str | None = None
 
 
-def _shift(rec: RequestRecord, by_ns: int) -> RequestRecord:
+def shift_stamps(rec: RequestRecord, by_ns: int) -> RequestRecord:
+    """``rec`` with every stamp moved by ``-by_ns``: an actor's clock onto the coordinator's."""
     for name in _STAMP_FIELDS:
         v = getattr(rec, name)
         if v is not None:
@@ -151,19 +217,16 @@ class RayWorkerPool:
         self.actors: list[Any] = []
 
     async def run(self, schedule: Sequence[ScheduledRequest]) -> RayPoolResult:
-        ray = _ray()
-        if not ray.is_initialized():
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
-        remote = ray.remote(num_cpus=1, max_restarts=0)(_Actor)
-        spread = remote.options(scheduling_strategy="SPREAD")
+        ray = ray_session(self.address)
+        shares = deal(schedule, self.n)
+        actors = spread_actors(_Actor, [(self.config, s, self.batch_interval_s) for s in shares])
         handles = [
-            _Handle(i, spread.remote(self.config, share, self.batch_interval_s), share)
-            for i, share in enumerate(deal(schedule, self.n))
+            _Handle(i, a, share) for i, (a, share) in enumerate(zip(actors, shares, strict=True))
         ]
         self.actors = [h.actor for h in handles]
         try:
             for h in handles:
-                h.offset = await self._offset(h)
+                h.offset = await measure_offset(h.actor, h.worker)
             start_ns = now_ns() + _LEAD_NS
             await asyncio.gather(*(self._follow(h, start_ns) for h in handles))
             return self._collect(handles, start_ns)
@@ -172,21 +235,9 @@ class RayWorkerPool:
                 ray.kill(h.actor, no_restart=True)
             self.actors = []
 
-    async def _offset(self, h: _Handle) -> ClockOffset:
-        best: tuple[int, int] | None = None  # (round trip, offset)
-        for _ in range(_EXCHANGES):
-            c0 = now_ns()
-            a = await h.actor.clock_ns.remote()
-            c1 = now_ns()
-            if best is None or c1 - c0 < best[0]:
-                best = (c1 - c0, a - (c0 + c1) // 2)
-        assert best is not None
-        node = await h.actor.node_id.remote()
-        return ClockOffset(h.worker, node, best[1], (best[0] + 1) // 2)
-
     async def _follow(self, h: _Handle, start_ns: int) -> None:
         """Collect an actor's batches until its run ends; an actor that dies ends it."""
-        ray = _ray()
+        ray = ray_module()
         assert h.offset is not None
         run_ref = h.actor.run.remote(start_ns + h.offset.offset_ns)
         while True:
@@ -194,7 +245,9 @@ class RayWorkerPool:
             try:
                 batches = await h.actor.take.remote()
                 for b in batches:
-                    h.received.extend(_shift(r, h.offset.offset_ns) for r in unpack_records(b))
+                    h.received.extend(
+                        shift_stamps(r, h.offset.offset_ns) for r in unpack_records(b)
+                    )
                 if finished:
                     h.busy_fraction = float(await run_ref)
                     return
@@ -222,7 +275,3 @@ class RayWorkerPool:
         records.sort(key=lambda r: r.request_id)
         offsets = [h.offset for h in handles if h.offset is not None]
         return RayPoolResult(records, stats, start_ns, offsets)
-
-
-def _node_id() -> str:
-    return str(_ray().get_runtime_context().get_node_id())

@@ -249,6 +249,9 @@ class WorkerStats:
     exact_events: int  # events alone in their read: their stamp is the arrival time
     exit_code: int | None = None
     cause: str | None = None  # why it ended early (exit status, actor death), if it did
+    node_id: str | None = None  # a Ray actor's node
+    clock_offset_ns: int | None = None  # a Ray actor's clock minus the coordinator's
+    clock_uncertainty_ns: int | None = None  # ± of that offset (half the exchange's round trip)
 
     @property
     def exact_share(self) -> float | None:
@@ -339,12 +342,15 @@ def worker_stats(
     busy_fraction: float | None = None,
     exit_code: int | None = None,
     cause: str | None = None,
+    clock: tuple[str, int, int] | None = None,
 ) -> WorkerStats:
     """Keep-up figures of one worker from its records.
 
     An event is exact when no other event of its stream carries the same stamp: every event of
     one read gets that read's stamp, so equal stamps within a stream mean a shared read.
+    ``clock``: a Ray actor's (node id, clock offset, its uncertainty), ns.
     """
+    node, offset, uncertainty = clock if clock is not None else (None, None, None)
     late = [r.sent_ns - r.scheduled_ns for r in records if r.sent_ns is not None]
     events = exact = 0
     for r in records:
@@ -364,6 +370,9 @@ def worker_stats(
         exact_events=exact,
         exit_code=exit_code,
         cause=cause,
+        node_id=node,
+        clock_offset_ns=offset,
+        clock_uncertainty_ns=uncertainty,
     )
 
 

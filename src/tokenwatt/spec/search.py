@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -9,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from tokenwatt.spec._base import MAX_COUNT, MAX_RATE_RPS, MAX_SECONDS, Section
 
 MAX_WORKERS = 256  # sending processes per probe
+_RAY_ADDRESS = re.compile(r"(auto|local|(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5})")
 
 
 class ProbeSettings(Section):
@@ -36,6 +38,13 @@ class ProbeSettings(Section):
         description="processes that send an open-loop probe's requests (auto: one per free "
         "core); 1 sends from the benchmark's own process",
     )
+    ray: str | None = Field(
+        None,
+        description="send from Ray actors instead of local processes (extra tokenwatt[ray]): "
+        "local (a Ray instance on this machine), auto (the cluster this machine belongs to) "
+        "or ray://HOST:PORT; workers is then the number of actors (auto: the cluster's CPUs "
+        "minus one)",
+    )
 
     @field_validator("workers")
     @classmethod
@@ -43,6 +52,15 @@ class ProbeSettings(Section):
         if isinstance(v, int) and not 1 <= v <= MAX_WORKERS:
             raise ValueError(
                 f"must be 1 to {MAX_WORKERS} or auto; more workers than cores only share them"
+            )
+        return v
+
+    @field_validator("ray")
+    @classmethod
+    def _ray(cls, v: str | None) -> str | None:
+        if v is not None and not _RAY_ADDRESS.fullmatch(v):
+            raise ValueError(
+                "must be local, auto or a Ray cluster address (ray://HOST:PORT or HOST:PORT)"
             )
         return v
 
