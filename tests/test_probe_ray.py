@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 
-from test_probe_workers import _CLI, SPEC, _spec
+from test_probe_workers import _CLI, SPEC, _spec, ctrl_c_keeps_every_request
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.target import open_target
 from tokenwatt.spec import BenchSpec
@@ -171,3 +171,12 @@ def test_ray_flag_without_ray_names_the_extra(tmp_path: Path) -> None:
     )
     line = _cli_error(sys.executable, "-c", code)
     assert "pip install 'tokenwatt[ray]'" in line
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_process_group_cancels_actor_requests(tmp_path: Path) -> None:
+    """Ctrl-C reaches the CLI and the Ray processes it started alike: the probe ends the
+    actors' requests as ``cancelled`` (not ``worker_lost``), writes what it measured, exits
+    130 (the same truth as for local worker processes)."""
+    pytest.importorskip("ray")
+    ctrl_c_keeps_every_request(tmp_path, ["--ray", "local", "--workers", "2"])

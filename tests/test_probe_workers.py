@@ -207,6 +207,12 @@ def test_workers_flag_and_field_are_bounded(tmp_path: Path) -> None:
 def test_ctrl_c_to_the_process_group_cancels_worker_requests(tmp_path: Path) -> None:
     """Ctrl-C in a terminal reaches every process of the group: the workers must leave the
     ending to the probe, so their requests end ``cancelled`` (not ``worker_lost``)."""
+    ctrl_c_keeps_every_request(tmp_path, ["--workers", "2"])
+
+
+def ctrl_c_keeps_every_request(tmp_path: Path, senders: list[str]) -> None:
+    """Start a 60 s probe with ``senders``, Ctrl-C its process group once 20 requests are on
+    disk: exit 130, no traceback, each request once, none lost or failed, some cancelled."""
     import time
 
     spec = tmp_path / "spec.yaml"
@@ -214,7 +220,7 @@ def test_ctrl_c_to_the_process_group_cancels_worker_requests(tmp_path: Path) -> 
     out = tmp_path / "out"
     proc = subprocess.Popen(
         # the simulator in a thread: a simulator process in the group would shut down too
-        [*_CLI, str(spec), "--rate", "20", "--workers", "2", *_THREAD, "--out", str(out), "-q"],
+        [*_CLI, str(spec), "--rate", "20", *senders, *_THREAD, "--out", str(out), "-q"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,

@@ -49,8 +49,9 @@ class Truth:
     mean_batch: float
 
 
-def truth_over_window(path: Path, w0: int, w1: int, node_bw: float) -> Truth:
-    """Integrate the simulator's step log over [w0, w1), clipping the edge steps pro rata."""
+def truth_over_window(path: Path, w0: int, w1: int, node_bw: float, replicas: int = 1) -> Truth:
+    """Integrate the simulator's step log over [w0, w1), clipping the edge steps pro rata;
+    with R replicas their step times add up, so busy time is their sum ÷ R."""
     decode_bytes = busy = memory = batch_steps = steps = 0.0
     with path.open("rb") as fh:
         for line in fh:
@@ -67,10 +68,11 @@ def truth_over_window(path: Path, w0: int, w1: int, node_bw: float) -> Truth:
             batch_steps += f * s["batch"]
             steps += f
     elapsed = (w1 - w0) / 1e9
+    per_replica = busy / replicas
     return Truth(
         elapsed=decode_bytes / (elapsed * node_bw),
-        busy=decode_bytes / (busy * node_bw) if busy else math.nan,
-        busy_fraction=busy / elapsed,
+        busy=decode_bytes / (per_replica * node_bw) if busy else math.nan,
+        busy_fraction=per_replica / elapsed,
         memory_fraction=memory / busy if busy else math.nan,
         mean_batch=batch_steps / steps if steps else math.nan,
     )
@@ -80,7 +82,8 @@ def truth_over_window(path: Path, w0: int, w1: int, node_bw: float) -> Truth:
 class Case:
     model: str
     accelerator: str
-    gpus: int
+    gpus: int  # N_GPU, the whole node
+    replicas: int = 1  # R data-parallel engines, gpus / replicas each
 
 
 DENSE = Case("llama-3.1-8b", "h100-sxm", 1)
@@ -91,15 +94,15 @@ MLA = Case("deepseek-v3", "h200", 8)  # MLA KV cache, 256 routed experts, FP8 we
 def rate_for_batch(
     case: Case, efficiency: float, batch: float, *, n_in: int, n_out: int, overhead_s: float
 ) -> tuple[float, float]:
-    """(Poisson rate that keeps about ``batch`` sequences decoding, that request's lifetime):
-    Little's law with the roofline step time at that batch. Placement only."""
+    """(Poisson rate that keeps about ``batch`` sequences decoding per replica, that request's
+    lifetime): Little's law with the roofline step time at that batch. Placement only."""
     g = load_geometry(case.model)
-    bw = get_accelerator(case.accelerator).bandwidth_bytes_per_s * case.gpus
+    bw = get_accelerator(case.accelerator).bandwidth_bytes_per_s * case.gpus / case.replicas
     step = (
         g.weight_bytes_per_step(batch)
         + batch * (n_in + n_out / 2) * g.kv_bytes_per_token_full_context
     ) / (bw * efficiency) + overhead_s
-    return batch / (n_out * step), n_out * step
+    return case.replicas * batch / (n_out * step), n_out * step
 
 
 async def measure(
@@ -125,7 +128,11 @@ async def measure(
     spec = parse_spec(
         {
             "model": {"source": case.model},
-            "hardware": {"accelerator": case.accelerator, "gpus": case.gpus},
+            "hardware": {
+                "accelerator": case.accelerator,
+                "gpus": case.gpus,
+                "replicas": case.replicas,
+            },
             "endpoint": {"url": "sim"},
             "sim": {
                 "efficiency": efficiency,
@@ -160,7 +167,7 @@ async def measure(
     mbu = probe_mbu(run, load_geometry(case.model), spec.hardware, acc)
     assert mbu is not None and mbu.mbu is not None
     node_bw = acc.bandwidth_bytes_per_s * case.gpus
-    truth = truth_over_window(log, run.window_start_ns, run.window_end_ns, node_bw)
+    truth = truth_over_window(log, run.window_start_ns, run.window_end_ns, node_bw, case.replicas)
     assert run.metrics.requests_failed == 0
     return mbu, truth, run
 
@@ -200,6 +207,51 @@ def test_mbu_tracks_efficiency(case: Case, batch: float, efficiency: float, tmp_
     print(_report(f"{case.model} {efficiency}", mbu, truth))
     assert truth.busy_fraction > 0.99
     assert mbu.mbu == pytest.approx(efficiency, abs=0.02)
+
+
+# -- (a2) data-parallel replicas: B = T·τ/R and N_GPU = R × GPUs per replica ---------------
+
+DP_DENSE = Case("llama-3.1-8b", "h100-sxm", 4, replicas=4)  # 4 engines of 1 GPU behind 1 URL
+DP_MOE = Case("qwen3-30b-a3b", "h100-sxm", 4, replicas=2)  # 2 engines of 2 GPUs (TP 2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("prefill", [False, True], ids=["decode", "prefill+2ms"])
+@pytest.mark.parametrize(
+    ("case", "batch", "efficiency"),
+    [(DP_DENSE, 16, 0.5), (DP_MOE, 32, 0.4)],
+    ids=["dense-4x1", "moe-2x2"],
+)
+def test_mbu_with_data_parallel_replicas(
+    case: Case, batch: float, efficiency: float, prefill: bool, tmp_path: Path
+) -> None:
+    """R replicas behind one endpoint (the simulator's least-outstanding router): the
+    client's B is per replica, each replica reads its own weights, and the node's rated
+    bandwidth is all N_GPU. Prefill off: the derived MBU lands on the efficiency; on (and
+    2 ms per step): below it, on the truth log's bytes ÷ (window × N_GPU × bandwidth)."""
+    mbu, truth, _ = asyncio.run(
+        measure(
+            case,
+            tmp_path,
+            efficiency=efficiency,
+            batch=batch,
+            prefill=prefill,
+            overhead_ms=2.0 if prefill else 0.0,
+            window_s=8,
+        )
+    )
+    label = f"{case.model} R={case.replicas} N={case.gpus} {efficiency} prefill={prefill}"
+    print(_report(label, mbu, truth))
+    assert mbu.inputs.replicas == case.replicas and mbu.inputs.gpus == case.gpus
+    assert mbu.inputs.batch_per_replica == pytest.approx(batch, rel=0.35)  # placed near it
+    assert truth.busy_fraction > 0.99  # every replica kept busy
+    assert mbu.mbu == pytest.approx(truth.elapsed, abs=0.02)
+    if prefill:
+        assert truth.memory_fraction < 0.95 and mbu.mbu < efficiency - 0.02
+    else:
+        assert truth.elapsed == pytest.approx(efficiency, abs=0.005)
+        assert mbu.mbu == pytest.approx(efficiency, abs=0.02)
 
 
 # -- (b) realistic prefill and overhead: below the efficiency, on the truth ----------------
