@@ -110,8 +110,8 @@ def test_multi_token_chunks_from_continuous_usage() -> None:
             usage_only(5, 6),
         ]
     )
-    assert r.chunk_tokens == [1, 3, 2]
-    assert r.chunk_ns == [1000, 2000, 3000]
+    assert list(r.chunk_tokens) == [1, 3, 2]
+    assert list(r.chunk_ns) == [1000, 2000, 3000]
     assert (r.first_token_ns, r.end_ns) == (1000, 3000)
     assert (r.prompt_tokens, r.completion_tokens) == (5, 6)
     assert r.usage_source == "server" and r.chunk_tokens_source == "usage"
@@ -120,7 +120,7 @@ def test_multi_token_chunks_from_continuous_usage() -> None:
 
 def test_fallback_one_token_per_content_chunk_with_final_usage() -> None:
     r = run([cmpl("a"), cmpl("b"), cmpl("", fr="stop"), usage_only(9, 3)])
-    assert r.chunk_tokens == [1, 1]  # the empty-text finish chunk is no token
+    assert list(r.chunk_tokens) == [1, 1]  # the empty-text finish chunk is no token
     assert r.completion_tokens == 3  # the server's count (EOS included) wins
     assert r.usage_source == "server" and r.chunk_tokens_source == "fallback"
     assert r.prompt_tokens == 9
@@ -142,9 +142,9 @@ def test_chat_role_only_chunk_is_not_a_token() -> None:
         ],
         api="chat",
     )
-    assert r.chunk_ns == [2000, 3000]
+    assert list(r.chunk_ns) == [2000, 3000]
     assert r.first_token_ns == 2000
-    assert r.chunk_tokens == [1, 1]
+    assert list(r.chunk_tokens) == [1, 1]
 
 
 def test_reasoning_and_tool_call_deltas_count_as_output() -> None:
@@ -165,7 +165,7 @@ def test_tokens_on_non_content_chunks_move_to_the_next_or_last_chunk() -> None:
         ],
         api="chat",
     )
-    assert r.chunk_tokens == [2, 2]
+    assert list(r.chunk_tokens) == [2, 2]
     assert sum(r.chunk_tokens) == r.completion_tokens == 4
 
 
@@ -174,13 +174,13 @@ def test_error_object_in_a_200_stream_is_a_failure_even_after_content() -> None:
     r = run([cmpl("a"), err])
     assert r.status == "error" and r.error_kind == "stream_error"
     assert r.error_message == "GatewayTimeout: TimeoutError"
-    assert r.chunk_tokens == [1]  # what arrived before stays measured
+    assert list(r.chunk_tokens) == [1]  # what arrived before stays measured
 
 
 def test_error_only_stream_has_no_tokens() -> None:
     r = run([b'{"object":"error","message":"context too long","code":400}'])
     assert r.error_kind == "stream_error" and r.error_message == "context too long"
-    assert r.chunk_ns == [] and r.first_token_ns is None
+    assert list(r.chunk_ns) == [] and r.first_token_ns is None
 
 
 def test_malformed_json_is_a_protocol_failure() -> None:

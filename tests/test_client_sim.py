@@ -78,7 +78,7 @@ def test_chat(sim: RunningSim) -> None:
 def test_multi_token_chunks_counted_from_usage() -> None:
     for running in _sim(tokens_per_chunk=3):
         (r,) = _run(running.url, max_tokens=12)
-        assert r.ok and r.chunk_tokens == [3, 3, 3, 3] and r.completion_tokens == 12
+        assert r.ok and list(r.chunk_tokens) == [3, 3, 3, 3] and r.completion_tokens == 12
 
 
 def test_in_band_error_after_some_tokens() -> None:

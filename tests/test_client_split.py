@@ -98,9 +98,9 @@ def test_any_framing_and_split_reads_the_same_stream(
     assert ex.error_kind is None and ex.future.done() and ex.saw_done
     assert ex.http_status == 200
     assert seen == texts  # every character intact, in order
-    assert rec.chunk_tokens == per_chunk and rec.chunk_tokens_source == "usage"
+    assert list(rec.chunk_tokens) == per_chunk and rec.chunk_tokens_source == "usage"
     assert rec.completion_tokens == sum(per_chunk)
-    assert len(rec.chunk_ns) == len(texts) and rec.chunk_ns == sorted(rec.chunk_ns)
+    assert len(rec.chunk_ns) == len(texts) and list(rec.chunk_ns) == sorted(rec.chunk_ns)
     # the reads that returned several events are counted exactly
     by_stamp: dict[int, int] = {}
     for s in rec.chunk_ns:

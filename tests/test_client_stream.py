@@ -184,7 +184,7 @@ def assert_ordered(r: RequestRecord) -> None:
     assert r.sent_ns is not None and r.first_token_ns is not None
     assert r.end_ns is not None and r.done_ns is not None
     assert r.sent_ns <= r.first_token_ns <= r.end_ns <= r.done_ns
-    assert r.chunk_ns == sorted(r.chunk_ns)
+    assert list(r.chunk_ns) == sorted(r.chunk_ns)
 
 
 # ---------------------------------------------------------------- normal streams
@@ -200,7 +200,7 @@ def test_normal_stream_and_request_shape() -> None:
             await c.aclose()
         assert r.ok, r
         assert r.http_status == 200 and r.saw_done and r.finish_reason == "length"
-        assert len(r.chunk_ns) == 3 and r.chunk_tokens == [1, 1, 1]
+        assert len(r.chunk_ns) == 3 and list(r.chunk_tokens) == [1, 1, 1]
         assert r.completion_tokens == 3 and r.prompt_tokens == 3 and r.usage_source == "server"
         assert r.timestamp_source == c.clock.timestamp_source
         assert_ordered(r)
@@ -248,7 +248,7 @@ def test_multi_token_chunks_with_continuous_usage() -> None:
             c = client(srv.url)
             r = await one(c, max_tokens=6)
             await c.aclose()
-        assert r.ok and r.chunk_tokens == [1, 3, 2] and r.chunk_tokens_source == "usage"
+        assert r.ok and list(r.chunk_tokens) == [1, 3, 2] and r.chunk_tokens_source == "usage"
         assert r.completion_tokens == 6
 
     run(main)
@@ -405,7 +405,7 @@ def test_http_error_status(status: str, body: bytes, message: str) -> None:
             assert rr.status == "error" and rr.error_kind == "http_status"
             assert rr.http_status == int(status[:3])
             assert rr.error_message is not None and rr.error_message.startswith(message)
-            assert rr.chunk_ns == [] and rr.first_token_ns is None and rr.done_ns is not None
+            assert list(rr.chunk_ns) == [] and rr.first_token_ns is None and rr.done_ns is not None
 
     run(main)
 
@@ -483,7 +483,7 @@ def test_json_error_inside_a_200_stream() -> None:
             await c.aclose()
         assert r.status == "error" and r.error_kind == "stream_error"
         assert r.http_status == 200 and r.error_message == "GatewayTimeout: TimeoutError"
-        assert r.chunk_ns == [] and r.saw_done
+        assert list(r.chunk_ns) == [] and r.saw_done
 
     run(main)
 

@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import statistics
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,7 +86,7 @@ _int = st.integers(min_value=0, max_value=2**62)
 
 
 def _fix_tokens(r: RequestRecord) -> RequestRecord:
-    r.chunk_tokens = [1 + (t % 3) for t in r.chunk_ns]
+    r.chunk_tokens = array("i", [1 + (t % 3) for t in r.chunk_ns])
     return r
 
 

@@ -20,13 +20,14 @@ Rules (docs/methodology.md has the reasoning):
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import orjson
 
 from tokenwatt.errors import SpecError
-from tokenwatt.records import RequestRecord
+from tokenwatt.records import STAMP_TYPECODE, TOKENS_TYPECODE, RequestRecord
 from tokenwatt.spec import redact_text
 
 Api = Literal["completions", "chat"]
@@ -350,8 +351,8 @@ class StreamInterpreter:
         else:
             tokens = [1] * len(chunk_ns)
             rec.chunk_tokens_source = "fallback"
-        rec.chunk_ns = chunk_ns
-        rec.chunk_tokens = tokens
+        rec.chunk_ns = array(STAMP_TYPECODE, chunk_ns)
+        rec.chunk_tokens = array(TOKENS_TYPECODE, tokens)
         if chunk_ns:
             rec.first_token_ns = chunk_ns[0]
             rec.end_ns = chunk_ns[-1]

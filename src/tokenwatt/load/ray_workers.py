@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from tokenwatt.load.workers import (
     deal,
     send_share,
 )
-from tokenwatt.records import RequestRecord
+from tokenwatt.records import STAMP_TYPECODE, RequestRecord
 
 __all__ = [
     "ClockActor",
@@ -192,7 +193,7 @@ def shift_stamps(rec: RequestRecord, by_ns: int) -> RequestRecord:
         v = getattr(rec, name)
         if v is not None:
             setattr(rec, name, v - by_ns)
-    rec.chunk_ns = [t - by_ns for t in rec.chunk_ns]
+    rec.chunk_ns = array(STAMP_TYPECODE, [t - by_ns for t in rec.chunk_ns])
     return rec
 
 

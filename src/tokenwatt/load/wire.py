@@ -8,10 +8,11 @@ A batch is instead one bytes object:
     scalars orjson list, one object per record: every field except the chunk lists
     counts  int64[count]    chunks per record
     times   int64[Σcounts]  chunk arrival stamps (monotonic ns), records back to back
-    tokens  int64[Σcounts]  tokens per chunk
+    tokens  int32[Σcounts]  tokens per chunk
 
-so the per-token data crosses as two flat arrays that ``array.frombytes`` reads in one copy.
-Unpacking gives records equal (``==``) to the ones packed.
+so the per-token data crosses as two flat arrays that ``array.frombytes`` reads in one copy,
+in the records' own typecodes (``records.STAMP_TYPECODE``, ``TOKENS_TYPECODE``). Unpacking
+gives records equal (``==``) to the ones packed. Version 2: tokens as int32 (were int64).
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from typing import Any
 
 import orjson
 
-from tokenwatt.records import RequestRecord
+from tokenwatt.records import STAMP_TYPECODE, TOKENS_TYPECODE, RequestRecord
 
 __all__ = ["WireError", "pack_records", "unpack_records"]
 
 _MAGIC = b"TWRB"
-_VERSION = 1
+_VERSION = 2
 _HEAD = struct.Struct("<4sHII")
 _LISTS = ("chunk_ns", "chunk_tokens")
 _SCALARS = tuple(f.name for f in fields(RequestRecord) if f.name not in _LISTS)
@@ -43,8 +44,8 @@ def pack_records(records: Sequence[RequestRecord]) -> bytes:
     """One batch holding ``records`` (order kept)."""
     scalars = orjson.dumps([{k: getattr(r, k) for k in _SCALARS} for r in records])
     counts = array("q", (len(r.chunk_ns) for r in records))
-    times = array("q")
-    tokens = array("q")
+    times = array(STAMP_TYPECODE)
+    tokens = array(TOKENS_TYPECODE)
     for r in records:
         times.extend(r.chunk_ns)
         tokens.extend(r.chunk_tokens)
@@ -68,17 +69,22 @@ def unpack_records(batch: bytes) -> list[RequestRecord]:
     counts.frombytes(batch[pos : pos + 8 * n])
     pos += 8 * n
     total = sum(counts)
-    times, tokens = array("q"), array("q")
-    times.frombytes(batch[pos : pos + 8 * total])
-    tokens.frombytes(batch[pos + 8 * total : pos + 16 * total])
-    if len(scalars) != n or len(tokens) != total or pos + 16 * total != len(batch):
+    times, tokens = array(STAMP_TYPECODE), array(TOKENS_TYPECODE)
+    end_times = pos + times.itemsize * total
+    times.frombytes(batch[pos:end_times])
+    tokens.frombytes(batch[end_times : end_times + tokens.itemsize * total])
+    if (
+        len(scalars) != n
+        or len(tokens) != total
+        or end_times + tokens.itemsize * total != len(batch)
+    ):
         raise WireError("record batch is truncated or its counts do not match its arrays")
     out: list[RequestRecord] = []
     at = 0
     for d, c in zip(scalars, counts, strict=True):
         rec = RequestRecord(**d)
-        rec.chunk_ns = times[at : at + c].tolist()
-        rec.chunk_tokens = tokens[at : at + c].tolist()
+        rec.chunk_ns = times[at : at + c]
+        rec.chunk_tokens = tokens[at : at + c]
         at += c
         out.append(rec)
     return out
