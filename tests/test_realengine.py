@@ -334,6 +334,7 @@ def test_probe_cli_takes_llama_server_as_witness(llama_url: str, tmp_path: Path)
     lo, hi = s["window_start_ns"], s["window_end_ns"]
     counted = [r for r in records if lo <= r.scheduled_ns < hi]
     assert len(counted) == STREAMS * ROUNDS and all(r.ok for r in counted)
+    assert len(records) == STREAMS * ROUNDS  # none sent after the window (engine sees them)
     assert s["requests_ok"] == len(counted)
     assert e["requests_finished"] is None  # llama.cpp has no finished-request counter
     sent = sum(r.output_tokens for r in records)

@@ -14,6 +14,8 @@ Timeline (monotonic ns)::
   ``max_duration_s``, or when ``should_stop`` says so. With ``max_requests`` the window
   instead holds exactly that many requests (``w1`` = the next arrival), unless
   ``max_duration_s`` comes first: the single-stream point is N requests, not a duration.
+  A closed loop then sends no request after the window (N requests in all, past the
+  warm-up): an engine's own counters then cover exactly the requests the client counted.
 * A request counts when it was *scheduled* in ``[w0, w1)``. The drain keeps the offered load
   running (those requests do not count) so the last counted requests see the same load as
   the first; once all counted requests have ended the rest are cancelled. A counted request
@@ -520,7 +522,11 @@ class _Probe:
         while not self.stop_dispatch:
             t = now_ns()
             counted = self._admit(t)
-            if self.w1 is not None and not counted and self.counted_in_flight == 0:
+            # a window of max_requests is exactly that many: once it has closed no stream sends
+            # again (as `vllm bench serve --num-prompts` sends N); otherwise the drain keeps the
+            # load until the counted requests end (the module doc)
+            done = self.counted_in_flight == 0 or self.max_requests is not None
+            if self.w1 is not None and not counted and done:
                 self.wake.set()
                 return
             plan = next(self.plans)
