@@ -131,7 +131,8 @@ def test_engine_mbu_stands_beside_the_client_decode_only_figure(tmp_path: Path) 
     checks = {a.figure: a for a in engine.agreements}
     spread = sum(abs(checks[f].rel_diff or 0.0) for f in ("B", "s")) + 0.01
     assert engine.mbu == pytest.approx(detail.mbu_decode_only, rel=spread)
-    assert abs(summary.mbu / engine.mbu - 1) > spread  # the headline is another figure
+    # the headline is another figure: here it adds > 3 pt of mixed-step bytes to decode-only
+    assert summary.mbu - detail.mbu_decode_only > 0.03
     (row,) = [r for r in engine_rows(summary) if r[0].startswith("MBU")]
     assert row == ("MBU, decode-only", fmt_pct(detail.mbu_decode_only), fmt_pct(engine.mbu),
                    "—", MBU_ROW_NOTE)  # fmt: skip
