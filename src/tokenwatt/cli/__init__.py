@@ -80,6 +80,22 @@ def with_hint(message: str) -> str:
     return message
 
 
+def _peer_hint(exc: Exception) -> None:
+    """An unknown flag: the peers' table answers first, click's guess only when it is a typo."""
+    from typer._click.exceptions import NoSuchOption
+
+    from tokenwatt.cli.hints import hint_for, typo_suggestions
+
+    if not isinstance(exc, NoSuchOption):
+        return
+    hint = hint_for(exc.option_name)
+    if hint is not None:
+        exc.message = f"No such option: {exc.option_name}; {hint}"
+        exc.possibilities = None
+    else:
+        exc.possibilities = typo_suggestions(exc.option_name, list(exc.possibilities or []))
+
+
 def main() -> None:
     try:
         # Without standalone mode click returns a command's exit code instead of exiting.
@@ -105,6 +121,7 @@ def main() -> None:
         sys.exit(stop_exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
     except Exception as exc:
         # Usage errors (click's, vendored inside typer) know how to show themselves.
+        _peer_hint(exc)
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if callable(show) and isinstance(code, int):
             show()

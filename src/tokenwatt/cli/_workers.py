@@ -20,12 +20,13 @@ WorkersOption = Annotated[
         "overrides search.probe.workers",
     ),
 ]
+# The help is rich markup: "tokenwatt[ray]" lost its "[ray]" as a tag, so the bracket is escaped.
 RayOption = Annotated[
     str | None,
     typer.Option(
         "--ray",
         help="send from Ray actors (--workers of them; auto: the cluster's CPUs minus one): "
-        "local, auto or ray://HOST:PORT; overrides search.probe.ray (needs tokenwatt[ray])",
+        "local, auto or ray://HOST:PORT; overrides search.probe.ray (needs tokenwatt\\[ray])",
     ),
 ]
 

@@ -29,6 +29,17 @@ from tokenwatt.cli.options import (
     SloTtftOption,
     SpecArgument,
 )
+from tokenwatt.cli.peer_flags import (
+    ConcurrencyOption,
+    DatasetOption,
+    InputTokensOption,
+    MaxConcurrencyOption,
+    MaxRequestsOption,
+    OutputTokensOption,
+    PeerFlags,
+    RateOption,
+    SeedOption,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -236,10 +247,7 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     base_url: BaseUrlOption = None,
     model: ModelOption = None,
     api: ApiOption = None,
-    rate: Annotated[
-        float | None,
-        typer.Option("--rate", "-r", help="rate of the first probe, req/s (search.start_rate_rps)"),
-    ] = None,
+    rate: RateOption = None,
     duration: Annotated[
         float | None,
         typer.Option(
@@ -253,6 +261,13 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     overwrite: OverwriteOption = False,
     workers: WorkersOption = None,
     ray: RayOption = None,
+    concurrency: ConcurrencyOption = None,
+    max_concurrency: MaxConcurrencyOption = None,
+    max_requests: MaxRequestsOption = None,
+    seed: SeedOption = None,
+    input_tokens: InputTokensOption = None,
+    output_tokens: OutputTokensOption = None,
+    dataset: DatasetOption = None,
 ) -> None:
     """Find the SLO boundary and report goodput, tokens per joule and MBU there.
 
@@ -261,13 +276,32 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     """
     from tokenwatt.cli.options import Flags, build_spec
 
-    extra: dict[str, object] = {}
+    peer = PeerFlags(
+        rate, concurrency, max_concurrency, max_requests, seed, input_tokens, output_tokens, dataset
+    )
+    closed = peer.closed_loop()
+    extra: dict[str, object] = peer.spec_fields()
+    if max_requests is not None and closed is None:
+        extra["search.probe.min_requests"] = max_requests
     if rate is not None:
         extra["search.start_rate_rps"] = rate
     if duration is not None:
         extra["search.probe.min_duration_s"] = duration
     flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
     spec = with_senders(build_spec(spec_path, flags), workers, ray)
+    if closed is not None:
+        # vllm bench serve --max-concurrency N: one closed-loop point, as probe runs it
+        from tokenwatt.cli.probe import run_probe_command
+
+        run_probe_command(
+            spec,
+            rate=None,
+            concurrency=closed,
+            max_requests=max_requests,
+            out=out,
+            overwrite=overwrite,
+        )
+        return
     _bench_and_report(spec, out, overwrite=overwrite)
 
 

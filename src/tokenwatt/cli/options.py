@@ -116,6 +116,11 @@ def apply_set(doc: dict[str, Any], item: str) -> None:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    if key.strip() == "workload.dataset" and not isinstance(value, dict):
+        raise SpecError(
+            f"--set {item}: workload.dataset is a section; give the file: "
+            "--set workload.dataset.path=FILE (or --dataset sharegpt:FILE)"
+        )
     _put(doc, key.strip(), value)
 
 

@@ -35,6 +35,17 @@ from tokenwatt.cli.options import (
     SloTtftOption,
     SpecArgument,
 )
+from tokenwatt.cli.peer_flags import (
+    ConcurrencyOption,
+    DatasetOption,
+    InputTokensOption,
+    MaxConcurrencyOption,
+    MaxRequestsOption,
+    OutputTokensOption,
+    PeerFlags,
+    RateOption,
+    SeedOption,
+)
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
@@ -510,14 +521,8 @@ def register(app: typer.Typer) -> None:
         slo_ttft_ms: SloTtftOption = None,
         slo_tpot_ms: SloTpotOption = None,
         sets: SetOption = None,
-        rate: Annotated[
-            float | None,
-            typer.Option("--rate", "-r", help="offered load, requests/s (the spec's arrivals)"),
-        ] = None,
-        concurrency: Annotated[
-            int | None,
-            typer.Option("--concurrency", "-c", help="closed loop: keep N requests in flight"),
-        ] = None,
+        rate: RateOption = None,
+        concurrency: ConcurrencyOption = None,
         duration: Annotated[
             float | None,
             typer.Option("--duration", "-d", help="measurement window, s (overrides the spec)"),
@@ -525,11 +530,12 @@ def register(app: typer.Typer) -> None:
         warmup: Annotated[
             float | None, typer.Option("--warmup", help="warm-up before the window, s")
         ] = None,
-        max_requests: Annotated[
-            int | None,
-            typer.Option("--max-requests", help="count exactly N requests instead of a duration"),
-        ] = None,
-        seed: Annotated[int | None, typer.Option("--seed", help="default: workload.seed")] = None,
+        max_requests: MaxRequestsOption = None,
+        seed: SeedOption = None,
+        max_concurrency: MaxConcurrencyOption = None,
+        input_tokens: InputTokensOption = None,
+        output_tokens: OutputTokensOption = None,
+        dataset: DatasetOption = None,
         out: ProbeOutOption = None,
         overwrite: OverwriteOption = False,
         sim_mode: SimModeOption = "subprocess",
@@ -539,30 +545,68 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run one probe at one offered load; write result.json, probe.json, requests.jsonl."""
         from tokenwatt.cli.options import Flags, build_spec
-        from tokenwatt.cli.outdir import choose_out_dir, remove_stale
 
-        _check_flags(sim_mode, rate, concurrency, max_requests)
-        flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []))
+        peer = PeerFlags(
+            rate,
+            concurrency,
+            max_concurrency,
+            max_requests,
+            seed,
+            input_tokens,
+            output_tokens,
+            dataset,
+        )
+        closed = peer.closed_loop()
+        _check_flags(sim_mode, rate, closed, max_requests)
+        flags = Flags(
+            base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), peer.spec_fields()
+        )
         spec = _with_flags(build_spec(spec_path, flags), duration=duration, warmup=warmup)
         spec = with_senders(spec, workers, ray)
-        folder = choose_out_dir(out, spec.name, overwrite=overwrite)
-        started_ns = time.time_ns()
-        from tokenwatt.cli._loop import run_async
-
-        data = run_async(
-            _probe(
-                spec,
-                rate=rate,
-                concurrency=concurrency,
-                max_requests=max_requests,
-                seed=spec.workload.seed if seed is None else seed,
-                out=folder,
-                sim_mode=sim_mode,  # type: ignore[arg-type]
-                quiet=quiet,
-            )
+        run_probe_command(
+            spec,
+            rate=rate,
+            concurrency=closed,
+            max_requests=max_requests,
+            out=out,
+            overwrite=overwrite,
+            sim_mode=sim_mode,
+            quiet=quiet,
         )
-        if overwrite:
-            remove_stale(folder, started_ns)
-        if not quiet:
-            _show(data, folder)
-        _exit_for(data)
+
+
+def run_probe_command(
+    spec: BenchSpec,
+    *,
+    rate: float | None,
+    concurrency: int | None,
+    max_requests: int | None,
+    out: Path | None,
+    overwrite: bool = False,
+    sim_mode: str = "subprocess",
+    quiet: bool = False,
+) -> None:
+    """One probe from a built spec, written, shown and exited as ``tokenwatt probe`` does;
+    ``bench --concurrency N`` runs its closed-loop point through here too."""
+    from tokenwatt.cli._loop import run_async
+    from tokenwatt.cli.outdir import choose_out_dir, remove_stale
+
+    folder = choose_out_dir(out, spec.name, overwrite=overwrite)
+    started_ns = time.time_ns()
+    data = run_async(
+        _probe(
+            spec,
+            rate=rate,
+            concurrency=concurrency,
+            max_requests=max_requests,
+            seed=spec.workload.seed,
+            out=folder,
+            sim_mode=sim_mode,  # type: ignore[arg-type]
+            quiet=quiet,
+        )
+    )
+    if overwrite:
+        remove_stale(folder, started_ns)
+    if not quiet:
+        _show(data, folder)
+    _exit_for(data)
