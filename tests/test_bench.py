@@ -23,6 +23,7 @@ import yaml
 from tokenwatt.geometry import load_geometry
 from tokenwatt.metrics.slo import EarlyStop, Limits
 from tokenwatt.records import RequestRecord
+from tokenwatt.report.exports import br02_name
 from tokenwatt.result import load_result
 
 SECRET = "sk-bench-test-7d1e"
@@ -283,6 +284,8 @@ def test_bench_writes_br02_and_csv_next_to_the_result(
     own counts (the result's figures are the independent truth); probes.csv has one row each."""
     import csv
 
+    from test_report_br02_official import official_errors
+
     from tokenwatt.report.br02 import BenchmarkReportV02
 
     out, proc = bench_run
@@ -292,7 +295,9 @@ def test_bench_writes_br02_and_csv_next_to_the_result(
     eids = set()
     for p in probes:
         assert p is not None
-        doc = yaml.safe_load((out / f"br02-{p.index:02d}.yaml").read_text())
+        doc = yaml.safe_load((out / br02_name(p.index)).read_text())
+        for version in ("0.2", "0.2.1"):  # llm-d's official models (tests/fixtures/llm-d)
+            assert official_errors(doc, version) == []
         rep = BenchmarkReportV02.model_validate(doc)
         eids.add(rep.run.eid)
         agg = rep.results.request_performance.aggregate

@@ -62,8 +62,8 @@ def test_br02_figures_by_hand() -> None:
     assert th.output_token_rate is not None and th.output_token_rate.mean == pytest.approx(10.1)
     assert th.input_token_rate is not None and th.input_token_rate.mean == pytest.approx(150)
     assert th.total_token_rate is not None and th.total_token_rate.mean == pytest.approx(160.1)
-    assert th.requests_rate is not None and th.requests_rate.units == "queries/s"
-    assert th.requests_rate.mean == pytest.approx(0.5)
+    assert th.request_rate is not None and th.request_rate.units == "queries/s"
+    assert th.request_rate.mean == pytest.approx(0.5)
     assert rep.scenario is not None and rep.scenario.load is not None
     std = rep.scenario.load.standardized
     assert (std.tool, std.rate_qps, std.stage, std.input_seq_len.distribution) == (
@@ -123,10 +123,10 @@ def test_br02_model_accepts_the_published_layout_and_rejects_deviations() -> Non
     wrong_version = {**_minimal(), "version": "0.1"}
     with pytest.raises(ValidationError, match="version"):
         BenchmarkReportV02.model_validate(wrong_version)
-    no_eid = _minimal()
-    del no_eid["run"]["eid"]
-    with pytest.raises(ValidationError, match="eid"):
-        BenchmarkReportV02.model_validate(no_eid)
+    no_uid = _minimal()
+    del no_uid["run"]["uid"]  # the official models require uid; eid is optional there
+    with pytest.raises(ValidationError, match="uid"):
+        BenchmarkReportV02.model_validate(no_uid)
     with pytest.raises(ValueError, match="duration_s"):
         to_br02(ProbeFigures(START, 0.0, [], [], [], []), eid="e")
 

@@ -398,6 +398,9 @@ def write_probe_result(
     result.warnings = list(data["warnings"])
     result.target = RunTarget.model_validate(data["target"])
     write_result(result, out)
+    from tokenwatt.report.exports import write_exports
+
+    write_exports(result, out)  # the llm-d Benchmark Report beside it, as bench writes
 
 
 def _keep_up_warnings(lg: dict[str, Any] | None) -> list[str]:

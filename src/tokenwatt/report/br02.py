@@ -94,7 +94,7 @@ class Statistics(_Strict):
 
 
 class CountStats(Statistics):
-    units: Literal["count"]
+    units: Literal["count", "pixels"]
 
 
 class TimeStats(Statistics):
@@ -119,6 +119,8 @@ class AggregateRequests(_Strict):
     incomplete: int | None = Field(None, ge=0)
     input_length: CountStats | None = None
     output_length: CountStats | None = None
+    request_size: Statistics | None = None  # v0.2.1: encoded request bytes, read back only
+    multimodal: Any | None = None  # v0.2.1: per-modality payloads (TokenWatt sends text only)
 
 
 class AggregateLatency(_Strict):
@@ -133,7 +135,11 @@ class AggregateThroughput(_Strict):
     input_token_rate: TokenRateStats | None = None
     output_token_rate: TokenRateStats | None = None
     total_token_rate: TokenRateStats | None = None
-    requests_rate: RequestRateStats | None = None
+    request_rate: RequestRateStats | None = None
+    # v0.2.1: media rates (images/s, videos/s, audios/s), read back, never written here
+    image_rate: Statistics | None = None
+    video_rate: Statistics | None = None
+    audio_rate: Statistics | None = None
 
 
 class Aggregate(_Strict):
@@ -143,31 +149,42 @@ class Aggregate(_Strict):
 
 
 class RequestPerformance(_Strict):
-    aggregate: Aggregate
+    aggregate: Aggregate | None = None
+    time_series: Any | None = None  # read back, not written by TokenWatt
 
 
 class Results(_Strict):
-    request_performance: RequestPerformance
+    """The official sections; TokenWatt models the request figures it writes field by field
+    and carries the others (sessions, observability, health) as documents: their layout is
+    checked against the official schemas in the tests (``tests/fixtures/llm-d``)."""
+
+    request_performance: RequestPerformance | None = None
+    session_performance: dict[str, Any] | None = None
+    observability: dict[str, Any] | None = None
+    profiling: Any | None = None
+    component_health: list[dict[str, Any]] | None = None
 
 
 class RunTime(_Strict):
-    start: datetime
+    start: datetime | None = None
     end: datetime | None = None
     duration: str | None = Field(None, pattern=r"^PT\d+(\.\d+)?S$")  # ISO 8601 seconds
 
 
 class Run(_Strict):
     uid: str = Field(min_length=1)  # this report alone
-    eid: str = Field(min_length=1)  # every report of one experiment (one tokenwatt run)
+    eid: str | None = Field(None, min_length=1)  # every report of one experiment (one run)
     cid: str | None = None
     pid: str | None = None
-    time: RunTime
+    time: RunTime | None = None
     user: str | None = None
+    description: str | None = None
+    keywords: list[str] | None = None
 
 
 class SequenceLength(_Strict):
-    distribution: Literal["fixed", "gaussian", "random", "uniform", "other"]
-    value: float = Field(ge=1)
+    distribution: Literal["fixed", "gaussian", "uniform", "other"]
+    value: float = Field(ge=0)
     std_dev: float | None = Field(None, ge=0)
     min: int | None = Field(None, ge=0)
     max: int | None = Field(None, ge=1)
@@ -182,12 +199,15 @@ class LoadMetadata(_Strict):
 class LoadStandardized(_Strict):
     tool: str
     tool_version: str
-    source: Literal["random", "sampled"]
+    parallelism: int = Field(1, ge=1)
+    source: Literal["random", "sampled", "unknown"]
     stage: int = Field(0, ge=0)
     input_seq_len: SequenceLength
     output_seq_len: SequenceLength | None = None
-    rate_qps: float | None = Field(None, gt=0)
-    concurrency: int | None = Field(None, ge=1)
+    prefix: dict[str, Any] | None = None
+    multi_turn: dict[str, Any] | None = None
+    rate_qps: float | None = Field(None, gt=0)  # requests per second (sessions are not queries)
+    concurrency: int | float | None = Field(None, ge=1)  # an integer, or .inf
 
 
 class LoadNative(_Strict):
@@ -203,11 +223,14 @@ class Load(_Strict):
 
 
 class Scenario(_Strict):
+    stack: list[dict[str, Any]] | None = None  # components, official kinds generic/inference_engine
     load: Load | None = None
 
 
 class BenchmarkReportV02(_Strict):
-    version: Literal["0.2"]
+    """A BR0.2 or BR0.2.1 report: 0.2.1 adds multimodal figures only, so one model reads both."""
+
+    version: Literal["0.2", "0.2.1"]
     run: Run
     scenario: Scenario | None = None
     results: Results
@@ -215,7 +238,7 @@ class BenchmarkReportV02(_Strict):
     @model_validator(mode="after")
     def _time_order(self) -> BenchmarkReportV02:
         t = self.run.time
-        if t.end is not None and t.end < t.start:
+        if t is not None and t.start and t.end is not None and t.end < t.start:
             raise ValueError("run.time.end is before run.time.start")
         return self
 
@@ -238,6 +261,7 @@ class ProbeFigures:
     concurrency: int | None = None  # closed loop
     stage: int = 0  # the probe's number in the run
     source: Literal["random", "sampled"] = "random"  # synthetic prompts or a dataset/trace
+    output_tokens_per_s: float | None = None  # T from result.json (tokens inside the window)
 
     @classmethod
     def from_records(
@@ -294,6 +318,9 @@ def _aggregate(f: ProbeFigures) -> dict[str, Any]:
     ttft = np.asarray(f.ttft_s, dtype=float)
     ntpot = lat[n_out > 0] / n_out[n_out > 0]
     d = f.duration_s
+    # T: tokens received inside the window (the figure result.json defines), where known; the
+    # fallback counts every output token of the completed counted requests
+    out_rate = f.output_tokens_per_s if f.output_tokens_per_s is not None else n_out.sum() / d
     return {
         "requests": {
             "total": len(n_out) + f.failures + f.incomplete,
@@ -311,9 +338,9 @@ def _aggregate(f: ProbeFigures) -> dict[str, Any]:
         },
         "throughput": {
             "input_token_rate": _rate(n_in.sum(), d, "tokens/s"),
-            "output_token_rate": _rate(n_out.sum(), d, "tokens/s"),
-            "total_token_rate": _rate(n_in.sum() + n_out.sum(), d, "tokens/s"),
-            "requests_rate": _rate(len(n_out), d, "queries/s"),
+            "output_token_rate": {"units": "tokens/s", "mean": float(out_rate)},
+            "total_token_rate": {"units": "tokens/s", "mean": float(n_in.sum() / d + out_rate)},
+            "request_rate": _rate(len(n_out), d, "queries/s"),
         },
     }
 
@@ -327,10 +354,17 @@ def _length(values: Sequence[int]) -> dict[str, Any]:
 
 
 def to_br02(
-    f: ProbeFigures, *, eid: str, uid: str | None = None, config: Any | None = None
+    f: ProbeFigures,
+    *,
+    eid: str,
+    uid: str | None = None,
+    config: Any | None = None,
+    sections: dict[str, Any] | None = None,
 ) -> BenchmarkReportV02:
     """The BR0.2 partial for one probe; ``eid`` names the run (shared by its probes), ``uid``
-    this report (random when omitted), ``config`` goes to ``scenario.load.native.config``."""
+    this report (random when omitted), ``config`` goes to ``scenario.load.native.config``;
+    ``sections`` may hold ``stack``, ``session_performance`` and ``observability``
+    (``report.br02_sections`` builds them from a result)."""
     if not (f.duration_s > 0):
         raise ValueError(f"duration_s must be > 0, got {f.duration_s}")
     n = {len(f.input_tokens), len(f.output_tokens), len(f.ttft_s), len(f.latency_s)}
@@ -351,7 +385,7 @@ def to_br02(
         },
         "native": {"config": config},
     }
-    doc = {
+    doc: dict[str, Any] = {
         "version": BR_VERSION,
         "run": {
             "uid": uid or uuid.uuid4().hex,
@@ -365,6 +399,12 @@ def to_br02(
         "scenario": {"load": load},
         "results": {"request_performance": {"aggregate": _aggregate(f)}},
     }
+    extra = sections or {}
+    if extra.get("stack"):
+        doc["scenario"]["stack"] = extra["stack"]
+    for key in ("session_performance", "observability"):
+        if extra.get(key):
+            doc["results"][key] = extra[key]
     return BenchmarkReportV02.model_validate(doc)
 
 

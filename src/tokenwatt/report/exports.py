@@ -1,8 +1,9 @@
 """Files for other tools, written next to ``result.json`` from the run's own files.
 
-* ``br02-NN.yaml``: one llm-d Benchmark Report v0.2 partial per probe (``report.br02``), the
-  format inference-perf emits and llm-d-benchmark merges, so a tokenwatt run can sit in the
-  same dashboards. ``NN`` is the probe's index (00: the single-stream point).
+* ``benchmark_report_v0.2,_probe-NN.yaml``: one llm-d Benchmark Report v0.2 partial per probe
+  (``report.br02``), the format inference-perf emits and llm-d-benchmark merges, so a tokenwatt
+  run can sit in the same dashboards. The name is the one llm-d-benchmark's readers glob
+  (``benchmark_report_v0.2,_*.yaml``); ``NN`` is the probe's index (00: single stream).
 * ``probes.csv``: the probe table (``report.csv_table``), one row per probe, for spreadsheets.
 
 Both are rendered from ``result.json`` and each probe's ``requests-NN.jsonl`` (never from
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from tokenwatt.records import read_requests
 from tokenwatt.report.br02 import ProbeFigures, to_br02, write_br02
+from tokenwatt.report.br02_sections import br02_sections, request_rate_qps
 from tokenwatt.report.csv_table import ProbeRow, probe_row, write_probe_csv
 from tokenwatt.result import BenchResult, ProbeSummary
 
@@ -27,7 +29,8 @@ CSV_FILE = "probes.csv"
 
 
 def br02_name(index: int) -> str:
-    return f"br02-{index:02d}.yaml"
+    """The file name llm-d-benchmark's readers look for (``benchmark_report_v0.2,_*.yaml``)."""
+    return f"benchmark_report_v0.2,_probe-{index:02d}.yaml"
 
 
 def probe_figures(result: BenchResult, probe: ProbeSummary, out_dir: Path) -> ProbeFigures | None:
@@ -51,8 +54,9 @@ def probe_figures(result: BenchResult, probe: ProbeSummary, out_dir: Path) -> Pr
         window_start_ns=probe.window_start_ns,
         window_end_ns=probe.window_end_ns,
         start=datetime.fromtimestamp(wall_s, UTC),
-        rate_rps=probe.rate_rps,
+        rate_rps=request_rate_qps(probe),
         concurrency=probe.concurrency,
+        output_tokens_per_s=probe.output_tokens_per_s,
         stage=probe.index,
         source="sampled" if sampled else "random",
     )
@@ -71,7 +75,11 @@ def write_exports(result: BenchResult, out_dir: Path) -> list[Path]:
         if f is None:
             continue
         report = to_br02(
-            f, eid=eid, uid=f"{eid}-{p.index:02d}", config=result.spec.model_dump(mode="json")
+            f,
+            eid=eid,
+            uid=f"{eid}-{p.index:02d}",
+            config=result.spec.model_dump(mode="json"),
+            sections=br02_sections(result, p),
         )
         path = out_dir / br02_name(p.index)
         write_br02(path, report)
