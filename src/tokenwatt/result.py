@@ -44,6 +44,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``geometry.kv_bytes_per_token`` is written back as ``kv_bytes_per_token_full_context``
         and a version-1 spec without ``endpoint``/``hardware`` gets the simulator and the
         file's own accelerator, gpus and replicas (version 1's defaults).
+        Additive, same version (issue 26): ``target.kind`` may be ``imported`` (a result
+        read from another tool's file by ``tokenwatt import``), with ``source_tool``,
+        ``source_tool_version``, ``source_format`` and ``source_file``; absent before (None).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -644,13 +647,17 @@ class MachineInfo(_Strict):
 class RunTarget(_Strict):
     """What a run drove: the simulator or an endpoint, so a simulated result says so."""
 
-    kind: Literal["sim", "endpoint"]
+    kind: Literal["sim", "endpoint", "imported"]
     base_url: str = Field(description="the URL requests went to (credentials removed)")
     model: str | None = Field(None, description="the served model name requests named")
     sim_mode: Literal["thread", "subprocess"] | None = Field(
         None, description="how the simulator ran beside the client (None: an endpoint)"
     )
     sim: SimSettings | None = Field(None, description="the simulator's settings (None: endpoint)")
+    source_tool: str | None = Field(None, description="imported: the tool that measured")
+    source_tool_version: str | None = Field(None, description="imported: its version")
+    source_format: str | None = Field(None, description="imported: the file format read")
+    source_file: str | None = Field(None, description="imported: the file's name")
 
     @field_validator("base_url", mode="after")
     @classmethod

@@ -1,0 +1,76 @@
+"""CLI: ``tokenwatt import FILE --model SRC --set hardware.accelerator=h100-sxm [--out DIR]``.
+
+Reads another tool's result file (``tokenwatt.importers``), writes ``DIR/result.json`` with
+target kind ``imported`` and prints the terminal report, so ``tokenwatt report`` and
+``compare`` work on it. The node (model geometry, accelerator, GPUs) is given as for ``probe``:
+``--model`` names the geometry, ``--set hardware.*`` the node; the SLO flags judge the peer's
+own p99s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tokenwatt.cli.options import ModelOption, SetOption, SloTpotOption, SloTtftOption
+
+__all__ = ["import_file"]
+
+
+def import_file(  # noqa: PLR0917 - one parameter per flag
+    path: Annotated[Path, typer.Argument(metavar="FILE", help="the other tool's result file")],
+    model: ModelOption = None,
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", help="accelerator (hardware.accelerator)")
+    ] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="N_GPU (hardware.gpus)")] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="auto, vllm, guidellm, aiperf, inference-perf, br02")
+    ] = "auto",
+    slo_ttft_ms: SloTtftOption = None,
+    slo_tpot_ms: SloTpotOption = None,
+    sets: SetOption = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="output folder (default under results/)")
+    ] = None,
+) -> None:
+    """Read vLLM, GuideLLM, AIPerf, inference-perf or Benchmark Report results; write result.json.
+
+    e.g. tokenwatt import benchmarks.json --model llama-3.1-8b --hardware h100-sxm
+    """
+    from rich.console import Console
+
+    from tokenwatt.cli.options import Flags, build_spec
+    from tokenwatt.cli.outdir import choose_out_dir
+    from tokenwatt.geometry import load_geometry
+    from tokenwatt.importers import read_runs
+    from tokenwatt.importers.to_result import imported_result
+    from tokenwatt.load.target import resolve_accelerator
+    from tokenwatt.report.terminal import ResultView
+    from tokenwatt.result import write_result
+
+    name, runs = read_runs(path, fmt)
+    extra: dict[str, object] = {"hardware.accelerator": hardware, "hardware.gpus": gpus}
+    url = f"http://imported.invalid/{path.name}"
+    flags = Flags(url, model, None, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
+    spec = build_spec(None, flags)
+    m = spec.model
+    geometry = load_geometry(
+        m.source, weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, overrides=m.overrides or None
+    )
+    accelerator = resolve_accelerator(spec.hardware)
+    result = imported_result(runs, spec, geometry, accelerator, path)
+    folder = choose_out_dir(out, f"imported-{spec.name}", overwrite=False)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_result(result, folder)
+    console = Console()
+    console.print(f"read {path.name} as {name}: {len(runs)} benchmark(s)", highlight=False)
+    console.print(ResultView(result))
+    console.print(f"wrote {folder / 'result.json'}", highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's command to the app."""
+    app.command("import")(import_file)
