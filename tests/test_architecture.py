@@ -52,7 +52,9 @@ FORBIDDEN: dict[str, set[str]] = {
     "metrics": {"client", "load", "power", "sim", "report", "cli"},
     "power": {"client", "load", "sim", "report", "cli", "result"},
     "sim": {"client", "load", "metrics", "power", "report", "cli", "spec", "records", "result"},
-    "report": {"client", "load", "sim", "cli"},
+    "report": {"client", "load", "sim", "cli", "importers"},
+    # another tool's file → a result: reads with report.br02, derives with metrics
+    "importers": {"client", "load", "power", "sim", "cli", "engine"},
     "load": {"cli", "report"},
     "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
 }
