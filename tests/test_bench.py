@@ -285,7 +285,6 @@ def test_bench_writes_br02_and_csv_next_to_the_result(
     import csv
 
     from test_report_br02_official import official_errors
-
     from tokenwatt.report.br02 import BenchmarkReportV02
 
     out, proc = bench_run
