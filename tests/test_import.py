@@ -131,3 +131,128 @@ def test_import_writes_a_result_report_and_compare_read(tmp_path: Path) -> None:
     assert _cli("report", str(out)).returncode == 0
     assert (out / "report.html").exists()
     assert _cli("compare", str(out), str(out)).returncode == 0
+
+
+# --- files the peers wrote against `tokenwatt sim` here (fixtures/peers/README.md) -------------
+
+
+def _guidellm_printed(section: str) -> list[str]:
+    """The cells of the first 'concurrent@4' row under a table header of GuideLLM's console."""
+    lines = (PEERS / "guidellm_sim_console.txt").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if section in line)
+    row = next(line for line in lines[start:] if line.startswith("| concurrent@4"))
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def _num(cell: str) -> float:
+    return float(cell.split("±", maxsplit=1)[0].strip().rstrip("*"))
+
+
+def test_guidellm_run_equals_what_guidellm_printed() -> None:
+    _, [run] = read_runs(PEERS / "guidellm_sim_benchmarks.json")
+    lat = _guidellm_printed("Request Latency Statistics")
+    # columns: latency s (mean, mdn, p95), TTFT ms (…), TTFOT ms (…), ITL ms (…), TPOT ms (…)
+    assert round(run.ttft_s.mean * 1e3, 1) == _num(lat[4])  # type: ignore[operator]
+    assert round(run.ttft_s.p50 * 1e3, 1) == _num(lat[5])  # type: ignore[operator]
+    assert round(run.ttft_s.p95 * 1e3, 1) == _num(lat[6])  # type: ignore[operator]
+    # GuideLLM's "ITL" column is (E2E − TTFT)/(n − 1): TokenWatt's TPOT
+    assert round(run.tpot_s.mean * 1e3, 1) == _num(lat[10])  # type: ignore[operator]
+    assert round(run.tpot_s.p50 * 1e3, 1) == _num(lat[11])  # type: ignore[operator]
+    assert round(run.tpot_s.p95 * 1e3, 1) == _num(lat[12])  # type: ignore[operator]
+    tput = _guidellm_printed("Server Throughput Statistics")
+    # columns: concurrency mdn, mean; requests/s; input, output, total tokens/s
+    assert round(run.output_tokens_per_s, 1) == _num(tput[5])
+    assert run.concurrency == 4 and run.tool_version == "0.8.1"
+
+
+def test_guidellm_per_request_records_agree_with_its_summary() -> None:
+    """τ and the lengths come from GuideLLM's per-request records; its means are theirs exactly
+    and its percentiles are order statistics of them (not interpolated, unlike TokenWatt's)."""
+    doc = _doc(PEERS / "guidellm_sim_benchmarks.json")
+    _, [run] = read_runs(PEERS / "guidellm_sim_benchmarks.json")
+    reqs = doc["benchmarks"][0]["requests"]["successful"]
+    assert run.pairs == [(r["prompt_tokens"], r["output_tokens"]) for r in reqs]
+    ttfts = [r["time_to_first_token_ms"] for r in reqs]
+    assert run.ttft_s.mean == pytest.approx(sum(ttfts) / len(ttfts) / 1e3, rel=1e-12)
+    for q in (run.ttft_s.p50, run.ttft_s.p90, run.ttft_s.p99):
+        assert q is not None and round(q * 1e3, 9) in {round(t, 9) for t in ttfts}
+    decode_s = sum(r["request_latency"] - r["time_to_first_token_ms"] / 1e3 for r in reqs)
+    tau = decode_s / sum(r["output_tokens"] - 1 for r in reqs)
+    assert run.itl_token_weighted_s == pytest.approx(tau, rel=1e-12)
+
+
+def _aiperf_printed(metric: str) -> list[float]:
+    """avg, min, max, p99, p90, p50 of one row of AIPerf's console table."""
+    for line in (PEERS / "aiperf_sim" / "console.txt").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if cells and cells[0] == metric:
+            return [float(c.replace(",", "")) for c in cells[1:7] if c != "N/A"]
+    raise AssertionError(f"{metric} not in AIPerf's console")
+
+
+def test_aiperf_run_equals_what_aiperf_printed() -> None:
+    name, [run] = read_runs(PEERS / "aiperf_sim" / "profile_export_aiperf.json")
+    assert name == "aiperf" and run.tool_version == "0.13.0" and run.concurrency == 4
+    assert (
+        round(run.output_tokens_per_s, 2)
+        == _aiperf_printed("Output Token Throughput (tokens/sec)")[0]
+    )
+    for ours, row in (
+        ("ttft_s", "Time to First Token (ms)"),
+        ("tpot_s", "Inter Token Latency (ms)"),
+    ):
+        lat = getattr(run, ours)
+        avg, _, mx, p99, p90, p50 = _aiperf_printed(row)
+        got = [lat.mean, lat.max, lat.p99, lat.p90, lat.p50]
+        assert [round(v * 1e3, 2) for v in got] == [avg, mx, p99, p90, p50]
+
+
+def test_aiperf_per_request_records_reproduce_its_percentiles() -> None:
+    """From profile_export.jsonl alone, TokenWatt's interpolated percentiles give AIPerf's own
+    summary figures (both interpolate linearly), and τ is Σ(E2E − TTFT) ÷ Σ(n − 1)."""
+    from tokenwatt.importers.aiperf import records_beside
+    from tokenwatt.metrics.stats import summarize
+
+    _, [run] = read_runs(PEERS / "aiperf_sim" / "profile_export_aiperf.json")
+    recs = records_beside(PEERS / "aiperf_sim" / "profile_export_aiperf.json")
+    assert recs is not None and len(recs) == run.requests_ok == 40
+    ttft = summarize([r["metrics"]["time_to_first_token"]["value"] / 1e3 for r in recs])
+    for field in ("mean", "p50", "p90", "p95", "p99", "max"):
+        assert getattr(ttft, field) == pytest.approx(getattr(run.ttft_s, field), rel=1e-9)
+    m = [r["metrics"] for r in recs]
+    decode = sum(x["request_latency"]["value"] - x["time_to_first_token"]["value"] for x in m)
+    tau = decode / 1e3 / sum(x["usage_completion_tokens"]["value"] - 1 for x in m)
+    assert run.itl_token_weighted_s == pytest.approx(tau, rel=1e-12)
+    assert run.pairs is not None and set(run.pairs) == {(128, 64)}
+
+
+@pytest.mark.parametrize(
+    "path", ["guidellm_sim_benchmarks.json", "aiperf_sim/profile_export_aiperf.json"]
+)
+def test_imported_mbu_agrees_with_tokenwatt_s_own_probe(path: str) -> None:
+    """The same sim served TokenWatt's probe (concurrency 4, 40 requests, 128 → 64 tokens) and
+    the peer's run; the imported MBU is within one point of the probe's (the clients' τ differ
+    by their own timing, fixtures/peers/README.md)."""
+    from tokenwatt.geometry import load_geometry
+    from tokenwatt.hardware import get_accelerator
+    from tokenwatt.importers.to_result import imported_result
+    from tokenwatt.spec import parse_spec
+
+    _, runs = read_runs(PEERS / path)
+    spec = parse_spec(
+        {
+            "name": "imported",
+            "model": {"source": "llama-3.1-8b"},
+            "hardware": {"accelerator": "h100-sxm"},
+            "endpoint": {"url": "http://127.0.0.1:18626"},
+        },
+        source="test",
+    )
+    result = imported_result(
+        runs, spec, load_geometry("llama-3.1-8b"), get_accelerator("h100-sxm"), PEERS / path
+    )
+    p = result.probes[0]
+    own = load_result(PEERS / "tokenwatt_sim_probe").probes[0]  # TokenWatt's probe, same sim
+    assert own.mbu is not None and own.concurrency == 4
+    assert p.mbu is not None and abs(p.mbu - own.mbu) < 0.01
+    assert p.attainment == 1.0 and p.slo_passed
