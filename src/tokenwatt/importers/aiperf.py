@@ -22,7 +22,13 @@ from typing import Any
 
 import orjson
 
-from tokenwatt.importers.base import ImportedRun, ImportFileError, latency_from, number
+from tokenwatt.importers.base import (
+    ImportedRun,
+    ImportFileError,
+    latency_from,
+    number,
+    per_request,
+)
 
 __all__ = ["RECORDS_FILE", "looks_like", "read", "records_beside"]
 
@@ -62,36 +68,19 @@ def _value(rec: dict[str, Any], name: str) -> float | None:
 
 
 def _per_request(records: list[dict[str, Any]]) -> dict[str, Any]:
-    pairs, timings, decode_s, decode_n = [], [], 0.0, 0
+    rows = []
     for rec in records:
         meta = rec.get("metadata") or {}
-        if (
-            rec.get("error")
-            or meta.get("was_cancelled")
-            or meta.get("benchmark_phase")
-            not in (
-                None,
-                "profiling",
-            )
-        ):
+        phase = meta.get("benchmark_phase")
+        if rec.get("error") or meta.get("was_cancelled") or phase not in (None, "profiling"):
             continue
         n_in = _value(rec, "usage_prompt_tokens") or _value(rec, "input_sequence_length")
         n_out = _value(rec, "usage_completion_tokens") or _value(rec, "output_sequence_length")
         ttft_ms, e2e_ms = _value(rec, "time_to_first_token"), _value(rec, "request_latency")
         if n_in is None or n_out is None or ttft_ms is None or e2e_ms is None:
             continue
-        pairs.append((int(n_in), int(n_out)))
-        timings.append((ttft_ms / 1e3, e2e_ms / 1e3))
-        if n_out > 1:
-            decode_s += (e2e_ms - ttft_ms) / 1e3
-            decode_n += int(n_out) - 1
-    if not pairs:
-        return {}
-    return {
-        "pairs": pairs,
-        "timings": timings,
-        "itl_token_weighted_s": decode_s / decode_n if decode_n else None,
-    }
+        rows.append((int(n_in), int(n_out), ttft_ms / 1e3, e2e_ms / 1e3))
+    return per_request(rows)
 
 
 def _lat(doc: dict[str, Any], name: str) -> Any:

@@ -10,14 +10,14 @@ where the file has them, give the exact lengths for MBU and the token-weighted I
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tokenwatt.errors import TokenwattError
 from tokenwatt.result import Latency
 
-__all__ = ["ImportFileError", "ImportedRun", "latency_from", "number"]
+__all__ = ["ImportFileError", "ImportedRun", "latency_from", "number", "per_request"]
 
 
 class ImportFileError(TokenwattError):
@@ -75,3 +75,20 @@ def latency_from(stats: Any, keys: dict[str, str], *, scale: float, count: int =
         v = number(stats, *theirs.split("."))
         values[ours] = None if v is None else v * scale
     return Latency(count=count, **values)
+
+
+def per_request(rows: Iterable[tuple[int, int, float, float]]) -> dict[str, Any]:
+    """``ImportedRun``'s per-request fields from (prompt tokens, output tokens, TTFT s, E2E s)
+    of each finished request: the pairs, the timings and τ = Σ(E2E − TTFT) ÷ Σ(n − 1) (the
+    definition of ``metrics.latency``); {} when there is no row."""
+    pairs, timings, decode_s, decode_n = [], [], 0.0, 0
+    for n_in, n_out, ttft_s, e2e_s in rows:
+        pairs.append((n_in, n_out))
+        timings.append((ttft_s, e2e_s))
+        if n_out > 1:
+            decode_s += e2e_s - ttft_s
+            decode_n += n_out - 1
+    if not pairs:
+        return {}
+    tau = decode_s / decode_n if decode_n else None
+    return {"pairs": pairs, "timings": timings, "itl_token_weighted_s": tau}

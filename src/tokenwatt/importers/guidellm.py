@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenwatt.importers.base import ImportedRun, ImportFileError, latency_from, number
+from tokenwatt.importers.base import (
+    ImportedRun,
+    ImportFileError,
+    latency_from,
+    number,
+    per_request,
+)
 
 __all__ = ["looks_like", "read"]
 
@@ -58,30 +64,16 @@ def _load(b: dict[str, Any]) -> tuple[float | None, int | None]:
 def _requests(b: dict[str, Any]) -> dict[str, Any]:
     """Per-request lengths and timings of the successful requests GuideLLM kept (it may keep a
     sample); {} when there are none."""
-    reqs = (b.get("requests") or {}).get("successful") or []
-    pairs, timings, decode_s, decode_n = [], [], 0.0, 0
-    for r in reqs:
-        info = r.get("info") or {}
-        timings_doc = info.get("timings") or r.get("timings") or {}
-        n_in = number(r, "prompt_tokens") or number(r, "input_metrics", "text_tokens")
-        n_out = number(r, "output_tokens") or number(r, "output_metrics", "text_tokens")
-        ttft = number(r, "time_to_first_token_ms")
-        e2e = number(r, "request_latency")
-        if n_in is None or n_out is None or ttft is None or e2e is None:
+    rows = []
+    for r in (b.get("requests") or {}).get("successful") or []:
+        n_in = number(r, "prompt_tokens")
+        n_out = number(r, "output_tokens")
+        ttft_ms = number(r, "time_to_first_token_ms")
+        e2e_s = number(r, "request_latency")
+        if n_in is None or n_out is None or ttft_ms is None or e2e_s is None:
             continue
-        pairs.append((int(n_in), int(n_out)))
-        timings.append((ttft / 1e3, e2e))
-        if n_out > 1:
-            decode_s += e2e - ttft / 1e3
-            decode_n += int(n_out) - 1
-        del timings_doc
-    if not pairs:
-        return {}
-    return {
-        "pairs": pairs,
-        "timings": timings,
-        "itl_token_weighted_s": decode_s / decode_n if decode_n else None,
-    }
+        rows.append((int(n_in), int(n_out), ttft_ms / 1e3, e2e_s))
+    return per_request(rows)
 
 
 def _run(b: dict[str, Any], version: str | None, model: str | None) -> ImportedRun:

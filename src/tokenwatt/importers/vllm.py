@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenwatt.importers.base import ImportedRun, ImportFileError, latency_from, number
+from tokenwatt.importers.base import (
+    ImportedRun,
+    ImportFileError,
+    latency_from,
+    number,
+    per_request,
+)
 
 __all__ = ["looks_like", "read"]
 
@@ -41,27 +47,23 @@ def _lat(doc: dict[str, Any], name: str, count: int) -> Any:
 
 
 def _details(doc: dict[str, Any]) -> dict[str, Any]:
-    """Per-request pairs, (TTFT, E2E) and τ from the detailed arrays; {} without them."""
+    """Per-request pairs, (TTFT, E2E) and τ from the detailed arrays; {} without them.
+    E2E = TTFT + the request's chunk gaps (vLLM's ``itls`` run from first to last chunk)."""
     ins, outs, ttfts, itls = (doc.get(k) for k in ("input_lens", "output_lens", "ttfts", "itls"))
-    if not all(isinstance(x, list) for x in (ins, outs, ttfts, itls)):
+    if not (
+        isinstance(ins, list)
+        and isinstance(outs, list)
+        and isinstance(ttfts, list)
+        and isinstance(itls, list)
+    ):
         return {}
-    assert isinstance(ins, list) and isinstance(outs, list)
-    assert isinstance(ttfts, list) and isinstance(itls, list)
     errors = doc.get("errors") or [""] * len(outs)
-    pairs, timings, decode_s, decode_tokens = [], [], 0.0, 0
-    for p, n, ttft, gaps, err in zip(ins, outs, ttfts, itls, errors, strict=False):
-        if err or not n or not ttft:
-            continue  # failed: vLLM leaves output_len 0 and ttft 0
-        spent = float(sum(gaps))
-        pairs.append((int(p), int(n)))
-        timings.append((float(ttft), float(ttft) + spent))
-        if n > 1:
-            decode_s += spent
-            decode_tokens += int(n) - 1
-    if not pairs:
-        return {}
-    tau = decode_s / decode_tokens if decode_tokens else None
-    return {"pairs": pairs, "timings": timings, "itl_token_weighted_s": tau}
+    rows = [
+        (int(p), int(n), float(ttft), float(ttft) + float(sum(gaps)))
+        for p, n, ttft, gaps, err in zip(ins, outs, ttfts, itls, errors, strict=False)
+        if not err and n and ttft  # a failed request: vLLM leaves output_len 0 and ttft 0
+    ]
+    return per_request(rows)
 
 
 def read(doc: Any) -> list[ImportedRun]:
