@@ -156,3 +156,23 @@ def test_terminal_view_prints_inputs_and_assumptions(
     out = capsys.readouterr().out
     assert ended.value.code == 0
     assert "62.2%" in out and "229.98" in out and "assumed: τ taken as TPOT" in out
+
+
+def test_requests_file_gives_the_probe_s_own_context(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--requests takes the exact lengths of a TokenWatt run: with that probe's T and τ the
+    calculator reads the same mean context and KV bytes the probe derived."""
+    from tokenwatt.result import load_result
+
+    folder = Path(__file__).parent / "fixtures" / "peers" / "tokenwatt_sim_probe"
+    p = load_result(folder).probes[0]
+    assert p.mbu_detail is not None and p.itl_token_weighted_s is not None
+    args = ["llama-3.1-8b", "--hardware", "h100-sxm", "--requests", str(folder / "requests.jsonl")]
+    args += ["--output-tokens-per-s", str(p.output_tokens_per_s)]
+    args += ["--itl-ms", str(p.itl_token_weighted_s * 1e3)]
+    data = _mbu(monkeypatch, capsys, *args)
+    d = data["detail"]["inputs"]
+    assert d["mean_context_per_token"] == pytest.approx(p.mean_context_per_token, rel=1e-12)
+    assert d["kv_bytes_per_s"] == pytest.approx(p.mbu_detail.inputs.kv_bytes_per_s, rel=1e-9)
+    assert data["used"]["mean_output_tokens"] == 64
