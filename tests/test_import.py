@@ -227,7 +227,12 @@ def test_aiperf_per_request_records_reproduce_its_percentiles() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["guidellm_sim_benchmarks.json", "aiperf_sim/profile_export_aiperf.json"]
+    "path",
+    [
+        "guidellm_sim_benchmarks.json",
+        "aiperf_sim/profile_export_aiperf.json",
+        "vllm_sim_detailed.json",
+    ],
 )
 def test_imported_mbu_agrees_with_tokenwatt_s_own_probe(path: str) -> None:
     """The same sim served TokenWatt's probe (concurrency 4, 40 requests, 128 → 64 tokens) and
@@ -256,3 +261,54 @@ def test_imported_mbu_agrees_with_tokenwatt_s_own_probe(path: str) -> None:
     assert own.mbu is not None and own.concurrency == 4
     assert p.mbu is not None and abs(p.mbu - own.mbu) < 0.01
     assert p.attainment == 1.0 and p.slo_passed
+
+
+def _vllm_printed() -> dict[str, float]:
+    """'Name (unit): value' lines of vllm bench serve's printed result."""
+    out = {}
+    for line in (PEERS / "vllm_sim_console.txt").read_text().splitlines():
+        name, sep, value = line.partition(":")
+        if sep and value.strip().replace(".", "", 1).isdigit():
+            out[name.strip()] = float(value)
+    return out
+
+
+def test_vllm_run_equals_what_vllm_printed() -> None:
+    name, [run] = read_runs(PEERS / "vllm_sim_detailed.json")
+    printed = _vllm_printed()
+    assert name == "vllm" and run.concurrency == 4 and run.rate_rps is None
+    assert round(run.output_tokens_per_s, 2) == printed["Output token throughput (tok/s)"]
+    for ours, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL")):
+        lat = getattr(run, ours)
+        assert round(lat.mean * 1e3, 2) == printed[f"Mean {label} (ms)"]
+        for q in (50, 90, 95, 99):
+            assert round(getattr(lat, f"p{q}") * 1e3, 2) == printed[f"P{q} {label} (ms)"]
+
+
+def test_vllm_detailed_arrays_reproduce_its_percentiles() -> None:
+    """From the per-request arrays alone, TokenWatt's TPOT definition and interpolated
+    percentiles give vLLM's own TPOT summary (the same definition and method)."""
+    from tokenwatt.metrics.stats import summarize
+
+    doc = _doc(PEERS / "vllm_sim_detailed.json")
+    _, [run] = read_runs(PEERS / "vllm_sim_detailed.json")
+    tpots = [
+        (e2e - ttft) / (n - 1)
+        for ttft, e2e, n in zip(doc["ttfts"], doc["latencies"], doc["output_lens"], strict=True)
+    ]
+    mine = summarize(tpots)
+    for q in ("mean", "p50", "p90", "p95", "p99"):
+        assert getattr(mine, q) == pytest.approx(getattr(run.tpot_s, q), rel=1e-9)
+    assert run.pairs is not None and len(run.pairs) == doc["completed"] == 40
+
+
+def test_vllm_without_details_uses_the_summary_and_says_so(tmp_path: Path) -> None:
+    doc = _doc(PEERS / "vllm_sim_detailed.json")
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "generated_texts"):
+        doc.pop(key)
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(doc))
+    _, [run] = read_runs(path)
+    assert run.pairs is None and run.itl_token_weighted_s is None
+    assert run.mean_output_tokens == 64 and run.mean_input_tokens == 128
+    assert any("--save-detailed" in n for n in run.notes)

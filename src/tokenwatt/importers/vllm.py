@@ -48,7 +48,7 @@ def _lat(doc: dict[str, Any], name: str, count: int) -> Any:
 
 def _details(doc: dict[str, Any]) -> dict[str, Any]:
     """Per-request pairs, (TTFT, E2E) and τ from the detailed arrays; {} without them.
-    E2E = TTFT + the request's chunk gaps (vLLM's ``itls`` run from first to last chunk)."""
+    E2E is ``latencies`` where written, else TTFT + the request's chunk gaps (``itls``)."""
     ins, outs, ttfts, itls = (doc.get(k) for k in ("input_lens", "output_lens", "ttfts", "itls"))
     if not (
         isinstance(ins, list)
@@ -58,9 +58,12 @@ def _details(doc: dict[str, Any]) -> dict[str, Any]:
     ):
         return {}
     errors = doc.get("errors") or [""] * len(outs)
+    ends = doc.get("latencies")  # E2E per request, where the file has it
+    if not isinstance(ends, list) or len(ends) != len(outs):
+        ends = [float(t) + float(sum(g)) for t, g in zip(ttfts, itls, strict=False)]
     rows = [
-        (int(p), int(n), float(ttft), float(ttft) + float(sum(gaps)))
-        for p, n, ttft, gaps, err in zip(ins, outs, ttfts, itls, errors, strict=False)
+        (int(p), int(n), float(ttft), float(e2e))
+        for p, n, ttft, e2e, err in zip(ins, outs, ttfts, ends, errors, strict=False)
         if not err and n and ttft  # a failed request: vLLM leaves output_len 0 and ttft 0
     ]
     return per_request(rows)
