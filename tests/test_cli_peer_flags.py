@@ -270,3 +270,39 @@ def test_vllm_style_command_line_runs(spec_file: Path, tmp_path: Path, command: 
     assert len(records) == 6
     assert {r["completion_tokens"] for r in records} == {8}
     assert {r["prompt_tokens"] for r in records} == {32}
+
+
+def test_dataset_sharegpt_runs_real_prompts(spec_file: Path, tmp_path: Path) -> None:
+    """--dataset sharegpt:PATH as vLLM users type it: the prompts come from the file."""
+    data = tmp_path / "sharegpt.json"
+    convs = [
+        {
+            "conversations": [
+                {"from": "human", "value": " ".join(["word"] * (10 + i))},
+                {"from": "gpt", "value": "an answer of a few words"},
+            ]
+        }
+        for i in range(8)
+    ]
+    data.write_bytes(orjson.dumps(convs))
+    out = tmp_path / "ds"
+    res = _run(
+        "probe",
+        str(spec_file),
+        "--dataset",
+        f"sharegpt:{data}",
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "4",
+        "-o",
+        str(out),
+        "-q",
+    )
+    assert res.returncode == 0, res.stderr
+    spec = orjson.loads((out / "probe.json").read_bytes())["spec"]
+    assert spec["workload"]["dataset"]["path"] == str(data)
+    lines = (out / "requests.jsonl").read_bytes().splitlines()
+    counted = [r for r in map(orjson.loads, lines) if r["phase"] == "window"]
+    assert len(counted) == 4
+    assert all(10 <= r["prompt_tokens"] <= 17 for r in counted)  # the file's 10-17 words
