@@ -63,9 +63,9 @@ _hide_flag_types()
 
 
 def _register() -> None:
-    from tokenwatt.cli import bench, geometry, probe, report, sim
+    from tokenwatt.cli import bench, geometry, probe, report, sim, sweep
 
-    for module in (geometry, sim, probe, bench, report):
+    for module in (geometry, sim, probe, bench, report, sweep):
         module.register(app)
 
 

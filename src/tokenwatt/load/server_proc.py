@@ -43,14 +43,27 @@ class ServerFailedError(Exception):
 
 
 def group_alive(pgid: int) -> bool:
-    """True while any process of group ``pgid`` exists (zombies awaiting reaping count)."""
+    """True while a live (not zombie) process of group ``pgid`` exists. An orphan killed by
+    us may stay a zombie until init reaps it (a container's PID 1 may never): it holds no
+    memory, no GPU and no port, so it does not count."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    return any(_live_member(d, pgid) for d in proc.iterdir() if d.name.isdigit())
+
+
+def _live_member(d: Path, pgid: int) -> bool:
+    try:
+        fields = d.joinpath("stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and int(fields[2]) == pgid
 
 
 def _health_ok(url: str) -> bool:

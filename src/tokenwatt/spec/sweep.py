@@ -34,6 +34,7 @@ from pydantic import Field, ValidationError, model_validator
 from tokenwatt.errors import SpecError
 from tokenwatt.spec import format_validation_error
 from tokenwatt.spec._base import MAX_COUNT, MAX_SECONDS, Section
+from tokenwatt.spec.dotted import yaml_value
 
 __all__ = [
     "BUILTIN_VARS",
@@ -45,6 +46,7 @@ __all__ = [
     "point_label",
     "render",
     "render_command",
+    "render_value",
 ]
 
 # Placeholders every template may use without declaring them.
@@ -84,8 +86,9 @@ class SweepSpec(Section):
         None, description="explicit points, each a mapping parameter → value"
     )
     bench: str | dict[str, Any] = Field(description="bench spec: a path or the mapping itself")
-    set: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="spec field (dotted) → templated value, per point"
+    set: dict[str, Any] = Field(
+        default_factory=dict,
+        description="spec field (dotted) → value per point; every string in it is templated",
     )
     max_points: int = Field(64, ge=1, le=MAX_COUNT, description="refuse larger grids")
 
@@ -145,6 +148,24 @@ def render(template: str, values: dict[str, Scalar], *, what: str, quote: bool =
             raise SpecError(f"sweep {what}: {{{name}}} is not defined (known: {known})")
     shown = {k: shlex.quote(str(v)) if quote else str(v) for k, v in values.items()}
     return template.format(**shown)
+
+
+def render_value(value: Any, values: dict[str, Scalar], *, what: str) -> Any:
+    """A ``set`` value with every string in it rendered: a bare string is then read as YAML
+    (``"{slots}"`` → 2, as ``--set`` reads it); strings inside lists and mappings stay text."""
+    if isinstance(value, str):
+        return yaml_value(render(value, values, what=what))
+    return _render_nested(value, values, what)
+
+
+def _render_nested(value: Any, values: dict[str, Scalar], what: str) -> Any:
+    if isinstance(value, str):
+        return render(value, values, what=what)
+    if isinstance(value, list):
+        return [_render_nested(v, values, what) for v in value]
+    if isinstance(value, dict):
+        return {k: _render_nested(v, values, what) for k, v in value.items()}
+    return value
 
 
 def render_command(template: str, values: dict[str, Scalar]) -> list[str]:
