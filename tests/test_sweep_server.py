@@ -122,7 +122,7 @@ def test_health_wait_is_bounded(tmp_path: Path) -> None:
     proc.start()
     try:
         t0 = time.monotonic()
-        with pytest.raises(ServerFailedError, match="not healthy .* within 1 s"):
+        with pytest.raises(ServerFailedError, match=r"not healthy .* within 1 s"):
             asyncio.run(proc.wait_healthy(url, 1.0))
         assert time.monotonic() - t0 < 10
         child = child_pid(proc.log_path)
