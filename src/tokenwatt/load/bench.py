@@ -27,14 +27,14 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.derive import early_stop_for, summarize_probe
-from tokenwatt.load.energy_window import probe_energy
+from tokenwatt.load.energy_window import open_probe_power, power_warnings, probe_energy
 from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
 from tokenwatt.load.fit import check_fits
 from tokenwatt.load.probe import ProbeProgress, run_probe
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
-from tokenwatt.power import PowerMonitor, open_power
+from tokenwatt.power import PowerMonitor
 from tokenwatt.result import (
     BenchResult,
     ProbeSummary,
@@ -316,16 +316,9 @@ async def run_bench(
     check_fits(spec, geometry, accelerator)
     result = _new_result(spec, geometry, accelerator)
     async with open_target(spec, sim_mode=sim_mode, truth_log=truth_log) as target:
-        monitor = open_power(
-            spec.power,
-            gpus=spec.hardware.gpus,
-            accelerator=accelerator,
-            sim_metrics_url=target.metrics_url,
-        )
+        monitor = open_probe_power(spec, accelerator, target.metrics_url)
         try:
-            result.warnings.extend(monitor.warnings)
-            if not monitor.sources:
-                result.warnings.append("no power source: tokens per joule not measured")
+            result.warnings.extend(power_warnings(monitor))
             result.target = target.record(spec.sim)
             bench = _Run(spec, out, target, geometry, accelerator, monitor, result, on_event)
             bench.witness = EngineWitness(spec.server_metrics, target.base_url, result.warnings)

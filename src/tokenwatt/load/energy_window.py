@@ -15,13 +15,37 @@ from collections.abc import Sequence
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.energy import energy_metrics
-from tokenwatt.power import PowerMonitor
+from tokenwatt.power import PowerMonitor, open_power
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import EnergySummary
+from tokenwatt.spec import BenchSpec
 
-__all__ = ["activity_intervals", "in_window_prompt_tokens", "probe_energy"]
+__all__ = [
+    "NO_POWER",
+    "activity_intervals",
+    "in_window_prompt_tokens",
+    "open_probe_power",
+    "power_warnings",
+    "probe_energy",
+]
+
+NO_POWER = "no power source: tokens per joule not measured"
 
 Interval = tuple[int, int]
+
+
+def open_probe_power(
+    spec: BenchSpec, accelerator: Accelerator | None, sim_metrics_url: str | None
+) -> PowerMonitor:
+    """The spec's power sources, opened and sampling (the simulator's counter for ``endpoint:
+    sim`` when none is named); close it when the run ends."""
+    url, gpus = sim_metrics_url, spec.hardware.gpus
+    return open_power(spec.power, gpus=gpus, accelerator=accelerator, sim_metrics_url=url)
+
+
+def power_warnings(monitor: PowerMonitor) -> list[str]:
+    """What the run must say about its power sources: skipped ones, or none at all."""
+    return [*monitor.warnings, *([] if monitor.sources else [NO_POWER])]
 
 
 def in_window_prompt_tokens(records: Sequence[RequestRecord], a_ns: int, b_ns: int) -> int:
