@@ -41,10 +41,16 @@ def test_no_price_no_figure_and_no_goodput_no_cost() -> None:
 def test_price_fields_in_the_spec() -> None:
     base = {"model": {"source": "qwen3-8b"}, "endpoint": {"url": "sim"}}
     spec = parse_spec(
-        {**base, "hardware": {"accelerator": "h100-sxm", "price_per_gpu_hour": 2.49,
-                              "price_per_kwh": 0.1}}  # fmt: skip
+        {
+            **base,
+            "hardware": {
+                "accelerator": "h100-sxm",
+                "price_per_gpu_hour": 2.49,
+                "price_per_kwh": 0.1,
+            },
+        }
     )
     assert spec.hardware.price_per_gpu_hour == 2.49 and spec.hardware.price_per_kwh == 0.1
-    with pytest.raises(SpecError, match="hardware.price_per_gpu_hour") as err:
+    with pytest.raises(SpecError, match=r"hardware\.price_per_gpu_hour") as err:
         parse_spec({**base, "hardware": {"accelerator": "h100-sxm", "price_per_gpu_hour": -1}})
     assert "\n" not in str(err.value)

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sweep_server import alive, child_pid
 
+from test_sweep_server import alive, child_pid
 from tokenwatt.load.sweep import run_sweep
 from tokenwatt.spec.sweep import SweepSpec
 from tokenwatt.sweep_result import load_sweep
