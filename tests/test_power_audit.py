@@ -183,9 +183,9 @@ def test_nvml_counter_that_resets_is_invalid(nvml: list[FakeGpu]) -> None:
     with PowerMonitor([src]) as mon:
         assert mon.wait_ready(5.0)
         a = now_ns()
-        time.sleep(0.15)
+        time.sleep(0.35)
         nvml[0].reset_at_ns = now_ns()  # driver reload: the counter restarts from 0
-        time.sleep(0.15)
+        time.sleep(0.35)
         b = now_ns()
         mon.energy(a, b)
         (x,) = mon.audit(a, b, tdp_w=TDP_W)

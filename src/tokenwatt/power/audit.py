@@ -39,6 +39,7 @@ from tokenwatt.power.integrate import integrate
 
 __all__ = [
     "CEILING_FACTOR",
+    "COUNTER_SPAN_NS",
     "GPU_SCOPES",
     "IDLE_FLOOR_FRACTION",
     "MIN_SAMPLES",
@@ -60,6 +61,8 @@ IDLE_FLOOR_FRACTION = 0.03
 # within ~10 %, instantaneous samples spike higher: 1.3 × TDP is a wrong unit or scope.
 CEILING_FACTOR = 1.3
 GPU_SCOPES = frozenset({"gpu", "memory"})
+# A counter's power for the floor and ceiling checks is averaged over spans this long.
+COUNTER_SPAN_NS = 250_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,15 +164,24 @@ def _energy_over(chans: Sequence[ChannelData], iv: Sequence[Interval], counter: 
 
 
 def _powers(ch: ChannelData, a: int, b: int, counter: bool) -> list[float]:
-    """The device's power readings inside [a, b] (W): the samples, or a counter's ΔE/Δt
-    between successive changes (reset segments left out)."""
+    """The device's power readings inside [a, b] (W): the samples, or a counter's ΔE/Δt over
+    spans of at least COUNTER_SPAN_NS (reset segments left out). A counter read every 10 ms
+    through a scrape with ms of jitter gives per-read powers off by ×3 either way: the
+    energy is exact, the instantaneous power is not, so the floor and ceiling judge spans."""
     pts = [(t, v) for t, v in zip(ch.t_ns, ch.values, strict=True) if a <= t <= b]
     if not counter:
         return [v for _, v in pts]
     out = []
-    for (t0, v0), (t1, v1) in itertools.pairwise(pts):
-        if v1 >= v0 and t1 > t0:
+    span = min(COUNTER_SPAN_NS, (b - a) // 2)
+    start = 0
+    for k in range(1, len(pts)):
+        (t0, v0), (t1, v1) = pts[start], pts[k]
+        if v1 < pts[k - 1][1]:  # a reset: start afresh after it
+            start = k
+            continue
+        if t1 - t0 >= span and t1 > t0:
             out.append((v1 - v0) / ((t1 - t0) / 1e9))
+            start = k
     return out
 
 
