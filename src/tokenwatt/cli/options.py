@@ -27,7 +27,9 @@ __all__ = [
     "ApiOption",
     "BaseUrlOption",
     "Flags",
+    "KwhOption",
     "ModelOption",
+    "PriceOption",
     "SetOption",
     "SloTpotOption",
     "SloTtftOption",
@@ -69,6 +71,20 @@ SetOption = Annotated[
 SpecArgument = Annotated[
     Path | None,
     typer.Argument(metavar="[SPEC]", help="benchmark spec (YAML); flags override it"),
+]
+PriceOption = Annotated[
+    float | None,
+    typer.Option(
+        "--price-per-gpu-hour",
+        help="one GPU's price per hour (hardware.price_per_gpu_hour): $/Mtok at the boundary",
+    ),
+]
+KwhOption = Annotated[
+    float | None,
+    typer.Option(
+        "--price-per-kwh",
+        help="electricity per kWh (hardware.price_per_kwh): adds the measured energy's cost",
+    ),
 ]
 OverwriteOption = Annotated[
     bool,

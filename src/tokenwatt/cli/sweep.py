@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tokenwatt.cli.options import KwhOption, PriceOption
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
@@ -25,15 +26,6 @@ if TYPE_CHECKING:
     from tokenwatt.spec.sweep import SweepSpec
 
 EXIT_NO_POINT = 3  # no point of the sweep found a boundary
-
-PriceOption = Annotated[
-    float | None,
-    typer.Option("--price-per-gpu-hour", help="one GPU's price per hour: $/Mtok at the boundary"),
-]
-KwhOption = Annotated[
-    float | None,
-    typer.Option("--price-per-kwh", help="electricity price per kWh: adds the energy's cost"),
-]
 
 
 def _bench_doc(spec: SweepSpec, sweep_path: Path) -> dict[str, Any]:
