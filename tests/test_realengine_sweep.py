@@ -21,6 +21,9 @@ from tokenwatt.spec.sweep import SweepSpec
 pytestmark = [pytest.mark.realengine, pytest.mark.timeout(600)]
 
 SLOTS = [1, 2, 4]
+# client B and engine B agree within 5 % plus the window's edge (engine.AGREEMENT_TOLERANCES);
+# closer than this two points' client B are a tie the order need not resolve
+B_TIE = 0.1
 
 
 def test_sweep_over_llama_server_slots(tmp_path: Path) -> None:
@@ -63,7 +66,7 @@ def test_sweep_over_llama_server_slots(tmp_path: Path) -> None:
     html = write_sweep_html([out], out)
     assert "<svg" in html.read_text() or "No point met the SLO" in html.read_text()
 
-    client, engine, tol = [], [], []
+    client, engine, tol, batch = [], [], [], []
     for p in result.points:
         assert (out / p.log_file).stat().st_size > 0
         r = load_result(out / p.folder)
@@ -76,7 +79,15 @@ def test_sweep_over_llama_server_slots(tmp_path: Path) -> None:
         client.append(probe.output_tokens_per_s)
         engine.append(e.generated_tokens_per_s)
         tol.append(t.tolerance)
+        assert probe.batch_per_replica is not None and e.batch_per_replica is not None
+        batch.append((probe.batch_per_replica, e.batch_per_replica))
     # every pair the client tells apart beyond both windows' allowances, the engine orders alike
     for i, j in itertools.combinations(range(len(SLOTS)), 2):
         if abs(client[i] - client[j]) > tol[i] * client[i] + tol[j] * client[j]:
             assert (client[i] > client[j]) == (engine[i] > engine[j]), (client, engine, tol)
+    # the batch each configuration ran (client: B = T·τ; engine: busy slots per decode call,
+    # its own counters) orders the points alike wherever the client's B differ by over B_TIE
+    for i, j in itertools.combinations(range(len(SLOTS)), 2):
+        (ci, ei), (cj, ej) = batch[i], batch[j]
+        if abs(ci - cj) > B_TIE * max(ci, cj):
+            assert (ci > cj) == (ei > ej), batch
