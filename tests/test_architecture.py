@@ -33,6 +33,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "spec": {"client", "load", "metrics", "power", "sim", "report", "cli", "result"},
     "records": {"client", "load", "metrics", "power", "sim", "report", "cli", "result"},
     "result": {"client", "load", "metrics", "power", "sim", "report", "cli"},
+    # the sweep's record sits beside the result it summarises
+    "sweep_result": {"client", "load", "metrics", "power", "sim", "report", "cli"},
     # the simulator's knobs, shared by spec, sim and cli: base code that imports no tokenwatt
     "simsettings": {
         "geometry",

@@ -25,7 +25,7 @@ from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.target import resolve_accelerator
 from tokenwatt.metrics.latency import compute_probe_metrics
 from tokenwatt.records import read_requests
-from tokenwatt.result import ProbeSummary
+from tokenwatt.result import EnergySummary, ProbeSummary
 from tokenwatt.spec import ProbeSettings, load_spec
 
 SPEC = """
@@ -114,6 +114,10 @@ def _bench_summary(spec_path: Path, out: Path, data: dict[str, Any]) -> ProbeSum
         requests_file="requests.jsonl",
         engine_window=ProbeEngine(engine, edge),
         engine_series_file="engine.jsonl",
+        # the power readings are live (not in the files): the probe's energy, measured by the
+        # same load.energy_window.probe_energy the bench calls, is handed over
+        energy=EnergySummary.model_validate(data["summary"]["energy"]),
+        power_series=data["summary"]["power_series"],
     )
 
 
@@ -132,5 +136,11 @@ def test_probe_and_bench_agree_on_one_run(tmp_path: Path, tpot_ms: int, passes: 
         mode="json", exclude=keep_up
     )
     assert from_probe.load_generator is not None and from_probe.load_generator.workers == 1
+    # the probe measured power as the bench does: the simulator's counter over the window,
+    # divided by the window's output tokens, with its audit
+    e = from_probe.energy
+    assert e is not None and e.measured and e.source == "sim" and e.audit
+    assert e.output_tokens == data["metrics"]["output_tokens"]
+    assert from_probe.tokens_per_joule == pytest.approx(e.output_tokens / e.energy_j)
     assert data["slo_verdict"]["passed"] is passes
     assert data["metrics"]["output_tokens_per_s"] == from_bench.output_tokens_per_s

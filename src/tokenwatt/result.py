@@ -47,6 +47,11 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         Additive, same version (issue 26): ``target.kind`` may be ``imported`` (a result
         read from another tool's file by ``tokenwatt import``), with ``source_tool``,
         ``source_tool_version``, ``source_format`` and ``source_file``; absent before (None).
+        (issue 20, additive, optional) energy: ``input_tokens``, ``joules_per_total_token``
+        and ``audit`` (per source: method, achieved period, devices, validity checks,
+        busy/idle and prefill/decode energy); probe ``cost`` ($/Mtok from
+        ``hardware.price_per_gpu_hour`` and ``price_per_kwh``). Sweeps write their own
+        ``sweep.json`` (``tokenwatt.sweep_result``).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -85,6 +90,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "SUPPORTED_VERSIONS",
     "BenchResult",
+    "CostFigures",
+    "EnergyAudit",
+    "EnergyCheck",
     "EnergySummary",
     "EngineAgreement",
     "EngineFigures",
@@ -287,6 +295,69 @@ class ScopeEnergy(_Strict):
     valid: bool = True
 
 
+class EnergyCheck(_Strict):
+    """One validity check of one power source over a window (``power.audit``)."""
+
+    name: str = Field(description="enough_samples, monotone_counter, no_gaps, idle_floor, ceiling")
+    passed: bool | None = Field(description="None: the source cannot be checked this way")
+    detail: str = ""
+
+
+class EnergyAudit(_Strict):
+    """How one power source measured one scope over a window, and whether to trust it.
+
+    Two public figures for the same model, GPUs and load differed by 1.47× through method
+    alone (energy counter or sampled power, the window, GPUs only or the node): this record
+    is the figure's error bar (``power.audit``; docs/methodology.md *Energy you can audit*).
+    """
+
+    source: str
+    scope: str
+    method: Literal["energy_counter", "sampled_power", "modelled"]
+    gpus_only: bool = Field(description="the scope is the accelerators alone (gpu, memory)")
+    devices: list[str] = Field(default_factory=list)
+    window_s: float
+    samples_in_window: int = Field(description="readings inside the window (distinct values)")
+    expected_period_s: float = Field(description="the source's stated refresh period")
+    achieved_period_s: float | None = Field(
+        None, description="median gap between value changes seen; None: under two changes"
+    )
+    min_power_w: float | None = Field(None, description="lowest per-device power seen")
+    max_power_w: float | None = Field(None, description="highest per-device power seen")
+    tdp_w: float | None = Field(None, description="the catalog's board power per device")
+    checks: list[EnergyCheck] = Field(default_factory=list)
+    valid: bool
+    verdict: str = Field(description="'valid', or the failed checks in one line")
+    busy_s: float | None = Field(None, description="window time with a request in flight")
+    idle_s: float | None = None
+    busy_energy_j: float | None = None
+    idle_energy_j: float | None = None
+    prefill_s: float | None = Field(None, description="time some request awaited its first token")
+    decode_s: float | None = Field(None, description="busy time with every request decoding")
+    prefill_energy_j: float | None = None
+    decode_energy_j: float | None = None
+    split_note: str | None = Field(None, description="why a split is absent (resolution)")
+
+
+class CostFigures(_Strict):
+    """Cost per million output tokens at a probe's goodput (``metrics.cost``).
+
+    usd_per_mtok_gpu    = price_per_gpu_hour × gpus ÷ (goodput × 3600) × 10⁶
+    usd_per_mtok_energy = joules_per_output_token × 10⁶ ÷ 3.6·10⁶ J/kWh × price_per_kwh
+    usd_per_mtok        = their sum (rental alone without a kWh price)
+
+    "usd" names the spec's currency; the price is whatever the spec states.
+    """
+
+    price_per_gpu_hour: float
+    gpus: int
+    goodput_output_tokens_per_s: float
+    usd_per_mtok_gpu: float | None = Field(None, description="None: no goodput")
+    price_per_kwh: float | None = None
+    usd_per_mtok_energy: float | None = Field(None, description="None: no kWh price or energy")
+    usd_per_mtok: float | None = None
+
+
 _HEADLINE_KEYS = (
     "energy_j",
     "mean_power_w",
@@ -325,6 +396,15 @@ class EnergySummary(_Strict):
     output_tokens: int | None = Field(None, description="tokens the energy is divided by")
     kind: str | None = Field(None, description="the headline source's kind, e.g. energy_counter")
     valid: bool = Field(True, description="false: the headline scope's energy is unusable")
+    input_tokens: int | None = Field(
+        None, description="prompt tokens whose prefill ended in the window (first token inside)"
+    )
+    joules_per_total_token: float | None = Field(
+        None, description="energy ÷ (output + input tokens of the window), headline scope"
+    )
+    audit: list[EnergyAudit] = Field(
+        default_factory=list, description="per source and scope: method, checks, busy/idle split"
+    )
 
     @property
     def primary(self) -> ScopeEnergy | None:
@@ -554,6 +634,7 @@ class ProbeSummary(_Strict):
     )
     engine: EngineFigures | None = Field(None, description="the engine's /metrics, if scraped")
     engine_series_file: str | None = Field(None, description="e.g. engine-03.jsonl")
+    cost: CostFigures | None = Field(None, description="$/Mtok; None: no price in the spec")
 
     load_generator: LoadGenerator | None = Field(
         None, description="sending processes and their keep-up (None: not recorded)"

@@ -22,8 +22,10 @@ from tokenwatt.cli._workers import RayOption, WorkersOption, with_senders
 from tokenwatt.cli.options import (
     ApiOption,
     BaseUrlOption,
+    KwhOption,
     ModelOption,
     OverwriteOption,
+    PriceOption,
     SetOption,
     SloTpotOption,
     SloTtftOption,
@@ -268,6 +270,8 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     input_tokens: InputTokensOption = None,
     output_tokens: OutputTokensOption = None,
     dataset: DatasetOption = None,
+    price: PriceOption = None,
+    kwh: KwhOption = None,
 ) -> None:
     """Find the SLO boundary and report goodput, tokens per joule and MBU there.
 
@@ -287,6 +291,8 @@ def bench(  # noqa: PLR0917 - one parameter per flag
         extra["search.start_rate_rps"] = rate
     if duration is not None:
         extra["search.probe.min_duration_s"] = duration
+    extra["hardware.price_per_gpu_hour"] = price
+    extra["hardware.price_per_kwh"] = kwh
     flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
     spec = with_senders(build_spec(spec_path, flags), workers, ray)
     if closed is not None:

@@ -21,12 +21,15 @@ import yaml
 
 from tokenwatt.errors import SpecError
 from tokenwatt.spec import BenchSpec, load_spec, parse_spec
+from tokenwatt.spec.dotted import put_dotted, yaml_value
 
 __all__ = [
     "ApiOption",
     "BaseUrlOption",
     "Flags",
+    "KwhOption",
     "ModelOption",
+    "PriceOption",
     "SetOption",
     "SloTpotOption",
     "SloTtftOption",
@@ -69,6 +72,20 @@ SpecArgument = Annotated[
     Path | None,
     typer.Argument(metavar="[SPEC]", help="benchmark spec (YAML); flags override it"),
 ]
+PriceOption = Annotated[
+    float | None,
+    typer.Option(
+        "--price-per-gpu-hour",
+        help="one GPU's price per hour (hardware.price_per_gpu_hour): $/Mtok at the boundary",
+    ),
+]
+KwhOption = Annotated[
+    float | None,
+    typer.Option(
+        "--price-per-kwh",
+        help="electricity per kWh (hardware.price_per_kwh): adds the measured energy's cost",
+    ),
+]
 OverwriteOption = Annotated[
     bool,
     typer.Option(
@@ -90,38 +107,18 @@ class Flags:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _put(doc: dict[str, Any], key: str, value: Any) -> None:
-    """``doc[a][b][c] = value`` for ``key`` ``a.b.c``, creating mappings on the way."""
-    parts = key.split(".")
-    if not all(parts):
-        raise SpecError(f"--set: {key!r} is not a dotted field name (e.g. hardware.gpus)")
-    node = doc
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            where = ".".join(parts[: i + 1])
-            raise SpecError(f"--set {key}: {where} is a value, not a section")
-        node = child
-    node[parts[-1]] = value
-
-
 def apply_set(doc: dict[str, Any], item: str) -> None:
     """One ``--set KEY=VALUE``; the value is read as YAML (8 → int, true → bool, [..] → list)."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise SpecError(f"--set: {item!r} is not KEY=VALUE (e.g. --set hardware.gpus=8)")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    value = yaml_value(raw)
     if key.strip() == "workload.dataset" and not isinstance(value, dict):
         raise SpecError(
             f"--set {item}: workload.dataset is a section; give the file: "
             "--set workload.dataset.path=FILE (or --dataset sharegpt:FILE)"
         )
-    _put(doc, key.strip(), value)
+    put_dotted(doc, key.strip(), value)
 
 
 def _base_doc(spec_path: Path | None) -> tuple[dict[str, Any], str]:
@@ -141,9 +138,9 @@ def build_spec(spec_path: Path | None, flags: Flags) -> BenchSpec:
         doc["name"] = flags.model.rsplit("/", 1)[-1]
         doc["model"] = {"source": flags.model}
     if flags.base_url is not None:
-        _put(doc, "endpoint.url", flags.base_url)
+        put_dotted(doc, "endpoint.url", flags.base_url)
     if flags.model is not None and flags.base_url != "sim":
-        _put(doc, "endpoint.model", flags.model)
+        put_dotted(doc, "endpoint.model", flags.model)
     for key, value in (
         ("endpoint.api", flags.api),
         ("slo.ttft_ms", flags.slo_ttft_ms),
@@ -151,7 +148,7 @@ def build_spec(spec_path: Path | None, flags: Flags) -> BenchSpec:
         *flags.extra.items(),
     ):
         if value is not None:
-            _put(doc, key, value)
+            put_dotted(doc, key, value)
     for item in flags.sets:
         apply_set(doc, item)
     return parse_spec(doc, source=source)

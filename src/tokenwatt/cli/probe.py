@@ -11,6 +11,7 @@ kill keeps every finished record. An error probe (the endpoint failed over
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 import time
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     from tokenwatt.load.spill import RecordSpill
     from tokenwatt.load.target import Target
     from tokenwatt.metrics.latency import ProbeMetrics
+    from tokenwatt.power import PowerMonitor
+    from tokenwatt.result import EnergySummary
     from tokenwatt.spec import BenchSpec
 
 SCHEMA = "tokenwatt.probe/2"
@@ -156,7 +159,33 @@ def summary_table(data: dict[str, Any]) -> Table:
     lat = m["send_lateness_s"]
     t.add_row("send lateness ms (p50 / p99)", f"{_ms(lat['p50'])} / {_ms(lat['p99'])}")
     _mbu_rows(t, data)
+    _energy_rows(t, data.get("summary") or {})
     return t
+
+
+def _energy_rows(t: Table, summary: dict[str, Any]) -> None:
+    """Tokens per joule (or why not), both J-per-token figures, each source's audit verdict
+    and $/Mtok: the rows ``bench``'s report has, from the same ``EnergySummary``."""
+    e = summary.get("energy")
+    if not e:
+        t.add_row("tokens per joule", "not measured (no power source in the spec)")
+    else:
+        t.add_row(
+            "tokens per joule",
+            f"{_num(e['tokens_per_joule'], '.3g')} ({e['scope']} scope, {e['source']}, "
+            f"{e['kind']}{', modelled' if e['modelled'] else ''})",
+        )
+        t.add_row(
+            "J per output / total token",
+            f"{_num(e['joules_per_output_token'], '.3g')} / "
+            f"{_num(e.get('joules_per_total_token'), '.3g')}",
+        )
+        for a in e.get("audit") or []:
+            verdict = "[green]valid[/]" if a["valid"] else f"[red]{escape(a['verdict'])}[/]"
+            t.add_row(f"power {a['source']} ({a['scope']}, {a['method']})", verdict)
+    cost = summary.get("cost")
+    if cost and cost.get("usd_per_mtok") is not None:
+        t.add_row("$/Mtok at this goodput", _num(cost["usd_per_mtok"], ".4g"))
 
 
 def _mbu_rows(t: Table, data: dict[str, Any]) -> None:
@@ -190,6 +219,8 @@ def result_dict(
     early_stop_reason: str | None,
     engine_window: ProbeEngine | None = None,
     engine_series_file: str | None = None,
+    energy: EnergySummary | None = None,
+    power_series: list[tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     from tokenwatt import __version__
     from tokenwatt.load.derive import summarize_probe
@@ -205,6 +236,8 @@ def result_dict(
         requests_file="requests.jsonl",
         engine_window=engine_window,
         engine_series_file=engine_series_file,
+        energy=energy,
+        power_series=power_series,
     )
     verdict = summary.slo_detail
     return {
@@ -305,64 +338,100 @@ async def _probe(
     sim_mode: Literal["thread", "subprocess"],
     quiet: bool,
 ) -> dict[str, Any]:
-    from tokenwatt.load.derive import early_stop_for
-    from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
-    from tokenwatt.load.probe import run_probe
+    from tokenwatt.load.energy_window import open_probe_power
     from tokenwatt.load.target import open_target
 
     geometry, accelerator, geometry_error = _node_of(spec)
     spill = _fresh_spill(out)
     async with open_target(spec, sim_mode=sim_mode) as target:
-        progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=quiet,
-        )
-        with progress:
-            bar = _Bar(progress, spec.search.probe.warmup_s)
-            stopper = early_stop_for(spec, rate, spec.search.probe)
-            engine_warnings: list[str] = []
-            witness = EngineWitness(spec.server_metrics, target.base_url, engine_warnings)
-            scraper = await witness.start()
+        monitor = open_probe_power(spec, accelerator, target.metrics_url)
+        try:
+            data = await _measure(
+                spec, target, monitor, spill, out, geometry, accelerator, geometry_error,
+                rate=rate, concurrency=concurrency, max_requests=max_requests, seed=seed,
+                quiet=quiet,
+            )  # fmt: skip
+        finally:
+            await asyncio.to_thread(monitor.close)
+    return data
 
-            def on_progress(p: ProbeProgress) -> None:
-                if stopper is not None:
-                    stopper.on_counted(p.counted)
-                bar(p)
 
-            run = await run_probe(
-                spec,
-                target.client,
-                rate_rps=rate,
-                seed=seed,
-                concurrency=concurrency,
-                max_requests=max_requests,
-                on_progress=on_progress,
-                should_stop=stopper,
-                on_record=spill,
-            )
-            window = await witness.stop(scraper, run)
-        spill.close()
-        out.mkdir(parents=True, exist_ok=True)
-        series_file = write_engine_series(scraper, out / "engine.jsonl")
-        data = result_dict(
+async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
+    spec: BenchSpec,
+    target: Target,
+    monitor: PowerMonitor,
+    spill: RecordSpill,
+    out: Path,
+    geometry: ModelGeometry | None,
+    accelerator: Accelerator | None,
+    geometry_error: str | None,
+    *,
+    rate: float | None,
+    concurrency: int | None,
+    max_requests: int | None,
+    seed: int,
+    quiet: bool,
+) -> dict[str, Any]:
+    """One probe with its engine witness and its energy, measured exactly as ``bench`` does
+    (``load.energy_window``); writes requests.jsonl, probe.json and result.json."""
+    from tokenwatt.load.derive import early_stop_for
+    from tokenwatt.load.energy_window import power_warnings, probe_energy
+    from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
+    from tokenwatt.load.probe import run_probe
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=quiet,
+    )
+    with progress:
+        bar = _Bar(progress, spec.search.probe.warmup_s)
+        stopper = early_stop_for(spec, rate, spec.search.probe)
+        engine_warnings: list[str] = []
+        witness = EngineWitness(spec.server_metrics, target.base_url, engine_warnings)
+        scraper = await witness.start()
+
+        def on_progress(p: ProbeProgress) -> None:
+            if stopper is not None:
+                stopper.on_counted(p.counted)
+            bar(p)
+
+        run = await run_probe(
             spec,
-            run,
-            target,
+            target.client,
+            rate_rps=rate,
+            seed=seed,
+            concurrency=concurrency,
             max_requests=max_requests,
-            geometry_error=geometry_error,
-            geometry=geometry,
-            accelerator=accelerator,
-            early_stop_reason=stopper.reason if stopper is not None else None,
-            engine_window=window,
-            engine_series_file=series_file,
+            on_progress=on_progress,
+            should_stop=stopper,
+            on_record=spill,
         )
+        window = await witness.stop(scraper, run)
+    spill.close()
+    out.mkdir(parents=True, exist_ok=True)
+    series_file = write_engine_series(scraper, out / "engine.jsonl")
+    energy, power_series = await probe_energy(monitor, run, accelerator)
+    data = result_dict(
+        spec,
+        run,
+        target,
+        max_requests=max_requests,
+        geometry_error=geometry_error,
+        geometry=geometry,
+        accelerator=accelerator,
+        early_stop_reason=stopper.reason if stopper is not None else None,
+        engine_window=window,
+        engine_series_file=series_file,
+        energy=energy,
+        power_series=power_series,
+    )
     if spill.error is not None:
         data["warnings"].append(f"incremental requests.jsonl stopped: {spill.error}")
-    data["warnings"] += engine_warnings
+    data["warnings"] += engine_warnings + power_warnings(monitor)
     data["warnings"].extend(_keep_up_warnings(data["summary"].get("load_generator")))
     run.write_requests(out / "requests.jsonl")
     (out / "probe.json").write_bytes(

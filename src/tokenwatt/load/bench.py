@@ -27,17 +27,16 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.derive import early_stop_for, summarize_probe
+from tokenwatt.load.energy_window import open_probe_power, power_warnings, probe_energy
 from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
 from tokenwatt.load.fit import check_fits
-from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
+from tokenwatt.load.probe import ProbeProgress, run_probe
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
-from tokenwatt.metrics.energy import energy_metrics
-from tokenwatt.power import PowerMonitor, open_power
+from tokenwatt.power import PowerMonitor
 from tokenwatt.result import (
     BenchResult,
-    EnergySummary,
     ProbeSummary,
     SearchStep,
     SearchSummary,
@@ -82,19 +81,6 @@ class BenchEvent:
 OnEvent = Callable[[BenchEvent], None]
 # A probe's warm-up lasts at least this many request lifetimes (see _Run.settings_for).
 WARMUP_LIFETIMES = 1.5
-
-
-async def _energy(
-    monitor: PowerMonitor | None, run: ProbeRun
-) -> tuple[EnergySummary | None, list[tuple[float, float]] | None]:
-    if monitor is None or not monitor.sources or run.window_end_ns <= run.window_start_ns:
-        return None, None
-    report = await monitor.energy_async(run.window_start_ns, run.window_end_ns, max_wait_s=2.0)
-    summary = energy_metrics(report, run.metrics.output_tokens)
-    if summary.primary is None or summary.energy_j is None:
-        return None, None
-    series = monitor.samples(run.window_start_ns, run.window_end_ns, max_points=120)
-    return summary, series.primary_points()
 
 
 class _InterruptedError(Exception):
@@ -183,7 +169,7 @@ class _Run:
         await asyncio.to_thread(run.write_requests, self.out_dir / name)
         window = None if self.witness is None else await self.witness.stop(scraper, run)
         series_file = write_engine_series(scraper, self.out_dir / f"engine-{index:02d}.jsonl")
-        energy, series = await _energy(self.monitor, run)
+        energy, series = await probe_energy(self.monitor, run, self.accelerator)
         summary = summarize_probe(
             index=index,
             run=run,
@@ -330,16 +316,9 @@ async def run_bench(
     check_fits(spec, geometry, accelerator)
     result = _new_result(spec, geometry, accelerator)
     async with open_target(spec, sim_mode=sim_mode, truth_log=truth_log) as target:
-        monitor = open_power(
-            spec.power,
-            gpus=spec.hardware.gpus,
-            accelerator=accelerator,
-            sim_metrics_url=target.metrics_url,
-        )
+        monitor = open_probe_power(spec, accelerator, target.metrics_url)
         try:
-            result.warnings.extend(monitor.warnings)
-            if not monitor.sources:
-                result.warnings.append("no power source: tokens per joule not measured")
+            result.warnings.extend(power_warnings(monitor))
             result.target = target.record(spec.sim)
             bench = _Run(spec, out, target, geometry, accelerator, monitor, result, on_event)
             bench.witness = EngineWitness(spec.server_metrics, target.base_url, result.warnings)

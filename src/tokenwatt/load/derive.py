@@ -16,6 +16,7 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
 from tokenwatt.load.keepup import load_generator_summary
 from tokenwatt.load.probe import ProbeRun
+from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
@@ -243,5 +244,12 @@ def summarize_probe(
         **_workload_figures(run),
         engine=engine,
         engine_series_file=engine_series_file,
+        cost=cost_figures(
+            price_per_gpu_hour=spec.hardware.price_per_gpu_hour,
+            gpus=spec.hardware.gpus,
+            goodput_output_tokens_per_s=goodput,
+            joules_per_output_token=None if energy is None else energy.joules_per_output_token,
+            price_per_kwh=spec.hardware.price_per_kwh,
+        ),
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
     )

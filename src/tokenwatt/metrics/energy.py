@@ -2,6 +2,8 @@
 
     tokens_per_joule        = output tokens in the window ÷ energy in the window (J)
     joules_per_output_token = energy in the window (J) ÷ output tokens in the window
+    joules_per_total_token  = energy in the window (J) ÷ (output tokens + prompt tokens whose
+                              prefill ended in the window): the figure that charges prompts
     mean_power_w            = energy ÷ window length
 
 Output tokens only (the ML.ENERGY and MLPerf convention for LLM serving), counted over the
@@ -16,9 +18,9 @@ not depend on ``power`` (docs/architecture.md).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from tokenwatt.result import EnergySummary, ScopeEnergy
+from tokenwatt.result import EnergyAudit, EnergySummary, ScopeEnergy
 
 __all__ = ["energy_metrics", "scope_efficiency"]
 
@@ -75,10 +77,18 @@ def scope_efficiency(e: _ScopeEnergyLike, output_tokens: int) -> ScopeEnergy:
     )
 
 
-def energy_metrics(report: _EnergyReportLike, output_tokens: int) -> EnergySummary:
+def energy_metrics(
+    report: _EnergyReportLike,
+    output_tokens: int,
+    *,
+    input_tokens: int | None = None,
+    audit: Sequence[Mapping[str, Any]] = (),
+) -> EnergySummary:
     """Efficiency per scope from an ``EnergyReport`` and the output tokens of its window, as
     the result's ``EnergySummary``: the headline fields are the primary scope's, and
-    ``measured`` is true only when that scope measured (not modelled) an energy."""
+    ``measured`` is true only when that scope measured (not modelled) an energy. With
+    ``input_tokens`` (prompt tokens whose prefill ended in the window) also J per total token;
+    ``audit`` is the monitor's per-source record (``power.audit``), kept as it is."""
     if output_tokens < 0:
         raise ValueError(f"output_tokens must be >= 0, got {output_tokens}")
     scopes = {k: scope_efficiency(v, output_tokens) for k, v in report.scopes.items()}
@@ -89,10 +99,19 @@ def energy_metrics(report: _EnergyReportLike, output_tokens: int) -> EnergySumma
         "primary_scope": report.primary_scope,
         "scopes": scopes,
         "warnings": list(report.warnings),
+        "input_tokens": input_tokens,
+        "audit": [EnergyAudit.model_validate(dict(x)) for x in audit],
     }
     if head is None:
         return EnergySummary(measured=False, **common)
+    total = output_tokens + (input_tokens or 0)
+    per_total = (
+        head.energy_j / total
+        if input_tokens is not None and head.energy_j is not None and total > 0
+        else None
+    )
     return EnergySummary(
+        joules_per_total_token=per_total,
         energy_j=head.energy_j,
         mean_power_w=head.mean_power_w,
         joules_per_output_token=head.joules_per_output_token,

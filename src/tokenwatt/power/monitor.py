@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from tokenwatt.clock import now_ns
+from tokenwatt.power.audit import ChannelData, SourceAudit, audit_scope
 from tokenwatt.power.base import PowerSource
 from tokenwatt.power.integrate import integrate, observed_period_ns
 from tokenwatt.power.results import (
@@ -334,6 +335,44 @@ class PowerMonitor:
             sources=names,
             primary_scope=_primary(chosen),
         )
+
+    def audit(
+        self,
+        start_ns: int,
+        end_ns: int,
+        *,
+        busy: Sequence[tuple[int, int]] = (),
+        prefill: Sequence[tuple[int, int]] = (),
+        tdp_w: float | None = None,
+    ) -> list[SourceAudit]:
+        """Every (source, scope)'s method record, validity verdict and energy split over the
+        window (``power.audit``), from the same readings and flags as ``energy``. Call after
+        ``energy`` for the same window (it does not wait for late readings)."""
+        out = []
+        for e in self._entries(start_ns, end_ns):
+            src, en = e.source, e.energy
+            chans = [
+                ChannelData(c.device, e.snaps[i].t, e.snaps[i].v, e.snaps[i].change_t, c.wrap_j)
+                for i, c in enumerate(src.channels)
+                if c.scope == en.scope
+            ]
+            out.append(
+                audit_scope(
+                    source=src.name,
+                    scope=en.scope,
+                    kind=src.kind,
+                    measured=src.measured,
+                    chans=chans,
+                    window=(start_ns, end_ns),
+                    expected_period_s=src.update_period_s,
+                    flags=en.flags,
+                    energy_j=en.energy_j,
+                    busy=busy,
+                    prefill=prefill,
+                    tdp_w=tdp_w,
+                )
+            )
+        return out
 
     def describe(self) -> dict[str, Any]:
         """Provenance for the result file: each source, its channels, notes and read errors."""

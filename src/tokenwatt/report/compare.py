@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.format import fmt_quantile, rel_change
+from tokenwatt.report.pareto import pareto_mask
 from tokenwatt.report.terminal import describe_slo
 from tokenwatt.result import BenchResult, load_result
 
@@ -89,17 +90,7 @@ def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint,
                 )
             )
 
-    def dominated(a: ParetoPoint) -> bool:
-        return any(
-            b.output_tok_s_per_gpu >= a.output_tok_s_per_gpu
-            and b.interactivity_tok_s_per_user >= a.interactivity_tok_s_per_user
-            and (
-                b.output_tok_s_per_gpu > a.output_tok_s_per_gpu
-                or b.interactivity_tok_s_per_user > a.interactivity_tok_s_per_user
-            )
-            for b in pts
-        )
-
+    mask = pareto_mask([(p.output_tok_s_per_gpu, p.interactivity_tok_s_per_user) for p in pts])
     marked = [
         ParetoPoint(
             p.label,
@@ -108,9 +99,9 @@ def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint,
             p.output_tok_s_per_gpu,
             p.interactivity_tok_s_per_user,
             p.slo_passed,
-            not dominated(p),
+            on,
         )
-        for p in pts
+        for p, on in zip(pts, mask, strict=True)
     ]
     return tuple(sorted(marked, key=lambda p: -p.interactivity_tok_s_per_user))
 

@@ -30,7 +30,7 @@ from tokenwatt.report.format import (
     no_boundary_text,
 )
 from tokenwatt.report.mbu_text import mbu_figures_text, mbu_missing_reason, raised_flags
-from tokenwatt.report.terminal import describe_run, describe_slo, energy_text
+from tokenwatt.report.terminal import cost_text, describe_run, describe_slo, energy_text
 from tokenwatt.result import BenchResult, ProbeSummary
 
 __all__ = ["REPORT_FILE", "SECTION_IDS", "render_html", "write_html"]
@@ -147,6 +147,9 @@ def _headline(r: BenchResult) -> str:
             f"{_e(fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu))} tok/s per GPU · "
             f"at {_e(fmt_rate(b.rate_rps))}</div>"
         )
+        cost = cost_text(b)
+        if cost is not None:
+            first += f'<div class="detail">{_e(cost)}</div>'
         if b.tokens_per_joule is None:
             energy = (
                 '<div class="value none">not measured</div>'

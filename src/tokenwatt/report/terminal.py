@@ -44,6 +44,7 @@ __all__ = [
     "ResultView",
     "checks_block",
     "comparison_view",
+    "cost_text",
     "describe_run",
     "describe_slo",
     "energy_text",
@@ -101,10 +102,33 @@ def energy_text(p: ProbeSummary) -> str:
     parts = []
     if e.joules_per_output_token is not None:
         parts.append(f"{fmt_float(e.joules_per_output_token)} J/token")
+    if e.joules_per_total_token is not None:
+        parts.append(f"{fmt_float(e.joules_per_total_token)} J/total token")
     parts.append(f"{fmt_float(e.mean_power_w)} W mean")
     parts.append(f"{e.source}, {e.scope}")
+    bad = [a for a in e.audit if not a.valid]
+    if e.audit:
+        parts.append("audit valid" if not bad else f"audit INVALID: {bad[0].verdict}")
     modelled = e.is_modelled
     return f"{text}{' modelled' if modelled else ''}  ({'; '.join(parts)})"
+
+
+def cost_text(p: ProbeSummary) -> str | None:
+    """$/Mtok at the probe's goodput with its parts, or None without a price in the spec."""
+    c = p.cost
+    if c is None:
+        return None
+    if c.usd_per_mtok is None:
+        return "no goodput: no cost per token"
+    energy = (
+        f" + {fmt_float(c.usd_per_mtok_energy)} energy at {fmt_float(c.price_per_kwh)}/kWh"
+        if c.usd_per_mtok_energy is not None
+        else ""
+    )
+    return (
+        f"{fmt_float(c.usd_per_mtok)} $/Mtok  ({fmt_float(c.usd_per_mtok_gpu)} GPU time at "
+        f"{fmt_float(c.price_per_gpu_hour)}/GPU-h × {c.gpus}{energy})"
+    )
 
 
 def _mbu_text(p: ProbeSummary) -> str:
@@ -136,6 +160,9 @@ def headline(result: BenchResult) -> RenderableType:
         grid.add_row("SLO goodput", Text(good, "bold green" if b.slo_passed else "bold red"))
         tpj = energy_text(b)
         grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
+        cost = cost_text(b)
+        if cost is not None:
+            grid.add_row("Cost", Text(cost))
         refused = b.mbu_detail is not None and b.mbu_detail.flags.above_rated_bandwidth
         grid.add_row("MBU", Text(_mbu_text(b), "bold red" if refused else ""))
         if refused and b.mbu_detail is not None and b.mbu_detail.notes:

@@ -9,6 +9,10 @@ from pydantic import Field, model_validator
 from tokenwatt.spec._base import Section
 
 MAX_GPUS = 65_536  # accelerators on one node under test (a rack-scale node is ~72)
+# Sanity bounds that catch a unit slip (cents for dollars, per-month for per-hour), not policy:
+# cloud H100/B200 list ~2-12 USD/GPU-h, electricity ~0.05-0.5 USD/kWh.
+MAX_PRICE_PER_GPU_HOUR = 10_000.0
+MAX_PRICE_PER_KWH = 100.0
 
 
 class CustomAccelerator(Section):
@@ -43,6 +47,20 @@ class HardwareSection(Section):
     )
     replicas: int = Field(
         1, ge=1, le=MAX_GPUS, description="R: data-parallel engine replicas on the node"
+    )
+    price_per_gpu_hour: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_PRICE_PER_GPU_HOUR,
+        description="what one GPU costs per hour (any currency, e.g. USD): gives $/Mtok at the "
+        "boundary; None: no cost figure",
+    )
+    price_per_kwh: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_PRICE_PER_KWH,
+        description="price of one kWh in the same currency: adds the measured energy's cost to "
+        "$/Mtok; None: rental price only",
     )
 
     @model_validator(mode="after")

@@ -1,0 +1,175 @@
+"""One inference server under the sweep's control: start, wait until healthy, stop with its
+children, keep its log.
+
+The server starts in its own session (``start_new_session``), so it leads a fresh process
+group and everything it forks (vLLM's engine core and workers, a shell's children) belongs to
+that group. Stopping signals the *group*: SIGTERM, then SIGKILL after ``stop_timeout_s`` for
+whatever is still there, then a check that the group is empty. Signalling only the PID would
+leave the workers holding GPU memory and the port, and the next point would fail or, worse,
+measure a machine still busy with the last one. A child that calls ``setsid`` itself leaves
+the group and cannot be found this way; the methodology says so.
+
+The health wait is bounded and watches the process: a server that exits while starting
+fails the point at once with its exit code and the last lines of its log, instead of
+waiting out the timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LOG_TAIL_LINES", "ServerFailedError", "ServerProcess", "group_alive"]
+
+LOG_TAIL_LINES = 5
+_HEALTH_POLL_S = 0.2
+_HEALTH_REQUEST_S = 2.0
+
+
+class ServerFailedError(Exception):
+    """The server did not start, did not become healthy, or died: ``cause`` is one line."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def group_alive(pgid: int) -> bool:
+    """True while a live (not zombie) process of group ``pgid`` exists. An orphan killed by
+    us may stay a zombie until init reaps it (a container's PID 1 may never): it holds no
+    memory, no GPU and no port, so it does not count."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    return any(_live_member(d, pgid) for d in proc.iterdir() if d.name.isdigit())
+
+
+def _live_member(d: Path, pgid: int) -> bool:
+    try:
+        fields = d.joinpath("stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and int(fields[2]) == pgid
+
+
+def _health_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=_HEALTH_REQUEST_S) as r:
+            return bool(r.status == 200)
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+@dataclass(slots=True)
+class ServerProcess:
+    """A server launched from ``argv`` with stdout and stderr in ``log_path``."""
+
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    stop_timeout_s: float = 10.0
+    proc: subprocess.Popen[bytes] | None = None
+    exit_code: int | None = None
+    killed: bool = False  # SIGKILL was needed: the server ignored SIGTERM
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def start(self) -> None:
+        """Launch in a new session (its own process group); an unstartable command fails."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **self.env},
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise ServerFailedError(
+                    f"could not start {self.argv[0]!r}: {exc.strerror or exc}"
+                ) from None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+    def exited(self) -> int | None:
+        """The exit code once the server has exited (not stopped by us), else None."""
+        if self.proc is None:
+            return None
+        code = self.proc.poll()
+        if code is not None and self.exit_code is None:
+            self.exit_code = code
+        return code
+
+    def died_cause(self, when: str) -> str:
+        tail = self.log_tail()
+        return f"the server exited with code {self.exit_code} {when}" + (
+            f"; its log ends: {tail}" if tail else ""
+        )
+
+    async def wait_healthy(self, url: str, timeout_s: float) -> float:
+        """Poll ``url`` until 200; returns the seconds it took. Raises with the cause when
+        the server exits first or ``timeout_s`` passes."""
+        t0 = time.perf_counter()
+        while True:
+            if self.exited() is not None:
+                raise ServerFailedError(self.died_cause("before it became healthy"))
+            if await asyncio.to_thread(_health_ok, url):
+                return time.perf_counter() - t0
+            if time.perf_counter() - t0 > timeout_s:
+                raise ServerFailedError(
+                    f"the server was not healthy at {url} within {timeout_s:g} s"
+                )
+            await asyncio.sleep(_HEALTH_POLL_S)
+
+    def stop(self) -> None:
+        """SIGTERM to the group, SIGKILL after the grace period, reap; nothing left behind.
+        Idempotent; safe when the server already exited (its group may still hold children)."""
+        proc = self.proc
+        if proc is None:
+            return
+        pgid = proc.pid  # the session leader: its PID is the group's id
+        self._signal(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_s
+        while time.monotonic() < deadline:
+            self.exited()
+            if self.proc is not None and self.proc.returncode is not None and not group_alive(pgid):
+                return
+            time.sleep(0.05)
+        if group_alive(pgid):
+            self.killed = True
+            self._signal(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
+        self.exited()
+        end = time.monotonic() + 5.0
+        while group_alive(pgid) and time.monotonic() < end:  # orphans reaped by init
+            time.sleep(0.05)
+
+    @staticmethod
+    def _signal(pgid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)

@@ -1,0 +1,162 @@
+"""The result of a sweep, ``DIR/sweep.json``: one record per point, each naming its folder.
+
+Every point's own run is a normal ``result.json`` in ``DIR/points/NN-label/`` (with the
+server's log beside it); this file lists the points in run order with their settings, the
+launch line, how the point ended (ok, failed with its cause, interrupted) and the operating
+point copied from its result, so a reader of the sweep needs nothing else. Views (the sweep's
+HTML picture) read this file or any set of ``result.json`` files through ``operating_point``.
+
+Figures of an operating point (the boundary probe of the point's search):
+
+    goodput_output_tokens_per_s_per_gpu   SLO goodput ÷ N_GPU (the throughput axis)
+    tokens_per_s_per_user                 1 ÷ median TPOT at the boundary (the interactivity
+                                          axis; InferenceX and the peers' Pareto plots)
+    tokens_per_joule, joules_per_output_token, joules_per_total_token   the boundary's energy
+    usd_per_mtok                          ``CostFigures.usd_per_mtok`` at the boundary
+
+Schema changelog (``SWEEP_SCHEMA_VERSION``):
+
+    1 - (issue 20) first version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tokenwatt.errors import ReportError
+from tokenwatt.result import BenchResult
+
+__all__ = [
+    "SWEEP_FILE",
+    "SWEEP_SCHEMA_VERSION",
+    "OperatingPoint",
+    "SweepPoint",
+    "SweepResult",
+    "load_sweep",
+    "operating_point",
+    "write_sweep",
+]
+
+SWEEP_FILE = "sweep.json"
+SWEEP_SCHEMA_VERSION = 1
+PointStatus = Literal["ok", "failed", "interrupted"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OperatingPoint(_Strict):
+    """A run's figures at its SLO boundary (None where the run found none)."""
+
+    name: str = Field(description="the run's name or the sweep point's label")
+    simulated: bool
+    gpus: int
+    boundary: bool = Field(description="the search found a passing boundary")
+    rate_rps: float | None = None
+    goodput_output_tokens_per_s: float | None = None
+    goodput_output_tokens_per_s_per_gpu: float | None = None
+    tpot_p50_s: float | None = None
+    tokens_per_s_per_user: float | None = Field(None, description="1 ÷ median TPOT")
+    tokens_per_joule: float | None = None
+    joules_per_output_token: float | None = None
+    joules_per_total_token: float | None = None
+    energy_valid: bool | None = Field(None, description="the energy audit's headline verdict")
+    usd_per_mtok: float | None = None
+
+
+class SweepPoint(_Strict):
+    """One point of the sweep: its settings, how its server ran, and what it measured."""
+
+    index: int
+    label: str
+    settings: dict[str, str | int | float | bool]
+    command: list[str] = Field(description="the launch line as run (argv)")
+    folder: str = Field(description="relative to the sweep folder")
+    log_file: str = Field(description="the server's stdout and stderr, relative")
+    status: PointStatus
+    cause: str | None = Field(None, description="why a point failed, one line")
+    health_s: float | None = Field(None, description="launch → healthy")
+    server_exit_code: int | None = Field(None, description="set when the server died on its own")
+    server_killed: bool = Field(False, description="the server ignored SIGTERM: SIGKILL")
+    point: OperatingPoint | None = None
+
+
+class SweepResult(_Strict):
+    schema_version: int = SWEEP_SCHEMA_VERSION
+    tool_version: str
+    name: str
+    sweep: dict[str, Any] = Field(description="the sweep file as run (secrets removed)")
+    started_at: datetime
+    ended_at: datetime | None = None
+    points: list[SweepPoint] = Field(default_factory=list)
+    interrupted: bool = False
+    warnings: list[str] = Field(default_factory=list)
+
+
+def operating_point(
+    result: BenchResult, *, name: str | None = None, simulated: bool = False
+) -> OperatingPoint:
+    """The figures at the boundary of ``result`` (a bench run; a probe's one probe counts as
+    its boundary when it passed). Simulated when the run drove the built-in simulator or
+    the caller knows the server was one (a sweep of ``tokenwatt sim`` servers)."""
+    b = result.boundary
+    if b is None and result.search is None and len(result.probes) == 1:
+        b = result.probes[0] if result.probes[0].slo_passed else None
+    simulated = simulated or (result.target is not None and result.target.kind == "sim")
+    base = {"name": name or result.name, "simulated": simulated, "gpus": result.gpus}
+    if b is None:
+        return OperatingPoint(boundary=False, **base)
+    tpot = b.tpot_s.p50
+    e = b.energy
+    return OperatingPoint(
+        boundary=True,
+        rate_rps=b.rate_rps,
+        goodput_output_tokens_per_s=b.goodput_output_tokens_per_s,
+        goodput_output_tokens_per_s_per_gpu=b.goodput_output_tokens_per_s_per_gpu,
+        tpot_p50_s=tpot,
+        tokens_per_s_per_user=1.0 / tpot if tpot else None,
+        tokens_per_joule=b.tokens_per_joule,
+        joules_per_output_token=None if e is None else e.joules_per_output_token,
+        joules_per_total_token=None if e is None else e.joules_per_total_token,
+        energy_valid=None if e is None else e.valid,
+        usd_per_mtok=None if b.cost is None else b.cost.usd_per_mtok,
+        **base,
+    )
+
+
+def write_sweep(result: SweepResult, out_dir: Path) -> Path:
+    """Atomically (re)write ``out_dir/sweep.json``: a crash mid-sweep keeps the last copy."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / SWEEP_FILE
+    fd, tmp = tempfile.mkstemp(prefix=".sweep-", suffix=".json", dir=out_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(result.model_dump_json(indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def load_sweep(path: str | Path) -> SweepResult:
+    """Read ``sweep.json`` (or the folder holding it); one-line ``ReportError`` on failure."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / SWEEP_FILE
+    try:
+        data = json.loads(p.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{p}: cannot read the sweep ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SWEEP_SCHEMA_VERSION:
+        raise ReportError(f"{p}: not a sweep.json of schema {SWEEP_SCHEMA_VERSION}")
+    try:
+        return SweepResult.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ReportError(f"{p}: {where}: {first['msg']}") from None
