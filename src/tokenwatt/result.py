@@ -44,6 +44,8 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``geometry.kv_bytes_per_token`` is written back as ``kv_bytes_per_token_full_context``
         and a version-1 spec without ``endpoint``/``hardware`` gets the simulator and the
         file's own accelerator, gpus and replicas (version 1's defaults).
+        Additive, same version (issue 23/25): ``slo_detail.load_generator_failed`` (a
+        sending worker died: its requests are ``worker_lost``, the probe has no SLO verdict).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -429,6 +431,10 @@ class SloDetail(_Strict):
     )
     load_generator_saturated: bool = Field(
         False, description="the sender fell behind its schedule: the load was not offered"
+    )
+    load_generator_failed: bool = Field(
+        False,
+        description="a sending worker (process, Ray actor or node) died: no SLO verdict",
     )
 
 
