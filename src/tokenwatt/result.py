@@ -45,7 +45,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         and a version-1 spec without ``endpoint``/``hardware`` gets the simulator and the
         file's own accelerator, gpus and replicas (version 1's defaults).
         Additive, same version (issue 23/25): ``slo_detail.load_generator_failed`` (a
-        sending worker died: its requests are ``worker_lost``, the probe has no SLO verdict).
+        sending worker died: its requests are ``worker_lost``, the probe has no SLO verdict);
+        ``load_generator.per_worker[].clock_drift_ppm`` and ``clock_samples`` (a Ray actor's
+        offset re-measured during the probe).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -388,7 +390,15 @@ class WorkerKeepUp(_Strict):
         None, description="a Ray actor's monotonic clock minus the coordinator's, ns"
     )
     clock_uncertainty_ns: int | None = Field(
-        None, description="± of clock_offset_ns: half the shortest exchange's round trip, ns"
+        None,
+        description="± of clock_offset_ns: the worst exchange's half round trip plus what "
+        "interpolating between the samples misses, ns",
+    )
+    clock_drift_ppm: float | None = Field(
+        None, description="how fast that offset moved over the probe, µs per s (ppm)"
+    )
+    clock_samples: int | None = Field(
+        None, description="offset measurements: before, every second during, after"
     )
 
 

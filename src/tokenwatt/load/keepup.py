@@ -59,6 +59,8 @@ def _keep_up(w: WorkerStats) -> WorkerKeepUp:
         node_id=w.node_id,
         clock_offset_ns=w.clock_offset_ns,
         clock_uncertainty_ns=w.clock_uncertainty_ns,
+        clock_drift_ppm=w.clock_drift_ppm,
+        clock_samples=w.clock_samples,
     )
 
 
