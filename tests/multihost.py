@@ -37,6 +37,11 @@ __all__ = ["Bed", "Host", "unavailable"]
 _OBJECT_STORE_BYTES = 100 * 1024 * 1024
 _RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
+    # a lost node is declared dead after ~3 s, not Ray's default ~30 s (tests stay short)
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
     "RAY_AUTH_MODE": "disabled",  # the bed's nodes share no token file of their own
     "RAY_DEDUP_LOGS": "0",
 }
@@ -116,6 +121,10 @@ class Bed:
         host = Host(name, ns, f"{self.subnet}.{10 + i}", offset_s, veth)
         self.hosts[name] = host
         self._sh("ip", "netns", "add", ns)
+        self._link(host)
+
+    def _link(self, host: Host) -> None:
+        ns, veth = host.netns, host.veth
         self._sh("ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
         self._sh("ip", "link", "set", f"{veth}p", "netns", ns)
         self._sh("ip", "link", "set", veth, "master", self.bridge)
@@ -212,6 +221,17 @@ class Bed:
         for pid in self.pids(host):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+    def revive_host(self, host: str, offset_s: int) -> None:
+        """A torn-down host back on the bridge, its clock now at ``offset_s`` (a machine
+        rebooted: every process started on it from now on runs in a new time namespace)."""
+        h = self.hosts[host]
+        h.offset_s = offset_s
+        with contextlib.suppress(RuntimeError):  # a dead peer may have taken the link along
+            self._sh("ip", "link", "del", h.veth)
+        if _ok("ip", "netns", "exec", h.netns, "ip", "link", "show", "eth0"):
+            self._sh("ip", "netns", "exec", h.netns, "ip", "link", "del", "eth0")
+        self._link(h)
 
     def close(self) -> None:
         """Remove every process, namespace, link and the bridge this bed made."""

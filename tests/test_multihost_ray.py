@@ -108,14 +108,21 @@ def _nodes(b: Bed) -> dict[str, str]:
     return {nid: by_addr[a] for nid, a in orjson.loads(res.stdout.splitlines()[-1]).items()}
 
 
-def _probe(b: Bed, out: str, *extra: str, dur: float = 4.0) -> tuple[int, str, Path]:
+def _probe_cmd(b: Bed, out: str, extra: tuple[str, ...], dur: float, addr: str) -> list[str]:
     spec = b.root / f"{out}.yaml"
-    spec.write_text(SPEC.format(addr=b.hosts["endpoint"].addr, port=_PORT, dur=dur))
-    folder = b.root / out
+    text = SPEC.format(addr=addr or b.hosts["endpoint"].addr, port=_PORT, dur=dur)
+    spec.write_text(
+        text.replace("model: Llama-3.1-8B}", "model: Llama-3.1-8B, timeouts: {connect_s: 2}}")
+    )
     cmd = [sys.executable, "-m", "tokenwatt", "probe", str(spec), "--rate", str(_RATE)]
-    cmd += ["--seed", str(_SEED), "--out", str(folder), "--overwrite", *extra]
-    res = b.run("head", cmd, timeout_s=300)
-    return res.returncode, res.stdout + res.stderr, folder
+    return [*cmd, "--seed", str(_SEED), "--out", str(b.root / out), "--overwrite", *extra]
+
+
+def _probe(
+    b: Bed, out: str, *extra: str, dur: float = 4.0, addr: str = ""
+) -> tuple[int, str, Path]:
+    res = b.run("head", _probe_cmd(b, out, extra, dur, addr), timeout_s=300)
+    return res.returncode, res.stdout + res.stderr, b.root / out
 
 
 def _records(folder: Path) -> list[dict[str, Any]]:
@@ -170,17 +177,20 @@ def _counted(recs: list[dict[str, Any]]) -> dict[int, int]:
     return {r["request_id"]: r["completion_tokens"] for r in recs if r["phase"] == "window"}
 
 
-def _check_offsets(probe: dict[str, Any], nodes: dict[str, str]) -> list[dict[str, Any]]:
+def _check_offsets(
+    probe: dict[str, Any], nodes: dict[str, str], offsets_s: dict[str, int] = OFFSETS_S
+) -> list[dict[str, Any]]:
     """Each actor's measured offset within its stated uncertainty of the namespace truth."""
     per_worker: list[dict[str, Any]] = probe["summary"]["load_generator"]["per_worker"]
     for w in per_worker:
         host = nodes[w["node_id"]]
-        true_ns = (OFFSETS_S[host] - OFFSETS_S["head"]) * _NS
+        true_ns = (offsets_s[host] - offsets_s["head"]) * _NS
         err = w["clock_offset_ns"] - true_ns
         print(
             f"worker {w['worker']} on {host}: offset {w['clock_offset_ns'] / _NS:+.6f} s, "
             f"true {true_ns / _NS:+.0f} s, error {err / 1e3:+.1f} µs, stated "
-            f"±{w['clock_uncertainty_ns'] / 1e3:.1f} µs"
+            f"±{w['clock_uncertainty_ns'] / 1e3:.1f} µs, drift {w['clock_drift_ppm']:+.2f} ppm "
+            f"over {w['clock_samples']} samples"
         )
         assert abs(err) <= w["clock_uncertainty_ns"]
     return per_worker
@@ -218,3 +228,76 @@ def test_probe_across_hosts_matches_the_namespaces_and_the_truth_log(bed: Bed) -
     print(f"counted: ray {len(_counted(recs))}, in-process {len(_counted(recs1))}")
     assert _counted(recs) == _counted(recs1)
     assert t == pytest.approx(t1, rel=0.1)
+
+
+def _one_line(text: str, marker: str) -> str:
+    (line,) = [x for x in text.splitlines() if marker in x][:1] or [""]
+    return " ".join(line.split())
+
+
+def test_a_worker_host_lost_mid_probe_fails_the_load_generator_not_the_server(bed: Bed) -> None:
+    """w2 loses power mid-window (link gone, every process killed): the requests its actors
+    held are ``worker_lost`` naming the node, the probe is "load generator failed" (exit 3),
+    nothing lost or doubled. w2 then comes back in a new time namespace (+2000 s) and the
+    next probe measures its new offset."""
+    nodes = _nodes(bed)
+    w2_nodes = {n for n, h in nodes.items() if h == "w2"}
+    with _sim(bed, "lost"):
+        cmd = _probe_cmd(bed, "lost", ("--ray", bed.head, "--workers", "4"), 8.0, "")  # type: ignore[attr-defined]
+        proc = bed.spawn("head", cmd, log="probe-lost.log")
+        spill = bed.root / "lost" / "requests.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if spill.exists() and len(spill.read_bytes().splitlines()) >= 40:
+                break
+            time.sleep(0.2)
+        bed.kill_host("w2")
+        rc = proc.wait(180)
+    text = (bed.root / "probe-lost.log").read_text()
+    assert rc == 3, text[-3000:]
+    assert "load generator failed" in text and "Traceback" not in text
+    recs = _records(bed.root / "lost")
+    ids = [r["request_id"] for r in recs]
+    assert len(ids) == len(set(ids))  # none doubled
+    # none missing up to the window's end (later ones whose slot had not come are dropped)
+    last = max(r["request_id"] for r in recs if r["phase"] == "window")
+    assert set(range(last + 1)) <= set(ids)
+    lost = [r for r in recs if r["error_kind"] == "worker_lost"]
+    probe = orjson.loads((bed.root / "lost" / "probe.json").read_bytes())
+    per_worker = probe["summary"]["load_generator"]["per_worker"]
+    dead = {w["worker"] for w in per_worker if w["lost"]}
+    assert dead and {w["node_id"] for w in per_worker if w["lost"]} <= w2_nodes
+    assert lost and all(r["request_id"] % 4 in dead for r in lost)
+    assert all(any(n[:12] in r["error_message"] for n in w2_nodes) for r in lost)
+    assert not [r for r in recs if r["status"] == "error" and r["error_kind"] != "worker_lost"]
+    assert probe["summary"]["slo_detail"]["load_generator_failed"]
+    print(
+        f"host lost: {len(recs)} records, {len(lost)} worker_lost (workers {sorted(dead)} on "
+        f"w2), 0 missing, 0 doubled; exit {rc}"
+    )
+    # the host comes back with another clock: the next probe measures it
+    bed.revive_host("w2", 2000)
+    bed.ray_node("w2", bed.head, cpus=2)  # type: ignore[attr-defined]
+    moved = {**OFFSETS_S, "w2": 2000}
+    with _sim(bed, "revived"):
+        rc2, text2, folder = _probe(bed, "revived", "--ray", bed.head, "--workers", "4")  # type: ignore[attr-defined]
+    assert rc2 == 0, text2[-3000:]
+    per_worker = _check_offsets(
+        orjson.loads((folder / "probe.json").read_bytes()), _nodes(bed), moved
+    )
+    assert sum(1 for w in per_worker if w["clock_offset_ns"] > 900 * _NS) == 2
+
+
+def test_an_unreachable_endpoint_follows_the_single_host_rules(bed: Bed) -> None:
+    """No machine at the endpoint's address: the probe across hosts ends as the in-process
+    probe does (same exit status, same verdict line), with no traceback."""
+    nowhere = f"{bed.subnet}.99"
+    rc1, text1, _ = _probe(bed, "nowhere1", dur=2.0, addr=nowhere)
+    rc4, text4, _ = _probe(
+        bed, "nowhere4", "--ray", bed.head, "--workers", "4", dur=2.0, addr=nowhere
+    )  # type: ignore[attr-defined]
+    print(f"unreachable endpoint: in-process exit {rc1}, ray exit {rc4}")
+    assert rc1 == rc4 and rc1 in (2, 3)
+    assert "Traceback" not in text1 + text4
+    marker = "no SLO verdict" if rc1 == 3 else "error"
+    assert _one_line(text1, marker) and _one_line(text1, marker) == _one_line(text4, marker)
