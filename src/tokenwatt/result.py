@@ -387,7 +387,9 @@ class WorkerKeepUp(_Strict):
     cause: str | None = Field(None, description="why it ended early, if it did")
     node_id: str | None = Field(None, description="a Ray actor's node (None: a local process)")
     clock_offset_ns: int | None = Field(
-        None, description="a Ray actor's monotonic clock minus the coordinator's, ns"
+        None,
+        description="a Ray actor's monotonic clock minus the coordinator's, ns (the sample "
+        "with the shortest round trip)",
     )
     clock_uncertainty_ns: int | None = Field(
         None,

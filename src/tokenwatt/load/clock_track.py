@@ -8,7 +8,8 @@ give, for any instant of the probe, the offset interpolated between the two samp
 it (held flat before the first and after the last), which is what a record's stamps are
 shifted by. The figures reported per actor: the drift (least-squares slope of offset over
 time, ppm = µs per s) and the uncertainty (the worst sample's ± plus how far any sample lies
-from the line through its neighbours, i.e. what interpolation cannot explain).
+from the line through its neighbours beyond their own ±, i.e. what interpolation cannot
+explain: a step or a bend of the remote clock).
 
 Refusal: a stamp is placed only to within that uncertainty. TTFT and TPOT are durations on
 one host and do not move, but a request's send time and the window edges do; the probe's
@@ -53,6 +54,11 @@ class OffsetTrack:
     def latest_ns(self) -> int:
         return self.offset_ns[-1]
 
+    @property
+    def best_ns(self) -> int:
+        """The offset of the sample with the shortest round trip (the tightest one)."""
+        return self.offset_ns[self.uncertainty_ns.index(min(self.uncertainty_ns))]
+
     def at(self, t_ns: int) -> int:
         """The offset at coordinator time ``t_ns``: linear between the samples around it."""
         ts, os_ = self.at_ns, self.offset_ns
@@ -77,13 +83,16 @@ class OffsetTrack:
         return cov / var * 1e6
 
     def unexplained_ns(self) -> int:
-        """How far any inner sample lies from the line through its two neighbours."""
+        """How far any inner sample lies from the line through its two neighbours beyond
+        what the three samples' own ± allow (a step or a bend of the clock, not noise)."""
         worst = 0
+        u = self.uncertainty_ns
         for i in range(1, len(self.at_ns) - 1):
             t0, t, t1 = self.at_ns[i - 1], self.at_ns[i], self.at_ns[i + 1]
             o0, o1 = self.offset_ns[i - 1], self.offset_ns[i + 1]
             line = o0 if t1 == t0 else o0 + (o1 - o0) * (t - t0) / (t1 - t0)
-            worst = max(worst, round(abs(self.offset_ns[i] - line)))
+            noise = u[i] + max(u[i - 1], u[i + 1])
+            worst = max(worst, round(abs(self.offset_ns[i] - line) - noise))
         return worst
 
     def uncertainty(self) -> int:

@@ -306,5 +306,5 @@ class RayLivePool(LiveDealer[_OnRay]):
 
 
 def _clock(h: _OnRay) -> tuple[str, int, int]:
-    """(node, offset at the probe's end, its ± over the whole probe)."""
-    return (h.offset.node_id, h.track.latest_ns, h.track.uncertainty())
+    """(node, the tightest sample's offset, the ± of any offset used over the probe)."""
+    return (h.offset.node_id, h.track.best_ns, h.track.uncertainty())
