@@ -92,6 +92,7 @@ class Bed:
     tag: str = ""
     bridge: str = ""
     subnet: str = ""
+    head: str = ""  # the Ray head's address, once started
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tw-bed-")))
 
     @classmethod
@@ -176,7 +177,8 @@ class Bed:
         h = self.hosts[host]
         head = ["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false"]
         self._ray_start(host, head)
-        return f"{h.addr}:{port}"
+        self.head = f"{h.addr}:{port}"
+        return self.head
 
     def ray_node(self, host: str, head: str, *, cpus: int) -> None:
         """A Ray worker node on ``host`` joined to ``head`` with ``cpus`` CPUs."""

@@ -59,9 +59,9 @@ def bed() -> Iterator[Bed]:
         pytest.skip(why)
     pytest.importorskip("ray")
     with Bed.build(OFFSETS_S) as b:
-        b.head = b.ray_head("head")  # type: ignore[attr-defined]
-        b.ray_node("w1", b.head, cpus=2)  # type: ignore[attr-defined]
-        b.ray_node("w2", b.head, cpus=2)  # type: ignore[attr-defined]
+        b.ray_head("head")
+        b.ray_node("w1", b.head, cpus=2)
+        b.ray_node("w2", b.head, cpus=2)
         yield b
 
 
@@ -98,7 +98,7 @@ def _wait_for_endpoint(b: Bed, name: str) -> None:
 def _nodes(b: Bed) -> dict[str, str]:
     """Ray node id → the bed's host name, asked of the cluster."""
     code = (
-        f"import ray, json; ray.init(address={b.head!r}, log_to_driver=False); "  # type: ignore[attr-defined]
+        f"import ray, json; ray.init(address={b.head!r}, log_to_driver=False); "
         "print(json.dumps({n['NodeID']: n['NodeManagerAddress'] for n in ray.nodes() "
         "if n['Alive']}))"
     )
@@ -199,7 +199,7 @@ def _check_offsets(
 def test_probe_across_hosts_matches_the_namespaces_and_the_truth_log(bed: Bed) -> None:
     nodes = _nodes(bed)
     with _sim(bed, "ray4") as log:
-        rc, text, folder = _probe(bed, "ray4", "--ray", bed.head, "--workers", "4")  # type: ignore[attr-defined]
+        rc, text, folder = _probe(bed, "ray4", "--ray", bed.head, "--workers", "4")
     assert rc == 0, text[-3000:]
     probe = orjson.loads((folder / "probe.json").read_bytes())
     recs = _records(folder)
@@ -243,7 +243,7 @@ def test_a_worker_host_lost_mid_probe_fails_the_load_generator_not_the_server(be
     nodes = _nodes(bed)
     w2_nodes = {n for n, h in nodes.items() if h == "w2"}
     with _sim(bed, "lost"):
-        cmd = _probe_cmd(bed, "lost", ("--ray", bed.head, "--workers", "4"), 8.0, "")  # type: ignore[attr-defined]
+        cmd = _probe_cmd(bed, "lost", ("--ray", bed.head, "--workers", "4"), 8.0, "")
         proc = bed.spawn("head", cmd, log="probe-lost.log")
         spill = bed.root / "lost" / "requests.jsonl"
         deadline = time.monotonic() + 120
@@ -277,10 +277,10 @@ def test_a_worker_host_lost_mid_probe_fails_the_load_generator_not_the_server(be
     )
     # the host comes back with another clock: the next probe measures it
     bed.revive_host("w2", 2000)
-    bed.ray_node("w2", bed.head, cpus=2)  # type: ignore[attr-defined]
+    bed.ray_node("w2", bed.head, cpus=2)
     moved = {**OFFSETS_S, "w2": 2000}
     with _sim(bed, "revived"):
-        rc2, text2, folder = _probe(bed, "revived", "--ray", bed.head, "--workers", "4")  # type: ignore[attr-defined]
+        rc2, text2, folder = _probe(bed, "revived", "--ray", bed.head, "--workers", "4")
     assert rc2 == 0, text2[-3000:]
     per_worker = _check_offsets(
         orjson.loads((folder / "probe.json").read_bytes()), _nodes(bed), moved
@@ -295,7 +295,7 @@ def test_an_unreachable_endpoint_follows_the_single_host_rules(bed: Bed) -> None
     rc1, text1, _ = _probe(bed, "nowhere1", dur=2.0, addr=nowhere)
     rc4, text4, _ = _probe(
         bed, "nowhere4", "--ray", bed.head, "--workers", "4", dur=2.0, addr=nowhere
-    )  # type: ignore[attr-defined]
+    )
     print(f"unreachable endpoint: in-process exit {rc1}, ray exit {rc4}")
     assert rc1 == rc4 and rc1 in (2, 3)
     assert "Traceback" not in text1 + text4

@@ -4,11 +4,12 @@ A Ray actor's clock offset (its ``CLOCK_MONOTONIC`` minus the coordinator's) is 
 exchange (``ray_workers.measure_offset``) before the probe, again every ``RECLOCK_S`` during it
 and once after it. Two hosts' crystals differ by parts per million, so the offset moves by
 microseconds per second; a host whose clock is stepped or slewed moves it more. The samples
-give, for any instant of the probe, the offset interpolated between the two samples around
-it (held flat before the first and after the last), which is what a record's stamps are
-shifted by. The figures reported per actor: the drift (least-squares slope of offset over
-time, ppm = µs per s) and the uncertainty (the worst sample's ± plus how far any sample lies
-from the line through its neighbours beyond their own ±, i.e. what interpolation cannot
+(those whose round trip was more than twice the tightest's, plus 0.1 ms, dropped: a call held
+up by load says little) give, for any instant of the probe, the offset interpolated between the
+two samples around it (held flat before the first and after the last), which is what a record's
+stamps are shifted by. The figures reported per actor: the drift (least-squares slope of offset
+over time, ppm = µs per s) and the uncertainty (the worst sample's ± plus how far any sample
+lies from the line through its neighbours beyond their own ±, i.e. what interpolation cannot
 explain: a step or a bend of the remote clock).
 
 Refusal: a stamp is placed only to within that uncertainty. TTFT and TPOT are durations on
@@ -29,6 +30,7 @@ __all__ = ["CLOCK_SHARE_OF_SLO", "RECLOCK_S", "OffsetTrack", "clock_limit_ns"]
 RECLOCK_S = 1.0  # an actor's offset is measured again this often during a probe
 CLOCK_SHARE_OF_SLO = 0.1  # the clock must be known to this share of the tightest limit
 _NS = 1_000_000_000
+_WIDE_FACTOR, _WIDE_SLACK_NS = 2, 100_000  # a sample wider than 2 × the tightest + 0.1 ms
 
 
 def clock_limit_ns(limits_ms: list[float | None]) -> int | None:
@@ -44,11 +46,21 @@ class OffsetTrack:
     at_ns: list[int] = field(default_factory=list)
     offset_ns: list[int] = field(default_factory=list)
     uncertainty_ns: list[int] = field(default_factory=list)
+    measured: int = 0  # samples taken, kept or not
 
     def add(self, at_ns: int, offset_ns: int, uncertainty_ns: int) -> None:
+        """A new sample; those much wider than the tightest (a round trip held up by load)
+        are dropped: they carry less than the line through the others."""
+        self.measured += 1
         self.at_ns.append(at_ns)
         self.offset_ns.append(offset_ns)
         self.uncertainty_ns.append(uncertainty_ns)
+        wide = _WIDE_FACTOR * min(self.uncertainty_ns) + _WIDE_SLACK_NS
+        keep = [i for i, u in enumerate(self.uncertainty_ns) if u <= wide]
+        if len(keep) < len(self.at_ns):
+            self.at_ns = [self.at_ns[i] for i in keep]
+            self.offset_ns = [self.offset_ns[i] for i in keep]
+            self.uncertainty_ns = [self.uncertainty_ns[i] for i in keep]
 
     @property
     def latest_ns(self) -> int:

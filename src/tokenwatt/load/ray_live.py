@@ -299,7 +299,7 @@ class RayLivePool(LiveDealer[_OnRay]):
             dataclasses.replace(
                 self._stats(h, cause=h.cause, clock=_clock(h)),
                 clock_drift_ppm=h.track.drift_ppm(),
-                clock_samples=len(h.track.at_ns),
+                clock_samples=h.track.measured,
             )
             for h in self.handles
         ]
