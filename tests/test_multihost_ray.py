@@ -300,4 +300,5 @@ def test_an_unreachable_endpoint_follows_the_single_host_rules(bed: Bed) -> None
     assert rc1 == rc4 and rc1 in (2, 3)
     assert "Traceback" not in text1 + text4
     marker = "no SLO verdict" if rc1 == 3 else "error"
+    print(f"  in-process: {_one_line(text1, marker)}\n  ray:        {_one_line(text4, marker)}")
     assert _one_line(text1, marker) and _one_line(text1, marker) == _one_line(text4, marker)

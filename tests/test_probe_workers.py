@@ -311,3 +311,24 @@ def ctrl_c_keeps_every_request(
     assert orjson.loads((out / "result.json").read_bytes())["interrupted"] is True
     assert sorted(ids) == list(range(len(ids)))  # none missing: only unsent ones dropped
     assert all(w["lost"] == 0 for w in data["summary"]["load_generator"]["per_worker"])
+
+
+def test_generator_failure_names_each_broken_worker() -> None:
+    """Hand-built keep-up figures: a healthy pool is no failure; a dead process, a lost Ray
+    actor and a refused clock each get their line, in worker order."""
+    from dataclasses import replace
+
+    from tokenwatt.load.keepup import generator_failure
+
+    ok = _stats(0.3)
+    assert generator_failure([ok, replace(ok, worker=1)]) is None
+    dead = replace(ok, worker=1, lost=7, exit_code=-9, cause="pid 42 killed by SIGKILL")
+    actor = replace(ok, worker=2, lost=3, node_id="abcdef0123456789", cause="Ray actor lost: X")
+    clock = replace(ok, worker=3, node_id="ffff", cause="clock of worker 3 known only to ±9 ms")
+    why = generator_failure([ok, dead, actor, clock])
+    assert why == (
+        "load generator failed: worker 1 died (pid 42 killed by SIGKILL), 7 requests "
+        "worker_lost; worker 2 on node abcdef012345 died (Ray actor lost: X), 3 requests "
+        "worker_lost; worker 3 on node ffff: clock of worker 3 known only to ±9 ms; the client "
+        "failed, not the server: no SLO verdict, rerun the probe"
+    )

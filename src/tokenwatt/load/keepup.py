@@ -35,7 +35,10 @@ def generator_failure(keep_up: list[WorkerStats]) -> str | None:
     for w in dead:
         where = f" on node {w.node_id[:12]}" if w.node_id else ""
         cause = w.cause or f"exit status {w.exit_code}"
-        parts.append(f"worker {w.worker}{where} died ({cause}), {w.lost} requests worker_lost")
+        if w.lost or w.exit_code not in (None, 0) or cause.startswith("Ray actor"):
+            parts.append(f"worker {w.worker}{where} died ({cause}), {w.lost} requests worker_lost")
+        else:  # alive to the end, yet refused (its clock)
+            parts.append(f"worker {w.worker}{where}: {cause}")
     return (
         f"{LOAD_GENERATOR_FAILED}: " + "; ".join(parts) + "; the client failed, not the server: "
         "no SLO verdict, rerun the probe"
