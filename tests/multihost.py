@@ -254,6 +254,8 @@ class Bed:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         for f in self.logs:
             f.close()
+        if not os.environ.get("TW_BED_KEEP"):  # TW_BED_KEEP=1 keeps the logs for a look
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Bed:
         return self

@@ -80,7 +80,8 @@ def _sim(b: Bed, name: str) -> Iterator[Path]:
         _wait_for_endpoint(b, name)
         yield log
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # its host may be gone already
+            os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
 
 
@@ -112,7 +113,10 @@ def _probe_cmd(b: Bed, out: str, extra: tuple[str, ...], dur: float, addr: str) 
     spec = b.root / f"{out}.yaml"
     text = SPEC.format(addr=addr or b.hosts["endpoint"].addr, port=_PORT, dur=dur)
     spec.write_text(
-        text.replace("model: Llama-3.1-8B}", "model: Llama-3.1-8B, timeouts: {connect_s: 2}}")
+        text.replace(
+            "model: Llama-3.1-8B}",
+            "model: Llama-3.1-8B, timeouts: {connect_s: 2, first_token_s: 3, idle_s: 3}}",
+        )
     )
     cmd = [sys.executable, "-m", "tokenwatt", "probe", str(spec), "--rate", str(_RATE)]
     return [*cmd, "--seed", str(_SEED), "--out", str(b.root / out), "--overwrite", *extra]
@@ -302,3 +306,45 @@ def test_an_unreachable_endpoint_follows_the_single_host_rules(bed: Bed) -> None
     marker = "no SLO verdict" if rc1 == 3 else "error"
     print(f"  in-process: {_one_line(text1, marker)}\n  ray:        {_one_line(text4, marker)}")
     assert _one_line(text1, marker) and _one_line(text1, marker) == _one_line(text4, marker)
+
+
+def _lose_endpoint_mid_probe(b: Bed, out: str, *extra: str) -> tuple[int, str]:
+    """A probe whose endpoint host loses power once 40 requests are on disk; the host is
+    brought back afterwards (same clock) for the next run."""
+    with _sim(b, out):
+        proc = b.spawn("head", _probe_cmd(b, out, extra, 8.0, ""), log=f"probe-{out}.log")
+        spill = b.root / out / "requests.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if spill.exists() and len(spill.read_bytes().splitlines()) >= 40:
+                break
+            time.sleep(0.2)
+        b.kill_host("endpoint")
+        rc = proc.wait(180)
+    b.revive_host("endpoint", OFFSETS_S["endpoint"])
+    return rc, (b.root / f"probe-{out}.log").read_text()
+
+
+def test_an_endpoint_host_lost_mid_probe_follows_the_single_host_rules(bed: Bed) -> None:
+    """The endpoint's machine goes away mid-window: in-flight requests time out, new ones
+    cannot connect; across hosts the probe ends as the in-process probe does (an error probe,
+    exit 3, the same verdict), every request recorded once."""
+    rc1, text1 = _lose_endpoint_mid_probe(bed, "eplost1")
+    rc4, text4 = _lose_endpoint_mid_probe(bed, "eplost4", "--ray", bed.head, "--workers", "4")
+    v1, v4 = _one_line(text1, "no SLO verdict"), _one_line(text4, "no SLO verdict")
+    print(f"endpoint lost: in-process exit {rc1}: {v1}\n  ray exit {rc4}: {v4}")
+    assert rc1 == rc4 == 3, (text1 + text4)[-3000:]
+    assert "Traceback" not in text1 + text4 and "load generator failed" not in text4
+    d1 = orjson.loads((bed.root / "eplost1" / "probe.json").read_bytes())["summary"]
+    d4 = orjson.loads((bed.root / "eplost4" / "probe.json").read_bytes())["summary"]
+    assert d1["slo_detail"]["error_probe"] and d4["slo_detail"]["error_probe"]
+    for out in ("eplost1", "eplost4"):
+        recs = _records(bed.root / out)
+        ids = [r["request_id"] for r in recs]
+        assert len(ids) == len(set(ids))
+        kinds: dict[str, int] = {}
+        for r in recs:
+            if r["status"] == "error":
+                kinds[r["error_kind"]] = kinds.get(r["error_kind"], 0) + 1
+        print(f"  {out}: {len(recs)} records, errors {kinds}")
+        assert "worker_lost" not in kinds
