@@ -227,7 +227,8 @@ class RayLivePool(LiveDealer[_OnRay]):
                     self._take(h, packed, figs)
                     h.busy_fraction = float(end["busy_fraction"])
                     self._lose(h, set(end["unsent"]))
-                    await self._reclock(h)  # the "after" sample
+                    with contextlib.suppress(ray.exceptions.RayError):  # all reported
+                        await self._reclock(h)  # the "after" sample
                     self._settle_clock(h)
                     return
                 self._take(h, *await h.actor.exchange.remote(batch))
