@@ -13,6 +13,7 @@ flag and field checks at the end need no Ray and run in the default suite.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import orjson
 import pytest
 
 from test_probe_workers import _CLI, SPEC, _spec, ctrl_c_keeps_every_request
+from tokenwatt.load.derive import probe_verdict
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.target import open_target
 from tokenwatt.spec import BenchSpec
@@ -112,6 +114,11 @@ def test_an_actor_killed_mid_probe_counts_its_requests_as_worker_lost(cluster: A
     assert run.metrics.errors_by_kind.get("worker_lost", 0) == sum(
         1 for r in run.counted if r.error_kind == "worker_lost"
     )
+    # the client broke, not the server: "load generator failed", no SLO verdict
+    verdict = probe_verdict(run, _spec(2, ray="local"), None)
+    assert verdict.failed[0] == "load_generator_failed" and not verdict.passed
+    assert verdict.reason is not None and verdict.reason.startswith("load generator failed:")
+    assert f"worker 1 on node {dead[0].node_id[:12]} died (Ray actor lost" in verdict.reason
 
 
 @pytest.mark.slow
@@ -130,7 +137,7 @@ def test_probe_cli_with_ray_writes_the_actors_offsets(tmp_path: Path) -> None:
     lg = probe["load_generator"]
     assert lg["workers"] == 2 and len(lg["per_worker"]) == 2
     for w in lg["per_worker"]:
-        assert w["node_id"] and w["lost"] == 0
+        assert w["node_id"] and w["lost"] == 0 and w["clock_samples"] >= 2
         assert abs(w["clock_offset_ns"]) <= w["clock_uncertainty_ns"] + 1_000
     recs = [orjson.loads(x) for x in (out / "requests.jsonl").read_bytes().splitlines()]
     assert sorted(r["request_id"] for r in recs) == list(range(len(recs)))
@@ -180,3 +187,13 @@ def test_ctrl_c_to_the_process_group_cancels_actor_requests(tmp_path: Path) -> N
     130 (the same truth as for local worker processes)."""
     pytest.importorskip("ray")
     ctrl_c_keeps_every_request(tmp_path, ["--ray", "local", "--workers", "2"])
+
+
+@pytest.mark.slow
+def test_sigterm_under_ray_keeps_every_record_and_exits_143(tmp_path: Path) -> None:
+    """``ray.init`` installs a SIGTERM handler that exits at once (was: exit 130, no
+    probe.json or result.json, 3-6 records lost); tokenwatt's handler is put back, so SIGTERM
+    to the CLI ends the probe as Ctrl-C does: every record kept, the result written, 143."""
+    pytest.importorskip("ray")
+    args = ["--ray", "local", "--workers", "2"]
+    ctrl_c_keeps_every_request(tmp_path, args, sig=signal.SIGTERM, group=False)

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tokenwatt.load.derive import probe_verdict
 from tokenwatt.load.keepup import load_generator_summary
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.target import open_target
@@ -132,7 +133,7 @@ def test_a_worker_killed_mid_probe_counts_as_failures() -> None:
     lost = [r for r in run.records if r.error_kind == "worker_lost"]
     assert lost and all(r.failed for r in lost)
     assert all(f"pid {killed[0]}" in (r.error_message or "") for r in lost)
-    assert all("status -9" in (r.error_message or "") for r in lost)
+    assert all("killed by SIGKILL" in (r.error_message or "") for r in lost)
     # the survivor's requests completed; lost ones are failures of the window, with a cause
     assert any(r.status == "ok" for r in run.records)
     assert run.metrics.errors_by_kind.get("worker_lost", 0) == sum(
@@ -142,6 +143,64 @@ def test_a_worker_killed_mid_probe_counts_as_failures() -> None:
     dead = [w for w in stats.values() if w.lost]
     assert len(dead) == 1 and dead[0].lost == len(lost)
     assert any("ended early" in p for p in dead[0].problems())
+    # the client broke, not the server: "load generator failed", no SLO verdict
+    verdict = probe_verdict(run, spec, None)
+    assert verdict.failed[0] == "load_generator_failed" and not verdict.passed
+    assert verdict.reason is not None and verdict.reason.startswith("load generator failed:")
+    assert f"worker {dead[0].worker} died (pid {killed[0]} killed by SIGKILL)" in verdict.reason
+
+
+def _spawned_workers(pid: int) -> list[int]:
+    """The multiprocessing workers among ``pid``'s children (not its resource tracker)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"spawn_main" in cmd:
+                out.append(int(child))
+    return out
+
+
+def test_a_killed_worker_process_fails_the_load_generator_not_the_server(
+    tmp_path: Path,
+) -> None:
+    """``probe --workers 2`` with one worker process killed mid-window: exit 3 with "load
+    generator failed" naming the worker, no SLO verdict; every request on disk once."""
+    import time
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.replace("min_duration_s: 3.0", "min_duration_s: 4.0"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*_CLI, str(spec), "--rate", "20", "--workers", "2", *_THREAD, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    spill = out / "requests.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (
+        spill.exists() and len(spill.read_bytes().splitlines()) >= 15
+    ):
+        time.sleep(0.1)
+    victims = _spawned_workers(proc.pid)
+    assert len(victims) == 2, victims
+    os.kill(victims[1], signal.SIGKILL)
+    stdout, err = proc.communicate(timeout=90)
+    text = stdout.decode() + err.decode()
+    assert proc.returncode == 3, text[-3000:]
+    assert "Traceback" not in text
+    assert "no SLO verdict" in text and "load generator failed" in text
+    assert f"pid {victims[1]} killed by SIGKILL" in " ".join(text.split())
+    data = orjson.loads((out / "probe.json").read_bytes())
+    detail = data["summary"]["slo_detail"]
+    assert detail["load_generator_failed"] and detail["failed"][0] == "load_generator_failed"
+    recs = _lines(out)
+    ids = [r["request_id"] for r in recs]
+    assert len(ids) == len(set(ids))
+    lost = [r for r in recs if r["error_kind"] == "worker_lost"]
+    assert lost and all(f"pid {victims[1]}" in r["error_message"] for r in lost)
+    per_worker = data["summary"]["load_generator"]["per_worker"]
+    assert sum(w["lost"] for w in per_worker) == len(lost)
 
 
 def _stats(busy: float) -> WorkerStats:
@@ -210,9 +269,12 @@ def test_ctrl_c_to_the_process_group_cancels_worker_requests(tmp_path: Path) -> 
     ctrl_c_keeps_every_request(tmp_path, ["--workers", "2"])
 
 
-def ctrl_c_keeps_every_request(tmp_path: Path, senders: list[str]) -> None:
-    """Start a 60 s probe with ``senders``, Ctrl-C its process group once 20 requests are on
-    disk: exit 130, no traceback, each request once, none lost or failed, some cancelled."""
+def ctrl_c_keeps_every_request(
+    tmp_path: Path, senders: list[str], sig: signal.Signals = signal.SIGINT, group: bool = True
+) -> None:
+    """Start a 60 s probe with ``senders``, Ctrl-C its process group (or send ``sig`` to
+    ``group`` or the CLI alone) once 20 requests are on disk: exit 128 + sig, no traceback,
+    each request once, none lost or failed, some cancelled, the result written."""
     import time
 
     spec = tmp_path / "spec.yaml"
@@ -231,9 +293,12 @@ def ctrl_c_keeps_every_request(tmp_path: Path, senders: list[str]) -> None:
         if spill.exists() and len(spill.read_bytes().splitlines()) >= 20:
             break
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err.decode()[-2000:]
+    assert proc.returncode == 128 + sig, err.decode()[-2000:]
     assert b"Traceback" not in err
     recs = _lines(out)
     ids = [r["request_id"] for r in recs]
@@ -243,4 +308,27 @@ def ctrl_c_keeps_every_request(tmp_path: Path, senders: list[str]) -> None:
     assert any(r["status"] == "cancelled" for r in recs)  # in flight when it stopped
     data = orjson.loads((out / "probe.json").read_bytes())
     assert data["interrupted"] is True
+    assert orjson.loads((out / "result.json").read_bytes())["interrupted"] is True
+    assert sorted(ids) == list(range(len(ids)))  # none missing: only unsent ones dropped
     assert all(w["lost"] == 0 for w in data["summary"]["load_generator"]["per_worker"])
+
+
+def test_generator_failure_names_each_broken_worker() -> None:
+    """Hand-built keep-up figures: a healthy pool is no failure; a dead process, a lost Ray
+    actor and a refused clock each get their line, in worker order."""
+    from dataclasses import replace
+
+    from tokenwatt.load.keepup import generator_failure
+
+    ok = _stats(0.3)
+    assert generator_failure([ok, replace(ok, worker=1)]) is None
+    dead = replace(ok, worker=1, lost=7, exit_code=-9, cause="pid 42 killed by SIGKILL")
+    actor = replace(ok, worker=2, lost=3, node_id="abcdef0123456789", cause="Ray actor lost: X")
+    clock = replace(ok, worker=3, node_id="ffff", cause="clock of worker 3 known only to ±9 ms")
+    why = generator_failure([ok, dead, actor, clock])
+    assert why == (
+        "load generator failed: worker 1 died (pid 42 killed by SIGKILL), 7 requests "
+        "worker_lost; worker 2 on node abcdef012345 died (Ray actor lost: X), 3 requests "
+        "worker_lost; worker 3 on node ffff: clock of worker 3 known only to ±9 ms; the client "
+        "failed, not the server: no SLO verdict, rerun the probe"
+    )

@@ -52,6 +52,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         busy/idle and prefill/decode energy); probe ``cost`` ($/Mtok from
         ``hardware.price_per_gpu_hour`` and ``price_per_kwh``). Sweeps write their own
         ``sweep.json`` (``tokenwatt.sweep_result``).
+        Additive, same version (issue 23/25): ``slo_detail.load_generator_failed`` (a
+        sending worker died: its requests are ``worker_lost``, the probe has no SLO verdict);
+        ``load_generator.per_worker[].clock_drift_ppm`` and ``clock_samples`` (a Ray actor's
+        offset re-measured during the probe).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -466,10 +470,20 @@ class WorkerKeepUp(_Strict):
     cause: str | None = Field(None, description="why it ended early, if it did")
     node_id: str | None = Field(None, description="a Ray actor's node (None: a local process)")
     clock_offset_ns: int | None = Field(
-        None, description="a Ray actor's monotonic clock minus the coordinator's, ns"
+        None,
+        description="a Ray actor's monotonic clock minus the coordinator's, ns (the sample "
+        "with the shortest round trip)",
     )
     clock_uncertainty_ns: int | None = Field(
-        None, description="± of clock_offset_ns: half the shortest exchange's round trip, ns"
+        None,
+        description="± of clock_offset_ns: the worst exchange's half round trip plus what "
+        "interpolating between the samples misses, ns",
+    )
+    clock_drift_ppm: float | None = Field(
+        None, description="how fast that offset moved over the probe, µs per s (ppm)"
+    )
+    clock_samples: int | None = Field(
+        None, description="offset measurements: before, every second during, after"
     )
 
 
@@ -512,6 +526,10 @@ class SloDetail(_Strict):
     )
     load_generator_saturated: bool = Field(
         False, description="the sender fell behind its schedule: the load was not offered"
+    )
+    load_generator_failed: bool = Field(
+        False,
+        description="a sending worker (process, Ray actor or node) died: no SLO verdict",
     )
 
 

@@ -236,7 +236,7 @@ def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = Fa
         sys.exit(stop_exit_code())
     stop = result.search.stop_reason if result is not None and result.search else None
     if stop in ("error", "saturated"):
-        why = "an error probe" if stop == "error" else "the load generator saturated"
+        why = "an error probe" if stop == "error" else "the load generator saturated or failed"
         console.print(
             f"stopped: {why}; no boundary (see the warnings); the result holds what was measured",
             highlight=False,

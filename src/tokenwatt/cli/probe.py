@@ -495,7 +495,7 @@ def _fresh_spill(out: Path) -> RecordSpill:
 
 def _exit_for(data: dict[str, Any]) -> None:
     """Exit 128 + the signal for a stopped probe; 3 when the verdict is not an SLO one (an
-    error probe, a saturated load generator)."""
+    error probe, a saturated or failed load generator)."""
     if data["interrupted"]:
         from tokenwatt.cli._loop import stop_exit_code
 
@@ -504,7 +504,11 @@ def _exit_for(data: dict[str, Any]) -> None:
         # returns an Exit's code instead of exiting with it.
         raise SystemExit(stop_exit_code())
     detail = data["summary"]["slo_detail"]
-    if detail["error_probe"] or detail["load_generator_saturated"]:
+    if (
+        detail["error_probe"]
+        or detail["load_generator_saturated"]
+        or detail["load_generator_failed"]
+    ):
         console.print(f"[red]no SLO verdict:[/] {escape(str(detail['reason']))}")
         raise SystemExit(3)
 

@@ -216,8 +216,8 @@ def outcome_of(s: ProbeSummary) -> ProbeOutcome[ProbeSummary]:
 
 
 def _halt_of(s: ProbeSummary) -> Literal["error", "saturated"] | None:
-    """An error probe or a saturated sender stops the search (``load.search``)."""
-    if s.slo_detail.load_generator_saturated:
+    """An error probe or a saturated or failed sender stops the search (``load.search``)."""
+    if s.slo_detail.load_generator_saturated or s.slo_detail.load_generator_failed:
         return "saturated"
     return "error" if s.slo_detail.error_probe else None
 

@@ -14,7 +14,7 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import load_expert_load
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
-from tokenwatt.load.keepup import load_generator_summary
+from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
@@ -98,8 +98,9 @@ def probe_mbu(
 
 
 def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None) -> SLOVerdict:
-    """The one SLO verdict of a probe (send times counted from its first arrival slot)."""
-    return judge_probe(
+    """The one SLO verdict of a probe (send times counted from its first arrival slot). A
+    sending worker that died makes it "load generator failed" instead (``load.keepup``)."""
+    verdict = judge_probe(
         Limits.from_spec(spec.slo),
         run.counted,
         origin_ns=run.started_ns,
@@ -113,6 +114,12 @@ def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None)
         max_error_rate=spec.slo.max_error_rate,
         saturated=run.saturated,
     )
+    failure = generator_failure(run.keep_up)
+    if failure is not None:  # the client broke: no SLO verdict may stand
+        verdict.passed = False
+        verdict.failed.insert(0, "load_generator_failed")
+        verdict.reason = "; ".join(x for x in (failure, verdict.reason) if x)
+    return verdict
 
 
 def probe_flags(run: ProbeRun, mbu: Mbu | None, engine: EngineFigures | None = None) -> list[str]:
@@ -156,6 +163,7 @@ def _slo_detail(verdict: SLOVerdict) -> SloDetail:
         error_probe=verdict.error_probe,
         error_rate=verdict.error_rate,
         load_generator_saturated=verdict.saturated,
+        load_generator_failed="load_generator_failed" in verdict.failed,
     )
 
 

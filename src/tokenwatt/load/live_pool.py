@@ -372,9 +372,8 @@ class LivePool(LiveDealer[_Live]):
         return True
 
     def _lost_message(self, h: _Live) -> str:
-        code = h.proc.exitcode
         return (
-            f"worker {h.worker} (pid {h.proc.pid}) exited with status {code} "
+            f"worker {h.worker} ({_exit_cause(h) or f'pid {h.proc.pid}'}) ended "
             "before reporting this request"
         )
 
@@ -420,7 +419,23 @@ class LivePool(LiveDealer[_Live]):
                 if h.proc.is_alive():
                     h.proc.kill()
                 h.conn.close()
-        return [self._stats(h, core=h.core, exit_code=h.proc.exitcode) for h in self.handles]
+        return [
+            self._stats(h, core=h.core, exit_code=h.proc.exitcode, cause=_exit_cause(h))
+            for h in self.handles
+        ]
+
+
+def _exit_cause(h: _Live) -> str | None:
+    """Why a worker process ended early (None: it ended normally, everything reported)."""
+    code = h.proc.exitcode
+    if code == 0 and not h.lost:
+        return None
+    if code is None:
+        return f"pid {h.proc.pid}: its pipe closed"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"pid {h.proc.pid} killed by {signal.Signals(-code).name}"
+    return f"pid {h.proc.pid} exited with status {code}"
 
 
 def fields(req: ScheduledRequest) -> tuple[Any, ...]:

@@ -810,8 +810,9 @@ def _pool_for(
         raise SpecError(f"{field} needs the HTTP StreamClient; {fix}")
     cfg = ClientConfig.from_client(client, ignore_eos=spec.workload.ignore_eos)
     if ray is not None:
-        from tokenwatt.load.ray_live import RayLivePool  # noqa: PLC0415 (optional extra)
+        from tokenwatt.load.ray_live import RayLivePool, clock_limit_ns  # noqa: PLC0415
 
-        return RayLivePool(n, cfg, address=ray, late_send_s=LATE_SEND_S)
+        limit = clock_limit_ns([spec.slo.ttft_ms, spec.slo.tpot_ms])
+        return RayLivePool(n, cfg, address=ray, late_send_s=LATE_SEND_S, clock_limit_ns=limit)
     pool = LivePool(n, cfg, late_send_s=LATE_SEND_S)
     return None if pool.n == 1 else pool

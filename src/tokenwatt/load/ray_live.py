@@ -7,12 +7,16 @@ of local processes: one CPU each, spread over the cluster's nodes, never restart
 differs is the transport and the clock:
 
 * **Clocks.** Each actor's offset (its monotonic clock minus the coordinator's) is measured
-  once at the start by exchange (``ray_workers.measure_offset``: Cristian, ± half the shortest
-  round trip). A slot t on the coordinator's clock is sent as t + offset, so the actor sleeps
-  until that instant on its own clock; every stamp of its records is shifted back by the
-  offset (``ray_workers.shift_stamps``), so the probe's window rules read one clock. Each
-  actor's node, offset and uncertainty land in the keep-up figures (``WorkerStats``) and the
-  result's ``load_generator``.
+  by exchange (``ray_workers.measure_offset``: Cristian, ± half the shortest round trip)
+  before the probe, every ``RECLOCK_S`` during it (by the pump, between calls) and once after
+  it (``load.clock_track``). A slot t on the coordinator's clock is sent as t + the latest
+  offset, so the actor sleeps until that instant on its own clock; every stamp of its records
+  is shifted back by the latest offset as they arrive (``ray_workers.shift_stamps``), so the
+  probe's window rules read one clock, and at the end by the offset interpolated at the
+  request's send time (drift corrected). Each actor's node, offset, uncertainty and drift land
+  in the keep-up figures (``WorkerStats``) and the result's ``load_generator``; a clock known
+  worse than the SLO allows (``clock_track.clock_limit_ns``) makes the probe "load generator
+  failed", as a lost actor does.
 * **Transport.** An actor cannot push to the coordinator, so one task per actor (the pump)
   makes one call at a time: ``exchange(requests dealt since the last call)`` returns the
   records finished since then and the sender figures. A dealt request waits ``_FLUSH_S``
@@ -44,7 +48,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
+from tokenwatt.load.clock_track import RECLOCK_S, OffsetTrack, clock_limit_ns
 from tokenwatt.load.live_pool import FINISH_S, LiveDealer, Sender, Share, fields
 from tokenwatt.load.ray_workers import (
     ClockActor,
@@ -59,7 +65,7 @@ from tokenwatt.load.wire import unpack_records
 from tokenwatt.load.workers import ClientConfig, ScheduledRequest, WorkerStats
 from tokenwatt.records import RequestRecord
 
-__all__ = ["RAY_LEAD_NS", "RayLivePool", "lead_ns", "ray_worker_count"]
+__all__ = ["RAY_LEAD_NS", "RayLivePool", "clock_limit_ns", "lead_ns", "ray_worker_count"]
 
 _NS = 1_000_000_000
 RAY_LEAD_NS = 250_000_000  # the shortest lead on Ray (see the module doc)
@@ -109,6 +115,10 @@ class _OnRay(Share):
     cancel: bool = True
     cause: str | None = None
     pump: asyncio.Task[None] | None = None
+    track: OffsetTrack = field(default_factory=OffsetTrack)
+    shifted: list[tuple[RequestRecord, int]] = field(default_factory=list)  # (record, by)
+    clocked_ns: int = 0  # when the offset was last measured
+    sent_by: dict[int, int] = field(default_factory=dict)  # request → offset its slot used
 
 
 def ray_worker_count(ray: Any) -> int:
@@ -136,6 +146,8 @@ class RayLivePool(LiveDealer[_OnRay]):
         late_send_s: float = 0.05,
         flush_s: float = _FLUSH_S,
         poll_s: float = _POLL_S,
+        clock_limit_ns: int | None = None,
+        reclock_s: float = RECLOCK_S,
     ) -> None:
         ray_module()  # installed? else the one line naming the extra, before anything runs
         super().__init__(n if isinstance(n, int) else 1)  # auto: counted once Ray is up
@@ -144,6 +156,7 @@ class RayLivePool(LiveDealer[_OnRay]):
         self.address = address
         self.late_ns = round(late_send_s * _NS)
         self.flush_s, self.poll_s = flush_s, poll_s
+        self.clock_limit_ns, self.reclock_ns = clock_limit_ns, round(reclock_s * _NS)
         self.name = f"tokenwatt-{uuid.uuid4().hex[:8]}"  # actor i: {name}-{i}
         self.actors: list[Any] = []
 
@@ -179,6 +192,9 @@ class RayLivePool(LiveDealer[_OnRay]):
             _OnRay(worker=i, actor=a, offset=o)
             for i, (a, o) in enumerate(zip(self.actors, offsets, strict=True))
         ]
+        for h in self.handles:
+            h.clocked_ns = now_ns()
+            h.track.add(h.clocked_ns, h.offset.offset_ns, h.offset.uncertainty_ns)
         self.lead_ns = lead_ns(offsets, self.flush_s)
         loop = asyncio.get_running_loop()
         for h in self.handles:
@@ -186,7 +202,8 @@ class RayLivePool(LiveDealer[_OnRay]):
 
     def _send(self, h: _OnRay, req: ScheduledRequest) -> bool:
         """Queue the request for the pump's next call, its slot put onto the actor's clock."""
-        on_actor = dataclasses.replace(req, offset_ns=req.offset_ns + h.offset.offset_ns)
+        h.sent_by[req.index] = h.track.latest_ns
+        on_actor = dataclasses.replace(req, offset_ns=req.offset_ns + h.track.latest_ns)
         h.outbox.append(fields(on_actor))
         h.wake.set()
         return True
@@ -210,10 +227,16 @@ class RayLivePool(LiveDealer[_OnRay]):
                     self._take(h, packed, figs)
                     h.busy_fraction = float(end["busy_fraction"])
                     self._lose(h, set(end["unsent"]))
+                    with contextlib.suppress(ray.exceptions.RayError):  # all reported
+                        await self._reclock(h)  # the "after" sample
+                    self._settle_clock(h)
                     return
                 self._take(h, *await h.actor.exchange.remote(batch))
+                if now_ns() - h.clocked_ns >= self.reclock_ns:
+                    await self._reclock(h)
         except ray.exceptions.RayError as exc:
             h.cause = f"Ray actor lost: {type(exc).__name__}"
+            self._settle_clock(h)
             self._lose(h, set())
         except TimeoutError:
             h.cause = f"Ray actor silent {FINISH_S:g} s after the stop: killed"
@@ -232,9 +255,34 @@ class RayLivePool(LiveDealer[_OnRay]):
 
     def _take(self, h: _OnRay, packed: bytes, figs: list[int]) -> None:
         if packed:
-            by = h.offset.offset_ns
-            self._got(h, [shift_stamps(r, by) for r in unpack_records(packed)])
+            by = h.track.latest_ns
+            recs = [shift_stamps(r, by) for r in unpack_records(packed)]
+            for r in recs:  # the slot back exactly as the coordinator drew it
+                r.scheduled_ns += by - h.sent_by.pop(r.request_id, by)
+            h.shifted.extend((r, by) for r in recs)
+            self._got(h, recs)
         self._set_figures(h, figs)
+
+    async def _reclock(self, h: _OnRay) -> None:
+        """Measure the actor's offset again (a sample of its track)."""
+        o = await measure_offset(h.actor, h.worker)
+        h.clocked_ns = now_ns()
+        h.track.add(h.clocked_ns, o.offset_ns, o.uncertainty_ns)
+
+    def _settle_clock(self, h: _OnRay) -> None:
+        """Every record onto the offset interpolated at its send time (drift corrected);
+        a clock known worse than the SLO allows is the actor's failure (see the module doc)."""
+        for rec, applied in h.shifted:
+            at = rec.sent_ns if rec.sent_ns is not None else rec.scheduled_ns
+            delta = h.track.at(at) - applied
+            if delta:  # the measured stamps only: the slot is the coordinator's own
+                slot = rec.scheduled_ns
+                shift_stamps(rec, delta).scheduled_ns = slot
+        h.shifted.clear()
+        who = f"worker {h.worker} (Ray actor on node {h.offset.node_id[:12]})"
+        refusal = h.track.refusal(self.clock_limit_ns, who)
+        if refusal is not None and h.cause is None:
+            h.cause = refusal
 
     async def finish(self, *, cancel: bool) -> list[WorkerStats]:
         """End the run (``cancel``: stop what is in flight) and return each actor's keep-up."""
@@ -248,8 +296,16 @@ class RayLivePool(LiveDealer[_OnRay]):
             for a in self.actors:
                 with contextlib.suppress(Exception):  # already dead: nothing to kill
                     ray.kill(a, no_restart=True)
-        return [self._stats(h, cause=h.cause, clock=_clock(h.offset)) for h in self.handles]
+        return [
+            dataclasses.replace(
+                self._stats(h, cause=h.cause, clock=_clock(h)),
+                clock_drift_ppm=h.track.drift_ppm(),
+                clock_samples=h.track.measured,
+            )
+            for h in self.handles
+        ]
 
 
-def _clock(o: ClockOffset) -> tuple[str, int, int]:
-    return (o.node_id, o.offset_ns, o.uncertainty_ns)
+def _clock(h: _OnRay) -> tuple[str, int, int]:
+    """(node, the tightest sample's offset, the ± of any offset used over the probe)."""
+    return (h.offset.node_id, h.track.best_ns, h.track.uncertainty())

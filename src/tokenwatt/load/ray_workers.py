@@ -22,9 +22,12 @@ corrected (crystal drift is parts per million: microseconds per minute).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
+import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,20 +80,42 @@ def ray_session(address: str | None) -> Any:
     ray = ray_module()
     if not ray.is_initialized():
         where = None if address in (None, "local") else address
-        try:
-            # logging_level: Ray's "Started a local Ray instance" is not the benchmark's output
-            ray.init(
-                address=where,
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise SpecError(
-                f"search.probe.ray: cannot join the Ray cluster at {address}: {exc}; start one "
-                "(ray start --head) or use local"
-            ) from None
+        with _keep_signal_handlers():
+            _init(ray, where, address)
     return ray
+
+
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """``ray.init`` installs its own SIGTERM handler (``sys.exit``), which would end the run
+    before the probe writes what it measured; the handlers in place before it (the
+    command's: cancel the run, keep every record, exit 143) are put back after it."""
+    main = threading.current_thread() is threading.main_thread()
+    sigs = (signal.SIGINT, signal.SIGTERM) if main else ()
+    saved = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _init(ray: Any, where: str | None, address: str | None) -> None:
+    """``ray.init`` quietly; its failure is the one line that says how to start a cluster."""
+    try:
+        # logging_level: Ray's "Started a local Ray instance" is not the benchmark's output
+        ray.init(
+            address=where,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise SpecError(
+            f"search.probe.ray: cannot join the Ray cluster at {address}: {exc}; start one "
+            "(ray start --head) or use local"
+        ) from None
 
 
 def spread_actors(cls: type, args: Sequence[tuple[Any, ...]], *, name: str = "") -> list[Any]:

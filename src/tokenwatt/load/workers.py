@@ -252,6 +252,8 @@ class WorkerStats:
     node_id: str | None = None  # a Ray actor's node
     clock_offset_ns: int | None = None  # a Ray actor's clock minus the coordinator's
     clock_uncertainty_ns: int | None = None  # ± of that offset (half the exchange's round trip)
+    clock_drift_ppm: float | None = None  # a Ray actor's offset drift over the probe, µs/s
+    clock_samples: int | None = None  # how often that offset was measured
 
     @property
     def exact_share(self) -> float | None:
