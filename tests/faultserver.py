@@ -131,6 +131,44 @@ def script(mode: str, max_tokens: int) -> list[Step]:
     raise ValueError(f"unknown fault mode {mode!r}")
 
 
+# /metrics answers: a vLLM-named page, then the ways a /metrics endpoint can break
+METRICS_MODES = ("ok", "trickle", "flood", "backwards", "nan", "negative", "replicas")
+FLOOD_METRICS_BYTES = 64 << 20
+
+
+def vllm_page(tokens: float, running: float = 1.0) -> bytes:
+    """A minimal vLLM /metrics page with ``tokens`` generated so far."""
+    return (
+        "# TYPE vllm:generation_tokens_total counter\n"
+        f"vllm:generation_tokens_total {tokens}\n"
+        "# TYPE vllm:prompt_tokens_total counter\n"
+        f"vllm:prompt_tokens_total {tokens}\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running {running}\n"
+    ).encode()
+
+
+def metrics_script(mode: str, scrape: int) -> list[Step]:
+    """The answer to the ``scrape``-th GET /metrics (0-based) in ``mode``."""
+    tokens = 1000.0 + 100.0 * scrape
+    if mode == "trickle":  # a proxy that holds the connection: one byte a second
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+        return [head[:1], *[x for b in head[1:] for x in (1.0, bytes([b]))]]
+    if mode == "flood":  # an endless body (no length, closed by nobody)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+        line = b"vllm:generation_tokens_total 1\n" * 32768
+        return [head, *[line] * (FLOOD_METRICS_BYTES // len(line))]
+    if mode == "backwards":  # a counter that falls once, as after an engine restart
+        tokens = tokens if scrape < 2 else 10.0 + 100.0 * (scrape - 2)
+    elif mode == "nan":
+        return [json_response("200 OK", vllm_page(float("nan")))]
+    elif mode == "negative":
+        tokens = -tokens
+    elif mode == "replicas":  # two engines behind one balancer, answering in turn
+        tokens = tokens if scrape % 2 == 0 else 50.0 + 7.0 * scrape
+    return [json_response("200 OK", vllm_page(tokens))]
+
+
 def _echo(head: bytes) -> bytes:
     """A careless server: a 500 whose message repeats the request line and every header (the
     API key among them), and a Location naming the request's own URL with its credentials."""
@@ -174,6 +212,8 @@ class FaultServer:
     modes: list[str] = field(default_factory=lambda: ["ok"])
     by_prompt: bool = False
     huge_models: bool = False
+    metrics: str | None = None  # GET /metrics: one of METRICS_MODES; None: no metrics there
+    scrapes: int = 0
     posts: dict[str, int] = field(default_factory=dict)
     connections: int = 0
     port: int = 0
@@ -235,8 +275,11 @@ class FaultServer:
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
             raw = await reader.readexactly(length) if length else b""
-            if head.startswith(b"GET "):
-                steps: list[Step] = [self._models()]
+            if self.metrics is not None and head.startswith(b"GET /metrics"):
+                steps: list[Step] = metrics_script(self.metrics, self.scrapes)
+                self.scrapes += 1
+            elif head.startswith(b"GET "):
+                steps = [self._models()]
             else:
                 body = orjson.loads(raw)
                 mode = self._mode_of(body)

@@ -55,6 +55,22 @@ FORBIDDEN: dict[str, set[str]] = {
     "report": {"client", "load", "sim", "cli"},
     "load": {"cli", "report"},
     "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
+    # the bounded GET of the scraping threads (engine, power): base code, no tokenwatt imports
+    "httpget": {
+        "geometry",
+        "hardware",
+        "spec",
+        "records",
+        "result",
+        "client",
+        "load",
+        "metrics",
+        "power",
+        "sim",
+        "report",
+        "cli",
+        "engine",
+    },
 }
 SIM_ALLOWED_IN = {"load/target.py"}
 
