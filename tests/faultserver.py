@@ -48,12 +48,16 @@ def event(obj: Any) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
 
 
-def token_events(n: int, *, finish: str | None = "length") -> list[bytes]:
-    """``n`` one-token content events; the last carries ``finish`` (None: no finish_reason)."""
+def token_events(n: int, *, finish: str | None = "length", rid: str = "") -> list[bytes]:
+    """``n`` one-token content events; the last carries ``finish`` (None: no finish_reason).
+    With ``rid`` every event carries it as its ``id``, as engines do (one id per answer)."""
     out = []
     for i in range(n):
         fr = finish if i == n - 1 else None
-        out.append(event({"choices": [{"index": 0, "text": "x", "finish_reason": fr}]}))
+        obj: dict[str, Any] = {"choices": [{"index": 0, "text": "x", "finish_reason": fr}]}
+        if rid:
+            obj["id"] = rid
+        out.append(event(obj))
     return out
 
 
@@ -73,12 +77,13 @@ def json_response(status: str, body: bytes, *, extra: str = "") -> bytes:
     ).encode() + body
 
 
-def _stream_bytes(n: int) -> bytes:
-    return b"".join(s for s in chunked_stream(token_events(n)) if isinstance(s, bytes))
+def _stream_bytes(n: int, rid: str = "") -> bytes:
+    return b"".join(s for s in chunked_stream(token_events(n, rid=rid)) if isinstance(s, bytes))
 
 
-def script(mode: str, max_tokens: int) -> list[Step]:
-    """The bytes and actions that answer one request in ``mode``."""
+def script(mode: str, max_tokens: int, rid: str = "") -> list[Step]:
+    """The bytes and actions that answer one request in ``mode`` (``rid``: the answer's id,
+    used by the modes that answer twice)."""
     n = max_tokens
     cut = max(1, min(3, n - 1))  # tokens sent before a stream is cut short
     if mode in ("ok", "instant"):
@@ -124,10 +129,11 @@ def script(mode: str, max_tokens: int) -> list[Step]:
         ).encode()
         return [head + body, "close"]
     if mode == "late_second_response":
-        # a correct answer, then (after the client has moved on) a stray duplicate
-        return [_stream_bytes(n), 0.05, _stream_bytes(LATE_TOKENS)]
+        # a correct answer, then (after the client has moved on) a stray duplicate: the same
+        # answer id again, as a proxy or engine that replays a response would send
+        return [_stream_bytes(n, rid), 0.05, _stream_bytes(LATE_TOKENS, rid)]
     if mode == "double_response_one_write":
-        return [_stream_bytes(n) + _stream_bytes(LATE_TOKENS)]
+        return [_stream_bytes(n, rid) + _stream_bytes(LATE_TOKENS, rid)]
     raise ValueError(f"unknown fault mode {mode!r}")
 
 
@@ -287,7 +293,8 @@ class FaultServer:
                 if mode == "echo_secrets":
                     steps = [_echo(head)]
                 else:
-                    steps = script(mode, int(body.get("max_tokens", 16)))
+                    rid = f"cmpl-{self.total_posts}"
+                    steps = script(mode, int(body.get("max_tokens", 16)), rid)
             if not await self._play(steps, writer):
                 return
 

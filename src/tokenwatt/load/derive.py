@@ -150,6 +150,8 @@ def probe_flags(run: ProbeRun, mbu: Mbu | None, engine: EngineFigures | None = N
         flags.append(f"timestamps_{m.timestamp_source}")
     if run.drain_timeouts:
         flags.append("drain_timeouts")
+    if run.stray_answers:
+        flags.append("stray_answers")
     if run.stopped_early:
         flags.append("early_stopped")
     if m.usage_fallback_requests:
@@ -260,6 +262,7 @@ def summarize_probe(
         mean_concurrency=m.mean_concurrency,
         requests_counted=m.requests_counted,
         interrupted=run.interrupted,
+        stray_answers=run.stray_answers,
         late_sends=run.late_sends,
         max_send_lag_s=run.max_send_lag_s,
         **_workload_figures(run),

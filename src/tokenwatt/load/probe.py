@@ -165,6 +165,7 @@ class ProbeRun:
     workers: int = 1  # processes that sent the load (1: this one)
     keep_up: list[WorkerStats] = field(default_factory=list)  # per sending process
     sender_error: str | None = None  # an exception ended the sender: an error probe
+    stray_answers: int = 0  # answers nobody asked for (late or stale), connection closed
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -225,6 +226,7 @@ class _Probe:
         self.keep_up: list[WorkerStats] = []
         self.on_record = on_record
         self.client = client
+        self.stray0 = getattr(client, "stray_answers", 0)  # the client counts over its life
         if isinstance(schedule, OpenLoopSchedule):
             schedule = OpenLoopSource(schedule, plans)
         self.schedule: ScheduleSource | ClosedLoop = schedule
@@ -781,6 +783,7 @@ def _probe_run(
         saturated=probe.saturated,
         error_stopped=probe.error_stopped,
         sender_error=probe.sender_error,
+        stray_answers=getattr(client, "stray_answers", 0) - probe.stray0,
         late_sends=probe.late_sends + probe.worker_late,
         max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
         clock=clock_dict,
