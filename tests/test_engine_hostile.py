@@ -159,3 +159,13 @@ def test_power_http_shares_the_total_deadline() -> None:
         url = f"http://127.0.0.1:{srv.port}/metrics"
         with pytest.raises(_http.HttpError, match="no complete answer within 1 s"):
             _bounded(lambda: _http.get(url, timeout_s=1.0), 15)
+
+
+def test_levels_from_the_window_edges_only_are_not_a_measured_zero() -> None:
+    """llama.cpp is scraped at the window's edges only: its running/waiting levels there (idle
+    at both ends) are no mean of the window; they are None, never 0 (was: a measured 0)."""
+    with threaded(FaultServer(metrics="ok")) as srv:
+        url = f"http://127.0.0.1:{srv.port}/metrics"
+        window = EngineScraper(url, "vllm", interval_s=0).start().stop()
+    assert window.scrapes == 2 and window.generated_tokens == pytest.approx(100.0)
+    assert window.running_mean is None and "running" in window.missing

@@ -121,8 +121,12 @@ def get_bounded(
         with opener.open(req, timeout=timeout_s) as resp:
             while len(body) <= max_bytes and (piece := resp.read(_PIECE_BYTES)):
                 body += piece
-    except OSError:
-        if watch.expired:
+    except OSError as exc:
+        # a socket's own timeout (the same number) may fire first: the same bound, one message
+        timed_out = isinstance(exc, TimeoutError) or isinstance(
+            getattr(exc, "reason", None), TimeoutError
+        )
+        if watch.expired or timed_out:
             raise late from None
         raise
     except http.client.HTTPException as exc:  # a cut answer reads as IncompleteRead

@@ -151,13 +151,16 @@ def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) 
             warnings.append(f"engine counter {key} fell once: read as an engine restart")
         delta[key] = counter_delta(known) if ok else None
     means: dict[str, float | None] = {}
+    # two scrapes are the window's edges only (llama.cpp is scraped so): a level there says
+    # nothing of the window between (idle at both ends read as a mean of 0), so not measured
+    inside = len(samples) >= 3
     for key in GAUGES:
         vals = [s.gauges.get(key) for s in samples]
-        ok = all(v is not None for v in vals)
+        ok = inside and all(v is not None for v in vals)
         means[key] = time_weighted_mean(times, [v for v in vals if v is not None]) if ok else None
     busy = delta.pop("busy_slot_decodes")
     steps = delta["decode_steps"]
-    kv = [s.gauges["kv_usage"] for s in samples if "kv_usage" in s.gauges]
+    kv = [s.gauges["kv_usage"] for s in samples if "kv_usage" in s.gauges] if inside else []
     missing = tuple(
         k for k in (*COUNTERS[:-1], *GAUGES) if (delta.get(k) if k in delta else means[k]) is None
     )
