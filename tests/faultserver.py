@@ -48,12 +48,16 @@ def event(obj: Any) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
 
 
-def token_events(n: int, *, finish: str | None = "length") -> list[bytes]:
-    """``n`` one-token content events; the last carries ``finish`` (None: no finish_reason)."""
+def token_events(n: int, *, finish: str | None = "length", rid: str = "") -> list[bytes]:
+    """``n`` one-token content events; the last carries ``finish`` (None: no finish_reason).
+    With ``rid`` every event carries it as its ``id``, as engines do (one id per answer)."""
     out = []
     for i in range(n):
         fr = finish if i == n - 1 else None
-        out.append(event({"choices": [{"index": 0, "text": "x", "finish_reason": fr}]}))
+        obj: dict[str, Any] = {"choices": [{"index": 0, "text": "x", "finish_reason": fr}]}
+        if rid:
+            obj["id"] = rid
+        out.append(event(obj))
     return out
 
 
@@ -73,12 +77,13 @@ def json_response(status: str, body: bytes, *, extra: str = "") -> bytes:
     ).encode() + body
 
 
-def _stream_bytes(n: int) -> bytes:
-    return b"".join(s for s in chunked_stream(token_events(n)) if isinstance(s, bytes))
+def _stream_bytes(n: int, rid: str = "") -> bytes:
+    return b"".join(s for s in chunked_stream(token_events(n, rid=rid)) if isinstance(s, bytes))
 
 
-def script(mode: str, max_tokens: int) -> list[Step]:
-    """The bytes and actions that answer one request in ``mode``."""
+def script(mode: str, max_tokens: int, rid: str = "") -> list[Step]:
+    """The bytes and actions that answer one request in ``mode`` (``rid``: the answer's id,
+    used by the modes that answer twice)."""
     n = max_tokens
     cut = max(1, min(3, n - 1))  # tokens sent before a stream is cut short
     if mode in ("ok", "instant"):
@@ -124,11 +129,50 @@ def script(mode: str, max_tokens: int) -> list[Step]:
         ).encode()
         return [head + body, "close"]
     if mode == "late_second_response":
-        # a correct answer, then (after the client has moved on) a stray duplicate
-        return [_stream_bytes(n), 0.05, _stream_bytes(LATE_TOKENS)]
+        # a correct answer, then (after the client has moved on) a stray duplicate: the same
+        # answer id again, as a proxy or engine that replays a response would send
+        return [_stream_bytes(n, rid), 0.05, _stream_bytes(LATE_TOKENS, rid)]
     if mode == "double_response_one_write":
-        return [_stream_bytes(n) + _stream_bytes(LATE_TOKENS)]
+        return [_stream_bytes(n, rid) + _stream_bytes(LATE_TOKENS, rid)]
     raise ValueError(f"unknown fault mode {mode!r}")
+
+
+# /metrics answers: a vLLM-named page, then the ways a /metrics endpoint can break
+METRICS_MODES = ("ok", "trickle", "flood", "backwards", "nan", "negative", "replicas")
+FLOOD_METRICS_BYTES = 64 << 20
+
+
+def vllm_page(tokens: float, running: float = 1.0) -> bytes:
+    """A minimal vLLM /metrics page with ``tokens`` generated so far."""
+    return (
+        "# TYPE vllm:generation_tokens_total counter\n"
+        f"vllm:generation_tokens_total {tokens}\n"
+        "# TYPE vllm:prompt_tokens_total counter\n"
+        f"vllm:prompt_tokens_total {tokens}\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running {running}\n"
+    ).encode()
+
+
+def metrics_script(mode: str, scrape: int) -> list[Step]:
+    """The answer to the ``scrape``-th GET /metrics (0-based) in ``mode``."""
+    tokens = 1000.0 + 100.0 * scrape
+    if mode == "trickle":  # a proxy that holds the connection: one byte a second
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+        return [head[:1], *[x for b in head[1:] for x in (1.0, bytes([b]))]]
+    if mode == "flood":  # an endless body (no length, closed by nobody)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+        line = b"vllm:generation_tokens_total 1\n" * 32768
+        return [head, *[line] * (FLOOD_METRICS_BYTES // len(line))]
+    if mode == "backwards":  # a counter that falls once, as after an engine restart
+        tokens = tokens if scrape < 2 else 10.0 + 100.0 * (scrape - 2)
+    elif mode == "nan":
+        return [json_response("200 OK", vllm_page(float("nan")))]
+    elif mode == "negative":
+        tokens = -tokens
+    elif mode == "replicas":  # two engines behind one balancer, answering in turn
+        tokens = tokens if scrape % 2 == 0 else 50.0 + 7.0 * scrape
+    return [json_response("200 OK", vllm_page(tokens))]
 
 
 def _echo(head: bytes) -> bytes:
@@ -174,6 +218,8 @@ class FaultServer:
     modes: list[str] = field(default_factory=lambda: ["ok"])
     by_prompt: bool = False
     huge_models: bool = False
+    metrics: str | None = None  # GET /metrics: one of METRICS_MODES; None: no metrics there
+    scrapes: int = 0
     posts: dict[str, int] = field(default_factory=dict)
     connections: int = 0
     port: int = 0
@@ -235,8 +281,11 @@ class FaultServer:
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
             raw = await reader.readexactly(length) if length else b""
-            if head.startswith(b"GET "):
-                steps: list[Step] = [self._models()]
+            if self.metrics is not None and head.startswith(b"GET /metrics"):
+                steps: list[Step] = metrics_script(self.metrics, self.scrapes)
+                self.scrapes += 1
+            elif head.startswith(b"GET "):
+                steps = [self._models()]
             else:
                 body = orjson.loads(raw)
                 mode = self._mode_of(body)
@@ -244,7 +293,8 @@ class FaultServer:
                 if mode == "echo_secrets":
                     steps = [_echo(head)]
                 else:
-                    steps = script(mode, int(body.get("max_tokens", 16)))
+                    rid = f"cmpl-{self.total_posts}"
+                    steps = script(mode, int(body.get("max_tokens", 16)), rid)
             if not await self._play(steps, writer):
                 return
 

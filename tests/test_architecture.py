@@ -59,6 +59,22 @@ FORBIDDEN: dict[str, set[str]] = {
     "importers": {"client", "load", "power", "sim", "cli", "engine"},
     "load": {"cli", "report"},
     "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
+    # the bounded GET of the scraping threads (engine, power): base code, no tokenwatt imports
+    "httpget": {
+        "geometry",
+        "hardware",
+        "spec",
+        "records",
+        "result",
+        "client",
+        "load",
+        "metrics",
+        "power",
+        "sim",
+        "report",
+        "cli",
+        "engine",
+    },
 }
 SIM_ALLOWED_IN = {"load/target.py"}
 

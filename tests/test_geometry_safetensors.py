@@ -18,7 +18,8 @@ H, FF, V = 64, 128, 256  # hidden, MLP, vocab; 4 heads of 16, 2 KV heads
 
 
 def write_header(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
-    """A safetensors file holding only its header: the reader never looks past it."""
+    """A safetensors file with its header and room for its tensors (a sparse file: the reader
+    never looks past the header, but checks that every tensor lies inside the file)."""
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, (dtype, shape) in tensors.items():
@@ -27,6 +28,8 @@ def write_header(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
         offset += n
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    with path.open("r+b") as f:
+        f.truncate(8 + len(raw) + offset)
 
 
 def config(folder: Path, **extra: object) -> Path:

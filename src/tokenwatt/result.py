@@ -56,6 +56,8 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         sending worker died: its requests are ``worker_lost``, the probe has no SLO verdict);
         ``load_generator.per_worker[].clock_drift_ppm`` and ``clock_samples`` (a Ray actor's
         offset re-measured during the probe).
+        (issue 23, additive, default 0) probe ``stray_answers``: answers the server wrote
+        that no request was waiting for, or a stale one refused; flag ``stray_answers``.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -638,6 +640,11 @@ class ProbeSummary(_Strict):
     mean_concurrency: float | None = Field(None, description="Little's law over counted requests")
     interrupted: bool = Field(False, description="Ctrl-C ended the probe")
     late_sends: int = Field(0, description="sends started over 50 ms after their slot")
+    stray_answers: int = Field(
+        0,
+        description="answers nobody asked for (a late second answer, or the previous "
+        "request's answer read on a reused connection); each closed its connection",
+    )
     max_send_lag_s: float | None = Field(None, description="the sender's worst lag behind plan")
     rate_unit: Literal["requests", "sessions", "turns"] = Field(
         "requests", description="what rate_rps counts per second"

@@ -16,6 +16,7 @@ every other check has passed, so a refused run leaves no empty folder behind.
 from __future__ import annotations
 
 import os
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -51,6 +52,13 @@ def _check_writable(out: Path) -> None:
         raise SpecError(f"--out: {probe} is a file, not a folder; give a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise SpecError(f"--out: {probe} is not writable; give a folder you can write to")
+    # access() says yes for root on /proc and /sys, where nothing can be created: try once
+    # (a folder made and removed at once), so the run is refused now, not after measuring
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tokenwatt-check-", dir=probe))
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise SpecError(f"--out: cannot create a folder in {probe} ({why}); give another") from None
 
 
 def remove_stale(out: Path, started_ns: int) -> list[Path]:

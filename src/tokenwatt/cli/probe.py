@@ -432,6 +432,7 @@ async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
     if spill.error is not None:
         data["warnings"].append(f"incremental requests.jsonl stopped: {spill.error}")
     data["warnings"] += engine_warnings + power_warnings(monitor)
+    data["warnings"] += _probe_notes(run, geometry)
     data["warnings"].extend(_keep_up_warnings(data["summary"].get("load_generator")))
     run.write_requests(out / "requests.jsonl")
     (out / "probe.json").write_bytes(
@@ -440,6 +441,22 @@ async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
     if geometry is not None and accelerator is not None:
         write_probe_result(spec, data, geometry, accelerator, out)
     return data
+
+
+def _probe_notes(run: ProbeRun, geometry: ModelGeometry | None) -> list[str]:
+    """Warnings the terminal must show: stray answers, a preset standing in for a repo id."""
+    from tokenwatt.geometry.config import preset_stand_in
+
+    notes = []
+    if run.stray_answers:
+        notes.append(
+            f"the server wrote {run.stray_answers} answer(s) no request was waiting for (late "
+            "or stale, on a reused connection): each connection was closed, a stale answer "
+            "counted as a protocol error; check a proxy that retries or replays responses"
+        )
+    if geometry is not None and (note := preset_stand_in(geometry.source)) is not None:
+        notes.append(note)
+    return notes
 
 
 def write_probe_result(
@@ -639,6 +656,15 @@ def register(app: typer.Typer) -> None:
         )
         spec = _with_flags(build_spec(spec_path, flags), duration=duration, warmup=warmup)
         spec = with_senders(spec, workers, ray)
+        loops_closed = closed is not None or (
+            rate is None and spec.workload.arrival.kind == "concurrency"
+        )
+        if loops_closed and (workers is not None or ray is not None):
+            console.print(
+                "[yellow]note:[/] --workers/--ray are not used in a closed loop: its streams "
+                "send from this process (they apply to open-loop --rate probes)",
+                highlight=False,
+            )
         run_probe_command(
             spec,
             rate=rate,

@@ -126,6 +126,7 @@ class Connection:
         "closed",
         "exchanges",
         "fd",
+        "last_response_id",
         "sock",
         "stray",
     )
@@ -165,6 +166,7 @@ class Connection:
         self._write_done: Callable[[int], None] | None = None
         self.closed = False
         self.stray = False  # closed because an answer came with no request outstanding
+        self.last_response_id: str | None = None  # the previous answer's id on this socket
         self.exchanges = 0
 
     # ------------------------------------------------------------------ setup
@@ -454,6 +456,7 @@ class Connection:
         for ev in events:
             if ev == DONE:
                 ex.saw_done = True
+                self._check_not_stale(ex, interp)
                 self._settle(ex)
                 return
             pp.append(ev)
@@ -501,8 +504,26 @@ class Connection:
                     ex.saw_done = True
                     break
                 self._interp.add(ev, stamp, self._read_no)
+            self._check_not_stale(ex, self._interp)
         self._stamp = stamp
         self._settle(ex)
+
+    def _check_not_stale(self, ex: Exchange, interp: StreamInterpreter) -> None:
+        """An answer whose id is the previous answer's on this socket is that answer again,
+        written late by the server and read as this request's: it is not this request's
+        answer (its timing would be the previous one's), the socket goes (``stray``), and the
+        request fails as a protocol error (a server that answers twice is broken)."""
+        interp.flush()
+        rid = interp.response_id
+        if rid is not None and rid == self.last_response_id:
+            self.stray = True
+            ex.error_kind = "protocol"
+            ex.error_message = shorten(
+                f"stale answer: the previous request's response (id {rid}) arrived as this "
+                "one's on a reused connection"
+            )
+        elif rid is not None:
+            self.last_response_id = rid
 
     def _settle(self, ex: Exchange) -> None:
         if not ex.future.done():
@@ -550,6 +571,7 @@ class Connection:
             and ex is not None
             and ex.future.done()
             and ex.error_kind not in ("timeout_first_token", "stall", "timeout_total")
+            and not self.stray
         )  # an error answer that ended cleanly (HTTP 4xx/5xx, in-band error) leaves it usable
         self._ex = None
         self._interp = None

@@ -217,6 +217,7 @@ class StreamInterpreter:
         "prev_cum",
         "prompt_tokens",
         "protocol_error",
+        "response_id",
         "run_in_read",
         "text_parts",
     )
@@ -245,6 +246,7 @@ class StreamInterpreter:
         self.protocol_error: str | None = None
         self.completion_tokens: int | None = None  # from the last usage object
         self.prompt_tokens: int | None = None
+        self.response_id: str | None = None  # the first event's "id" (one per answer)
 
     def add(self, payload: bytes, stamp_ns: int, read_index: int) -> None:
         self.pending_payloads.append(payload)
@@ -282,6 +284,8 @@ class StreamInterpreter:
                 continue
             if self.hook is not None:
                 self.hook(obj, stamps[i])
+            if self.response_id is None and isinstance(rid := obj.get("id"), str) and rid:
+                self.response_id = rid
             err = obj.get("error")
             if (err is not None and err is not False) or obj.get("object") == "error":
                 msg = error_of(obj)

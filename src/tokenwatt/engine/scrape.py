@@ -6,28 +6,37 @@ of its HTTP round trip on ``tokenwatt.clock`` (the client's clock), so the engin
 the client window share one time base.
 
     scraper = EngineScraper("http://127.0.0.1:8080/metrics", "auto", interval_s=1.0)
-    scraper.start()          # first scrape, blocking (detects the engine)
+    scraper.start()          # first scrape, blocking but bounded (detects the engine)
     ...                      # the probe runs
     window = scraper.stop()  # last scrape, blocking -> EngineWindow
 
-A server without metrics is not an error: the window says so once in ``unavailable``.
+A server without metrics is not an error: the window says so once in ``unavailable``. Every
+scrape is bounded in total time (``timeout_s``, not per socket read: a /metrics that trickles
+one byte a second once held the probe's start forever) and in bytes (``MAX_METRICS_BYTES``); a
+slow or huge answer is dropped with one warning and the probe goes on. Values that cannot be
+counts (NaN, negative) are refused by name (``engine.checks``).
 """
 
 from __future__ import annotations
 
 import threading
-import urllib.error
 import urllib.request
+from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
 from tokenwatt.clock import now_ns
+from tokenwatt.engine.checks import checked_sample
 from tokenwatt.engine.names import ENGINES, EngineName, detect_engine
 from tokenwatt.engine.parse import EngineSample, MetricsParseError, parse_samples, sample_from_text
 from tokenwatt.engine.window import EngineWindow, clip_samples, summarize
+from tokenwatt.httpget import get_bounded
 
-__all__ = ["EngineScraper", "fetch_text", "metrics_url_for"]
+__all__ = ["MAX_METRICS_BYTES", "EngineScraper", "fetch_text", "metrics_url_for"]
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# a vLLM /metrics page with every histogram is ~100-300 KB; 8 MB is far above any engine's and
+# far below what parsing costs to be felt (100 MB took > 150 s and 1 GB before this bound)
+MAX_METRICS_BYTES = 8 << 20
 
 
 def metrics_url_for(endpoint_url: str) -> str:
@@ -41,14 +50,13 @@ def metrics_url_for(endpoint_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path.rstrip("/") + "/metrics", "", ""))
 
 
-def fetch_text(url: str, timeout_s: float) -> str:
-    """GET ``url`` as text; raises OSError (URLError, HTTPError, timeouts) on failure."""
+def fetch_text(url: str, timeout_s: float, max_bytes: int = MAX_METRICS_BYTES) -> str:
+    """GET ``url`` as text, complete within ``timeout_s`` (total, not per socket read) and at
+    most ``max_bytes`` long; raises OSError (URLError, HTTPError, ``BoundError``) on failure."""
     handlers: list[urllib.request.BaseHandler] = []
     if (urlsplit(url).hostname or "") in _LOOPBACK:
         handlers.append(urllib.request.ProxyHandler({}))
-    opener = urllib.request.build_opener(*handlers)
-    with opener.open(url, timeout=timeout_s) as resp:
-        data: bytes = resp.read()
+    data = get_bounded(url, timeout_s=timeout_s, max_bytes=max_bytes, handlers=handlers)
     return data.decode("utf-8", errors="replace")
 
 
@@ -66,6 +74,8 @@ class EngineScraper:
         self.timeout_s = timeout_s
         self.samples: list[EngineSample] = []
         self.unavailable: str | None = None
+        self.warnings: list[str] = []  # each once: refused values, dropped scrapes
+        self._warned: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -75,9 +85,11 @@ class EngineScraper:
         try:
             text = fetch_text(self.url, self.timeout_s)
         except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
             if not self.samples and self.unavailable is None:
-                reason = getattr(exc, "reason", None) or exc
                 self.unavailable = f"no engine metrics at {self.url} ({reason})"
+            else:
+                self._warn(f"an engine /metrics scrape was dropped ({reason})")
             return
         t_ns = (t0 + now_ns()) // 2
         try:
@@ -88,12 +100,20 @@ class EngineScraper:
                         f"{self.url} serves no vLLM/SGLang/TGI/llama.cpp/TRT-LLM names"
                     )
                     return
-            sample = sample_from_text(text, self.engine, t_ns)
+            sample, refused = checked_sample(sample_from_text(text, self.engine, t_ns))
         except MetricsParseError as exc:
             self.unavailable = f"{self.url}: {exc}"
             return
+        for figure, warning in refused.items():
+            self._warn(warning, figure)
         with self._lock:
             self.samples.append(sample)
+
+    def _warn(self, text: str, key: str | None = None) -> None:
+        """``text`` once per ``key`` (the text itself by default) over the scraper's life."""
+        if (key or text) not in self._warned:
+            self._warned.add(key or text)
+            self.warnings.append(text)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -121,4 +141,5 @@ class EngineScraper:
             samples = sorted(self.samples, key=lambda s: s.t_ns)
         if window_ns is not None:
             samples = clip_samples(samples, *window_ns)
-        return summarize(samples, engine=self.engine, url=self.url)
+        window = summarize(samples, engine=self.engine, url=self.url)
+        return replace(window, warnings=(*self.warnings, *window.warnings))

@@ -4,7 +4,9 @@ Why time-weighted: running and waiting requests change at every admission and fi
 plain mean of scrapes over-weights stretches where scrapes happened to bunch. Each gauge is
 integrated with the trapezoid rule over the scrape times and divided by the window length.
 Counters are differenced between the first and last scrape; a decrease is a restart of the
-engine (counters reset to zero), so the value after it counts from zero.
+engine (counters reset to zero), so the value after it counts from zero, but only where the
+series behaves like a restart (``engine.checks.counter_shape``): a counter that goes up and
+down is several engines behind one URL, and the window has no engine figures.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenwatt.engine.checks import SEVERAL_ENGINES, counter_shape
 from tokenwatt.engine.names import COUNTERS, GAUGES
 from tokenwatt.engine.parse import EngineSample
 
@@ -63,6 +66,7 @@ class EngineWindow:
     missing: tuple[str, ...] = ()
     unavailable: str | None = None
     series: tuple[EngineSample, ...] = field(default=(), repr=False)
+    warnings: tuple[str, ...] = ()  # refused values, restarts: for the run's warnings
 
     @property
     def generated_tokens_per_s(self) -> float | None:
@@ -134,18 +138,29 @@ def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) 
         return EngineWindow(engine, url, unavailable="no scrape of the engine's /metrics")
     times = [(s.t_ns - samples[0].t_ns) / 1e9 for s in samples]
     delta: dict[str, float | None] = {}
+    warnings: list[str] = []
     for key in COUNTERS:
         vals = [s.counters.get(key) for s in samples]
         ok = len(samples) >= 2 and all(v is not None for v in vals)
-        delta[key] = counter_delta([v for v in vals if v is not None]) if ok else None
+        known = [v for v in vals if v is not None]
+        shape = counter_shape(known) if ok else "rising"
+        if shape == "several":
+            why = f"{SEVERAL_ENGINES} (counter {key} went up and down over {len(known)} scrapes)"
+            return EngineWindow(engine, url, unavailable=why, series=tuple(samples))
+        if shape == "restart":
+            warnings.append(f"engine counter {key} fell once: read as an engine restart")
+        delta[key] = counter_delta(known) if ok else None
     means: dict[str, float | None] = {}
+    # two scrapes are the window's edges only (llama.cpp is scraped so): a level there says
+    # nothing of the window between (idle at both ends read as a mean of 0), so not measured
+    inside = len(samples) >= 3
     for key in GAUGES:
         vals = [s.gauges.get(key) for s in samples]
-        ok = all(v is not None for v in vals)
+        ok = inside and all(v is not None for v in vals)
         means[key] = time_weighted_mean(times, [v for v in vals if v is not None]) if ok else None
     busy = delta.pop("busy_slot_decodes")
     steps = delta["decode_steps"]
-    kv = [s.gauges["kv_usage"] for s in samples if "kv_usage" in s.gauges]
+    kv = [s.gauges["kv_usage"] for s in samples if "kv_usage" in s.gauges] if inside else []
     missing = tuple(
         k for k in (*COUNTERS[:-1], *GAUGES) if (delta.get(k) if k in delta else means[k]) is None
     )
@@ -166,4 +181,5 @@ def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) 
         kv_usage_max=max(kv) if kv else None,
         missing=missing,
         series=tuple(samples),
+        warnings=tuple(warnings),
     )

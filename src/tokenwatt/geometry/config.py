@@ -18,7 +18,16 @@ from typing import Any
 
 from tokenwatt.errors import GeometryError
 
-__all__ = ["LoadedConfig", "hf_cache_dir", "list_presets", "read_config", "resolve_preset"]
+__all__ = [
+    "LoadedConfig",
+    "hf_cache_dir",
+    "list_presets",
+    "preset_stand_in",
+    "read_config",
+    "resolve_preset",
+]
+
+_NOT_CACHED = "is not in the local HF cache"
 
 # friendly names → bundled preset (lowercase file stem)
 _ALIASES: dict[str, str] = {
@@ -142,6 +151,16 @@ def _read_preset(key: str) -> LoadedConfig:
     )
 
 
+def preset_stand_in(origin: str) -> str | None:
+    """The terminal's note when a Hugging Face id was not cached and the bundled preset of the
+    same name stood in for it (``origin``: ``ModelGeometry.source``); None otherwise. Why: a
+    repo id that names a different revision or fine-tune would be counted as the preset
+    without a word where a person reads (it was said only in result.json)."""
+    if _NOT_CACHED not in origin:
+        return None
+    return f"model geometry from the bundled {origin}: the preset of that name stands in"
+
+
 def read_config(source: str | os.PathLike[str]) -> LoadedConfig:
     """Locate and parse ``source``'s config.json (see the module docstring for the order)."""
     text = os.fspath(source).strip()
@@ -167,7 +186,7 @@ def read_config(source: str | os.PathLike[str]) -> LoadedConfig:
             return LoadedConfig(
                 loaded.data,
                 text,
-                f"{loaded.origin} ({text} is not in the local HF cache {hf_cache_dir()})",
+                f"{loaded.origin} ({text} {_NOT_CACHED} {hf_cache_dir()})",
             )
         raise GeometryError(
             f"{text!r} is not in the local Hugging Face cache ({hf_cache_dir()}) and is no "

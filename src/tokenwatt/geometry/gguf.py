@@ -15,13 +15,19 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gguf import GGUFReader, GGUFValueType, LlamaFileType
+from gguf import LlamaFileType
 
 from tokenwatt.errors import GeometryError
+from tokenwatt.geometry.bounds import MAX_EXPERTS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SHARED
+from tokenwatt.geometry.gguf_header import (
+    GGML_BLOCKS,
+    GgufTensor,
+    ggml_type_bytes,
+    read_gguf_header,
+)
 from tokenwatt.geometry.model import KVGroup, KVKind, ModelGeometry
 
 __all__ = [
@@ -32,43 +38,6 @@ __all__ = [
     "read_gguf_table",
 ]
 
-# ggml type name → (elements per block, bytes per block); the same table as ggml's
-# type_traits (and gguf.GGML_QUANT_SIZES), kept here so the
-# counts are stated in this project, not only inherited.
-GGML_BLOCKS: dict[str, tuple[int, int]] = {
-    "F32": (1, 4),
-    "F16": (1, 2),
-    "BF16": (1, 2),
-    "F64": (1, 8),
-    "I8": (1, 1),
-    "I16": (1, 2),
-    "I32": (1, 4),
-    "I64": (1, 8),
-    "Q4_0": (32, 18),
-    "Q4_1": (32, 20),
-    "Q5_0": (32, 22),
-    "Q5_1": (32, 24),
-    "Q8_0": (32, 34),
-    "Q8_1": (32, 40),
-    "Q2_K": (256, 84),
-    "Q3_K": (256, 110),
-    "Q4_K": (256, 144),
-    "Q5_K": (256, 176),
-    "Q6_K": (256, 210),
-    "Q8_K": (256, 292),
-    "IQ2_XXS": (256, 66),
-    "IQ2_XS": (256, 74),
-    "IQ3_XXS": (256, 98),
-    "IQ1_S": (256, 50),
-    "IQ4_NL": (32, 18),
-    "IQ3_S": (256, 110),
-    "IQ2_S": (256, 82),
-    "IQ4_XS": (256, 136),
-    "IQ1_M": (256, 56),
-    "TQ1_0": (256, 54),
-    "TQ2_0": (256, 66),
-    "MXFP4": (32, 17),
-}
 # llama.cpp's --cache-type-k/-v choices
 _KV_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "IQ4_NL", "Q5_0", "Q5_1")
 _KV_ALIASES = {"FP16": "F16", "FLOAT16": "F16", "FP32": "F32", "FLOAT32": "F32", "BFLOAT16": "BF16"}
@@ -79,65 +48,10 @@ _EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_[a-z_]*_exps\.")
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
-def ggml_type_bytes(type_name: str, elements: int, row: int) -> int:
-    """Stored bytes of ``elements`` values of ggml type ``type_name`` in rows of ``row``."""
-    key = type_name.upper()
-    if key not in GGML_BLOCKS:
-        raise GeometryError(f"GGUF tensor type {type_name} has no known block size")
-    per_block, block_bytes = GGML_BLOCKS[key]
-    if row % per_block:
-        raise GeometryError(
-            f"GGUF: a row of {row} elements is not a whole number of {key} blocks ({per_block})"
-        )
-    return elements // per_block * block_bytes
-
-
-@dataclass(frozen=True, slots=True)
-class GgufTensor:
-    """One row of the tensor table: name, shape (ggml order: row length first), ggml type."""
-
-    name: str
-    shape: tuple[int, ...]
-    type_name: str
-
-    @property
-    def elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return ggml_type_bytes(self.type_name, self.elements, self.shape[0] if self.shape else 1)
-
-
-def _field_value(field: Any) -> Any:
-    types = list(field.types)
-    if not types:
-        return None
-    if types[0] == GGUFValueType.ARRAY:
-        if len(types) > 1 and types[1] == GGUFValueType.STRING:
-            return None  # vocabularies: large and not needed
-        return [field.parts[i].tolist()[0] for i in field.data]
-    part = field.parts[field.data[0]]
-    if types[0] == GGUFValueType.STRING:
-        return bytes(part).decode("utf-8", errors="replace")
-    return part.tolist()[0]
-
-
 def read_gguf_table(path: Path) -> tuple[dict[str, Any], list[GgufTensor]]:
-    """The metadata (no string arrays) and tensor table of ``path``; weights stay on disk."""
-    try:
-        reader = GGUFReader(path, "r")
-    except (OSError, ValueError, KeyError, IndexError) as exc:
-        raise GeometryError(f"{path} is not a readable GGUF file ({exc})") from None
-    meta = {name: _field_value(f) for name, f in reader.fields.items()}
-    tensors = [
-        GgufTensor(t.name, tuple(int(d) for d in t.shape), t.tensor_type.name)
-        for t in reader.tensors
-    ]
-    return meta, tensors
+    """The metadata (no string arrays) and tensor table of ``path``; weights stay on disk
+    (``geometry.gguf_header``: header only, bounded)."""
+    return read_gguf_header(path)
 
 
 class _Meta:
@@ -149,13 +63,19 @@ class _Meta:
             raise GeometryError(f"{path}: GGUF has no general.architecture")
         self.arch = arch
 
-    def int_(self, key: str, default: int | None = None) -> int:
+    def int_(self, key: str, default: int | None = None, *, minimum: int = 1, maximum: int) -> int:
+        """``{arch}.{key}`` as an integer within the physical bounds config.json has too."""
         value = self.meta.get(f"{self.arch}.{key}", default)
         if isinstance(value, list):  # per-layer arrays (e.g. head_count_kv): take the first
             value = value[0] if value else default
         if not isinstance(value, int) or isinstance(value, bool):
             raise GeometryError(
                 f"{self.path}: GGUF has no integer {self.arch}.{key}; set it with --set"
+            )
+        if not minimum <= value <= maximum:
+            raise GeometryError(
+                f"{self.path}: GGUF {self.arch}.{key} = {value} is outside {minimum}..{maximum:,}"
+                " (a corrupted or hostile file)"
             )
         return value
 
@@ -192,11 +112,11 @@ def _layer_kinds(m: _Meta, layers: int, notes: list[str]) -> list[tuple[KVKind, 
 
 
 def _kv_groups(m: _Meta, layers: int, kv_type: str, notes: list[str]) -> tuple[KVGroup, ...]:
-    heads = m.int_("attention.head_count")
-    kv_heads = m.int_("attention.head_count_kv", heads)
-    emb = m.int_("embedding_length")
-    k_len = m.int_("attention.key_length", emb // heads)
-    v_len = m.int_("attention.value_length", k_len)
+    heads = m.int_("attention.head_count", maximum=MAX_HEADS)
+    kv_heads = m.int_("attention.head_count_kv", heads, maximum=MAX_HEADS)
+    emb = m.int_("embedding_length", maximum=MAX_HIDDEN)
+    k_len = m.int_("attention.key_length", emb // heads, maximum=MAX_HEADS)
+    v_len = m.int_("attention.value_length", k_len, maximum=MAX_HEADS)
     # one K row and one V row per layer per token, each quantized in blocks along the row
     per_layer = ggml_type_bytes(kv_type, kv_heads * k_len, kv_heads * k_len) + ggml_type_bytes(
         kv_type, kv_heads * v_len, kv_heads * v_len
@@ -233,16 +153,17 @@ def geometry_from_gguf(
     meta, tensors = read_gguf_table(path)
     m = _Meta(meta, path)
     notes: list[str] = [f"exact tensor bytes from the GGUF tensor table ({len(tensors)} tensors)"]
-    layers = m.int_("block_count")
+    layers = m.int_("block_count", maximum=MAX_LAYERS)
     by_name = {t.name: t for t in tensors}
     embd = by_name.get("token_embd.weight")
     if embd is None:
         raise GeometryError(f"{path}: GGUF has no token_embd.weight tensor")
     head = by_name.get("output.weight")
     tied = head is None
-    experts = m.int_("expert_count", 0)
-    top_k = m.int_("expert_used_count", 0) if experts else 0
+    experts = m.int_("expert_count", 0, minimum=0, maximum=MAX_EXPERTS)
+    top_k = m.int_("expert_used_count", 0, maximum=experts) if experts else 0
 
+    shared = m.int_("expert_shared_count", 0, minimum=0, maximum=MAX_SHARED) if experts else 0
     total = sum(t.elements for t in tensors)
     stored = sum(t.nbytes for t in tensors)
     exp_elems: dict[int, int] = {}
@@ -275,7 +196,7 @@ def geometry_from_gguf(
         moe_layers=moe_layers,
         experts=experts if moe_layers else 0,
         experts_per_token=top_k if moe_layers else 0,
-        shared_experts=m.int_("expert_shared_count", 0) if moe_layers else 0,
+        shared_experts=shared if moe_layers else 0,
         expert_params=(routed_elems // moe_layers // experts) if moe_layers else 0,
         weight_dtype=_file_type(meta),
         kv_dtype=kv_type.lower(),

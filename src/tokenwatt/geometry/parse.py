@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from tokenwatt.errors import GeometryError
+from tokenwatt.geometry.bounds import MAX_EXPERTS as _MAX_EXPERTS
+from tokenwatt.geometry.bounds import MAX_HEADS as _MAX_HEADS
+from tokenwatt.geometry.bounds import MAX_HIDDEN as _MAX_HIDDEN
+from tokenwatt.geometry.bounds import MAX_LAYERS as _MAX_LAYERS
+from tokenwatt.geometry.bounds import MAX_SHARED as _MAX_SHARED
+from tokenwatt.geometry.bounds import MAX_VOCAB as _MAX_VOCAB
 from tokenwatt.geometry.dtypes import WeightFormat, canonical_dtype, kv_bytes_per_element
 from tokenwatt.geometry.model import KVGroup, KVKind, ModelGeometry
 from tokenwatt.geometry.precision import Precision, resolve_precision
@@ -72,7 +78,6 @@ _ARCH_TO_TYPE = {
     "Llama4ForCausalLM": "llama4_text",
     "Llama4ForConditionalGeneration": "llama4",
 }
-_MAX_LAYERS = 10_000  # the count walks layer by layer; no real model comes near this
 _EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
 _TOPK_KEYS = (
     "num_experts_per_tok",
@@ -389,13 +394,8 @@ def _kv_groups(kinds: _Kinds, per_layer_bytes: int) -> tuple[KVGroup, ...]:
     )
 
 
-# Physical bounds (docs/methodology.md, "config.json checks"): far above any released model,
-# far below what a corrupted or hostile file can say. Layers are bounded by _MAX_LAYERS.
-_MAX_HIDDEN = 2**20  # hidden_size, intermediate sizes, LoRA ranks (largest real: ~10^5)
-_MAX_HEADS = 2**16  # attention heads, KV heads and head_dim (largest real: 128 / 256)
-_MAX_VOCAB = 2**24  # vocabulary rows (largest real: ~2.6·10^5)
-_MAX_EXPERTS = 2**16  # routed experts per MoE layer (largest real: 384)
-_MAX_SHARED = 2**8  # always-on shared experts (largest real: 2)
+# Physical bounds (docs/methodology.md, "config.json checks"): ``geometry.bounds``, the same
+# for every geometry source.
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenwatt.errors import GeometryError
+from tokenwatt.geometry.bounds import MAX_DIMS, MAX_TENSOR_ELEMENTS, MAX_TENSORS, shown
 from tokenwatt.geometry.model import ModelGeometry
 
 __all__ = [
@@ -36,7 +37,9 @@ __all__ = [
 
 # header counts and config.json arithmetic further apart than this get a note
 HEADER_DISAGREEMENT = 0.005
-_MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
+# the format allows 100 MB; real headers are kilobytes to a few MB (3,000 tensors: ~0.5 MB)
+# and parsing 100 MB of JSON into Python objects costs gigabytes
+_MAX_HEADER_BYTES = 16 * 1024 * 1024
 _EXPERT = re.compile(r"\.experts\.")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _EMBED = re.compile(r"(embed_tokens|\bwte|word_embeddings|tok_embeddings)\.")
@@ -44,33 +47,102 @@ _HEAD = re.compile(r"(^|\.)lm_head\.")
 _NOT_TEXT = re.compile(r"(vision|visual|image|audio|multi_modal_projector|mm_projector)")
 
 
-def read_safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
-    """Tensor name → {dtype, shape, data_offsets} from one file's header (no tensor data)."""
+# safetensors dtype → bits per element (the format's own list; F4/F6 are packed sub-byte floats)
+_DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F4": 4,
+    "F6_E2M3": 6, "F6_E3M2": 6, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32,
+    "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+}  # fmt: skip
+
+
+def _parse_header(path: Path, text: bytes) -> dict[str, Any]:
+    def refuse(name: str) -> Any:  # NaN, Infinity: Python's json reads them, JSON has none
+        raise GeometryError(f"{path}: safetensors header holds {name}, not a JSON number")
+
     try:
+        header = json.loads(text, parse_constant=refuse)
+    except RecursionError:
+        raise GeometryError(f"{path}: safetensors header nests too deep to be one") from None
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
+        raise GeometryError(f"{path}: safetensors header is not JSON") from None
+    if not isinstance(header, dict):
+        raise GeometryError(f"{path}: safetensors header is not a JSON object")
+    if len(header) > MAX_TENSORS:
+        raise GeometryError(f"{path}: safetensors header lists more than {MAX_TENSORS} tensors")
+    return header
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_tensor(path: Path, name: str, info: object, data_bytes: int) -> dict[str, Any]:
+    """One tensor's entry: known dtype, a bounded shape, offsets inside the file that hold
+    exactly dtype × shape bytes; anything else is one line naming the tensor."""
+    where = f"{path}: tensor {shown(name)}"
+    if not isinstance(info, dict):
+        raise GeometryError(f"{where} is not a JSON object")
+    offsets, dtype, shape = info.get("data_offsets"), info.get("dtype"), info.get("shape")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_int, offsets))):
+        raise GeometryError(f"{where} has no valid data_offsets (two integers)")
+    start, end = offsets
+    if not 0 <= start <= end <= data_bytes:
+        raise GeometryError(
+            f"{where}: data_offsets [{start}, {end}] lie outside the file's {data_bytes} data "
+            "bytes (a truncated or hostile file)"
+        )
+    if dtype not in _DTYPE_BITS:
+        raise GeometryError(f"{where} has dtype {dtype!r}, not a safetensors dtype")
+    if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(map(_is_int, shape))):
+        raise GeometryError(f"{where} has no valid shape (a list of at most {MAX_DIMS} integers)")
+    elements = 1
+    for d in shape:
+        if not 0 <= d <= MAX_TENSOR_ELEMENTS:
+            raise GeometryError(f"{where} has shape {shape}: a size outside 0..2^44")
+        elements *= d
+    if elements * _DTYPE_BITS[dtype] != 8 * (end - start):
+        raise GeometryError(
+            f"{where}: {dtype} × {shape} is {elements * _DTYPE_BITS[dtype] / 8:g} bytes, its "
+            f"data_offsets hold {end - start}"
+        )
+    return info
+
+
+def read_safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
+    """Tensor name → {dtype, shape, data_offsets} from one file's header (no tensor data).
+
+    Every entry is checked: offsets inside the file, agreeing with dtype × shape, no two
+    tensors sharing bytes; the header itself is bounded (``_MAX_HEADER_BYTES``, ``MAX_TENSORS``).
+    """
+    try:
+        file_bytes = path.stat().st_size
         with path.open("rb") as f:
             raw = f.read(8)
             if len(raw) < 8:
                 raise GeometryError(f"{path} is too short to be a safetensors file")
             (size,) = struct.unpack("<Q", raw)
-            if size > _MAX_HEADER_BYTES:
-                raise GeometryError(f"{path}: safetensors header claims {size} bytes; not one")
+            if size > min(_MAX_HEADER_BYTES, file_bytes - 8):
+                raise GeometryError(
+                    f"{path}: safetensors header claims {size} bytes; the file has "
+                    f"{file_bytes - 8} after its length and the bound is {_MAX_HEADER_BYTES}"
+                )
             text = f.read(size)
     except OSError as exc:
         raise GeometryError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        header = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise GeometryError(f"{path}: safetensors header is not JSON") from None
-    if not isinstance(header, dict):
-        raise GeometryError(f"{path}: safetensors header is not a JSON object")
-    out: dict[str, dict[str, Any]] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = info.get("data_offsets") if isinstance(info, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and offsets[1] >= offsets[0]):
-            raise GeometryError(f"{path}: tensor {name} has no valid data_offsets")
-        out[name] = info
+    header = _parse_header(path, text)
+    data_bytes = file_bytes - 8 - size
+    out = {
+        name: _check_tensor(path, name, info, data_bytes)
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
+    last_end, last_name = 0, ""
+    for name, info in sorted(out.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        start, end = info["data_offsets"]
+        if start < last_end:
+            raise GeometryError(f"{path}: tensor {shown(name)} overlaps tensor {shown(last_name)}")
+        if end > start:
+            last_end, last_name = end, name
     return out
 
 

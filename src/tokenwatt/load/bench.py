@@ -24,6 +24,7 @@ from typing import Literal
 
 from tokenwatt import __version__
 from tokenwatt.geometry import load_geometry
+from tokenwatt.geometry.config import preset_stand_in
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.derive import early_stop_for, summarize_probe
@@ -315,6 +316,8 @@ async def run_bench(
     accelerator = resolve_accelerator(spec.hardware)
     check_fits(spec, geometry, accelerator)
     result = _new_result(spec, geometry, accelerator)
+    if (stand_in := preset_stand_in(geometry.source)) is not None:
+        result.warnings.append(stand_in)
     async with open_target(spec, sim_mode=sim_mode, truth_log=truth_log) as target:
         monitor = open_probe_power(spec, accelerator, target.metrics_url)
         try:

@@ -97,6 +97,27 @@ def probe_mbu(
     )
 
 
+UNRESPONSIVE = "endpoint unresponsive"
+
+
+def halt_reason(run: ProbeRun) -> str | None:
+    """Why the probe measured nothing an SLO can judge, or None.
+
+    The sender failed (``run.sender_error``); or the endpoint never answered: every request
+    the probe sent, warm-up included, timed out before its first token. Under load some
+    requests still get answers (the first ones, before a queue builds), so first-token
+    timeouts there stay SLO misses; a probe in which none ever did is an error probe."""
+    if run.sender_error is not None:
+        return f"load generator failed: the sender stopped on {run.sender_error}"
+    judged = [r for r in run.records if not r.cancelled]
+    if judged and all(r.error_kind == "timeout_first_token" for r in judged):
+        first = judged[0].error_message or "no first token"
+        return (
+            f"{UNRESPONSIVE}: all {len(judged)} requests timed out before a first token ({first})"
+        )
+    return None
+
+
 def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None) -> SLOVerdict:
     """The one SLO verdict of a probe (send times counted from its first arrival slot). A
     sending worker that died makes it "load generator failed" instead (``load.keepup``)."""
@@ -113,6 +134,7 @@ def probe_verdict(run: ProbeRun, spec: BenchSpec, early_stop_reason: str | None)
         interrupted=run.interrupted,
         max_error_rate=spec.slo.max_error_rate,
         saturated=run.saturated,
+        halted=halt_reason(run),
     )
     failure = generator_failure(run.keep_up)
     if failure is not None:  # the client broke: no SLO verdict may stand
@@ -128,7 +150,7 @@ def probe_flags(run: ProbeRun, mbu: Mbu | None, engine: EngineFigures | None = N
     flags = [] if mbu is None else [k for k, v in mbu.flags.model_dump().items() if v]
     if engine is not None and any(a.ok is False for a in engine.agreements):
         flags.append("engine_disagrees")
-    if run.stopped_early or run.interrupted or run.saturated:
+    if run.stopped_early or run.interrupted or run.saturated or run.sender_error:
         flags.append("window_cut")
     if run.saturated:
         flags.append("load_generator_saturated")
@@ -136,6 +158,8 @@ def probe_flags(run: ProbeRun, mbu: Mbu | None, engine: EngineFigures | None = N
         flags.append(f"timestamps_{m.timestamp_source}")
     if run.drain_timeouts:
         flags.append("drain_timeouts")
+    if run.stray_answers:
+        flags.append("stray_answers")
     if run.stopped_early:
         flags.append("early_stopped")
     if m.usage_fallback_requests:
@@ -247,6 +271,7 @@ def summarize_probe(
         mean_concurrency=m.mean_concurrency,
         requests_counted=m.requests_counted,
         interrupted=run.interrupted,
+        stray_answers=run.stray_answers,
         late_sends=run.late_sends,
         max_send_lag_s=run.max_send_lag_s,
         **_workload_figures(run),

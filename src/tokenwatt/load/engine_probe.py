@@ -91,6 +91,10 @@ class EngineWitness:
         if window.unavailable is not None and self.unavailable is None:
             self.unavailable = window.unavailable
             self.warnings.append(f"engine figures not measured: {redact_text(window.unavailable)}")
+        for text in window.warnings:  # refused values, dropped scrapes, restarts: once a run
+            line = redact_text(text)
+            if line not in self.warnings:
+                self.warnings.append(line)
         return ProbeEngine(window, edge_fraction(scraper.samples, w0, w1))
 
 

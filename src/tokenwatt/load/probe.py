@@ -164,6 +164,8 @@ class ProbeRun:
     sessions_completed: frozenset[int] = frozenset()  # conversations with every turn answered
     workers: int = 1  # processes that sent the load (1: this one)
     keep_up: list[WorkerStats] = field(default_factory=list)  # per sending process
+    sender_error: str | None = None  # an exception ended the sender: an error probe
+    stray_answers: int = 0  # answers nobody asked for (late or stale), connection closed
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -224,6 +226,7 @@ class _Probe:
         self.keep_up: list[WorkerStats] = []
         self.on_record = on_record
         self.client = client
+        self.stray0 = getattr(client, "stray_answers", 0)  # the client counts over its life
         if isinstance(schedule, OpenLoopSchedule):
             schedule = OpenLoopSource(schedule, plans)
         self.schedule: ScheduleSource | ClosedLoop = schedule
@@ -259,6 +262,7 @@ class _Probe:
         self.stopped_early = False
         self.saturated = False
         self.error_stopped = False
+        self.sender_error: str | None = None
         self.judged_total = 0  # ended, not cancelled (every phase)
         self.broken_total = 0  # of which transport/server errors
         self.late_sends = 0
@@ -607,6 +611,10 @@ class _Probe:
                 if self.saturated:
                     self._close(max(now, self.w0))
                     break
+                if (failed := _sender_failure(workers)) is not None:
+                    self.sender_error = failed  # never a silent short window
+                    self._close(max(now, self.w0))
+                    break
 
                 if self._finished(now):
                     break
@@ -629,7 +637,7 @@ class _Probe:
             sent = [r for r in self.records if r.sent_ns is not None]
             self.keep_up = [worker_stats(0, sent, dealt=len(sent), busy_fraction=busy)]
         w1 = self.w1 if self.w1 is not None else end
-        if self.interrupted or self.stopped_early or self.saturated:
+        if self.interrupted or self.stopped_early or self.saturated or self.sender_error:
             w1 = min(w1, end)
         if self.on_progress is not None:
             self.on_progress(self._progress(end))
@@ -652,6 +660,14 @@ class _Probe:
                     f"still running drain_timeout_s={self.settings.drain_timeout_s:g} s "
                     "after the window closed"
                 )
+
+
+def _sender_failure(workers: list[asyncio.Task[None]]) -> str | None:
+    """The first exception a sending task ended on, as one line (None: all running or done)."""
+    for task in workers:
+        if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+            return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return None
 
 
 def _client_facts(client: StreamingClient) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -766,6 +782,8 @@ def _probe_run(
         drain_timeouts=sum(1 for r in records if r.request_id in probe.timed_out_ids),
         saturated=probe.saturated,
         error_stopped=probe.error_stopped,
+        sender_error=probe.sender_error,
+        stray_answers=getattr(client, "stray_answers", 0) - probe.stray0,
         late_sends=probe.late_sends + probe.worker_late,
         max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
         clock=clock_dict,

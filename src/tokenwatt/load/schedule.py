@@ -136,10 +136,11 @@ class TraceSource(_Peekable):
     def end_offset_ns(self) -> int | None:
         """The last arrival plus one mean gap: the window then holds n arrivals in n gaps, so
         count ÷ length is the replayed rate."""
-        offsets = list(self.replay.offsets_ns())
-        if not offsets:
+        offsets = self.replay.trace.offsets_ns
+        if not len(offsets):
             return 0
-        return offsets[-1] + round(1e9 / self.replay.rate_rps)
+        last = round(int(offsets[-1]) * self.replay.time_scale)  # as ``offsets_ns()`` scales
+        return last + round(1e9 / self.replay.rate_rps)
 
 
 @dataclass(slots=True)
@@ -249,10 +250,12 @@ def closed_loop_plans(
     w = spec.workload
     if w.trace is not None:
         replay = TraceReplay.from_spec(w.trace, prompt_format=prompt_format, seed=seed)
-        rows = list(replay.plans())
-        if not rows:
+        if not len(replay.trace.rows):
             raise SpecError(f"workload.trace.path: {w.trace.path} has no rows")
-        return (dataclasses.replace(p, index=i) for i, p in enumerate(itertools.cycle(rows)))
+        # the trace's plans again on each pass (they are a pure function of the seed), never
+        # held all at once: 10^6 rows of 2k-token prompts would be gigabytes
+        passes = itertools.chain.from_iterable(replay.plans() for _ in itertools.count())
+        return (dataclasses.replace(p, index=i) for i, p in enumerate(passes))
     if w.sessions is not None:
         planner = SessionPlanner(w, seed=seed, starts_ns=itertools.repeat(0))
         return (_first_turn_plan(i, conv) for i, conv in enumerate(planner))

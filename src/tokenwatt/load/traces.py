@@ -22,25 +22,42 @@ import csv
 import io
 import itertools
 import math
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal, overload
 
 import numpy as np
 import orjson
 
 from tokenwatt.errors import SpecError
 from tokenwatt.load.workload import PromptFormat, RequestPlan, random_prompt
+from tokenwatt.spec._base import MAX_TOKENS
 from tokenwatt.spec.workload import Trace as TraceSpec
 
-__all__ = ["Trace", "TraceReplay", "TraceRow", "load_trace", "parse_azure", "parse_mooncake"]
+__all__ = [
+    "MAX_TRACE_ROWS",
+    "Trace",
+    "TraceReplay",
+    "TraceRow",
+    "TraceRows",
+    "load_trace",
+    "parse_azure",
+    "parse_mooncake",
+]
 
 TraceFormat = Literal["azure", "mooncake"]
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _Row = tuple[int, int, int, tuple[int, ...]]  # (time ns, input, output, hash ids)
 _STREAM_TRACE_PROMPT, _STREAM_TRACE_BLOCK = 0x54524350, 0x5452424B  # "TRCP", "TRBK"
+# Bounds (docs/methodology.md, "Bounds and refusals"): the public traces hold 10^4-10^5 rows
+# and lines under 10 KB; a replay of 10^6 rows is days at real rates. Past these a trace is
+# refused in one line, where it once took 3 GB (10^7 Azure rows) or crashed (10^7 Mooncake).
+MAX_TRACE_ROWS = 1_000_000
+MAX_LINE_CHARS = 1 << 20
+_MIN_NS, _MAX_NS = -(2**63), 2**63 - 1  # int64: what the columns hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,26 +70,69 @@ class TraceRow:
     hash_ids: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Trace:
-    """A parsed trace, rows in arrival order."""
+class TraceRows(Sequence[TraceRow]):
+    """The rows of a ``Trace``, made one at a time from its columns (never held as objects:
+    a row costs 32 bytes plus 8 per hash id, not ~200 bytes plus 36 per id)."""
 
-    rows: tuple[TraceRow, ...]
+    def __init__(self, trace: Trace) -> None:
+        self._t = trace
+
+    def __len__(self) -> int:
+        return len(self._t.offsets_ns)
+
+    def _row(self, i: int) -> TraceRow:
+        t = self._t
+        lo, hi = int(t.hash_bounds[i]), int(t.hash_bounds[i + 1])
+        hashes = tuple(int(h) for h in t.hash_ids[lo:hi])
+        return TraceRow(
+            int(t.offsets_ns[i]), int(t.input_tokens[i]), int(t.output_tokens[i]), hashes
+        )
+
+    @overload
+    def __getitem__(self, i: int) -> TraceRow: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[TraceRow]: ...
+    def __getitem__(self, i: int | slice) -> TraceRow | list[TraceRow]:
+        if isinstance(i, slice):
+            return [self._row(k) for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._row(i)
+
+    def __iter__(self) -> Iterator[TraceRow]:
+        return (self._row(k) for k in range(len(self)))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Trace:
+    """A parsed trace in arrival order, as columns (``rows`` reads them row by row)."""
+
+    offsets_ns: np.ndarray  # int64, ns after the first row
+    input_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    hash_bounds: np.ndarray  # int64, row i's hash ids are hash_ids[bounds[i]:bounds[i+1]]
+    hash_ids: np.ndarray  # int64
     format: TraceFormat
+
+    @property
+    def rows(self) -> TraceRows:
+        return TraceRows(self)
 
     @property
     def span_s(self) -> float:
         """Seconds from the first arrival to the last."""
-        return self.rows[-1].offset_ns / 1e9
+        return int(self.offsets_ns[-1]) / 1e9
 
     @property
     def native_rate_rps(self) -> float:
         """Mean arrival rate as traced: (rows − 1) gaps over the span."""
-        if len(self.rows) < 2 or self.rows[-1].offset_ns == 0:
+        if len(self.offsets_ns) < 2 or self.offsets_ns[-1] == 0:
             raise SpecError(
                 "workload.trace: a rate needs at least two rows at different times in the trace"
             )
-        return (len(self.rows) - 1) / self.span_s
+        return (len(self.offsets_ns) - 1) / self.span_s
 
     def time_scale_for(self, rate_rps: float) -> float:
         """The ``time_scale`` that replays this trace at a mean rate of ``rate_rps``."""
@@ -88,20 +148,31 @@ def _fail(path: Path, where: str, what: str) -> SpecError:
 def _length(v: Any, path: Path, where: str, name: str) -> int:
     try:
         n = int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         n = -1
     if n < 1 or (isinstance(v, float) and not v.is_integer()) or isinstance(v, bool):
         raise _fail(path, where, f"{name} must be a whole number >= 1, got {v!r}")
+    if n > MAX_TOKENS:
+        raise _fail(path, where, f"{name} {n} is more than {MAX_TOKENS:,} tokens")
     return n
+
+
+def _time_ns(ns: float | int, path: Path, where: str, v: object) -> int:
+    """``ns`` as an int64 nanosecond count; non-finite or out-of-range times are one line."""
+    if not (isinstance(ns, int) or math.isfinite(ns)) or not _MIN_NS <= ns <= _MAX_NS:
+        raise _fail(path, where, f"timestamp {v!r} is not a finite time within ±292 years")
+    return round(ns)
 
 
 def _azure_time_ns(v: str, path: Path, where: str) -> int:
     """Integer ns since the epoch (or since 0 for plain seconds): a float of epoch seconds
     keeps only ~0.1 µs, so the fraction is read as digits, not through a float."""
     try:
-        return round(float(v) * 1e9)
+        seconds = float(v)
     except ValueError:
         pass
+    else:
+        return _time_ns(seconds * 1e9, path, where, v)
     text, frac_ns = v.strip(), 0
     head, _, frac = text.rpartition(".")
     if head and frac.isdigit():  # the trace has 7 fractional digits; keep them all
@@ -113,37 +184,101 @@ def _azure_time_ns(v: str, path: Path, where: str) -> int:
     if dt.tzinfo is None:  # naive times are UTC, so no daylight-saving jump enters a gap
         dt = dt.replace(tzinfo=UTC)
     whole = dt - datetime(1970, 1, 1, tzinfo=UTC)
-    return (whole.days * 86400 + whole.seconds) * 10**9 + whole.microseconds * 1000 + frac_ns
+    ns = (whole.days * 86400 + whole.seconds) * 10**9 + whole.microseconds * 1000 + frac_ns
+    return _time_ns(ns, path, where, v)
 
 
-def _ordered(rows: list[_Row], fmt: TraceFormat) -> Trace:
-    rows.sort(key=lambda r: r[0])  # stable: equal times keep file order
-    t0 = rows[0][0]
-    return Trace(tuple(TraceRow(t - t0, n_in, n_out, h) for t, n_in, n_out, h in rows), fmt)
+class _Columns:
+    """Rows gathered as compact int64 arrays while a trace is read, bounded in count."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.t, self.n_in, self.n_out = array("q"), array("q"), array("q")
+        self.bounds, self.hashes = array("q", [0]), array("q")
+
+    def add(self, where: str, t: int, n_in: int, n_out: int, hashes: Sequence[int] = ()) -> None:
+        if len(self.t) >= MAX_TRACE_ROWS:
+            raise _fail(
+                self.path, where, f"more than {MAX_TRACE_ROWS:,} requests; replay a part of it"
+            )
+        self.t.append(t)
+        self.n_in.append(n_in)
+        self.n_out.append(n_out)
+        self.hashes.extend(hashes)
+        self.bounds.append(len(self.hashes))
+
+    def ordered(self, fmt: TraceFormat) -> Trace:
+        if not self.t:
+            raise _fail(self.path, "", "holds no requests")
+        t = np.frombuffer(self.t, dtype=np.int64)
+        order = np.argsort(t, kind="stable")  # stable: equal times keep file order
+        bounds = np.frombuffer(self.bounds, dtype=np.int64)
+        hashes = np.frombuffer(self.hashes, dtype=np.int64)
+        counts = np.diff(bounds)[order]
+        new_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        take = np.repeat(bounds[:-1][order] - new_bounds[:-1], counts) + np.arange(
+            int(new_bounds[-1]), dtype=np.int64
+        )
+        return Trace(
+            offsets_ns=t[order] - t[order[0]],
+            input_tokens=np.frombuffer(self.n_in, dtype=np.int64)[order],
+            output_tokens=np.frombuffer(self.n_out, dtype=np.int64)[order],
+            hash_bounds=new_bounds,
+            hash_ids=hashes[take],
+            format=fmt,
+        )
 
 
-def parse_azure(text: str, path: Path) -> Trace:
-    """Rows of an Azure LLM inference trace CSV."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in AZURE_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise _fail(path, "header", f"needs columns {', '.join(AZURE_COLUMNS)} (missing {missing})")
-    rows: list[_Row] = []
-    for rec in reader:
-        where = f"line {reader.line_num}"
-        t = _azure_time_ns(rec["TIMESTAMP"] or "", path, where)
-        n_in = _length(rec["ContextTokens"], path, where, "ContextTokens")
-        n_out = _length(rec["GeneratedTokens"], path, where, "GeneratedTokens")
-        rows.append((t, n_in, n_out, ()))
-    if not rows:
-        raise _fail(path, "", "holds no requests")
-    return _ordered(rows, "azure")
+def _lines(source: str | IO[str], path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of ``source``, each at most ``MAX_LINE_CHARS`` long: a trace is
+    streamed, never read whole, and one endless line is refused, not buffered."""
+    f = io.StringIO(source) if isinstance(source, str) else source
+    for lineno in itertools.count(1):
+        line = f.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            raise _fail(path, f"line {lineno}", f"longer than {MAX_LINE_CHARS:,} characters")
+        yield lineno, line
 
 
-def parse_mooncake(text: str, path: Path) -> Trace:
+def parse_azure(source: str | IO[str], path: Path) -> Trace:
+    """Rows of an Azure LLM inference trace CSV (text, or an open text file read as a stream)."""
+    current = [0]  # the line the csv reader is on, for errors
+
+    def feed() -> Iterator[str]:
+        for n, line in _lines(source, path):
+            current[0] = n
+            yield line
+
+    reader = csv.reader(feed())
+    try:
+        header = next(reader, [])
+        missing = [c for c in AZURE_COLUMNS if c not in header]
+        if missing:
+            names = ", ".join(AZURE_COLUMNS)
+            raise _fail(path, "header", f"needs columns {names} (missing {missing})")
+        at = [header.index(c) for c in AZURE_COLUMNS]
+        cols = _Columns(path)
+        for rec in reader:
+            where = f"line {current[0]}"
+            if not rec:
+                continue
+            if len(rec) <= max(at):
+                raise _fail(path, where, f"has {len(rec)} fields, the header {len(header)}")
+            t = _azure_time_ns(rec[at[0]], path, where)
+            n_in = _length(rec[at[1]], path, where, "ContextTokens")
+            n_out = _length(rec[at[2]], path, where, "GeneratedTokens")
+            cols.add(where, t, n_in, n_out)
+    except csv.Error as exc:
+        raise _fail(path, f"line {current[0]}", f"not CSV ({exc})") from None
+    return cols.ordered("azure")
+
+
+def parse_mooncake(source: str | IO[str], path: Path) -> Trace:
     """Rows of a Mooncake trace (JSONL; ``timestamp`` in milliseconds)."""
-    rows: list[_Row] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    cols = _Columns(path)
+    for lineno, line in _lines(source, path):
         if not line.strip():
             continue
         where = f"line {lineno}"
@@ -156,28 +291,31 @@ def parse_mooncake(text: str, path: Path) -> Trace:
         ts = rec.get("timestamp")
         if not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts):
             raise _fail(path, where, f"timestamp (ms) must be a number, got {ts!r}")
-        hashes = rec.get("hash_ids", [])
-        if not isinstance(hashes, list) or not all(
-            isinstance(h, int) and not isinstance(h, bool) for h in hashes
-        ):
-            raise _fail(path, where, "hash_ids must be a list of integers")
         n_in = _length(rec.get("input_length"), path, where, "input_length")
         n_out = _length(rec.get("output_length"), path, where, "output_length")
-        rows.append((round(ts * 1e6), n_in, n_out, tuple(hashes)))
-    if not rows:
-        raise _fail(path, "", "holds no requests")
-    return _ordered(rows, "mooncake")
+        hashes = rec.get("hash_ids", [])
+        if not isinstance(hashes, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and _MIN_NS <= h <= _MAX_NS
+            for h in hashes
+        ):
+            raise _fail(path, where, "hash_ids must be a list of 64-bit integers")
+        if len(hashes) > n_in:
+            raise _fail(path, where, f"{len(hashes)} hash_ids for {n_in} input tokens")
+        cols.add(where, _time_ns(ts * 1e6, path, where, ts), n_in, n_out, hashes)
+    return cols.ordered("mooncake")
 
 
 def load_trace(path: Path, fmt: TraceFormat) -> Trace:
-    """Read and parse a trace file; problems are one-line ``SpecError``s naming the line."""
+    """Stream and parse a trace file; problems are one-line ``SpecError``s naming the line."""
     try:
-        text = path.read_text("utf-8")
+        with path.open(encoding="utf-8", newline="") as f:
+            return parse_azure(f, path) if fmt == "azure" else parse_mooncake(f, path)
     except OSError as exc:
         raise SpecError(
             f"workload.trace.path: cannot read {path} ({exc.strerror or exc})"
         ) from None
-    return parse_azure(text, path) if fmt == "azure" else parse_mooncake(text, path)
+    except UnicodeDecodeError:
+        raise SpecError(f"workload.trace.path: {path} is not UTF-8 text") from None
 
 
 class TraceReplay:
@@ -233,8 +371,8 @@ class TraceReplay:
 
     def offsets_ns(self) -> Iterator[int]:
         """Arrival offsets after the probe's start, non-decreasing; ends with the trace."""
-        for row in self.trace.rows:
-            yield round(row.offset_ns * self.time_scale)
+        for off in self.trace.offsets_ns.tolist():
+            yield round(off * self.time_scale)
 
     def _block(self, h: int) -> str | list[int]:
         if h not in self._blocks:

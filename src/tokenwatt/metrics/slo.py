@@ -410,12 +410,15 @@ def judge_probe(
     interrupted: bool = False,
     max_error_rate: float | None = None,
     saturated: bool = False,
+    halted: str | None = None,
 ) -> SLOVerdict:
     """The probe's verdict: the SLO over its judged requests (cancelled ones excluded), a
     rising TTFT trend, an early stop and an interruption each fail it, with one reason line.
     Over ``max_error_rate`` broken-endpoint errors it is an error probe, and a ``saturated``
     load generator makes it a saturated probe: both fail it, and a search must not read
-    either as an SLO failure (``error_probe``, ``saturated``)."""
+    either as an SLO failure (``error_probe``, ``saturated``). ``halted`` (one line: an
+    endpoint that never answered, a sender that failed) makes it an error probe whatever the
+    tally says: the probe measured nothing an SLO can judge."""
     tally = ErrorTally.of(counted)
     error_probe = max_error_rate is not None and tally.is_error_probe(max_error_rate)
     lats = latencies(counted, origin_ns)
@@ -435,6 +438,11 @@ def judge_probe(
     if error_probe and max_error_rate is not None:
         failed.insert(0, "error_probe")
         reasons.insert(0, tally.reason(max_error_rate))
+    if halted is not None:
+        if not error_probe:
+            failed.insert(0, "error_probe")
+        error_probe = True
+        reasons.insert(0, halted)
     if saturated:
         failed.insert(0, "saturated")
         reasons.insert(

@@ -16,6 +16,7 @@ from http.client import HTTPMessage
 from typing import IO
 from urllib.parse import urljoin, urlsplit
 
+from tokenwatt.httpget import BoundError, get_bounded
 from tokenwatt.spec import redact_text
 
 __all__ = ["HttpError", "basic_auth", "get", "safe_url"]
@@ -71,17 +72,21 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
-def _opener(url: str, verify_tls: bool) -> urllib.request.OpenerDirector:
+def _handlers(url: str) -> list[urllib.request.BaseHandler]:
     handlers: list[urllib.request.BaseHandler] = [_SameOriginRedirects()]
     if (urlsplit(url).hostname or "") in _LOOPBACK:
         handlers.append(urllib.request.ProxyHandler({}))  # never send loopback via a proxy
-    if url.startswith("https://"):
-        ctx = ssl.create_default_context()
-        if not verify_tls:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        handlers.append(urllib.request.HTTPSHandler(context=ctx))
-    return urllib.request.build_opener(*handlers)
+    return handlers
+
+
+def _context(url: str, verify_tls: bool) -> ssl.SSLContext | None:
+    if not url.startswith("https://"):
+        return None
+    ctx = ssl.create_default_context()
+    if not verify_tls:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def get(
@@ -91,13 +96,22 @@ def get(
     headers: dict[str, str] | None = None,
     verify_tls: bool = True,
 ) -> bytes:
-    """GET ``url`` and return the body; raise ``HttpError`` on anything but a 2xx answer."""
-    req = urllib.request.Request(url, headers=headers or {}, method="GET")
+    """GET ``url`` and return the body; raise ``HttpError`` on anything but a 2xx answer.
+
+    ``timeout_s`` bounds the whole answer, not each socket read (``tokenwatt.httpget``)."""
     try:
-        with _opener(url, verify_tls).open(req, timeout=timeout_s) as resp:
-            body: bytes = resp.read(MAX_BODY_BYTES + 1)
+        return get_bounded(
+            url,
+            timeout_s=timeout_s,
+            max_bytes=MAX_BODY_BYTES,
+            headers=headers,
+            handlers=_handlers(url),
+            ssl_context=_context(url, verify_tls),
+        )
     except urllib.error.HTTPError as exc:
         raise HttpError(f"HTTP {exc.code} {exc.reason}", status=exc.code) from None
+    except BoundError as exc:
+        raise HttpError(str(exc)) from None
     except urllib.error.URLError as exc:
         reason = exc.reason
         text = getattr(reason, "strerror", None) or str(reason)
@@ -106,6 +120,3 @@ def get(
         raise HttpError(f"no answer within {timeout_s:g} s") from None
     except OSError as exc:
         raise HttpError(redact_text(exc.strerror or str(exc))) from None
-    if len(body) > MAX_BODY_BYTES:
-        raise HttpError(f"answer larger than {MAX_BODY_BYTES} bytes")
-    return body

@@ -242,6 +242,22 @@ def _failures(result: BenchResult) -> list[Check]:
     ]
 
 
+def _stray_answers(result: BenchResult) -> list[Check]:
+    stray = [p for p in _all_probes(result) if p.stray_answers]
+    if not stray:
+        return []
+    n = sum(p.stray_answers for p in stray)
+    return [
+        Check(
+            "warning",
+            f"{_labels(stray)}: the server wrote {n} answer(s) no request was waiting for (a "
+            "late second answer, or a stale one on a reused connection); each connection was "
+            "closed and a stale answer counted as a protocol error, never as the next "
+            "request's; check a proxy or load balancer that retries or replays responses",
+        )
+    ]
+
+
 def _above_rated(result: BenchResult) -> list[Check]:
     """MBU above 100 % is an input error (``metrics.mbu.check_rated_bandwidth``): a warning
     naming the likely wrong input, once for all the probes it hit."""
@@ -265,6 +281,7 @@ def self_checks(result: BenchResult) -> list[Check]:
         *_keep_up(result),
         *_multi_token(result),
         *_above_rated(result),
+        *_stray_answers(result),
         *_failures(result),
         *_engine_disagrees(result),
         *_energy(result),

@@ -71,5 +71,6 @@ def engine_rows(p: ProbeSummary) -> list[EngineRow]:
         ("preemptions", e.preemptions),
     ):
         shown = fmt_pct(v) if label.startswith("KV") else fmt_float(v)
-        rows.append((label, DASH, shown, DASH, ""))
+        why = "" if v is not None else "not exposed over the window (never read as 0)"
+        rows.append((label, DASH, shown if v is not None else "not exposed", DASH, why))
     return rows

@@ -26,6 +26,24 @@ class Timeouts(Section):
     total_s: float = Field(1800.0, gt=0, le=MAX_SECONDS, description="whole request, seconds")
 
 
+def check_url_parts(url: str) -> None:
+    """A port the URL can have and no query string or fragment: a port past 65535 was a
+    traceback, and a query was dropped without a word (with ``--base-url 'http://h:p?x=y'``
+    the ``/v1`` even landed inside it). ValueError, one line, for the validator."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - urllib checks the range when the port is read
+    except ValueError:
+        raise ValueError(
+            f"port {parts.netloc.rpartition(':')[2]!r} is not a port (1..65535)"
+        ) from None
+    if parts.query or parts.fragment or url.rstrip("/").endswith(("?", "#")):
+        raise ValueError(
+            "must not carry a query string or fragment (?...#...): it would not reach the "
+            "server; put extra request fields in endpoint.extra_body"
+        )
+
+
 class Endpoint(Section):
     url: str = Field(
         description="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 "
@@ -59,6 +77,7 @@ class Endpoint(Section):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be 'sim' or an http(s) URL such as http://127.0.0.1:8000/v1")
+        check_url_parts(v)
         v = v.rstrip("/")
         # The peers' form (http://localhost:8000) gave "HTTP 404 ... GET /models": add /v1.
         return v if parts.path.rstrip("/") else v + "/v1"

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from tokenwatt.spec._base import Section
+from tokenwatt.spec.endpoint import check_url_parts
 
 __all__ = ["ServerMetricsSection"]
 
@@ -34,4 +35,5 @@ class ServerMetricsSection(Section):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http(s) URL such as http://127.0.0.1:8000/metrics")
+        check_url_parts(v)
         return v
