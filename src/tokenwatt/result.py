@@ -35,6 +35,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``inputs.mixed_steps`` holds the mixed-step estimate; flags ``mixed_steps``, ``idle``,
         ``over_slot_limit``, ``small_batch``, ``routing_skew`` and ``above_rated_bandwidth``
         (MBU over 100 %: no figure, the note names the likely wrong input).
+        (issue 19, additive, optional) ``mbu_detail.inputs.speculation``
+        (``MbuSpeculation``: s and B from steps, acceptance length, drafter bytes) and flags
+        ``speculative_steps``, ``drafter_bytes_unknown``, ``coalesced_chunks``; probe
+        ``steps`` (``StepSummary``: ITL per chunk and per token, steps/s, acceptance length).
         Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
         /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
         ``engine_series_file``; absent in older files (None).
@@ -155,6 +159,28 @@ class MbuMixedSteps(_Strict):
     over_slot_limit: bool = Field(description="B_dec above the engine's slot limit")
 
 
+class MbuSpeculation(_Strict):
+    """Speculative decoding as MBU counted it (``metrics.spec_mbu``): s and B from the
+    client's steps (one chunk per verify step), the target's bytes for k + 1 positions and
+    the drafter's bytes, with the assumption behind them named."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Literal["declared", "detected"] = Field(
+        description="declared in the spec, or detected from varying tokens per chunk"
+    )
+    method: Literal["draft", "mtp", "ngram", "unknown"] = Field(description="the drafter")
+    num_tokens: int = Field(description="k: tokens proposed per step (detected: max chunk − 1)")
+    acceptance_length: float = Field(description="α: decode tokens ÷ decode steps")
+    itl_chunk_s: float = Field(description="ITL per chunk: decode time ÷ decode steps")
+    decode_steps_per_s: float = Field(description="node: T × decode steps ÷ tokens")
+    target_weight_bytes_per_step: float = Field(description="W(B·(k + 1)): the verify pass")
+    draft_weight_bytes_per_step: float = Field(description="the drafter's weights, k passes")
+    draft_kv_bytes_per_s: float = Field(0.0, description="a draft model's own KV reads")
+    prompts_per_step: float = Field(0.0, description="m: prompts riding along a verify step")
+    assumption: str = Field(description="how the drafter's bytes were counted")
+
+
 class MbuInputs(_Strict):
     """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU).
 
@@ -192,6 +218,9 @@ class MbuInputs(_Strict):
     mixed_steps: MbuMixedSteps | None = Field(
         None, description="the measured regime's mixed-step estimate (None: seed formula only)"
     )
+    speculation: MbuSpeculation | None = Field(
+        None, description="speculative decoding: s and B from steps (None: not detected)"
+    )
 
 
 class MbuFlags(_Strict):
@@ -223,6 +252,15 @@ class MbuFlags(_Strict):
         False,
         description="derived MBU over 100 % (beyond the noise margin): an input is wrong, no MBU",
     )
+    speculative_steps: bool = Field(
+        False, description="speculative decoding: s, B and W from steps and the drafter's bytes"
+    )
+    drafter_bytes_unknown: bool = Field(
+        False, description="speculation detected, drafter unknown: its bytes left out, reads low"
+    )
+    coalesced_chunks: bool = Field(
+        False, description="chunks carry several steps: steps not measurable from the client"
+    )
 
     def notes(self) -> list[str]:
         """One line per raised flag, for people."""
@@ -238,6 +276,23 @@ class MbuFlags(_Strict):
             out.append(
                 "small MoE batch: uniform routing is an upper bound on distinct experts; "
                 "skewed routing reads fewer, so MBU reads high"
+            )
+        if self.speculative_steps:
+            out.append(
+                "speculative decoding: s and B counted from steps (one chunk per verify step), "
+                "W from the target's k + 1 positions plus the drafter's bytes (see "
+                "inputs.speculation.assumption)"
+            )
+        if self.drafter_bytes_unknown:
+            out.append(
+                "speculation detected but the drafter is not declared (sim.speculative or "
+                "engine): its bytes are left out, so MBU reads low"
+            )
+        if self.coalesced_chunks:
+            out.append(
+                "chunks carry several engine steps (equal multi-token chunks, or more than "
+                "k + 1 tokens): steps are not measurable from the client; read the engine's "
+                "counters"
             )
         if self.low_load_busy_bias:
             out.append(
