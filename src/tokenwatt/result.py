@@ -539,6 +539,28 @@ class EngineFigures(_Strict):
     )
 
 
+class StepSummary(_Strict):
+    """Engine steps as the client saw them (``metrics.steps``): one chunk per step per
+    sequence. The figures users argue about, each named once (docs/methodology.md, "Steps")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: int = Field(description="requests with at least one decode step")
+    decode_steps: int = Field(description="Σ (chunks − 1)")
+    decode_tokens: int = Field(description="Σ (tokens − tokens of the first chunk)")
+    acceptance_length: float | None = Field(description="decode tokens ÷ decode steps")
+    acceptance_length_p50: float | None = Field(None, description="median over requests")
+    itl_chunk_s: float | None = Field(description="ITL per chunk: decode time ÷ decode steps")
+    itl_token_s: float | None = Field(description="ITL per token (TPOT): ÷ decode tokens")
+    steps_per_s: float | None = Field(description="per sequence: 1 ÷ ITL per chunk")
+    max_chunk_tokens: int
+    speculation: Literal["none", "detected", "declared"]
+    coalesced: bool = Field(description="chunks carry several steps: not steps, see flags")
+    engine_acceptance_length: float | None = Field(
+        None, description="the engine's own: 1 + accepted ÷ drafts over the window"
+    )
+
+
 class ProbeSummary(_Strict):
     """One probe (one offered rate) or the single-stream point, over its measurement window.
 
@@ -568,6 +590,9 @@ class ProbeSummary(_Strict):
     tpot_s: Latency
     itl_s: Latency = Field(description="chunk-level inter-arrival gaps")
     e2e_s: Latency
+    steps: StepSummary | None = Field(
+        None, description="steps, acceptance length, ITL per chunk and per token (issue 19)"
+    )
     send_lateness_s: Latency | None = Field(
         None, description="actual send − scheduled send: the load generator's own error"
     )
