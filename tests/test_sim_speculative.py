@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tokenwatt.client import StreamClient
+from tokenwatt.engine import EngineScraper, clip_samples, compare_client_engine, summarize
 from tokenwatt.engine.speculation import spec_counters_from_text
 from tokenwatt.errors import SpecError
 from tokenwatt.geometry import load_geometry
@@ -137,3 +138,47 @@ def test_config_travels_as_json_with_its_draft_model() -> None:
     back = SimConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert back.draft_geometry == cfg.draft_geometry and back.draft_geometry is not None
     assert back.derive().speculative == cfg.derive().speculative
+
+
+def test_engine_witness_agrees_on_acceptance_length_steps_and_batch() -> None:
+    """The simulator's /metrics scraped while streams run (``engine`` package, as probes do):
+    the engine's acceptance length (1 + accepted ÷ drafts) beside the client's, and B and s
+    counted in steps and sequences on both sides."""
+    spec = {"method": "ngram", "num_tokens": K, "acceptance": 0.8}
+    with start_sim_thread(_config(speculative=spec)) as sim:
+        scraper = EngineScraper(sim.metrics_url, "auto", interval_s=0.02)
+        scraper.start()
+        records = _stream(sim.url, 6, 400)
+        whole = scraper.stop()
+    assert whole.engine == "vllm" and whole.spec_drafts and whole.acceptance_length
+    start = min(r.sent_ns for r in records if r.sent_ns is not None)
+    end = max(r.end_ns for r in records if r.end_ns is not None)
+    window = summarize(clip_samples(whole.series, start, end), engine="vllm", url="sim")
+    fig = step_figures(records)
+    assert fig.speculation == "detected" and fig.acceptance_length and fig.itl_chunk_s
+    tokens = sum(r.output_tokens for r in records)
+    decode_ns = sum((r.end_ns or 0) - (r.first_token_ns or 0) for r in records)
+    checks = {
+        a.figure: a
+        for a in compare_client_engine(
+            client_tokens_per_s=tokens / ((end - start) / 1e9),
+            client_tau_s=decode_ns / 1e9 / sum(r.output_tokens - 1 for r in records),
+            replicas=1,
+            window=window,
+            client_steps=(fig.acceptance_length, fig.itl_chunk_s),
+        )
+    }
+    assert checks["alpha"].ok, checks["alpha"]
+    assert checks["T"].ok, checks["T"]
+    assert checks["B"].ok, checks["B"]
+    # without the steps the client's B and s count tokens: off by about α
+    plain = {
+        a.figure: a
+        for a in compare_client_engine(
+            client_tokens_per_s=tokens / ((end - start) / 1e9),
+            client_tau_s=decode_ns / 1e9 / sum(r.output_tokens - 1 for r in records),
+            replicas=1,
+            window=window,
+        )
+    }
+    assert plain["s"].ok is False and "alpha" not in plain

@@ -490,7 +490,10 @@ class SloDetail(_Strict):
 class EngineAgreement(_Strict):
     """One figure (T, B or s) on both sides; ``ok`` None where the engine does not count it."""
 
-    figure: str = Field(description="T (node tokens/s), B (batch per replica), s (steps/s)")
+    figure: str = Field(
+        description="T (node tokens/s), B (batch per replica), s (steps/s), alpha (acceptance "
+        "length, speculative decoding)"
+    )
     client: float
     engine: float | None
     rel_diff: float | None = Field(None, description="(client − engine) ÷ engine")
@@ -524,6 +527,9 @@ class EngineFigures(_Strict):
     kv_usage_mean: float | None = Field(None, description="KV-cache usage fraction, mean")
     kv_usage_max: float | None = None
     missing: list[str] = Field(default_factory=list, description="figures the engine lacks")
+    spec_drafts: float | None = Field(None, description="speculative decoding: drafts verified")
+    spec_accepted_tokens: float | None = Field(None, description="accepted draft tokens")
+    acceptance_length: float | None = Field(None, description="1 + accepted ÷ drafts")
     batch_per_replica: float | None = Field(None, description="the engine's B")
     steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
     mbu: float | None = Field(

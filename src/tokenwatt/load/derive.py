@@ -235,7 +235,9 @@ def summarize_probe(
         tpot_s=m.tpot_s,
         itl_s=m.itl_chunk_s,
         e2e_s=m.e2e_s,
-        steps=step_summary(probe_steps(run.counted, declared)),
+        steps=step_summary(
+            probe_steps(run.counted, declared), None if engine is None else engine.acceptance_length
+        ),
         send_lateness_s=m.send_lateness_s,
         requests_ok=m.requests_ok,
         requests_failed=m.requests_failed,
