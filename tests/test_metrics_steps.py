@@ -124,3 +124,28 @@ def test_llamacpp_captured_counters_and_sglang_gauge() -> None:
     assert spec_counters_from_text(vllm_plain) is None  # speculation off: no families
     with pytest.raises(MetricsParseError):
         spec_counters_from_text("not { prometheus")
+
+
+def test_probe_view_shows_steps_only_when_a_step_is_not_one_token() -> None:
+    """``tokenwatt probe``'s table: ITL per chunk and per token, steps/s and α (with the
+    engine's beside it) when speculation or coalescing is seen; nothing extra otherwise."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tokenwatt.cli.probe import _step_rows
+    from tokenwatt.load.speculation import step_summary
+
+    def render(records: list[RequestRecord], engine: float | None = None) -> str:
+        t = Table()
+        t.add_column("figure")
+        t.add_column("value")
+        _step_rows(t, step_summary(step_figures(records), engine).model_dump(mode="json"))
+        console = Console(width=200, record=True)
+        console.print(t)
+        return console.export_text()
+
+    text = render([rec([1, 4, 2, 3, 1, 4, 2], step_ms=20.0)], engine=2.75)
+    assert "ITL per chunk / per token, ms" in text and "20.0 / 7.5" in text
+    assert "speculation detected" in text and "2.667 (engine 2.750)" in text
+    assert "ITL per chunk" not in render([rec([1] * 11)])
+    assert "coalesced chunks" in render([rec([1, 4, 4, 4, 2])])
