@@ -158,27 +158,23 @@ def test_engine_witness_agrees_on_acceptance_length_steps_and_batch() -> None:
     assert fig.speculation == "detected" and fig.acceptance_length and fig.itl_chunk_s
     tokens = sum(r.output_tokens for r in records)
     decode_ns = sum((r.end_ns or 0) - (r.first_token_ns or 0) for r in records)
-    checks = {
-        a.figure: a
-        for a in compare_client_engine(
-            client_tokens_per_s=tokens / ((end - start) / 1e9),
-            client_tau_s=decode_ns / 1e9 / sum(r.output_tokens - 1 for r in records),
-            replicas=1,
-            window=window,
-            client_steps=(fig.acceptance_length, fig.itl_chunk_s),
-        )
-    }
+
+    def compare(steps: tuple[float, float] | None) -> dict[str, Any]:
+        return {
+            a.figure: a
+            for a in compare_client_engine(
+                client_tokens_per_s=tokens / ((end - start) / 1e9),
+                client_tau_s=decode_ns / 1e9 / sum(r.output_tokens - 1 for r in records),
+                replicas=1,
+                window=window,
+                client_steps=steps,
+            )
+        }
+
+    checks = compare((fig.acceptance_length, fig.itl_chunk_s))
     assert checks["alpha"].ok, checks["alpha"]
     assert checks["T"].ok, checks["T"]
     assert checks["B"].ok, checks["B"]
     # without the steps the client's B and s count tokens: off by about α
-    plain = {
-        a.figure: a
-        for a in compare_client_engine(
-            client_tokens_per_s=tokens / ((end - start) / 1e9),
-            client_tau_s=decode_ns / 1e9 / sum(r.output_tokens - 1 for r in records),
-            replicas=1,
-            window=window,
-        )
-    }
+    plain = compare(None)
     assert plain["s"].ok is False and "alpha" not in plain

@@ -14,14 +14,13 @@ within 1 pt; the seed's token-based formula (before) is reported beside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-import numpy as np
 import pytest
 
+from test_validation_moe import _arrivals
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
@@ -83,16 +82,6 @@ class Outcome:
             f"truth {t.mbu:.4f} ({100 * (self.mbu.mbu - t.mbu):+.2f} pt) | seed "
             f"{self.seed_mbu:.4f} ({100 * (self.seed_mbu - t.mbu):+.2f} pt) | B {t.mean_batch:.1f}"
         )
-
-
-def _arrivals(rate: float, until_s: float, seed: int) -> Iterator[float]:
-    rng = np.random.default_rng(seed)
-    t = 0.0
-    while True:
-        t += rng.exponential(1.0 / rate)
-        if t >= until_s:
-            return
-        yield t
 
 
 def _record(rid: int, stamps: list[int]) -> RequestRecord:
