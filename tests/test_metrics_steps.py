@@ -149,3 +149,19 @@ def test_probe_view_shows_steps_only_when_a_step_is_not_one_token() -> None:
     assert "speculation detected" in text and "2.667 (engine 2.750)" in text
     assert "ITL per chunk" not in render([rec([1] * 11)])
     assert "coalesced chunks" in render([rec([1, 4, 4, 4, 2])])
+
+
+def test_per_token_events_grouped_into_steps_by_burst() -> None:
+    """llama-server sends each accepted token as its own event, back to back: with
+    ``burst_ns`` the events of one step (µs apart) are one step of several tokens."""
+    us = 1000
+    # first token at 0, then steps ending at 20, 40, 60 ms carrying 3, 1, 2 tokens
+    stamps = [0, 20 * MS - 40 * us, 20 * MS - 20 * us, 20 * MS, 40 * MS, 60 * MS - 10 * us, 60 * MS]
+    r = RequestRecord(0, 0, 0, 7, chunk_ns=stamps, chunk_tokens=[1] * 7)
+    plain = step_figures([r])
+    assert plain.decode_steps == 6 and plain.acceptance_length == 1.0
+    grouped = step_figures([r], burst_ns=1 * MS)
+    assert (grouped.decode_steps, grouped.decode_tokens) == (3, 6)
+    assert grouped.acceptance_length == pytest.approx(2.0)
+    assert grouped.itl_chunk_s == pytest.approx(0.020)  # step ends: 20, 40, 60 ms
+    assert grouped.speculation == "detected"

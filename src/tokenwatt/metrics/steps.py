@@ -14,6 +14,12 @@ the step's acceptance. Per request, from its chunk stamps and tokens per chunk:
 
 Sums over requests give the probe's figures (token- and step-weighted, as the seed's τ).
 
+Engines that send one event per token even under speculation (llama.cpp's llama-server
+writes each accepted token as its own SSE event, back to back) are read with ``burst_ns``:
+events that arrive within ``burst_ns`` of the previous one belong to the same step, so a
+step is a burst of events and its tokens their sum (off by default: vLLM and SGLang send one
+chunk per step, and a stalled-then-bursting stream must not pass for speculation).
+
 Two ways chunks stop being steps, told apart by the sizes of the non-final decode chunks:
 speculation makes them vary (acceptance is random); an engine that coalesces a fixed number
 of steps per chunk (a stream interval, llama.cpp's ``n_probs``-free batching, the simulator's
@@ -24,7 +30,7 @@ instead. Declared speculation with a chunk above k + 1 tokens is coalescing too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,10 +57,16 @@ class RequestSteps:
         return self.decode_tokens / self.decode_steps if self.decode_steps else None
 
 
-def request_steps(rec: RequestRecord) -> RequestSteps | None:
-    """The request's steps; None when it has fewer than two chunks (no decode step seen)."""
-    stamps, tokens = rec.chunk_ns, rec.chunk_tokens
-    if len(stamps) < 2 or len(tokens) != len(stamps):
+def request_steps(rec: RequestRecord, burst_ns: int | None = None) -> RequestSteps | None:
+    """The request's steps; None when it has fewer than two steps (no decode step seen).
+    ``burst_ns``: events this close to the previous one are the same step (module doc)."""
+    stamps: Sequence[int] = rec.chunk_ns
+    tokens: Sequence[int] = rec.chunk_tokens
+    if len(tokens) != len(stamps):
+        return None
+    if burst_ns is not None:
+        stamps, tokens = _bursts(stamps, tokens, burst_ns)
+    if len(stamps) < 2:
         return None
     decode_tokens = sum(tokens) - tokens[0]
     return RequestSteps(
@@ -65,6 +77,22 @@ def request_steps(rec: RequestRecord) -> RequestSteps | None:
         sizes=frozenset(tokens[1:-1]),
         max_chunk_tokens=max(tokens),
     )
+
+
+def _bursts(
+    stamps: Sequence[int], tokens: Sequence[int], burst_ns: int
+) -> tuple[list[int], list[int]]:
+    """Events grouped into steps: a group is stamped by its last event (the step's end)."""
+    out_ns: list[int] = []
+    out_tokens: list[int] = []
+    for i, (t, n) in enumerate(zip(stamps, tokens, strict=True)):
+        if i and t - stamps[i - 1] <= burst_ns:
+            out_ns[-1] = t
+            out_tokens[-1] += n
+        else:
+            out_ns.append(t)
+            out_tokens.append(n)
+    return out_ns, out_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +113,16 @@ class StepFigures:
     acceptance_length_p50: float | None = None  # median over requests
 
 
-def step_figures(records: Iterable[RequestRecord], *, declared_k: int | None = None) -> StepFigures:
+def step_figures(
+    records: Iterable[RequestRecord],
+    *,
+    declared_k: int | None = None,
+    burst_ns: int | None = None,
+) -> StepFigures:
     """Steps, acceptance length and ITL per chunk and per token over ``records`` (the ok
-    ones). ``declared_k``: tokens the engine proposes per step, when the spec says."""
-    per = [s for r in records if r.ok and (s := request_steps(r)) is not None]
+    ones). ``declared_k``: tokens the engine proposes per step, when the spec says;
+    ``burst_ns``: group per-token events into steps (module doc)."""
+    per = [s for r in records if r.ok and (s := request_steps(r, burst_ns)) is not None]
     steps = sum(p.decode_steps for p in per)
     tokens = sum(p.decode_tokens for p in per)
     decode_s = sum(p.decode_s for p in per)
