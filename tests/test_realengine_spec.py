@@ -33,8 +33,15 @@ PROMPT = "Count upwards: one two three four five six seven eight nine ten eleven
 BURST_NS = 50_000_000
 
 
-@pytest.fixture(scope="module")
-def draft_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+SYNTH_RATES = "0.9,0.7,0.5,0.3"  # llama-server's --spec-synth-rates (benchmarking only)
+
+
+@pytest.fixture(scope="module", params=[None, SYNTH_RATES], ids=["greedy-self-draft", "synth"])
+def draft_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """``None``: every draft accepted; ``SYNTH_RATES``: the server's synthetic acceptance
+    (unconditional per-position probabilities), so steps carry 1 to 5 tokens."""
     server, gguf = find_server(), find_gguf()
     if server is None or gguf is None:
         pytest.skip("llama-server or the GGUF not found: run .ci/setup-realengine")
@@ -44,6 +51,8 @@ def draft_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cmd += ["--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-n-min", "0", "--host"]
     cmd += ["127.0.0.1", "--port", str(port), "-c", "2048"]
     cmd += ["-np", "1", "-t", "1", "--alias", ALIAS, "--metrics"]
+    if request.param is not None:
+        cmd += ["--spec-synth-rates", request.param]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -124,16 +133,21 @@ def test_client_steps_agree_with_llama_server_draft_counters(draft_server: str) 
         f"{d.accepted_tokens:.0f}, α {d.acceptance_length}"
     )
     assert d.drafts > 0 and d.draft_tokens <= DRAFT_MAX * d.drafts
-    # the model drafting for itself, greedily: (nearly) every draft token accepted
-    assert d.acceptance_rate is not None and d.acceptance_rate > 0.9
-    assert d.acceptance_length is not None and d.acceptance_length > 2.0
+    assert d.acceptance_rate is not None and d.acceptance_length is not None
     assert fig.speculation == "declared" and not fig.coalesced
     assert fig.acceptance_length is not None
-    # undeclared, every step the same size (all drafts accepted) reads as coalescing: the
-    # documented limit of telling speculation from chunk sizes alone
-    assert step_figures(records, burst_ns=BURST_NS).coalesced
-    # the client's verify steps are the server's (drafts: "verification steps")
-    assert fig.decode_steps == d.drafts
+    # the client's steps are the server's verify steps ("drafts"), plus at most one plain step
+    # per request: near the length cap the drafter may propose nothing (n-min 0)
+    assert d.drafts <= fig.decode_steps <= d.drafts + REQUESTS
     assert fig.acceptance_length == pytest.approx(d.acceptance_length, rel=0.03)
+    undeclared = step_figures(records, burst_ns=BURST_NS)
+    if d.acceptance_rate == 1.0:  # the model drafting for itself, greedily
+        assert d.acceptance_length > 4.0
+        # every step the same size reads as coalescing when undeclared: the documented limit
+        # of telling speculation from chunk sizes alone
+        assert undeclared.coalesced
+    else:  # synthetic acceptance: sizes vary, speculation detected without a declaration
+        assert 1.0 < d.acceptance_length < 4.0
+        assert undeclared.speculation == "detected" and not undeclared.coalesced
     t = _timings(draft_server)
     assert t["draft_n"] > 0 and t["draft_n_accepted"] <= t["draft_n"]
