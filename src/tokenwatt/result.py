@@ -35,6 +35,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``inputs.mixed_steps`` holds the mixed-step estimate; flags ``mixed_steps``, ``idle``,
         ``over_slot_limit``, ``small_batch``, ``routing_skew`` and ``above_rated_bandwidth``
         (MBU over 100 %: no figure, the note names the likely wrong input).
+        (issue 19, additive, optional) ``mbu_detail.inputs.speculation``
+        (``MbuSpeculation``: s and B from steps, acceptance length, drafter bytes) and flags
+        ``speculative_steps``, ``drafter_bytes_unknown``, ``coalesced_chunks``; probe
+        ``steps`` (``StepSummary``: ITL per chunk and per token, steps/s, acceptance length).
         Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
         /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
         ``engine_series_file``; absent in older files (None).
@@ -172,6 +176,28 @@ class MbuMixedSteps(_Strict):
     over_slot_limit: bool = Field(description="B_dec above the engine's slot limit")
 
 
+class MbuSpeculation(_Strict):
+    """Speculative decoding as MBU counted it (``metrics.spec_mbu``): s and B from the
+    client's steps (one chunk per verify step), the target's bytes for k + 1 positions and
+    the drafter's bytes, with the assumption behind them named."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Literal["declared", "detected"] = Field(
+        description="declared in the spec, or detected from varying tokens per chunk"
+    )
+    method: Literal["draft", "mtp", "ngram", "unknown"] = Field(description="the drafter")
+    num_tokens: int = Field(description="k: tokens proposed per step (detected: max chunk − 1)")
+    acceptance_length: float = Field(description="α: decode tokens ÷ decode steps")
+    itl_chunk_s: float = Field(description="ITL per chunk: decode time ÷ decode steps")
+    decode_steps_per_s: float = Field(description="node: T × decode steps ÷ tokens")
+    target_weight_bytes_per_step: float = Field(description="W(B·(k + 1)): the verify pass")
+    draft_weight_bytes_per_step: float = Field(description="the drafter's weights, k passes")
+    draft_kv_bytes_per_s: float = Field(0.0, description="a draft model's own KV reads")
+    prompts_per_step: float = Field(0.0, description="m: prompts riding along a verify step")
+    assumption: str = Field(description="how the drafter's bytes were counted")
+
+
 class MbuInputs(_Strict):
     """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU).
 
@@ -209,6 +235,9 @@ class MbuInputs(_Strict):
     mixed_steps: MbuMixedSteps | None = Field(
         None, description="the measured regime's mixed-step estimate (None: seed formula only)"
     )
+    speculation: MbuSpeculation | None = Field(
+        None, description="speculative decoding: s and B from steps (None: not detected)"
+    )
 
 
 class MbuFlags(_Strict):
@@ -240,6 +269,15 @@ class MbuFlags(_Strict):
         False,
         description="derived MBU over 100 % (beyond the noise margin): an input is wrong, no MBU",
     )
+    speculative_steps: bool = Field(
+        False, description="speculative decoding: s, B and W from steps and the drafter's bytes"
+    )
+    drafter_bytes_unknown: bool = Field(
+        False, description="speculation detected, drafter unknown: its bytes left out, reads low"
+    )
+    coalesced_chunks: bool = Field(
+        False, description="chunks carry several steps: steps not measurable from the client"
+    )
 
     def notes(self) -> list[str]:
         """One line per raised flag, for people."""
@@ -255,6 +293,23 @@ class MbuFlags(_Strict):
             out.append(
                 "small MoE batch: uniform routing is an upper bound on distinct experts; "
                 "skewed routing reads fewer, so MBU reads high"
+            )
+        if self.speculative_steps:
+            out.append(
+                "speculative decoding: s and B counted from steps (one chunk per verify step), "
+                "W from the target's k + 1 positions plus the drafter's bytes (see "
+                "inputs.speculation.assumption)"
+            )
+        if self.drafter_bytes_unknown:
+            out.append(
+                "speculation detected but the drafter is not declared (sim.speculative or "
+                "engine): its bytes are left out, so MBU reads low"
+            )
+        if self.coalesced_chunks:
+            out.append(
+                "chunks carry several engine steps (equal multi-token chunks, or more than "
+                "k + 1 tokens): steps are not measurable from the client; read the engine's "
+                "counters"
             )
         if self.low_load_busy_bias:
             out.append(
@@ -538,7 +593,10 @@ class SloDetail(_Strict):
 class EngineAgreement(_Strict):
     """One figure (T, B or s) on both sides; ``ok`` None where the engine does not count it."""
 
-    figure: str = Field(description="T (node tokens/s), B (batch per replica), s (steps/s)")
+    figure: str = Field(
+        description="T (node tokens/s), B (batch per replica), s (steps/s), alpha (acceptance "
+        "length, speculative decoding)"
+    )
     client: float
     engine: float | None
     rel_diff: float | None = Field(None, description="(client − engine) ÷ engine")
@@ -572,6 +630,9 @@ class EngineFigures(_Strict):
     kv_usage_mean: float | None = Field(None, description="KV-cache usage fraction, mean")
     kv_usage_max: float | None = None
     missing: list[str] = Field(default_factory=list, description="figures the engine lacks")
+    spec_drafts: float | None = Field(None, description="speculative decoding: drafts verified")
+    spec_accepted_tokens: float | None = Field(None, description="accepted draft tokens")
+    acceptance_length: float | None = Field(None, description="1 + accepted ÷ drafts")
     batch_per_replica: float | None = Field(None, description="the engine's B")
     steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
     mbu: float | None = Field(
@@ -584,6 +645,28 @@ class EngineFigures(_Strict):
         None,
         description="scrape time straddling the window's edges ÷ window: added to every "
         "tolerance (what the scrapes cannot resolve)",
+    )
+
+
+class StepSummary(_Strict):
+    """Engine steps as the client saw them (``metrics.steps``): one chunk per step per
+    sequence. The figures users argue about, each named once (docs/methodology.md, "Steps")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: int = Field(description="requests with at least one decode step")
+    decode_steps: int = Field(description="Σ (chunks − 1)")
+    decode_tokens: int = Field(description="Σ (tokens − tokens of the first chunk)")
+    acceptance_length: float | None = Field(description="decode tokens ÷ decode steps")
+    acceptance_length_p50: float | None = Field(None, description="median over requests")
+    itl_chunk_s: float | None = Field(description="ITL per chunk: decode time ÷ decode steps")
+    itl_token_s: float | None = Field(description="ITL per token (TPOT): ÷ decode tokens")
+    steps_per_s: float | None = Field(description="per sequence: 1 ÷ ITL per chunk")
+    max_chunk_tokens: int
+    speculation: Literal["none", "detected", "declared"]
+    coalesced: bool = Field(description="chunks carry several steps: not steps, see flags")
+    engine_acceptance_length: float | None = Field(
+        None, description="the engine's own: 1 + accepted ÷ drafts over the window"
     )
 
 
@@ -616,6 +699,9 @@ class ProbeSummary(_Strict):
     tpot_s: Latency
     itl_s: Latency = Field(description="chunk-level inter-arrival gaps")
     e2e_s: Latency
+    steps: StepSummary | None = Field(
+        None, description="steps, acceptance length, ITL per chunk and per token (issue 19)"
+    )
     send_lateness_s: Latency | None = Field(
         None, description="actual send − scheduled send: the load generator's own error"
     )

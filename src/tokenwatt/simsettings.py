@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 __all__ = [
     "OutputLength",
     "SimSettings",
+    "SpeculativeSettings",
     "parse_output_len",
     "parse_routing",
     "settings_error",
@@ -75,6 +77,79 @@ def parse_routing(text: str) -> float | None:
         if s > 0 and math.isfinite(s):
             return s
     raise ValueError(f"{text!r} is invalid; use uniform or zipf:S with finite S > 0, e.g. zipf:1.2")
+
+
+class SpeculativeSettings(BaseModel):
+    """Speculative decoding in the simulated engine (``sim.speculative``).
+
+    Each decode step of a sequence is a verify step: the drafter proposes ``num_tokens`` (k)
+    tokens, the target checks all k + 1 positions in one pass, and the first rejected
+    position ends the run, so a step emits 1 + (accepted) tokens. ``acceptance`` is the
+    probability that draft position i is accepted given position i − 1 was: one number for
+    every position, or one per position (k of them). The spec's string form is
+    ``METHOD:K:ACCEPTANCE`` (``mtp:3:0.8``), which the ``tokenwatt sim --speculative`` flag
+    takes too.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Literal["draft", "mtp", "ngram"] = Field(
+        description="draft: a second model proposes; mtp: the model's own MTP layers; ngram: "
+        "prompt lookup (no bytes read)"
+    )
+    num_tokens: int = Field(ge=1, le=16, description="tokens proposed per step (k)")
+    acceptance: float | list[float] = Field(
+        description="per-position acceptance probability: one number, or one per position"
+    )
+    draft_model: str | None = Field(
+        None, description="method draft: the draft model (preset name, config.json or folder)"
+    )
+
+    @field_validator("acceptance")
+    @classmethod
+    def _acceptance(cls, v: float | list[float]) -> float | list[float]:
+        values = v if isinstance(v, list) else [v]
+        if not values or not all(math.isfinite(p) and 0 <= p <= 1 for p in values):
+            raise ValueError("acceptance must be probabilities in [0, 1], e.g. 0.8")
+        return v
+
+    def model_post_init(self, _: Any) -> None:
+        if isinstance(self.acceptance, list) and len(self.acceptance) != self.num_tokens:
+            raise ValueError(
+                f"acceptance lists {len(self.acceptance)} positions; give one per proposed "
+                f"token (num_tokens = {self.num_tokens}) or a single number"
+            )
+        if self.method != "draft" and self.draft_model is not None:
+            raise ValueError("draft_model goes with method draft only")
+
+    def profile(self) -> list[float]:
+        """The acceptance probability of each of the k positions."""
+        a = self.acceptance
+        return list(a) if isinstance(a, list) else [a] * self.num_tokens
+
+    def mean_acceptance_length(self) -> float:
+        """Expected tokens per verify step: 1 + Σ_i Π_{j≤i} p_j (no output-length cap)."""
+        out, run = 1.0, 1.0
+        for p in self.profile():
+            run *= p
+            out += run
+        return out
+
+
+def parse_speculative(value: object) -> object:
+    """``METHOD:K:ACCEPTANCE[:DRAFT]`` → the dict ``SpeculativeSettings`` takes; anything else
+    as given (a mapping from the spec, or None)."""
+    if not isinstance(value, str):
+        return value
+    parts = value.split(":", 3)
+    if len(parts) < 3:
+        raise ValueError(
+            f"{value!r} is invalid; use METHOD:K:ACCEPTANCE, e.g. mtp:3:0.8 (or draft:3:0.8:MODEL)"
+        )
+    out: dict[str, object] = {"method": parts[0], "num_tokens": parts[1], "acceptance": parts[2]}
+    if len(parts) == 4:
+        out["draft_model"] = parts[3]
+    return out
 
 
 class SimSettings(BaseModel):
@@ -154,6 +229,15 @@ class SimSettings(BaseModel):
         allow_inf_nan=False,
     )
     truth_log: str | None = Field(None, description="JSONL file, one object per engine step")
+    speculative: SpeculativeSettings | None = Field(
+        None,
+        description="speculative decoding: METHOD:K:ACCEPTANCE, e.g. mtp:3:0.8 (off when unset)",
+    )
+
+    @field_validator("speculative", mode="before")
+    @classmethod
+    def _speculative(cls, v: object) -> object:
+        return parse_speculative(v)
 
     @field_validator("routing")
     @classmethod

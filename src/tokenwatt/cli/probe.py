@@ -138,6 +138,7 @@ def summary_table(data: dict[str, Any]) -> Table:
         t.add_row(
             f"{name} ms (mean / p50 / p99)", f"{_ms(d['mean'])} / {_ms(d['p50'])} / {_ms(d['p99'])}"
         )
+    _step_rows(t, (data.get("summary") or {}).get("steps"))
     t.add_row("mean concurrency (Little)", _num(m["mean_concurrency"]))
     t.add_row("mean context per token", _num(m["mean_context_per_token"], ".1f"))
     verdict = data.get("slo_verdict") or {}
@@ -186,6 +187,21 @@ def _energy_rows(t: Table, summary: dict[str, Any]) -> None:
     cost = summary.get("cost")
     if cost and cost.get("usd_per_mtok") is not None:
         t.add_row("$/Mtok at this goodput", _num(cost["usd_per_mtok"], ".4g"))
+
+
+def _step_rows(t: Table, steps: dict[str, Any] | None) -> None:
+    """Engine steps as the chunks show them (methodology "Speculative decoding"): shown when
+    a step is not one token (speculation or coalescing), where ITL per chunk ≠ per token."""
+    if not steps or (steps["speculation"] == "none" and not steps["coalesced"]):
+        return
+    kind = "coalesced chunks" if steps["coalesced"] else f"speculation {steps['speculation']}"
+    t.add_row("ITL per chunk / per token, ms", f"{_ms(steps['itl_chunk_s'])} / "
+              f"{_ms(steps['itl_token_s'])} ({kind})")  # fmt: skip
+    alpha = _num(steps["acceptance_length"], ".3f")
+    engine = steps.get("engine_acceptance_length")
+    if engine is not None:
+        alpha += f" (engine {engine:.3f})"
+    t.add_row("steps/s per sequence, acceptance length", f"{_num(steps['steps_per_s'])}, {alpha}")
 
 
 def _mbu_rows(t: Table, data: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ import typing
 from typing import TYPE_CHECKING, Any
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tokenwatt.errors import SpecError
 from tokenwatt.simsettings import SimSettings, settings_error
@@ -49,6 +49,14 @@ def _optional(annotation: Any) -> Any:
     return annotation | None
 
 
+def _flag_type(annotation: Any) -> Any:
+    """A section of its own (``speculative``) is given on the command line in its string form."""
+    args = typing.get_args(annotation) or (annotation,)
+    if any(isinstance(a, type) and issubclass(a, BaseModel) for a in args):
+        return str | None
+    return _optional(annotation)
+
+
 def _knob_parameters() -> list[inspect.Parameter]:
     """One option per ``SimSettings`` field, named after it, helped by its description."""
     params = []
@@ -60,7 +68,7 @@ def _knob_parameters() -> list[inspect.Parameter]:
         params.append(
             inspect.Parameter(
                 name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                annotation=_optional(field.annotation),
+                annotation=_flag_type(field.annotation),
             )
         )  # fmt: skip
     return params

@@ -28,7 +28,7 @@ __all__ = [
 
 # the one definition of "agree": |client − engine| ≤ tolerance × engine
 IDLE_EXPLAINED = "idle-explained"  # B and s part by the engine's idle share alone
-AGREEMENT_TOLERANCES: dict[str, float] = {"T": 0.02, "B": 0.05, "s": 0.05}
+AGREEMENT_TOLERANCES: dict[str, float] = {"T": 0.02, "B": 0.05, "s": 0.05, "alpha": 0.03}
 
 _CAUSES: dict[tuple[str, bool], str] = {
     ("T", False): "the engine served traffic the client did not send (other clients, "
@@ -43,6 +43,10 @@ _CAUSES: dict[tuple[str, bool], str] = {
     "decoding), or several tokens per engine step (multi-token chunks or speculative "
     "decoding): 1/τ counts tokens, not steps",
     ("s", False): "the engine counts prefill-only steps too",
+    ("alpha", True): "the engine verifies drafts the client never sees (other clients), or "
+    "coalesces steps into chunks",
+    ("alpha", False): "the engine counts accepted tokens past a request's length (its last "
+    "step), which the client never receives: short outputs read lower on the client",
 }
 
 
@@ -77,6 +81,8 @@ def engine_batch_and_steps(
     batch: float | None
     if window.busy_slots_per_decode is not None:
         batch = window.busy_slots_per_decode
+    elif steps and window.spec_drafts:  # speculative: one draft per sequence per verify step
+        batch = window.spec_drafts / steps
     elif steps and window.generated_tokens is not None:
         batch = window.generated_tokens / steps
     elif window.running_mean is not None:
@@ -105,12 +111,16 @@ def compare_client_engine(
     tokens_per_chunk: float = 1.0,
     tolerances: Mapping[str, float] = AGREEMENT_TOLERANCES,
     client_decode_share: float | None = None,
+    client_steps: tuple[float, float] | None = None,
 ) -> list[Agreement]:
     """T, B = T·τ/R and s = 1/τ from the client against the engine's counts over the window.
 
     ``tokens_per_chunk`` > 1 (seen by the client) is named in any disagreement's cause.
     ``client_decode_share``: the share of the window in which some request was decoding, from
     the client's own first- and last-token times (one replica); it can explain B and s.
+    ``client_steps``: (acceptance length, ITL per chunk) under speculative decoding
+    (``metrics.steps``): B and s then count steps and sequences, and the acceptance length is
+    set beside the engine's (``alpha``).
     """
     r = max(replicas, 1)
     extra = (
@@ -121,14 +131,21 @@ def compare_client_engine(
     b_engine, s_engine = engine_batch_and_steps(window, r)
     client_b = client_tokens_per_s * client_tau_s / r
     client_s = 1.0 / client_tau_s if client_tau_s > 0 else 0.0
+    alpha: list[Agreement] = []
+    if client_steps is not None:  # speculative decoding: steps and sequences, not tokens
+        client_alpha, itl_chunk_s = client_steps
+        client_s = 1.0 / itl_chunk_s
+        client_b = client_tokens_per_s / client_alpha * itl_chunk_s / r
+        tol = tolerances.get("alpha", AGREEMENT_TOLERANCES["alpha"])
+        alpha = [_one("alpha", client_alpha, window.acceptance_length, tol, "")]
     t, b, s = (
         _one("T", client_tokens_per_s, window.generated_tokens_per_s, tolerances["T"], extra),
         _one("B", client_b, b_engine, tolerances["B"], extra),
         _one("s", client_s, s_engine, tolerances["s"], extra),
     )
     if r == 1 and client_decode_share is not None:
-        return [t, *_idle_explained(t, b, s, client_decode_share)]
-    return [t, b, s]
+        return [t, *_idle_explained(t, b, s, client_decode_share), *alpha]
+    return [t, b, s, *alpha]
 
 
 def _idle_explained(

@@ -27,6 +27,8 @@ __all__ = [
     "ENGINES",
     "ENGINE_NAMES",
     "GAUGES",
+    "SPEC_COUNTERS",
+    "SPEC_NAMES",
     "EngineName",
     "Source",
     "detect_engine",
@@ -109,6 +111,17 @@ ENGINE_NAMES: dict[EngineName, dict[str, Source]] = {
     "trtllm": {
         "requests_finished": _s("trtllm_request_success_total", "trtllm:request_success_total"),
     },
+}
+
+# Speculative decoding (``engine.speculation``): present only while it is on, so kept out of
+# COUNTERS (whose absence is reported as missing). vLLM V1 and llama-server share the names.
+SPEC_COUNTERS: tuple[str, ...] = ("spec_drafts", "spec_accepted_tokens")
+SPEC_NAMES: dict[EngineName, dict[str, Source]] = {
+    e: {
+        "spec_drafts": _s(f"{e}:spec_decode_num_drafts_total"),
+        "spec_accepted_tokens": _s(f"{e}:spec_decode_num_accepted_tokens_total"),
+    }
+    for e in ("vllm", "llamacpp")
 }
 
 _PREFIXES: tuple[tuple[str, EngineName], ...] = (

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokenwatt.engine.names import COUNTERS, ENGINE_NAMES, GAUGES, EngineName, Source
+from tokenwatt.engine.names import (
+    COUNTERS,
+    ENGINE_NAMES,
+    GAUGES,
+    SPEC_NAMES,
+    EngineName,
+    Source,
+)
 
 __all__ = ["EngineSample", "MetricsParseError", "parse_samples", "sample_from_text"]
 
@@ -72,6 +79,9 @@ def sample_from_text(text: str, engine: EngineName, t_ns: int) -> EngineSample:
         k: v for k in COUNTERS if k in names and (v := _value(samples, names[k])) is not None
     }
     gauges = {k: v for k in GAUGES if k in names and (v := _value(samples, names[k])) is not None}
+    for k, src in SPEC_NAMES.get(engine, {}).items():  # speculative decoding, when on
+        if (v := _value(samples, src)) is not None:
+            counters[k] = v
     if "busy_slot_decodes" in counters:
         # llama.cpp publishes n_busy_slots_total / n_decode_total; undo the division
         counters["busy_slot_decodes"] *= counters.get("decode_steps", 0.0)

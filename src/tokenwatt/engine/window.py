@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenwatt.engine.checks import SEVERAL_ENGINES, counter_shape
-from tokenwatt.engine.names import COUNTERS, GAUGES
+from tokenwatt.engine.names import COUNTERS, GAUGES, SPEC_COUNTERS
 from tokenwatt.engine.parse import EngineSample
 
 __all__ = ["EngineWindow", "clip_samples", "counter_delta", "summarize", "time_weighted_mean"]
@@ -63,6 +63,8 @@ class EngineWindow:
     waiting_mean: float | None = None
     kv_usage_mean: float | None = None
     kv_usage_max: float | None = None
+    spec_drafts: float | None = None  # speculative decoding: sequences verified (vLLM, llama.cpp)
+    spec_accepted_tokens: float | None = None
     missing: tuple[str, ...] = ()
     unavailable: str | None = None
     series: tuple[EngineSample, ...] = field(default=(), repr=False)
@@ -74,6 +76,13 @@ class EngineWindow:
         if self.generated_tokens is None or self.duration_s <= 0:
             return None
         return self.generated_tokens / self.duration_s
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """The engine's: 1 + accepted draft tokens ÷ drafts over the window."""
+        if not self.spec_drafts or self.spec_accepted_tokens is None:
+            return None
+        return 1.0 + self.spec_accepted_tokens / self.spec_drafts
 
     @property
     def decode_steps_per_s(self) -> float | None:
@@ -88,6 +97,7 @@ class EngineWindow:
             "engine", "url", "duration_s", "scrapes", "requests_finished", "prompt_tokens",
             "generated_tokens", "decode_steps", "preemptions", "busy_slots_per_decode",
             "running_mean", "waiting_mean", "kv_usage_mean", "kv_usage_max", "unavailable",
+            "spec_drafts", "spec_accepted_tokens", "acceptance_length",
         )  # fmt: skip
         out: dict[str, Any] = {k: getattr(self, k) for k in keys}
         out["generated_tokens_per_s"] = self.generated_tokens_per_s
@@ -158,6 +168,10 @@ def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) 
         vals = [s.gauges.get(key) for s in samples]
         ok = inside and all(v is not None for v in vals)
         means[key] = time_weighted_mean(times, [v for v in vals if v is not None]) if ok else None
+    for key in SPEC_COUNTERS:
+        vals = [s.counters.get(key) for s in samples]
+        ok = len(samples) >= 2 and all(v is not None for v in vals)
+        delta[key] = counter_delta([v for v in vals if v is not None]) if ok else None
     busy = delta.pop("busy_slot_decodes")
     steps = delta["decode_steps"]
     kv = [s.gauges["kv_usage"] for s in samples if "kv_usage" in s.gauges] if inside else []
@@ -179,6 +193,8 @@ def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) 
         waiting_mean=means["waiting"],
         kv_usage_mean=means["kv_usage"],
         kv_usage_max=max(kv) if kv else None,
+        spec_drafts=delta["spec_drafts"],
+        spec_accepted_tokens=delta["spec_accepted_tokens"],
         missing=missing,
         series=tuple(samples),
         warnings=tuple(warnings),

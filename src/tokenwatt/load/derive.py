@@ -16,6 +16,7 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
 from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
+from tokenwatt.load.speculation import probe_steps, step_basis, step_summary
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
@@ -28,6 +29,7 @@ from tokenwatt.result import (
     ProbeSummary,
     SloDetail,
 )
+from tokenwatt.simsettings import SpeculativeSettings
 from tokenwatt.spec import BenchSpec, EngineSection, ProbeSettings
 from tokenwatt.spec.hardware import HardwareSection
 
@@ -51,12 +53,15 @@ def probe_mbu(
     hardware: HardwareSection,
     accelerator: Accelerator,
     engine: EngineSection | None = None,
+    *,
+    speculative: SpeculativeSettings | None = None,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
     so T and the context sum no longer describe one steady state. The measured regime
     (request rate, prompt lengths, idle share) and the spec's ``engine`` limits feed the
-    mixed-step term (``metrics.mixed_steps``)."""
+    mixed-step term (``metrics.mixed_steps``). Speculative decoding (``speculative`` declared,
+    or detected from the chunks) counts s and B from steps (``load.speculation``)."""
     m = run.metrics
     if run.stopped_early or run.interrupted or run.saturated:
         return None
@@ -83,7 +88,8 @@ def probe_mbu(
         slot_limit=eng.max_num_seqs,
         expert_load=load,
     )
-    return compute_mbu(
+    figures = probe_steps(run.counted, speculative)
+    mbu = compute_mbu(
         geometry,
         output_tokens_per_s=m.output_tokens_per_s,
         itl_token_weighted_s=m.itl_token_weighted_s,
@@ -94,7 +100,12 @@ def probe_mbu(
         kv_bytes_per_output_token=kv_per_token,
         multi_token_chunks=m.multi_token_chunks,
         regime=regime,
+        steps=step_basis(figures, speculative, pairs, regime),
     )
+    if figures.coalesced:
+        flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
+        mbu = mbu.model_copy(update={"flags": flags, "notes": [*mbu.notes, *flags.notes()[-1:]]})
+    return mbu
 
 
 UNRESPONSIVE = "endpoint unresponsive"
@@ -225,9 +236,12 @@ def summarize_probe(
     ``engine_window`` the engine's own figures beside the client's (``load.engine_probe``)."""
     m = run.metrics
     verdict = probe_verdict(run, spec, early_stop_reason)
+    declared = spec.sim.speculative if spec.endpoint.is_sim else None
     mbu = None
     if geometry is not None and accelerator is not None:
-        mbu = probe_mbu(run, geometry, spec.hardware, accelerator, spec.engine)
+        mbu = probe_mbu(
+            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared
+        )
     engine = None
     if engine_window is not None:
         engine = engine_figures(engine_window, run, spec, geometry, accelerator)
@@ -254,6 +268,9 @@ def summarize_probe(
         tpot_s=m.tpot_s,
         itl_s=m.itl_chunk_s,
         e2e_s=m.e2e_s,
+        steps=step_summary(
+            probe_steps(run.counted, declared), None if engine is None else engine.acceptance_length
+        ),
         send_lateness_s=m.send_lateness_s,
         requests_ok=m.requests_ok,
         requests_failed=m.requests_failed,

@@ -32,6 +32,7 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import idle_fraction_from_intervals
+from tokenwatt.metrics.steps import step_figures
 from tokenwatt.result import EngineAgreement, EngineFigures
 from tokenwatt.spec import BenchSpec, redact_text
 from tokenwatt.spec.server_metrics import ServerMetricsSection
@@ -207,6 +208,7 @@ def engine_figures(
                 tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
                 tolerances={k: v + edge for k, v in AGREEMENT_TOLERANCES.items()},
                 client_decode_share=_decode_share(run) if replicas == 1 else None,
+                client_steps=_client_steps(run),
             )
         ]
     mbu = None
@@ -228,6 +230,14 @@ def engine_figures(
             "edge_fraction": edge,
         }
     )
+
+
+def _client_steps(run: ProbeRun) -> tuple[float, float] | None:
+    """(acceptance length, ITL per chunk) when the chunks show speculative decoding."""
+    f = step_figures(run.counted)
+    if f.speculation == "none" or f.coalesced or not f.acceptance_length or not f.itl_chunk_s:
+        return None
+    return f.acceptance_length, f.itl_chunk_s
 
 
 def _decode_share(run: ProbeRun) -> float | None:

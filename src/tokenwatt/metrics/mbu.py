@@ -20,6 +20,7 @@ from dataclasses import asdict
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mixed_steps import MixedSteps, StepRegime, estimate_mixed_steps
+from tokenwatt.metrics.spec_mbu import StepBasis, speculative_mbu
 from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
 
 __all__ = [
@@ -98,6 +99,7 @@ def compute_mbu(
     kv_bytes_per_output_token: float,
     multi_token_chunks: bool = False,
     regime: StepRegime | None = None,
+    steps: StepBasis | None = None,
 ) -> Mbu:
     """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU), with s = 1/τ, B = T·τ/R.
 
@@ -106,12 +108,31 @@ def compute_mbu(
     counted requests as T and τ. When T or τ is not a positive number (nothing decoded, or
     every request produced one token) the MBU figures are None and ``flags.no_decode`` is set.
     With ``regime`` (the load the client measured and the engine's limits) the headline counts
-    the bytes of mixed prefill/decode steps and idle time (:func:`apply_regime`).
+    the bytes of mixed prefill/decode steps and idle time (:func:`apply_regime`). With
+    ``steps`` (speculative decoding declared or detected) s and B come from the client's
+    steps and W adds the drafter's bytes (``metrics.spec_mbu``; the regime is not applied).
     """
     if replicas < 1 or gpus < 1:
         raise ValueError(f"replicas and gpus must be >= 1, got R={replicas}, N_GPU={gpus}")
     if not _positive(bandwidth_bytes_per_s):
         raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
+    if steps is not None:  # speculative decoding: steps, not tokens (metrics.spec_mbu)
+        spec = speculative_mbu(
+            geometry, steps=steps.steps, drafter=steps.drafter,
+            output_tokens_per_s=output_tokens_per_s, itl_token_weighted_s=itl_token_weighted_s,
+            replicas=replicas, gpus=gpus, bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+            mean_context_per_token=mean_context_per_token,
+            kv_bytes_per_output_token=kv_bytes_per_output_token,
+            draft_kv_bytes_per_output_token=steps.draft_kv_bytes_per_output_token,
+            regime=steps.regime if steps.regime is not None else regime,
+        )  # fmt: skip
+        if spec is not None:
+            i = spec.inputs
+            base = _flags(geometry, True, i.expected_distinct_experts, i.batch_per_replica, False)
+            flags = base.model_copy(update=spec.flags.model_dump(exclude_defaults=True))
+            return check_rated_bandwidth(
+                spec.model_copy(update={"flags": flags, "notes": flags.notes()})
+            )
     node_bw = gpus * bandwidth_bytes_per_s
     t = float(output_tokens_per_s)
     tau = float(itl_token_weighted_s)

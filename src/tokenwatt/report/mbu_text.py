@@ -24,6 +24,9 @@ FLAG_DIRECTION: dict[str, str] = {
     "idle": "corrected by the measured busy share (unscaled would read high)",
     "small_batch": "outside the validated ±2 pt range (decode-only may read low)",
     "routing_skew": "measured routing moves it against uniform (see note)",
+    "speculative_steps": "s, B and W counted in verify steps, the drafter's bytes added",
+    "drafter_bytes_unknown": "reads low (the undeclared drafter's bytes left out)",
+    "coalesced_chunks": "steps not measurable from chunks: seed formula, reads high",
 }
 
 

@@ -197,6 +197,18 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
                 f"distinct experts per MoE layer at B ({i.moe_layers} layers, uniform routing)",
             )
         )
+    if i.speculation is not None:  # speculative decoding: s, B from steps (metrics.spec_mbu)
+        sp = i.speculation
+        rows += [
+            ("α", fmt_float(sp.acceptance_length, 3), "acceptance length: tokens per step"),
+            ("τ_c", fmt_ms(sp.itl_chunk_s), "ITL per chunk: one verify step (s = 1/τ_c)"),
+            (
+                "W_t",
+                fmt_bytes(sp.target_weight_bytes_per_step),
+                f"verify pass, k = {sp.num_tokens}",
+            ),
+            ("W_d", fmt_bytes(sp.draft_weight_bytes_per_step), f"drafter ({sp.method})"),
+        ]
     rows += [
         ("W(B)", fmt_bytes(i.weight_bytes_per_step), "weight bytes per step"),
         ("R·s·W(B)", fmt_bytes_per_s(i.weight_bytes_per_s), "weight traffic"),

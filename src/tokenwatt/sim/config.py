@@ -14,11 +14,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from tokenwatt.errors import SpecError
+from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.simsettings import (
     OutputLength,
     SimSettings,
+    SpeculativeSettings,
     parse_output_len,
     parse_routing,
     settings_error,
@@ -72,6 +74,9 @@ class SimConfig:
     stall_after_tokens: int | None = None
     # timing of the real-time driver
     spin_s: float = 0.0015
+    # speculative decoding (SpeculativeSettings as a dict, so the config travels as JSON)
+    speculative: dict[str, Any] | None = None
+    draft_geometry: ModelGeometry | None = None  # method draft: the draft model
 
     def __post_init__(self) -> None:
         if not self.served_model_name:
@@ -107,6 +112,7 @@ class SimConfig:
                 stall_after_tokens=self.stall_after_tokens,
                 spin_s=self.spin_s,
                 truth_log=None if self.truth_log is None else str(self.truth_log),
+                speculative=self.speculative,
             )
         except ValidationError as exc:
             raise SpecError(settings_error(exc)) from None
@@ -124,6 +130,10 @@ class SimConfig:
     ) -> SimConfig:
         """The node these settings describe on this model and hardware."""
         s = settings
+        spec = s.speculative
+        draft = None
+        if spec is not None and spec.draft_model is not None:
+            draft = load_geometry(spec.draft_model)
         return cls(
             geometry=geometry,
             accelerator=accelerator,
@@ -152,6 +162,8 @@ class SimConfig:
             error_after_tokens=s.error_after_tokens,
             stall_after_tokens=s.stall_after_tokens,
             spin_s=s.spin_s,
+            speculative=None if spec is None else spec.model_dump(),
+            draft_geometry=draft,
         )
 
     def validate(self) -> None:
@@ -160,7 +172,18 @@ class SimConfig:
             raise SpecError("sim gpus_per_replica is invalid: give an integer >= 1")
         if self.replicas < 1:
             raise SpecError("sim replicas is invalid: give an integer >= 1")
-        self.settings()
+        settings = self.settings()
+        if settings.speculative is not None:
+            if settings.speculative.method == "draft" and self.draft_geometry is None:
+                raise SpecError(
+                    "sim speculative method draft needs a draft model: give "
+                    "sim.speculative.draft_model (a preset, config.json or folder)"
+                )
+            if settings.speculative.method == "mtp" and not self.geometry.mtp_params:
+                raise SpecError(
+                    f"sim speculative method mtp: {self.geometry.name} has no MTP layers "
+                    "(num_nextn_predict_layers); use method draft or ngram"
+                )
         if self.prefill_cost and not self.accelerator.peak_flops(self.geometry.weight_dtype):
             raise SpecError(
                 f"sim prefill cost needs a peak FLOP/s for {self.accelerator.name}; give one in "
@@ -178,6 +201,8 @@ class SimConfig:
             value = getattr(self, f.name)
             if f.name == "geometry":
                 value = self.geometry.to_dict()
+            elif f.name == "draft_geometry":
+                value = None if self.draft_geometry is None else self.draft_geometry.to_dict()
             elif f.name == "accelerator":
                 value = self.accelerator.to_dict()
             elif isinstance(value, Path):
@@ -189,6 +214,8 @@ class SimConfig:
     def from_dict(cls, data: dict[str, Any]) -> SimConfig:
         data = dict(data)
         data["geometry"] = ModelGeometry.from_dict(dict(data["geometry"]))
+        if data.get("draft_geometry") is not None:
+            data["draft_geometry"] = ModelGeometry.from_dict(dict(data["draft_geometry"]))
         acc = dict(data["accelerator"])
         acc["aliases"] = tuple(acc.get("aliases", ()))
         data["accelerator"] = Accelerator(**acc)
@@ -210,6 +237,7 @@ class Derived:
     idle_w: float  # per GPU
     zipf_s: float | None
     output_len: OutputLength
+    speculative: SpeculativeSettings | None = None
 
     @classmethod
     def of(cls, c: SimConfig) -> Derived:
@@ -267,7 +295,12 @@ class Derived:
             idle_w=idle,
             zipf_s=parse_routing(c.routing),
             output_len=parse_output_len(c.output_len),
+            speculative=None
+            if c.speculative is None
+            else SpeculativeSettings.model_validate(c.speculative),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["speculative"] = None if self.speculative is None else self.speculative.model_dump()
+        return out

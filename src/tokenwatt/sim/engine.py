@@ -28,6 +28,7 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.sim.config import BLOCK_SIZE, Derived, SimConfig
 from tokenwatt.sim.prefix import PrefixCache
 from tokenwatt.sim.routing import DistinctExperts, make_routing
+from tokenwatt.sim.speculative import Speculator, StepSpeculation
 
 __all__ = ["KVReader", "ReplicaEngine", "SimRequest", "Step"]
 
@@ -162,6 +163,15 @@ class Step:
     cached: list[tuple[int, int]] = field(default_factory=list)  # (rid, cached tokens) on
     # first admission, prefix caching only
     evicted_blocks: int = 0  # prefix-cache blocks evicted while scheduling this step
+    # speculative decoding only: tokens each entry of ``emits`` gets (one chunk each), what
+    # the verification did, and the bytes the drafter read (not in weight_bytes)
+    emit_counts: list[int] | None = None
+    spec: StepSpeculation | None = None
+    draft_bytes: int = 0
+
+    @property
+    def tokens_emitted(self) -> int:
+        return len(self.emits) if self.emit_counts is None else sum(self.emit_counts)
 
     @property
     def duration_ns(self) -> int:
@@ -190,6 +200,8 @@ class ReplicaEngine:
             g.experts, g.experts_per_token, g.moe_layers, self.d.zipf_s, self.rng
         )
         self.kv = KVReader(g)
+        self.spec = self._speculator(config)
+        self.spec_k = 0 if self.spec is None else self.spec.k  # lookahead tokens per decode
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.num_blocks = self.d.num_blocks
@@ -203,6 +215,19 @@ class ReplicaEngine:
         tdp = self.d.tdp_w if self.d.tdp_w is not None else 0.0
         self._idle_power_w = self.d.idle_w * gpus
         self._dyn_w = (tdp - self.d.idle_w) * gpus
+
+    def _speculator(self, config: SimConfig) -> Speculator | None:
+        settings = self.d.speculative
+        if settings is None:
+            return None
+        g = self.geometry
+        rng = np.random.default_rng([config.seed, self.index, 1])
+        mtp_routing = None
+        if settings.method == "mtp" and g.is_moe:
+            mtp_routing = make_routing(
+                g.experts, g.experts_per_token, settings.num_tokens, self.d.zipf_s, rng
+            )
+        return Speculator(settings, g, config.draft_geometry, rng, mtp_routing)
 
     # -- queue management ----------------------------------------------------------
     def add(self, req: SimRequest) -> None:
@@ -275,18 +300,20 @@ class ReplicaEngine:
         admitted: list[SimRequest] = []
         i = 0
         free = self.free_blocks
+        lookahead = self.spec_k
         while i < len(running) and budget > 0:
             req = running[i]
             computed = req.computed
             new = req.prompt_tokens + req.generated - computed
             if new == 1:  # a decode, the common case, inline: blocks for ceil((computed + 1) / B)
-                need = (computed + BLOCK_SIZE) // BLOCK_SIZE - req.blocks
+                # (speculation: k lookahead slots more, and k + 1 tokens of the budget)
+                need = (computed + BLOCK_SIZE + lookahead) // BLOCK_SIZE - req.blocks
                 if need <= 0 or need <= free:
                     if need > 0:
                         free -= need
                         req.blocks += need
                     scheduled.append((req, 1))
-                    budget -= 1
+                    budget -= 1 + lookahead
                     i += 1
                     continue
             self.free_blocks = free
@@ -389,13 +416,16 @@ class ReplicaEngine:
         prefill_tokens = 0
         prefill_seqs = 0
         prompt_done = 0
+        spec = self.spec
+        verified: list[bool] = []  # speculation: per emitting request, was it a verify step
         for req, new in scheduled:
             before = req.computed
-            if before < req.prefill_target:
+            decode = before >= req.prefill_target
+            if decode:
+                contexts.append(before + 1)  # token i = generated reads L + i cached tokens
+            else:
                 prefill_tokens += new
                 prefill_seqs += 1
-            else:
-                contexts.append(before + 1)  # token i = generated reads L + i cached tokens
             req.computed = after = before + new
             if self.prefix is not None and len(req.held) < len(req.block_hashes):
                 self._register(req, min(after, req.prompt_tokens) // BLOCK_SIZE)
@@ -403,25 +433,23 @@ class ReplicaEngine:
             if after >= req.prompt_tokens + generated:
                 if generated == 0:
                     prompt_done += req.prompt_tokens
-                req.generated = generated + 1
                 emits.append(req)
+                if spec is not None:  # generated is advanced by ``_verify`` below
+                    verified.append(decode)
+                    continue
+                req.generated = generated + 1
                 if req.generated >= req.target_tokens:
                     finished.append(req)
+        counts = verdict = None
+        if spec is not None:
+            counts, verdict = self._verify(spec, emits, verified, finished)
         if finished:
-            for req in finished:
-                self._free(req)
-                req.state = FINISHED
-            self.running = [r for r in self.running if r.state == RUNNING]
-            self.outstanding -= len(finished)
-
+            self._retire(finished)
         c, d = self.config, self.d
         batch = len(contexts)
         kv_bytes = self.kv.total(contexts)
-        routed = batch + prefill_tokens
-        distinct = self.routing.total(routed)
-        g = self.geometry
-        weight_bytes = g.dense_weight_bytes + distinct * g.expert_bytes
-        memory_s = (weight_bytes + kv_bytes) * d.s_per_byte
+        distinct, weight_bytes, draft_bytes = self._weights(contexts, prefill_tokens)
+        memory_s = (weight_bytes + kv_bytes + draft_bytes) * d.s_per_byte
         prefill_s = prefill_tokens * d.s_per_prefill_token
         overhead_s = c.step_overhead_s
         duration = memory_s + prefill_s + overhead_s
@@ -449,4 +477,59 @@ class ReplicaEngine:
             preempted=preempted,
             admitted=admitted,
             prompt_done_tokens=prompt_done,
+            emit_counts=counts,
+            spec=verdict,
+            draft_bytes=draft_bytes,
         )
+
+    def _retire(self, finished: list[SimRequest]) -> None:
+        for req in finished:
+            self._free(req)
+            req.state = FINISHED
+        self.running = [r for r in self.running if r.state == RUNNING]
+        self.outstanding -= len(finished)
+
+    def _weights(self, contexts: list[int], prefill_tokens: int) -> tuple[int, int, int]:
+        """(distinct experts, target weight bytes, drafter bytes) of a step."""
+        spec = self.spec
+        routed = len(contexts) + prefill_tokens
+        draft_bytes = 0
+        if spec is not None:  # the target verifies k + 1 positions of each decode sequence
+            routed += len(contexts) * spec.k
+            draft_bytes = spec.draft_bytes(contexts)
+        distinct = self.routing.total(routed)
+        g = self.geometry
+        return distinct, g.dense_weight_bytes + distinct * g.expert_bytes, draft_bytes
+
+    def _verify(
+        self,
+        spec: Speculator,
+        emits: list[SimRequest],
+        verified: list[bool],
+        finished: list[SimRequest],
+    ) -> tuple[list[int], StepSpeculation]:
+        """Advance each emitting request by its tokens: 1 after a prefill, 1 + accepted after
+        a verify step (capped by its length; the accepted tokens' KV is already written)."""
+        out = StepSpeculation(spec.k)
+        drafts = sum(verified)
+        accepted = spec.accepted(drafts).tolist() if drafts else []
+        counts: list[int] = []
+        j = 0
+        for req, decode in zip(emits, verified, strict=True):
+            n = 1
+            if decode:
+                a = accepted[j]
+                j += 1
+                out.accepted += a
+                for p in range(a):
+                    out.accepted_per_pos[p] += 1
+                n = min(1 + a, req.target_tokens - req.generated)
+                req.computed += n - 1
+                out.emitted += n
+            req.generated += n
+            counts.append(n)
+            if req.generated >= req.target_tokens:
+                finished.append(req)
+        out.drafts = drafts
+        out.proposed = drafts * spec.k
+        return counts, out

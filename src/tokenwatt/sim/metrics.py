@@ -91,8 +91,14 @@ def _fmt(b: float) -> str:
 class EngineStats:
     """vLLM-named counters and histograms of one replica."""
 
-    def __init__(self, max_model_len: int) -> None:
+    def __init__(self, max_model_len: int, spec_positions: int = 0) -> None:
         tb = token_buckets(max_model_len)
+        # speculative decoding (vLLM's spec-decode counters; exposed only when it is on)
+        self.spec_positions = spec_positions
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted_tokens = 0
+        self.spec_accepted_per_pos = [0] * spec_positions
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.preemptions = 0
@@ -163,6 +169,7 @@ _TRUTH_COUNTERS: tuple[tuple[str, str, str], ...] = (
         "Cached prompt blocks whose name was forgotten to make room",
         "evicted_blocks",
     ),
+    ("tokenwatt_sim_draft_bytes", "Bytes read by the speculative drafter", "draft_bytes"),
     ("tokenwatt_sim_steps", "Engine steps", "steps"),
     ("tokenwatt_sim_decode_steps", "Steps with a decode", "decode_steps"),
     ("tokenwatt_sim_tokens_emitted", "Tokens emitted", "tokens_emitted"),
@@ -219,6 +226,8 @@ class SimCollector(Collector):
             for i, e in enumerate(engines):
                 c.add_metric([model, str(i)], float(e[key]))
             yield c
+        if engines and engines[0]["stats"].spec_positions:
+            yield from _spec_families(model, engines)
         succ = CounterMetricFamily(
             "vllm:request_success", "Finished requests", labels=[*labels, "finished_reason"]
         )
@@ -277,6 +286,34 @@ class SimCollector(Collector):
         buckets.append(("+Inf", float(lat.count)))
         hl.add_metric([], buckets, lat.sum_s)
         yield hl
+
+
+def _spec_families(model: str, engines: list[dict[str, Any]]) -> Iterator[Metric]:
+    """vLLM's spec-decode counters (v1 ``SpecDecodingProm``): drafts = sequences verified,
+    draft tokens = proposed, accepted tokens, and accepted tokens per draft position."""
+    labels = ["model_name", "engine"]
+    for name, doc, attr in (
+        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts", "spec_drafts"),
+        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens", "spec_draft_tokens"),
+        (
+            "vllm:spec_decode_num_accepted_tokens",
+            "Number of accepted tokens",
+            "spec_accepted_tokens",
+        ),
+    ):
+        c = CounterMetricFamily(name, doc, labels=labels)
+        for i, e in enumerate(engines):
+            c.add_metric([model, str(i)], float(getattr(e["stats"], attr)))
+        yield c
+    per = CounterMetricFamily(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position",
+        labels=[*labels, "position"],
+    )
+    for i, e in enumerate(engines):
+        for pos, n in enumerate(e["stats"].spec_accepted_per_pos):
+            per.add_metric([model, str(i), str(pos)], float(n))
+    yield per
 
 
 def make_registry(source: Callable[[], dict[str, Any]]) -> CollectorRegistry:

@@ -92,6 +92,7 @@ class _Sink:
         self.fast = (
             stream
             and config.tokens_per_chunk == 1
+            and config.speculative is None  # a chunk of 1 + accepted tokens per step
             and self.error_after is None
             and self.stall_after is None
         )
@@ -197,7 +198,8 @@ class ReplicaDriver:
             for req in step.admitted:
                 if req.sink is not None and req.sink.renderer.cached_tokens is None:
                     req.sink.renderer.cached_tokens = max(0, req.cached_tokens)
-        for req in step.emits:
+        counts = step.emit_counts
+        for j, req in enumerate(step.emits):
             sink: _Sink | None = req.sink
             if sink is None or sink.ended or req.state == ABORTED:
                 continue
@@ -227,7 +229,7 @@ class ReplicaDriver:
                 sink.ended = True
                 stalled.append(req)
                 continue
-            sink.pending += 1
+            sink.pending += 1 if counts is None else counts[j]
             if sink.pending >= self.tokens_per_chunk or finish is not None:
                 n = sink.pending
                 sink.pending = 0
@@ -271,7 +273,14 @@ class ReplicaDriver:
     def _after(self, step: Step, t_emit: int, stalled: list[SimRequest]) -> None:
         stats, engine = self.stats, self.engine
         stats.iteration_tokens.observe(step.tokens)
-        stats.generation_tokens += len(step.emits)
+        stats.generation_tokens += step.tokens_emitted
+        if step.spec is not None:
+            v = step.spec
+            stats.spec_drafts += v.drafts
+            stats.spec_draft_tokens += v.proposed
+            stats.spec_accepted_tokens += v.accepted
+            for pos, n in enumerate(v.accepted_per_pos):
+                stats.spec_accepted_per_pos[pos] += n
         stats.prompt_tokens += step.prompt_done_tokens
         stats.preemptions += len(step.preempted)
         gaps: dict[int, int] = {}
@@ -323,7 +332,8 @@ class SimServer:
         self.node = SimNode(config)
         t0 = now_ns()
         self.truth = [ReplicaTruth(r.idle_power_w, t0) for r in self.node.replicas]
-        self.stats = [EngineStats(config.max_model_len) for _ in self.node.replicas]
+        k = self.node.derived.speculative.num_tokens if self.node.derived.speculative else 0
+        self.stats = [EngineStats(config.max_model_len, k) for _ in self.node.replicas]
         self.lateness = Lateness()
         self.truth_log = TruthLog(config.truth_log) if config.truth_log else None
         self.registry = make_registry(self.snapshot)
@@ -561,6 +571,7 @@ class SimServer:
             "decode_weight_bytes",
             "weight_bytes",
             "decode_kv_bytes",
+            "draft_bytes",
             "prefill_tokens",
             "busy_s",
             "idle_s",

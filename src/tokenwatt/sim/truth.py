@@ -41,6 +41,7 @@ class ReplicaTruth:
         "decode_tokens",
         "decode_weight_bytes",
         "deficit_s",
+        "draft_bytes",
         "energy_j",
         "idle_power_w",
         "idle_s",
@@ -73,6 +74,7 @@ class ReplicaTruth:
         self.weight_bytes = 0
         self.decode_weight_bytes = 0
         self.decode_kv_bytes = 0
+        self.draft_bytes = 0  # read by the speculative drafter (MTP layers, draft model)
         self.busy_s = 0.0
         self.idle_s = 0.0
         self.memory_s = 0.0
@@ -101,12 +103,13 @@ class ReplicaTruth:
             self.energy_j += idle * self.idle_power_w
             self.idle_since_ns = None
         self.steps += 1
-        self.tokens_emitted += len(step.emits)
+        self.tokens_emitted += step.tokens_emitted
         self.prefill_tokens += step.prefill_tokens
         self.weight_bytes += step.weight_bytes
         if step.batch:
             self.decode_steps += 1
-            self.decode_tokens += step.batch
+            self.decode_tokens += step.batch if step.spec is None else step.spec.emitted
+            self.draft_bytes += step.draft_bytes
             self.decode_weight_bytes += step.weight_bytes
             self.decode_kv_bytes += step.kv_bytes
         self.busy_s += step.duration_s
@@ -274,7 +277,7 @@ class TruthLog:
             "cached_tokens": sum(n for _, n in step.cached),
             "cached": step.cached,
             "evicted_blocks": step.evicted_blocks,
-            "tokens_emitted": len(step.emits),
+            "tokens_emitted": step.tokens_emitted,
             "finished": len(step.finished),
             "preempted": len(step.preempted),
             "distinct_experts": step.distinct_experts,
@@ -290,6 +293,16 @@ class TruthLog:
             "waiting": waiting,
             "kv_usage": kv_usage,
         }
+        if step.spec is not None:  # speculative decoding: what the verification did
+            v = step.spec
+            rec.update(
+                spec_drafts=v.drafts,
+                spec_proposed=v.proposed,
+                spec_accepted=v.accepted,
+                spec_emitted=v.emitted,
+                spec_accepted_per_pos=v.accepted_per_pos,
+                draft_bytes=step.draft_bytes,
+            )
         self._f.write(orjson.dumps(rec) + b"\n")
 
     def flush(self) -> None:

@@ -93,11 +93,13 @@ class VirtualSim:
 
     def _finish(self, replica: ReplicaEngine, step: Step) -> None:
         t = step.t_end_ns
-        for req in step.emits:
+        counts = step.emit_counts
+        for j, req in enumerate(step.emits):
             if req.first_token_ns == 0:
                 req.first_token_ns = t
             req.last_token_ns = t
-            self.token_ns[req.rid].append(t)
+            stamps = self.token_ns[req.rid]
+            stamps.extend([t] * (1 if counts is None else counts[j]))  # one chunk per step
         self.steps.append(step)
         self._start(replica, t)
 
