@@ -35,6 +35,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``inputs.mixed_steps`` holds the mixed-step estimate; flags ``mixed_steps``, ``idle``,
         ``over_slot_limit``, ``small_batch``, ``routing_skew`` and ``above_rated_bandwidth``
         (MBU over 100 %: no figure, the note names the likely wrong input).
+        (issue 24, additive, optional) MBU without a measured expert load is a band:
+        ``mbu_lower_bound``, ``mbu_decode_only_lower_bound`` and ``routing_reference`` (the
+        skew of the lower bound); flags ``routing_unmeasured``, ``prefill_only`` and
+        ``kv_pressure``; ``inputs.prefill_only_fraction``; ``inputs.kv_pressure``.
         Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
         /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
         ``engine_series_file``; absent in older files (None).
@@ -219,6 +223,11 @@ class MbuFlags(_Strict):
     routing_skew: bool = Field(
         False, description="measured expert load: uniform routing would read visibly differently"
     )
+    routing_unmeasured: bool = Field(
+        False,
+        description="MoE routing not measured: MBU is the uniform upper bound and the band to "
+        "the reference skew's value is wider than 1 pt",
+    )
     above_rated_bandwidth: bool = Field(
         False,
         description="derived MBU over 100 % (beyond the noise margin): an input is wrong, no MBU",
@@ -261,6 +270,17 @@ class Mbu(_Strict):
         None,
         description="the seed's decode-only W(B)·s + KV/s ÷ bandwidth (``mbu`` also counts the "
         "prompt-routed experts of mixed steps); None without a measured regime",
+    )
+    mbu_lower_bound: float | None = Field(
+        None,
+        description="routing not measured: MBU under the reference skew (``mbu`` is the "
+        "uniform value, the upper bound); None for dense models or a measured expert load",
+    )
+    mbu_decode_only_lower_bound: float | None = Field(
+        None, description="the decode-only figure under the reference skew"
+    )
+    routing_reference: str | None = Field(
+        None, description='the lower bound\'s skew, e.g. "zipf:1.2"'
     )
     flags: MbuFlags = Field(default_factory=MbuFlags)
     notes: list[str] = Field(default_factory=list, description="one line per raised flag")

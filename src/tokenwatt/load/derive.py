@@ -81,6 +81,7 @@ def probe_mbu(
         chunk_budget_tokens=eng.max_num_batched_tokens,
         slot_limit=eng.max_num_seqs,
         expert_load=load,
+        routing_zipf=eng.routing_zipf,
     )
     return compute_mbu(
         geometry,

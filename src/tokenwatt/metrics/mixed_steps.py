@@ -61,6 +61,7 @@ class StepRegime:
     # token interval clipped to it (Little's law without the counted set's Poisson noise);
     # None: B·(1 − 1/n̄) from T·τ/R
     decode_batch: float | None = None
+    routing_zipf: float | None = None  # the routing band's reference skew (None: the default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +247,7 @@ def regime_from_records(
     chunk_budget_tokens: int = DEFAULT_CHUNK_BUDGET_TOKENS,
     slot_limit: int | None = None,
     expert_load: ExpertLoad | None = None,
+    routing_zipf: float | None = None,
 ) -> StepRegime | None:
     """The regime of one probe window from the client's records: request rate and mean prompt
     and output lengths of the counted requests, idle share from every request's (sent, done)
@@ -268,6 +270,7 @@ def regime_from_records(
         chunk_budget_tokens=chunk_budget_tokens,
         slot_limit=slot_limit,
         expert_load=expert_load,
+        routing_zipf=routing_zipf,
         decode_batch=decode_batch_from_intervals(
             [(r.first_token_ns, r.end_ns) for r in records if r.first_token_ns and r.end_ns],
             window_start_ns,
