@@ -223,6 +223,11 @@ class MbuFlags(_Strict):
     routing_skew: bool = Field(
         False, description="measured expert load: uniform routing would read visibly differently"
     )
+    prefill_only: bool = Field(
+        False,
+        description="prompts ran alone (no decode in flight) a visible share of the window, "
+        "measured and taken out of the decode-busy time (the single stream)",
+    )
     routing_unmeasured: bool = Field(
         False,
         description="MoE routing not measured: MBU is the uniform upper bound and the band to "

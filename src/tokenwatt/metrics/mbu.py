@@ -273,6 +273,7 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
             "over_slot_limit": mix.over_slot_limit,
             "small_batch": mix.batch_busy < SMALL_BATCH,
             "routing_skew": abs(skew) > ROUTING_SKEW_NOTE_PT / 100,
+            "prefill_only": (regime.prefill_only_fraction or 0.0) > IDLE_NOTE_FRACTION,
         }
     )
     inputs = i.model_copy(update={"mixed_steps": MbuMixedSteps(**asdict(mix))})
@@ -347,6 +348,15 @@ def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a fi
             f"replicas idle {idle:.1%} of the window (measured from arrival and completion "
             f"times): the weight term is scaled by the busy share; unscaled it reads "
             f"{100 * high:.1f} pt high"
+        )
+    alone = regime.prefill_only_fraction or 0.0
+    if alone > IDLE_NOTE_FRACTION:
+        high = mix.weight_bytes_per_s / mix.busy_fraction * alone / node
+        out.append(
+            f"prompts ran with no decode in flight {alone:.1%} of the window (send to first "
+            "token while nothing decoded; at concurrency 1 every prompt): neither that time nor "
+            "those bytes are decode, so the weight term is scaled by the decode-busy share; "
+            f"unscaled it reads {100 * high:.1f} pt high"
         )
     if mix.batch_busy < SMALL_BATCH:
         out.append(

@@ -25,6 +25,7 @@ FLAG_DIRECTION: dict[str, str] = {
     "idle": "corrected by the measured busy share (unscaled would read high)",
     "small_batch": "outside the validated ±2 pt range (decode-only may read low)",
     "routing_skew": "measured routing moves it against uniform (see note)",
+    "prefill_only": "corrected: prompt-only time and bytes taken out (unscaled would read high)",
     "routing_unmeasured": "routing not measured: both figures are uniform upper bounds; "
     "the band to the reference skew is wider than 1 pt",
 }
