@@ -64,7 +64,9 @@ def test_both_figures_and_flags_with_direction() -> None:
     text = _terminal(_result(d))
     assert f"{fmt_pct(d.mbu)} (weights" in text
     assert f"decode-only {fmt_pct(d.mbu_decode_only)}" in text
-    assert "flag mixed_steps: headline counts prompt-routed experts; decode-only leaves them" in text
+    assert (
+        "flag mixed_steps: headline counts prompt-routed experts; decode-only leaves them" in text
+    )
     assert "flag idle: corrected by the measured busy share" in text
     # routing not measured: the band beside the headline, the flag with both directions
     assert d.flags.routing_unmeasured and d.mbu_lower_bound is not None

@@ -38,7 +38,7 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         (issue 24, additive, optional) MBU without a measured expert load is a band:
         ``mbu_lower_bound``, ``mbu_decode_only_lower_bound`` and ``routing_reference`` (the
         skew of the lower bound); flags ``routing_unmeasured``, ``prefill_only`` and
-        ``kv_pressure``; ``inputs.prefill_only_fraction``; ``inputs.kv_pressure``.
+        ``kv_pressure`` (each with its note).
         Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
         /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
         ``engine_series_file``; absent in older files (None).
@@ -227,6 +227,11 @@ class MbuFlags(_Strict):
         False,
         description="prompts ran alone (no decode in flight) a visible share of the window, "
         "measured and taken out of the decode-busy time (the single stream)",
+    )
+    kv_pressure: bool = Field(
+        False,
+        description="preemption seen (streams stalled while others decoded, or the engine's "
+        "counter): τ and B corrected for the stalls; uncorrected they read high",
     )
     routing_unmeasured: bool = Field(
         False,

@@ -72,7 +72,7 @@ class ExpertLoad:
         if s < 0 or not np.isfinite(s):
             raise ValueError(f"Zipf exponent must be a finite number >= 0, got {s}")
         ranks = np.arange(1, experts + 1, dtype=np.float64)
-        return cls.from_counts([ranks**-s], k, f"zipf:{s:g}")
+        return cls.from_counts([(ranks**-s).tolist()], k, f"zipf:{s:g}")
 
     @property
     def experts(self) -> int:

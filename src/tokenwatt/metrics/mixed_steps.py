@@ -194,7 +194,8 @@ def estimate_mixed_steps(
     if regime.decode_batch is not None and regime.decode_batch > 0:
         b_dec = regime.decode_batch
     # decode-busy share: neither idle nor running prompts alone (prompt_phase)
-    busy = 1.0 - min(max(regime.idle_fraction or 0.0, 0.0) + (regime.prefill_only_fraction or 0.0), 0.99)
+    not_decoding = max(regime.idle_fraction or 0.0, 0.0) + (regime.prefill_only_fraction or 0.0)
+    busy = 1.0 - min(not_decoding, 0.99)
     b, pt = _busy_batch_law(b_dec / busy)
     prompt = max(0.0, regime.mean_prompt_tokens - regime.mean_cached_prompt_tokens)
     tau = 1.0 / steps_per_s
