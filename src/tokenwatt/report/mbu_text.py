@@ -26,7 +26,8 @@ FLAG_DIRECTION: dict[str, str] = {
     "small_batch": "outside the validated ±2 pt range (decode-only may read low)",
     "routing_skew": "measured routing moves it against uniform (see note)",
     "prefill_only": "corrected: prompt-only time and bytes taken out (unscaled would read high)",
-    "kv_pressure": "preemption: B and MBU corrected for stalled streams (uncorrected read high)",
+    "kv_pressure": "preemption: B corrected for stalled streams (uncorrected reads high); "
+    "MBU between the raw-τ and corrected-τ values (see note)",
     "routing_unmeasured": "routing not measured: both figures are uniform upper bounds; "
     "the band to the reference skew is wider than 1 pt",
 }
