@@ -85,7 +85,7 @@ def test_two_replicas_a_long_step_on_one_is_not_a_stall() -> None:
 
 
 def _mbu_of(tau: float) -> Mbu:
-    from test_mbu import DENSE  # noqa: PLC0415 - one hand geometry
+    from test_mbu import DENSE
 
     return compute_mbu(
         DENSE, output_tokens_per_s=500.0, itl_token_weighted_s=tau, replicas=1, gpus=1,
@@ -175,7 +175,7 @@ def kv_case(
         for s in sim.steps
     )  # fmt: skip
     truth = figure_truth(
-        steps, w0, w1, acc.bandwidth_bytes_per_s, lambda b: g.weight_bytes_per_step(b)
+        steps, w0, w1, acc.bandwidth_bytes_per_s, g.weight_bytes_per_step
     )
     preempted = sum(r.preemptions for r in reqs)
     return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw), raw, stalls, truth, preempted

@@ -16,9 +16,9 @@ without this sequence; three, not one, so that network coalescing cannot fake it
 replicas the client does not know which streams share one, and a long step on the stream's
 own replica holds back about 1/R of the others: there a gap is a stall when more than
 ``1 − 1/(2R)`` of the other streams in flight moved (conservative: under heavy thrashing,
-where most streams wait, stalls go unseen and only an engine counter raises the flag). Each stall's excess over
-the stream's median inter-chunk gap is time the sequence was not in the batch: taking it out
-of the decode time gives the corrected τ' and B' = T·τ'/R, which lands closer to the true
+where most streams wait, stalls go unseen and only an engine counter raises the flag).
+Each stall's excess over the stream's median inter-chunk gap is time the sequence was not in
+the batch: taking it out of the decode time gives the corrected τ' and B' = T·τ'/R, which lands closer to the true
 batch (validated in tests/test_kv_pressure.py). The step rate is less sure: s = 1/τ' can
 overshoot where stalls and recomputes lengthen steps, s = 1/τ undershoots, so under pressure
 MBU is given as the corrected figure with the raw-τ figure as the band's other end. An
