@@ -18,8 +18,8 @@ own replica holds back about 1/R of the others: there a gap is a stall when more
 ``1 − 1/(2R)`` of the other streams in flight moved (conservative: under heavy thrashing,
 where most streams wait, stalls go unseen and only an engine counter raises the flag).
 Each stall's excess over the stream's median inter-chunk gap is time the sequence was not in
-the batch: taking it out of the decode time gives the corrected τ' and B' = T·τ'/R, which lands closer to the true
-batch (validated in tests/test_kv_pressure.py). The step rate is less sure: s = 1/τ' can
+the batch: taking it out of the decode time gives the corrected τ' and B' = T·τ'/R, which
+lands closer to the true batch (validated in tests/test_kv_pressure.py). The step rate is less sure: s = 1/τ' can
 overshoot where stalls and recomputes lengthen steps, s = 1/τ undershoots, so under pressure
 MBU is given as the corrected figure with the raw-τ figure as the band's other end. An
 engine's preemption counter (``vllm:num_preemptions_total``), when scraped, raises the flag on
