@@ -174,9 +174,7 @@ def kv_case(
          "kv_bytes": s.kv_bytes, "memory_s": s.memory_s}
         for s in sim.steps
     )  # fmt: skip
-    truth = figure_truth(
-        steps, w0, w1, acc.bandwidth_bytes_per_s, g.weight_bytes_per_step
-    )
+    truth = figure_truth(steps, w0, w1, acc.bandwidth_bytes_per_s, g.weight_bytes_per_step)
     preempted = sum(r.preemptions for r in reqs)
     return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw), raw, stalls, truth, preempted
 

@@ -9,21 +9,21 @@ preemptions read B 12–25 % above the true batch and MBU +2.3 to +6.0 pt, with 
 
 Evidence (per counted stream, from its chunk arrival times): a gap between two of its chunks
 during which the other streams kept decoding. A long *step* (a prompt chunk riding with the
-decodes) stalls every stream of the replica at once; a preemption stalls one stream while the
-rest move on. With one replica every step emits a token to every running sequence, so a gap
-is a stall when any other stream received ``STALL_OTHER_CHUNKS`` chunks inside it (steps ran
-without this sequence; three, not one, so that network coalescing cannot fake it). With R
-replicas the client does not know which streams share one, and a long step on the stream's
-own replica holds back about 1/R of the others: there a gap is a stall when more than
-``1 − 1/(2R)`` of the other streams in flight moved (conservative: under heavy thrashing,
-where most streams wait, stalls go unseen and only an engine counter raises the flag).
-Each stall's excess over the stream's median inter-chunk gap is time the sequence was not in
-the batch: taking it out of the decode time gives the corrected τ' and B' = T·τ'/R, which
-lands closer to the true batch (validated in tests/test_kv_pressure.py). The step rate is less sure: s = 1/τ' can
-overshoot where stalls and recomputes lengthen steps, s = 1/τ undershoots, so under pressure
-MBU is given as the corrected figure with the raw-τ figure as the band's other end. An
-engine's preemption counter (``vllm:num_preemptions_total``), when scraped, raises the flag on
-its own (direction only: the client saw nothing to correct by).
+decodes) stalls every stream of the replica at once; a preemption stalls one stream while
+the rest move on. With one replica every step emits a token to every running sequence, so a
+gap is a stall when any other stream received ``STALL_OTHER_CHUNKS`` chunks inside it (steps
+ran without this sequence; three, not one, so that network coalescing cannot fake it). With
+R replicas the client does not know which streams share one, and a long step on the stream's
+own replica holds back about 1/R of the others: there a gap is a stall when more than ``1 −
+1/(2R)`` of the other streams in flight moved (conservative: under heavy thrashing, where
+most streams wait, stalls go unseen and only an engine counter raises the flag). Each
+stall's excess over the stream's median inter-chunk gap is time the sequence was not in the
+batch: taking it out of the decode time gives the corrected τ' and B' = T·τ'/R, which lands
+closer to the true batch (validated in tests/test_kv_pressure.py). The step rate is less
+sure: s = 1/τ' can overshoot where stalls and recomputes lengthen steps, s = 1/τ
+undershoots, so under pressure MBU is given as the corrected figure with the raw-τ figure as
+the band's other end. An engine's preemption counter (``vllm:num_preemptions_total``), when
+scraped, raises the flag on its own (direction only: the client saw nothing to correct by).
 """
 
 from __future__ import annotations
