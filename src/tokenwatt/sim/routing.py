@@ -64,6 +64,11 @@ class DistinctExperts:
     def expected_per_layer(self, tokens: int) -> float:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def inclusion(self) -> FloatArray:
+        """π_r: the chance one token picks expert r in a layer (every layer alike; sums to
+        k). The /metrics per-expert counters split routed tokens by it."""
+        return np.full(self.experts, self.k / self.experts) if self.experts else np.zeros(0)
+
 
 class UniformRouting(DistinctExperts):
     """Exact law of the distinct count under uniform top-k routing (see module doc)."""
@@ -171,6 +176,9 @@ class ZipfRouting(DistinctExperts):
         if tokens <= 0:
             return 0.0
         return float(self.hit_probability(tokens).sum())
+
+    def inclusion(self) -> FloatArray:
+        return self.pi
 
 
 class _NoMoE(DistinctExperts):

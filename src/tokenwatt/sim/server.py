@@ -273,6 +273,7 @@ class ReplicaDriver:
         stats.iteration_tokens.observe(step.tokens)
         stats.generation_tokens += len(step.emits)
         stats.prompt_tokens += step.prompt_done_tokens
+        stats.routed_tokens += step.batch + step.prefill_tokens  # through every MoE layer
         stats.preemptions += len(step.preempted)
         gaps: dict[int, int] = {}
         for req in step.emits:
@@ -597,6 +598,7 @@ class SimServer:
                     "prefix_caching": e.prefix is not None,
                     "prefix_queries": e.prefix.queries if e.prefix is not None else 0,
                     "prefix_hits": e.prefix.hits if e.prefix is not None else 0,
+                    "expert_inclusion": e.routing.inclusion(),
                 }
                 for e in self.node.replicas
             ],
