@@ -71,19 +71,21 @@ def test_qwen235_zipf_1_2_inside_the_band(batch: int) -> None:
     assert o.mbu.flags.routing_unmeasured
 
 
+# batches that stay under the simulator's 256 slots (a heavier placement is refused as
+# over_slot_limit, correctly: no MBU)
+BATCHES = {QWEN235: (24, 96), MIXTRAL: (8, 24), DSV3: (24, 96), KIMI: (24, 96, 200), DENSE: (24,)}
 CASES = [
     (case, eff, batch, routing)
     for case, eff in ((QWEN235, 0.6), (MIXTRAL, 0.7), (DSV3, 0.66), (KIMI, 0.58), (DENSE, 0.6))
-    for batch in (24, 96, 200)
+    for batch in BATCHES[case]
     for routing in ("zipf:0.8", "zipf:1.2")
+    if case is not DENSE or routing == "zipf:0.8"  # dense: no experts, one routing is enough
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "efficiency", "batch", "routing"), CASES)
 def test_band_grid(case: Case, efficiency: float, batch: int, routing: str) -> None:
-    if case is DENSE and routing != "zipf:0.8":
-        pytest.skip("dense: one routing is enough (no experts)")
     o = run_case(case, efficiency=efficiency, batch=batch, prefill=True, routing=routing)
     print(f"{case.label} {routing} B≈{batch}: {check_band(o)}")
     if case is DENSE:
