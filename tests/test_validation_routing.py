@@ -73,11 +73,17 @@ def test_qwen235_zipf_1_2_inside_the_band(batch: int) -> None:
 
 # batches that stay under the simulator's 256 slots (a heavier placement is refused as
 # over_slot_limit, correctly: no MBU)
-BATCHES = {QWEN235: (24, 96), MIXTRAL: (8, 24), DSV3: (24, 96), KIMI: (24, 96, 200), DENSE: (24,)}
+BATCHES = {
+    QWEN235.label: (24, 96),
+    MIXTRAL.label: (8, 24),
+    DSV3.label: (24, 96),
+    KIMI.label: (24, 96, 200),
+    DENSE.label: (24,),
+}
 CASES = [
     (case, eff, batch, routing)
     for case, eff in ((QWEN235, 0.6), (MIXTRAL, 0.7), (DSV3, 0.66), (KIMI, 0.58), (DENSE, 0.6))
-    for batch in BATCHES[case]
+    for batch in BATCHES[case.label]
     for routing in ("zipf:0.8", "zipf:1.2")
     if case is not DENSE or routing == "zipf:0.8"  # dense: no experts, one routing is enough
 ]
