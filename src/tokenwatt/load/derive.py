@@ -101,7 +101,7 @@ def probe_mbu(
     stalls = stream_stalls(
         run.records, run.counted, run.window_start_ns, run.window_end_ns, hardware.replicas
     )
-    if stalls.stalls == 0:
+    if not stalls.seen:
         return raw
     # preempted streams' silences are not decode time: τ' and the window's decode batch
     # without them (metrics.kv_pressure)
