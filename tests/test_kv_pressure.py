@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from test_validation_moe import Case
+from test_validation_single_stream import step_records
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.metrics.kv_pressure import KvPressure, mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
@@ -184,13 +185,9 @@ def kv_case(
 
     raw = mbu(raw_tau, batch)
     fixed = mbu(stalls.corrected_tau(raw_tau), batch - stalls.stalled_in_window_s / window_s)
-    steps = (
-        {"sched_start_ns": s.t_start_ns, "deadline_ns": s.t_end_ns, "batch": s.batch,
-         "prefill_tokens": s.prefill_tokens, "weight_bytes": s.weight_bytes,
-         "kv_bytes": s.kv_bytes, "memory_s": s.memory_s}
-        for s in sim.steps
-    )  # fmt: skip
-    truth = figure_truth(steps, w0, w1, acc.bandwidth_bytes_per_s, g.weight_bytes_per_step)
+    truth = figure_truth(
+        step_records(sim), w0, w1, acc.bandwidth_bytes_per_s, g.weight_bytes_per_step
+    )
     preempted = sum(r.preemptions for r in reqs)
     return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw), raw, stalls, truth, preempted
 

@@ -14,7 +14,9 @@ single-stream point (``run_probe(concurrency=1, max_requests=N)``, ``probe_mbu``
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -87,12 +89,7 @@ def single_stream(
         mean_context_per_token=ctx, kv_bytes_per_output_token=kv_tok, regime=regime,
     )  # fmt: skip
     rep = sim.node.replicas[0]
-    records = (
-        {"sched_start_ns": s.t_start_ns, "deadline_ns": s.t_end_ns, "batch": s.batch,
-         "prefill_tokens": s.prefill_tokens, "weight_bytes": s.weight_bytes,
-         "kv_bytes": s.kv_bytes, "memory_s": s.memory_s}
-        for s in sim.steps
-    )  # fmt: skip
+    records = step_records(sim)
 
     def w_of_batch(b: int) -> float:
         return (
@@ -101,6 +98,16 @@ def single_stream(
 
     truth = figure_truth(records, w0, w1, acc.bandwidth_bytes_per_s * case.gpus, w_of_batch)
     return mbu, truth
+
+
+def step_records(sim: VirtualSim) -> Iterator[dict[str, Any]]:
+    """The simulator's steps in the truth log's keys, for ``figure_truth``."""
+    for s in sim.steps:
+        yield {
+            "sched_start_ns": s.t_start_ns, "deadline_ns": s.t_end_ns, "batch": s.batch,
+            "prefill_tokens": s.prefill_tokens, "weight_bytes": s.weight_bytes,
+            "kv_bytes": s.kv_bytes, "memory_s": s.memory_s,
+        }  # fmt: skip
 
 
 QWEN_MOE = Case("Qwen3-30B-A3B 1×H100", "qwen3-30b-a3b", "h100-sxm", 1)
