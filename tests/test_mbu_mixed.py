@@ -96,7 +96,7 @@ def test_mixed_flag_raised_with_prompt_traffic_and_mbu_above_decode_only() -> No
     assert r.inputs.mixed_steps.mixed_step_fraction == pytest.approx(1 - math.exp(-0.4), rel=0.1)
     assert r.flags.mixed_steps
     assert r.mbu > r.mbu_decode_only + 0.01
-    assert any("carry prompt chunks" in n and "lower" in n for n in r.notes)
+    assert any("carry prompt chunks" in n and "sits" in n and "below it" in n for n in r.notes)
 
 
 def test_mixed_flag_quiet_without_prompts_or_with_cached_prompts() -> None:

@@ -112,7 +112,7 @@ def _bench_summary(spec_path: Path, out: Path, data: dict[str, Any]) -> ProbeSum
         accelerator=resolve_accelerator(spec.hardware),
         early_stop_reason=reason,
         requests_file="requests.jsonl",
-        engine_window=ProbeEngine(engine, edge),
+        engine_window=ProbeEngine(engine, edge, tuple(sorted(x.t_ns for x in samples))),
         engine_series_file="engine.jsonl",
         # the power readings are live (not in the files): the probe's energy, measured by the
         # same load.energy_window.probe_energy the bench calls, is handed over

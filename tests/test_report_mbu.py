@@ -65,12 +65,18 @@ def test_both_figures_and_flags_with_direction() -> None:
     assert f"{fmt_pct(d.mbu)} (weights" in text
     assert f"decode-only {fmt_pct(d.mbu_decode_only)}" in text
     assert (
-        "flag mixed_steps: headline counts prompt-routed experts; decode-only reads lower" in text
+        "flag mixed_steps: headline counts prompt-routed experts; decode-only leaves them" in text
     )
     assert "flag idle: corrected by the measured busy share" in text
+    # routing not measured: the band beside the headline, the flag with both directions
+    assert d.flags.routing_unmeasured and d.mbu_lower_bound is not None
+    assert d.mbu_lower_bound < d.mbu - 0.01
+    assert f"routing unmeasured: {fmt_pct(d.mbu_lower_bound)}–{fmt_pct(d.mbu)}" in text
+    assert "flag routing_unmeasured: routing not measured: both figures are uniform upper" in text
     html = render_html(_result(d))
     assert f"decode-only {fmt_pct(d.mbu_decode_only)}" in html
     assert "flag moe_uniform_routing_upper_bound: reads high if routing is skewed" in html
+    assert f"routing unmeasured: {fmt_pct(d.mbu_lower_bound)}" in html
 
 
 def test_above_rated_bandwidth_is_a_refusal_everywhere() -> None:

@@ -39,6 +39,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         (``MbuSpeculation``: s and B from steps, acceptance length, drafter bytes) and flags
         ``speculative_steps``, ``drafter_bytes_unknown``, ``coalesced_chunks``; probe
         ``steps`` (``StepSummary``: ITL per chunk and per token, steps/s, acceptance length).
+        (issue 24, additive, optional) MBU without a measured expert load is a band:
+        ``mbu_lower_bound``, ``mbu_decode_only_lower_bound`` and ``routing_reference`` (the
+        skew of the lower bound); flags ``routing_unmeasured``, ``prefill_only`` and
+        ``kv_pressure`` (each with its note).
         Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
         /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
         ``engine_series_file``; absent in older files (None).
@@ -265,6 +269,21 @@ class MbuFlags(_Strict):
     routing_skew: bool = Field(
         False, description="measured expert load: uniform routing would read visibly differently"
     )
+    prefill_only: bool = Field(
+        False,
+        description="prompts ran alone (no decode in flight) a visible share of the window, "
+        "measured and taken out of the decode-busy time (the single stream)",
+    )
+    kv_pressure: bool = Field(
+        False,
+        description="preemption seen (streams stalled while others decoded, or the engine's "
+        "counter): τ and B corrected for the stalls; uncorrected they read high",
+    )
+    routing_unmeasured: bool = Field(
+        False,
+        description="MoE routing not measured: MBU is the uniform upper bound and the band to "
+        "the reference skew's value is wider than 1 pt",
+    )
     above_rated_bandwidth: bool = Field(
         False,
         description="derived MBU over 100 % (beyond the noise margin): an input is wrong, no MBU",
@@ -333,6 +352,17 @@ class Mbu(_Strict):
         None,
         description="the seed's decode-only W(B)·s + KV/s ÷ bandwidth (``mbu`` also counts the "
         "prompt-routed experts of mixed steps); None without a measured regime",
+    )
+    mbu_lower_bound: float | None = Field(
+        None,
+        description="routing not measured: MBU under the reference skew (``mbu`` is the "
+        "uniform value, the upper bound); None for dense models or a measured expert load",
+    )
+    mbu_decode_only_lower_bound: float | None = Field(
+        None, description="the decode-only figure under the reference skew"
+    )
+    routing_reference: str | None = Field(
+        None, description='the lower bound\'s skew, e.g. "zipf:1.2"'
     )
     flags: MbuFlags = Field(default_factory=MbuFlags)
     notes: list[str] = Field(default_factory=list, description="one line per raised flag")

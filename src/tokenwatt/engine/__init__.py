@@ -10,6 +10,7 @@ from __future__ import annotations
 from tokenwatt.engine.compare import (
     AGREEMENT_TOLERANCES,
     Agreement,
+    ClientMechanisms,
     compare_client_engine,
     engine_batch_and_steps,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "ENGINES",
     "ENGINE_NAMES",
     "Agreement",
+    "ClientMechanisms",
     "EngineSample",
     "EngineScraper",
     "EngineWindow",

@@ -21,13 +21,18 @@ from tokenwatt.engine.window import EngineWindow
 __all__ = [
     "AGREEMENT_TOLERANCES",
     "IDLE_EXPLAINED",
+    "PREEMPTION_EXPLAINED",
     "Agreement",
+    "ClientMechanisms",
     "compare_client_engine",
+    "counter_resolution",
     "engine_batch_and_steps",
 ]
 
 # the one definition of "agree": |client − engine| ≤ tolerance × engine
-IDLE_EXPLAINED = "idle-explained"  # B and s part by the engine's idle share alone
+IDLE_EXPLAINED = "idle-explained"  # B and s part by the measured time nothing decoded
+PREEMPTION_EXPLAINED = "preemption-explained"  # B and s part by the measured stalls
+UNEXPLAINED = " (no measured mechanism of this size: a disagreement)"
 AGREEMENT_TOLERANCES: dict[str, float] = {"T": 0.02, "B": 0.05, "s": 0.05, "alpha": 0.03}
 
 _CAUSES: dict[tuple[str, bool], str] = {
@@ -98,8 +103,35 @@ def _one(figure: str, client: float, engine: float | None, tol: float, extra: st
         return Agreement(figure, client, engine, None, tol, None)
     rel = (client - engine) / engine
     ok = abs(rel) <= tol
-    cause = None if ok else _CAUSES[(figure, rel > 0)] + extra
+    cause = None if ok else _CAUSES[(figure, rel > 0)] + extra + UNEXPLAINED
     return Agreement(figure, client, engine, rel, tol, ok, cause)
+
+
+def counter_resolution(window: EngineWindow) -> dict[str, float]:
+    """The counters' own resolution over the window: ±1 count of N is 1/N of a figure (T
+    from generated tokens; s from steps; B from both). This, not the scrape interval, is what
+    the witness adds to each figure's tolerance."""
+
+    def inv(n: float | None) -> float:
+        return 1.0 / n if n is not None and n >= 1 else 0.0
+
+    tokens, steps = inv(window.generated_tokens), inv(window.decode_steps)
+    return {"T": tokens, "B": tokens + steps, "s": steps}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientMechanisms:
+    """What the client measured that makes its figures part from the engine's, each a share.
+
+    ``decode_share``: of the window, time some request was decoding (first to last token);
+    ``idle_share`` and ``prompt_only_share`` split the rest (nothing in flight; prompts with no
+    decode in flight, ``metrics.prompt_phase``); ``stalled_share``: of decode time, streams
+    silent while others decoded (preemption, ``metrics.kv_pressure``)."""
+
+    decode_share: float | None = None
+    idle_share: float | None = None
+    prompt_only_share: float | None = None
+    stalled_share: float | None = None
 
 
 def compare_client_engine(
@@ -111,16 +143,21 @@ def compare_client_engine(
     tokens_per_chunk: float = 1.0,
     tolerances: Mapping[str, float] = AGREEMENT_TOLERANCES,
     client_decode_share: float | None = None,
+    client_tokens_per_s_engine_clock: float | None = None,
+    mechanisms: ClientMechanisms | None = None,
     client_steps: tuple[float, float] | None = None,
 ) -> list[Agreement]:
     """T, B = T·τ/R and s = 1/τ from the client against the engine's counts over the window.
 
-    ``tokens_per_chunk`` > 1 (seen by the client) is named in any disagreement's cause.
-    ``client_decode_share``: the share of the window in which some request was decoding, from
-    the client's own first- and last-token times (one replica); it can explain B and s.
-    ``client_steps``: (acceptance length, ITL per chunk) under speculative decoding
-    (``metrics.steps``): B and s then count steps and sequences, and the acceptance length is
-    set beside the engine's (``alpha``).
+    Tolerance: ``tolerances`` plus the counters' resolution (``counter_resolution``), never
+    the scrape interval. T is compared on the engine's clock when
+    ``client_tokens_per_s_engine_clock`` is given (``engine.align``): the edge effect is then
+    measured, and named with its size. ``tokens_per_chunk`` > 1 (seen by the client) is named
+    in any disagreement's cause. ``mechanisms`` (or ``client_decode_share`` alone, one replica)
+    can explain B and s by a measured mechanism with its size; an unexplained difference is a
+    disagreement. ``client_steps``: (acceptance length, ITL per chunk) under speculative
+    decoding (``metrics.steps``): B and s then count steps and sequences, and the acceptance
+    length is set beside the engine's (``alpha``).
     """
     r = max(replicas, 1)
     extra = (
@@ -128,6 +165,8 @@ def compare_client_engine(
         if tokens_per_chunk > 1.05
         else ""
     )
+    res = counter_resolution(window)
+    tol = {k: tolerances[k] + res[k] for k in ("T", "B", "s")}
     b_engine, s_engine = engine_batch_and_steps(window, r)
     client_b = client_tokens_per_s * client_tau_s / r
     client_s = 1.0 / client_tau_s if client_tau_s > 0 else 0.0
@@ -136,42 +175,79 @@ def compare_client_engine(
         client_alpha, itl_chunk_s = client_steps
         client_s = 1.0 / itl_chunk_s
         client_b = client_tokens_per_s / client_alpha * itl_chunk_s / r
-        tol = tolerances.get("alpha", AGREEMENT_TOLERANCES["alpha"])
-        alpha = [_one("alpha", client_alpha, window.acceptance_length, tol, "")]
-    t, b, s = (
-        _one("T", client_tokens_per_s, window.generated_tokens_per_s, tolerances["T"], extra),
-        _one("B", client_b, b_engine, tolerances["B"], extra),
-        _one("s", client_s, s_engine, tolerances["s"], extra),
-    )
-    if r == 1 and client_decode_share is not None:
-        return [t, *_idle_explained(t, b, s, client_decode_share), *alpha]
+        tol_alpha = tolerances.get("alpha", AGREEMENT_TOLERANCES["alpha"])
+        alpha = [_one("alpha", client_alpha, window.acceptance_length, tol_alpha, "")]
+    t = _one("T", client_tokens_per_s, window.generated_tokens_per_s, tol["T"], extra)
+    aligned = client_tokens_per_s_engine_clock
+    if aligned is not None and aligned > 0 and client_tokens_per_s > 0:
+        t = _on_engine_clock(t, aligned, window.generated_tokens_per_s, extra)
+    b = _one("B", client_b, b_engine, tol["B"], extra)
+    s = _one("s", client_s, s_engine, tol["s"], extra)
+    mech = mechanisms or ClientMechanisms(decode_share=client_decode_share)
+    if r == 1 or mech.stalled_share is not None:
+        b, s = _explained(t, b, s, mech, r)
     return [t, b, s, *alpha]
 
 
-def _idle_explained(
-    t: Agreement, b: Agreement, s: Agreement, decode_share: float
-) -> tuple[Agreement, Agreement]:
-    """B low and s high by the share of the window in which nothing decoded: not a disagreement.
-
-    The client's B = T·τ/R and s = 1/τ average over the elapsed window, the engine's busy
-    slots and steps only over the steps that decode; with a decode share u the client reads
-    B·u and s/u. When T agrees and the client's own measure of u (first- to last-token spans)
-    matches 1 + ΔB within B's tolerance, both witnesses agree on everything but the time
-    nothing decoded (prefill, gaps between requests: a single stream has both by
-    construction); that is said, not flagged. Several tokens per engine step (speculative
-    decoding) make the same pattern with u ≈ 1, and stay flagged; so does R > 1, where it may
-    be a replica that got no traffic.
-    """
-    if not (t.ok and b.ok is False and s.ok is False):
-        return b, s
-    assert b.rel_diff is not None
-    if not (b.rel_diff < 0 and abs(1 + b.rel_diff - decode_share) <= b.tolerance):
-        return b, s
-    cause = (
-        f"{IDLE_EXPLAINED}: nothing decoded for {1 - decode_share:.0%} of the window (the "
-        "client's first-to-last-token spans); its B and s average over elapsed time, the "
-        "engine's over decode steps; T agrees"
+def _on_engine_clock(t: Agreement, aligned: float, engine: float | None, extra: str) -> Agreement:
+    """T against the client's tokens counted the way the engine counts them; the edge effect
+    (aligned − window count) is stated with its size."""
+    edge = aligned / t.client - 1.0
+    if engine is None or engine <= 0:
+        return t
+    rel = (aligned - engine) / engine
+    ok = abs(rel) <= t.tolerance
+    note = (
+        f"compared on the engine's clock (its counter at the scrapes, interpolated to the "
+        f"window's edges): the edge effect is {edge:+.1%} of the client's window count"
     )
+    cause = note if ok else f"{_CAUSES[('T', rel > 0)]}{extra}{UNEXPLAINED}; {note}"
+    return Agreement("T", t.client, engine, rel, t.tolerance, ok, cause)
+
+
+def _explained(
+    t: Agreement, b: Agreement, s: Agreement, mech: ClientMechanisms, replicas: int
+) -> tuple[Agreement, Agreement]:
+    """B and s off by a mechanism the client measured, with its size: not a disagreement.
+
+    Time nothing decoded (idle, prompts alone; one replica): the client's B = T·τ/R and s = 1/τ
+    average over elapsed time, the engine's busy slots and steps only over the steps that
+    decode; with a decode share u the client reads B·u and s/u. Preemption: τ counts the
+    stalled share σ of decode time, so the client reads B/(1 − σ) and s·(1 − σ). A mechanism
+    explains the pair when T agrees and the measured size predicts B's difference within B's
+    tolerance. Several tokens per engine step (speculative decoding) make the idle pattern with
+    u ≈ 1 and stay a disagreement; so does everything no measured mechanism sizes.
+    """
+    if not (t.ok and b.ok is False and s.ok is False) or b.rel_diff is None:
+        return b, s
+    ratio = 1.0 + b.rel_diff  # client B ÷ engine B
+    u, sigma = mech.decode_share, mech.stalled_share
+    cause = None
+    if replicas == 1 and u is not None and ratio < 1 and abs(ratio - u) <= b.tolerance:
+        split = ""
+        if mech.idle_share is not None and mech.prompt_only_share is not None:
+            split = (
+                f": idle {mech.idle_share:.0%}, prompts with no decode in flight "
+                f"{mech.prompt_only_share:.0%}"
+            )
+        cause = (
+            f"{IDLE_EXPLAINED}: nothing decoded for {1 - u:.0%} of the window{split} (the "
+            "client's stamps); its B and s average over elapsed time, the engine's over "
+            "decode steps; T agrees"
+        )
+    elif (
+        sigma is not None
+        and sigma > 0
+        and ratio > 1
+        and abs(ratio * (1 - sigma) - 1) <= b.tolerance
+    ):
+        cause = (
+            f"{PREEMPTION_EXPLAINED}: streams stalled (preempted) for {sigma:.0%} of decode "
+            "time (the client's chunk stamps); τ counts the stalls, the engine's batch does "
+            "not; T agrees"
+        )
+    if cause is None:
+        return b, s
     return (
         Agreement(b.figure, b.client, b.engine, b.rel_diff, b.tolerance, True, cause),
         Agreement(s.figure, s.client, s.engine, s.rel_diff, s.tolerance, True, cause),

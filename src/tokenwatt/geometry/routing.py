@@ -24,7 +24,16 @@ import numpy.typing as npt
 
 from tokenwatt.errors import SpecError
 
-__all__ = ["ExpertLoad", "GeneratingFunction", "load_expert_load"]
+__all__ = ["REFERENCE_ZIPF_S", "ExpertLoad", "GeneratingFunction", "load_expert_load"]
+
+# The skew the MBU routing band's lower bound assumes when no expert load was measured
+# (docs/methodology.md, "MBU: the routing band"): Zipf exponent s over the experts' popularity
+# ranks, π_r ∝ r^−s. Published profiles of DeepSeek-V3, Qwen3-235B and Llama 4 report
+# persistent per-layer imbalance without one exponent to quote, so this is a stated reference,
+# not a measurement: at s = 1.2 on 128 experts top-8 the top expert takes ~8× the uniform
+# share and half the experts carry under a fifth of the tokens. The truth lies inside the band
+# for any routing at most this skewed; the spec's engine.routing_zipf sets another.
+REFERENCE_ZIPF_S = 1.2
 
 FloatArray = npt.NDArray[np.float64]
 # G_X evaluated element-wise at x = 1 − π (an array): E[x^X] for the step's routed tokens X.
@@ -56,6 +65,14 @@ class ExpertLoad:
                 raise ValueError("every layer of an expert load needs at least one routed token")
             rows.append(_cap_inclusion(row / total * k, k))
         return cls(np.vstack(rows), source)
+
+    @classmethod
+    def zipf(cls, experts: int, k: int, s: float) -> ExpertLoad:
+        """π_r = min(1, c·r^−s) with Σ π = k (rank order): one row for every layer."""
+        if s < 0 or not np.isfinite(s):
+            raise ValueError(f"Zipf exponent must be a finite number >= 0, got {s}")
+        ranks = np.arange(1, experts + 1, dtype=np.float64)
+        return cls.from_counts([(ranks**-s).tolist()], k, f"zipf:{s:g}")
 
     @property
     def experts(self) -> int:

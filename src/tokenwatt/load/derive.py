@@ -8,6 +8,8 @@ requests, the one SLO judge (``metrics.slo.judge_probe``), the spec's node.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
@@ -18,10 +20,12 @@ from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import probe_steps, step_basis, step_summary
 from tokenwatt.metrics.cost import cost_figures
+from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
+from tokenwatt.metrics.steps import StepFigures
 from tokenwatt.result import (
     EnergySummary,
     EngineFigures,
@@ -87,25 +91,44 @@ def probe_mbu(
         chunk_budget_tokens=eng.max_num_batched_tokens,
         slot_limit=eng.max_num_seqs,
         expert_load=load,
+        routing_zipf=eng.routing_zipf,
     )
     figures = probe_steps(run.counted, speculative)
-    mbu = compute_mbu(
+    mbu_at = partial(
+        compute_mbu,
         geometry,
         output_tokens_per_s=m.output_tokens_per_s,
-        itl_token_weighted_s=m.itl_token_weighted_s,
         replicas=hardware.replicas,
         gpus=hardware.gpus,
         bandwidth_bytes_per_s=accelerator.bandwidth_bytes_per_s,
         mean_context_per_token=context,
         kv_bytes_per_output_token=kv_per_token,
         multi_token_chunks=m.multi_token_chunks,
-        regime=regime,
         steps=step_basis(figures, speculative, pairs, regime),
     )
-    if figures.coalesced:
-        flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
-        mbu = mbu.model_copy(update={"flags": flags, "notes": [*mbu.notes, *flags.notes()[-1:]]})
-    return mbu
+    raw = _coalesced(mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures)
+    stalls = stream_stalls(
+        run.records, run.counted, run.window_start_ns, run.window_end_ns, hardware.replicas
+    )
+    if not stalls.seen:
+        return raw
+    # preempted streams' silences are not decode time: τ' and the window's decode batch
+    # without them (metrics.kv_pressure)
+    if regime is not None and regime.decode_batch is not None:
+        window_s = (run.window_end_ns - run.window_start_ns) / 1e9
+        less = stalls.stalled_in_window_s / window_s / hardware.replicas
+        regime = replace(regime, decode_batch=max(0.0, regime.decode_batch - less))
+    tau = stalls.corrected_tau(m.itl_token_weighted_s)
+    fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures)
+    return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw)
+
+
+def _coalesced(mbu: Mbu, figures: StepFigures) -> Mbu:
+    """Flag ``coalesced_chunks`` when the engine sent several steps in one chunk."""
+    if not figures.coalesced:
+        return mbu
+    flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
+    return mbu.model_copy(update={"flags": flags, "notes": [*mbu.notes, *flags.notes()[-1:]]})
 
 
 UNRESPONSIVE = "endpoint unresponsive"
@@ -245,6 +268,8 @@ def summarize_probe(
     engine = None
     if engine_window is not None:
         engine = engine_figures(engine_window, run, spec, geometry, accelerator)
+        if mbu is not None and not mbu.flags.kv_pressure:  # the engine counted preemptions
+            mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
     goodput = _or0(m.goodput_output_tokens_per_s)
     return ProbeSummary(
         index=index,

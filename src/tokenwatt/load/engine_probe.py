@@ -19,6 +19,7 @@ import orjson
 
 from tokenwatt.engine import (
     AGREEMENT_TOLERANCES,
+    ClientMechanisms,
     EngineSample,
     EngineScraper,
     EngineWindow,
@@ -26,12 +27,15 @@ from tokenwatt.engine import (
     engine_batch_and_steps,
     metrics_url_for,
 )
+from tokenwatt.engine.align import count_on_engine_clock
 from tokenwatt.engine.names import COUNTERS, GAUGES
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
+from tokenwatt.metrics.kv_pressure import stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import idle_fraction_from_intervals
+from tokenwatt.metrics.prompt_phase import prompt_phase
 from tokenwatt.metrics.steps import step_figures
 from tokenwatt.result import EngineAgreement, EngineFigures
 from tokenwatt.spec import BenchSpec, redact_text
@@ -96,7 +100,8 @@ class EngineWitness:
             line = redact_text(text)
             if line not in self.warnings:
                 self.warnings.append(line)
-        return ProbeEngine(window, edge_fraction(scraper.samples, w0, w1))
+        scrapes = tuple(sorted(x.t_ns for x in scraper.samples))
+        return ProbeEngine(window, edge_fraction(scraper.samples, w0, w1), scrapes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +110,7 @@ class ProbeEngine:
 
     window: EngineWindow
     edge_fraction: float
+    scrape_ns: tuple[int, ...] = ()  # every scrape's time: T compared on the engine's clock
 
 
 def edge_fraction(samples: Sequence[EngineSample], start_ns: int, end_ns: int) -> float:
@@ -185,7 +191,7 @@ def engine_figures(
     accelerator: Accelerator | None,
 ) -> EngineFigures:
     """The window's engine figures, the T/B/s agreements and the engine-side MBU."""
-    window, edge = probe_engine.window, probe_engine.edge_fraction
+    window, edge = probe_engine.window, probe_engine.edge_fraction  # edge: reported only
     data = window.to_dict()
     data["url"] = redact_text(window.url)  # a /metrics URL may carry user:pass@ or a token
     if window.unavailable is not None:
@@ -206,8 +212,9 @@ def engine_figures(
                 replicas=replicas,
                 window=window,
                 tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
-                tolerances={k: v + edge for k, v in AGREEMENT_TOLERANCES.items()},
-                client_decode_share=_decode_share(run) if replicas == 1 else None,
+                tolerances=AGREEMENT_TOLERANCES,
+                client_tokens_per_s_engine_clock=_tokens_on_engine_clock(run, probe_engine),
+                mechanisms=_mechanisms(run, replicas),
                 client_steps=_client_steps(run),
             )
         ]
@@ -238,6 +245,44 @@ def _client_steps(run: ProbeRun) -> tuple[float, float] | None:
     if f.speculation == "none" or f.coalesced or not f.acceptance_length or not f.itl_chunk_s:
         return None
     return f.acceptance_length, f.itl_chunk_s
+
+
+def _tokens_on_engine_clock(run: ProbeRun, probe_engine: ProbeEngine) -> float | None:
+    """The client's tokens per second as the engine's counter shows them (``engine.align``):
+    at every chunk (llama.cpp: at each request's end, when it releases the slot)."""
+    w0, w1 = run.window_start_ns, run.window_end_ns
+    if w1 <= w0 or not probe_engine.scrape_ns:
+        return None
+    events: list[tuple[int, float]] = []
+    for r in run.records:
+        if probe_engine.window.engine == "llamacpp":
+            if r.done_ns is not None and r.output_tokens:
+                events.append((r.done_ns, float(r.output_tokens)))
+        else:
+            events.extend(zip(r.chunk_ns, map(float, r.chunk_tokens), strict=True))
+    count = count_on_engine_clock(events, probe_engine.scrape_ns, w0, w1)
+    return None if count is None else count / ((w1 - w0) / 1e9)
+
+
+def _mechanisms(run: ProbeRun, replicas: int) -> ClientMechanisms:
+    """The shares the client measured that can explain B and s (``engine.ClientMechanisms``)."""
+    w0, w1 = run.window_start_ns, run.window_end_ns
+    spans = [(r.sent_ns, r.done_ns or r.end_ns) for r in run.records if r.sent_ns is not None]
+    idle = idle_fraction_from_intervals(
+        [(a, b) for a, b in spans if b is not None], w0, w1, replicas
+    )
+    phase = prompt_phase(
+        [(r.sent_ns, r.first_token_ns, r.end_ns, r.done_ns) for r in run.records], w0, w1, replicas
+    )
+    stalls = stream_stalls(run.records, run.counted, w0, w1, replicas)
+    return ClientMechanisms(
+        decode_share=_decode_share(run) if replicas == 1 else None,
+        idle_share=idle,
+        prompt_only_share=None if phase is None else phase.prefill_only_fraction,
+        stalled_share=stalls.stalled_s / stalls.decode_s
+        if stalls.stalls and stalls.decode_s
+        else None,
+    )
 
 
 def _decode_share(run: ProbeRun) -> float | None:

@@ -20,6 +20,7 @@ from dataclasses import asdict
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mixed_steps import MixedSteps, StepRegime, estimate_mixed_steps
+from tokenwatt.metrics.routing_band import routing_band, routing_band_note
 from tokenwatt.metrics.spec_mbu import StepBasis, speculative_mbu
 from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
 
@@ -293,6 +294,7 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
             "over_slot_limit": mix.over_slot_limit,
             "small_batch": mix.batch_busy < SMALL_BATCH,
             "routing_skew": abs(skew) > ROUTING_SKEW_NOTE_PT / 100,
+            "prefill_only": (regime.prefill_only_fraction or 0.0) > IDLE_NOTE_FRACTION,
         }
     )
     inputs = i.model_copy(update={"mixed_steps": MbuMixedSteps(**asdict(mix))})
@@ -301,7 +303,39 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
         update.update(mbu=None, mbu_weights=None, mbu_kv=None)
     else:
         update.update(mbu=mbu, mbu_weights=mix.weight_bytes_per_s / node, mbu_decode_only=dec)
-    return result.model_copy(update=update)
+    return _with_routing_band(result.model_copy(update=update), geometry, regime)
+
+
+def _with_routing_band(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mbu:
+    """Unmeasured MoE routing: the lower bound under the reference skew beside the uniform
+    headline, its note, and ``routing_unmeasured`` when the band is wider than 1 pt
+    (``metrics.routing_band``)."""
+    i = result.inputs
+    if result.mbu is None or i.steps_per_s_per_replica is None or i.batch_per_replica is None:
+        return result
+    band = routing_band(
+        geometry,
+        regime,
+        batch_per_replica=i.batch_per_replica,
+        steps_per_s=i.steps_per_s_per_replica,
+        replicas=i.replicas,
+        kv_bytes_per_output_token=i.kv_bytes_per_output_token or 0.0,
+        kv_bytes_per_s=i.kv_bytes_per_s or 0.0,
+        node_bandwidth_bytes_per_s=i.node_bandwidth_bytes_per_s,
+        zipf_s=regime.routing_zipf,
+    )
+    if band is None:
+        return result
+    flags = result.flags.model_copy(update={"routing_unmeasured": band.raised})
+    return result.model_copy(
+        update={
+            "mbu_lower_bound": band.mbu_lower,
+            "mbu_decode_only_lower_bound": band.decode_only_lower,
+            "routing_reference": band.reference,
+            "flags": flags,
+            "notes": [*result.notes, routing_band_note(band)],
+        }
+    )
 
 
 def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a figure
@@ -324,8 +358,9 @@ def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a fi
         out.append(
             f"{mix.mixed_step_fraction:.0%} of decode steps also carry prompt chunks "
             f"(~{mix.prompt_tokens_per_mixed_step:.0f} tokens) and read {ratio:.2f}× W(B): "
-            f"MBU counts those bytes; the decode-only figure reads {100 * (mbu - dec):.1f} pt "
-            "lower"
+            f"MBU counts those bytes; the decode-only figure leaves them out and sits "
+            f"{100 * (mbu - dec):.1f} pt below it (a different figure, not a correction: "
+            "each is checked against its own truth)"
         )
     idle = 1.0 - mix.busy_fraction
     if idle > IDLE_NOTE_FRACTION:
@@ -335,14 +370,15 @@ def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a fi
             f"times): the weight term is scaled by the busy share; unscaled it reads "
             f"{100 * high:.1f} pt high"
         )
-    if geometry.is_moe and mix.distinct_experts_decode_only is not None:
-        untouched = 1.0 - mix.distinct_experts_decode_only / geometry.experts
-        if regime.expert_load is None and untouched > MOE_UNTOUCHED_FRACTION:
-            out.append(
-                f"routing taken as uniform with {untouched:.0%} of experts untouched per "
-                "decode-only step: if the engine's routing is skewed MBU reads high; give a "
-                "measured expert load (engine.expert_load_file)"
-            )
+    alone = regime.prefill_only_fraction or 0.0
+    if alone > IDLE_NOTE_FRACTION:
+        high = mix.weight_bytes_per_s / mix.busy_fraction * alone / node
+        out.append(
+            f"prompts ran with no decode in flight {alone:.1%} of the window (send to first "
+            "token while nothing decoded; at concurrency 1 every prompt): neither that time nor "
+            "those bytes are decode, so the weight term is scaled by the decode-busy share; "
+            f"unscaled it reads {100 * high:.1f} pt high"
+        )
     if mix.batch_busy < SMALL_BATCH:
         out.append(
             f"small batch (B = {mix.batch_busy:.1f} < {SMALL_BATCH:.0f}): outside the ±2 pt "

@@ -8,7 +8,8 @@ through the experts too, and reads the union: on many-expert models such a step 
 
     B_dec  = B · (1 − 1/n̄)             decode tokens per step (the first token of a request
                                           comes from its prefill step, mbu-notes §2)
-    φ      = idle fraction, measured from request arrival and completion times
+    φ      = idle fraction, measured from request arrival and completion times, plus the
+             share a replica ran prompts with no decode in flight (metrics.prompt_phase)
     B_busy = B_dec / (1 − φ)           mean batch of the steps that decode
     m      = λ_rep / s = λ_rep · τ     prompts admitted per decode step (Poisson arrivals:
                                           the idle share of arrivals and of steps cancel)
@@ -31,6 +32,7 @@ import numpy as np
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad, FloatArray, GeneratingFunction
+from tokenwatt.metrics.prompt_phase import prompt_phase
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec.engine import DEFAULT_CHUNK_BUDGET_TOKENS
 
@@ -61,6 +63,12 @@ class StepRegime:
     # token interval clipped to it (Little's law without the counted set's Poisson noise);
     # None: B·(1 − 1/n̄) from T·τ/R
     decode_batch: float | None = None
+    routing_zipf: float | None = None  # the routing band's reference skew (None: the default)
+    # measured from the four stamps of every request (``metrics.prompt_phase``): share of the
+    # window a replica ran prompts with no decode in flight (the single stream: every prompt),
+    # and the share of prompt time a decode was in flight; None: not measured (0 and 1)
+    prefill_only_fraction: float | None = None
+    prompt_mixing_share: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,11 +193,14 @@ def estimate_mixed_steps(
     b_dec = b_counted = batch_per_replica * (1.0 - 1.0 / n) if n > 1 else batch_per_replica
     if regime.decode_batch is not None and regime.decode_batch > 0:
         b_dec = regime.decode_batch
-    busy = 1.0 - min(max(regime.idle_fraction or 0.0, 0.0), 0.99)
+    # decode-busy share: neither idle nor running prompts alone (prompt_phase)
+    not_decoding = max(regime.idle_fraction or 0.0, 0.0) + (regime.prefill_only_fraction or 0.0)
+    busy = 1.0 - min(not_decoding, 0.99)
     b, pt = _busy_batch_law(b_dec / busy)
     prompt = max(0.0, regime.mean_prompt_tokens - regime.mean_cached_prompt_tokens)
     tau = 1.0 / steps_per_s
-    lam = regime.request_rate_rps / replicas
+    mixing = 1.0 if regime.prompt_mixing_share is None else regime.prompt_mixing_share
+    lam = regime.request_rate_rps / replicas * mixing  # prompts that ride in decode steps
     g = geometry
     per = g.moe_layers * g.expert_bytes if g.is_moe else 0.0
     load = _routing(g, regime.expert_load) if g.is_moe else None
@@ -246,6 +257,7 @@ def regime_from_records(
     chunk_budget_tokens: int = DEFAULT_CHUNK_BUDGET_TOKENS,
     slot_limit: int | None = None,
     expert_load: ExpertLoad | None = None,
+    routing_zipf: float | None = None,
 ) -> StepRegime | None:
     """The regime of one probe window from the client's records: request rate and mean prompt
     and output lengths of the counted requests, idle share from every request's (sent, done)
@@ -260,6 +272,12 @@ def regime_from_records(
         for r in records
         if r.sent_ns is not None and (stop := r.done_ns or r.end_ns) is not None
     ]
+    phase = prompt_phase(
+        [(r.sent_ns, r.first_token_ns, r.end_ns, r.done_ns) for r in records],
+        window_start_ns,
+        window_end_ns,
+        replicas,
+    )
     return StepRegime(
         request_rate_rps=len(counted) / window_s,
         mean_prompt_tokens=sum(r.prompt_tokens or 0 for r in known) / len(known),
@@ -268,6 +286,9 @@ def regime_from_records(
         chunk_budget_tokens=chunk_budget_tokens,
         slot_limit=slot_limit,
         expert_load=expert_load,
+        routing_zipf=routing_zipf,
+        prefill_only_fraction=None if phase is None else phase.prefill_only_fraction,
+        prompt_mixing_share=None if phase is None else phase.prompt_mixing_share,
         decode_batch=decode_batch_from_intervals(
             [(r.first_token_ns, r.end_ns) for r in records if r.first_token_ns and r.end_ns],
             window_start_ns,

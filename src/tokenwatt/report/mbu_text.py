@@ -20,13 +20,19 @@ FLAG_DIRECTION: dict[str, str] = {
     "multi_token_chunks": "reads high (s = 1/τ overstates steps/s)",
     "moe_uniform_routing_upper_bound": "reads high if routing is skewed",
     "low_load_busy_bias": "reads high (weight term per busy time)",
-    "mixed_steps": "headline counts prompt-routed experts; decode-only reads lower",
+    "mixed_steps": "headline counts prompt-routed experts; decode-only leaves them out "
+    "(below the headline, not a correction)",
     "idle": "corrected by the measured busy share (unscaled would read high)",
     "small_batch": "outside the validated ±2 pt range (decode-only may read low)",
     "routing_skew": "measured routing moves it against uniform (see note)",
     "speculative_steps": "s, B and W counted in verify steps, the drafter's bytes added",
     "drafter_bytes_unknown": "reads low (the undeclared drafter's bytes left out)",
     "coalesced_chunks": "steps not measurable from chunks: seed formula, reads high",
+    "prefill_only": "corrected: prompt-only time and bytes taken out (unscaled would read high)",
+    "kv_pressure": "preemption: B corrected for stalled streams (uncorrected reads high); "
+    "MBU between the raw-τ and corrected-τ values (see note)",
+    "routing_unmeasured": "routing not measured: both figures are uniform upper bounds; "
+    "the band to the reference skew is wider than 1 pt",
 }
 
 
@@ -61,4 +67,9 @@ def mbu_figures_text(mbu: float | None, detail: Mbu | None) -> str:
         text += f"  (weights {fmt_pct(detail.mbu_weights)} + KV {fmt_pct(detail.mbu_kv)})"
     if detail.mbu_decode_only is not None:
         text += f"  ·  decode-only {fmt_pct(detail.mbu_decode_only)}"
+    if detail.flags.routing_unmeasured and detail.mbu_lower_bound is not None:
+        text += (
+            f"  ·  routing unmeasured: {fmt_pct(detail.mbu_lower_bound)}–{fmt_pct(mbu)} "
+            f"({detail.routing_reference} to uniform)"
+        )
     return text

@@ -102,6 +102,7 @@ class EngineStats:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.preemptions = 0
+        self.routed_tokens = 0  # decode + prompt (and recompute) tokens routed per MoE layer
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.iteration_tokens = Hist(ITERATION_BUCKETS)
         self.ttft = Hist(TTFT_BUCKETS)
@@ -252,6 +253,7 @@ class SimCollector(Collector):
             caching = str(e["prefix_caching"])
             info.add_metric([model, str(i), "16", str(e["num_blocks"]), "0.9", caching], 1.0)
         yield info
+        yield _expert_tokens(model, engines)
 
     def _truth_families(self, s: dict[str, Any]) -> Iterator[Metric]:
         """The ``tokenwatt_sim_*`` ground truth: node totals without labels."""
@@ -314,6 +316,25 @@ def _spec_families(model: str, engines: list[dict[str, Any]]) -> Iterator[Metric
         for pos, n in enumerate(e["stats"].spec_accepted_per_pos):
             per.add_metric([model, str(i), str(pos)], float(n))
     yield per
+
+
+def _expert_tokens(model: str, engines: list[dict[str, Any]]) -> CounterMetricFamily:
+    """Per-expert routed-token counters, as SGLang's expert distribution recorder counts them
+    (tokens routed to each expert of each MoE layer), for ``engine.expert_load``. The
+    simulator draws how many distinct experts a step hits, not which tokens went where, so
+    each expert's counter is its expected share π_r of the routed tokens; its layers share
+    one routing law, so one ``layer="all"`` row stands for every MoE layer."""
+    c = CounterMetricFamily(
+        "tokenwatt_sim_expert_tokens",
+        "Tokens routed to each expert (expected: routed tokens x the expert's inclusion "
+        "probability); layer=all: every MoE layer alike",
+        labels=["model_name", "engine", "layer", "expert"],
+    )
+    for i, e in enumerate(engines):
+        routed = float(e["stats"].routed_tokens)
+        for r, pi in enumerate(e.get("expert_inclusion", ())):
+            c.add_metric([model, str(i), "all", str(r)], routed * float(pi))
+    return c
 
 
 def make_registry(source: Callable[[], dict[str, Any]]) -> CollectorRegistry:

@@ -28,6 +28,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from tokenwatt.geometry.routing import ExpertLoad
+
 __all__ = [
     "DistinctExperts",
     "UniformRouting",
@@ -61,6 +63,11 @@ class DistinctExperts:
 
     def expected_per_layer(self, tokens: int) -> float:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def inclusion(self) -> FloatArray:
+        """π_r: the chance one token picks expert r in a layer (every layer alike; sums to
+        k). The /metrics per-expert counters split routed tokens by it."""
+        return np.full(self.experts, self.k / self.experts) if self.experts else np.zeros(0)
 
 
 class UniformRouting(DistinctExperts):
@@ -129,20 +136,10 @@ class UniformRouting(DistinctExperts):
 
 
 def zipf_inclusion(experts: int, k: int, s: float) -> FloatArray:
-    """Per-token inclusion probabilities π_r = min(1, c·r^−s) with Σ π = k (rank order)."""
-    w = np.arange(1, experts + 1, dtype=np.float64) ** -s
-    pi = np.zeros(experts)
-    capped = np.zeros(experts, dtype=bool)
-    for _ in range(experts):
-        free = ~capped
-        budget = k - capped.sum()
-        pi[free] = w[free] * budget / w[free].sum()
-        pi[capped] = 1.0
-        over = free & (pi > 1.0)
-        if not over.any():
-            break
-        capped |= over
-    return np.minimum(pi, 1.0)
+    """Per-token inclusion probabilities π_r = min(1, c·r^−s) with Σ π = k (rank order): the
+    geometry's one definition (``ExpertLoad.zipf``), which the MBU routing band also uses."""
+    row: FloatArray = ExpertLoad.zipf(experts, k, s).inclusion[0]
+    return row
 
 
 class ZipfRouting(DistinctExperts):
@@ -179,6 +176,9 @@ class ZipfRouting(DistinctExperts):
         if tokens <= 0:
             return 0.0
         return float(self.hit_probability(tokens).sum())
+
+    def inclusion(self) -> FloatArray:
+        return self.pi
 
 
 class _NoMoE(DistinctExperts):

@@ -282,6 +282,7 @@ class ReplicaDriver:
             for pos, n in enumerate(v.accepted_per_pos):
                 stats.spec_accepted_per_pos[pos] += n
         stats.prompt_tokens += step.prompt_done_tokens
+        stats.routed_tokens += step.batch + step.prefill_tokens  # through every MoE layer
         stats.preemptions += len(step.preempted)
         gaps: dict[int, int] = {}
         for req in step.emits:
@@ -608,6 +609,7 @@ class SimServer:
                     "prefix_caching": e.prefix is not None,
                     "prefix_queries": e.prefix.queries if e.prefix is not None else 0,
                     "prefix_hits": e.prefix.hits if e.prefix is not None else 0,
+                    "expert_inclusion": e.routing.inclusion(),
                 }
                 for e in self.node.replicas
             ],

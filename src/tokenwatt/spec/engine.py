@@ -40,3 +40,13 @@ class EngineSection(Section):
             "engine's expert-load statistics; used in W(B) instead of uniform routing"
         ),
     )
+    routing_zipf: float | None = Field(
+        None,
+        ge=0,
+        le=4,
+        description=(
+            "MoE without a measured expert load: the Zipf exponent of the routing band's lower "
+            "bound (MBU is printed as the uniform value, an upper bound, with the value under "
+            "this skew beside it); default 1.2, the documented reference skew"
+        ),
+    )

@@ -1,0 +1,105 @@
+"""Routing nobody measured is a range: MBU under uniform routing and under a stated skew.
+
+An MoE step reads every expert its tokens picked. How many that is depends on the router's
+per-expert load, which the client never sees: uniform routing touches the most experts (the
+seed's upper bound), a skewed router fewer (its tokens collide on popular experts). Without a
+measured expert load (``engine.expert_load_file`` or an engine's expert-load counters) the
+weight term is therefore bounded, not known:
+
+    upper = the mixed-step estimate with π_r = k/E          (uniform: the printed headline)
+    lower = the same estimate with π_r ∝ r^−s, Σ π_r = k     (Zipf s: the reference skew)
+
+Both use the same measured s = 1/τ, B = T·τ/R, idle share and prompt regime; only the
+distinct experts per step differ, so the KV term is common and the band is the weight term's.
+For any routing at most as skewed as the reference the truth lies inside [lower, upper]
+(``geometry.routing.REFERENCE_ZIPF_S`` says why that exponent). The decode-only figure gets
+its own band the same way. ``routing_unmeasured`` is raised whenever the band is wider than
+``ROUTING_BAND_FLAG_PT`` — at every batch, because skew keeps whole experts cold even at a
+batch where uniform routing would touch them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.geometry.routing import REFERENCE_ZIPF_S, ExpertLoad
+from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
+
+__all__ = ["ROUTING_BAND_FLAG_PT", "RoutingBand", "routing_band", "routing_band_note"]
+
+ROUTING_BAND_FLAG_PT = 1.0  # band wider than this (points of MBU): flag routing_unmeasured
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingBand:
+    """MBU and decode-only MBU under uniform routing (upper) and the reference skew (lower)."""
+
+    reference: str  # e.g. "zipf:1.2"
+    mbu_upper: float
+    mbu_lower: float
+    decode_only_upper: float
+    decode_only_lower: float
+
+    @property
+    def width_pt(self) -> float:
+        """The wider of the two figures' bands, in points of MBU."""
+        return 100.0 * max(
+            self.mbu_upper - self.mbu_lower, self.decode_only_upper - self.decode_only_lower
+        )
+
+    @property
+    def raised(self) -> bool:
+        return self.width_pt > ROUTING_BAND_FLAG_PT
+
+
+def routing_band(
+    geometry: ModelGeometry,
+    regime: StepRegime,
+    *,
+    batch_per_replica: float,
+    steps_per_s: float,
+    replicas: int,
+    kv_bytes_per_output_token: float,
+    kv_bytes_per_s: float,
+    node_bandwidth_bytes_per_s: float,
+    zipf_s: float | None = None,
+) -> RoutingBand | None:
+    """The band of an MoE figure whose routing was not measured; None for a dense model or a
+    measured expert load (then the figure is the measured value, no band)."""
+    if not geometry.is_moe or regime.expert_load is not None:
+        return None
+    s = REFERENCE_ZIPF_S if zipf_s is None else zipf_s
+    skewed = ExpertLoad.zipf(geometry.experts, geometry.experts_per_token, s)
+    figures = []
+    for load in (None, skewed):
+        mix = estimate_mixed_steps(
+            geometry,
+            batch_per_replica=batch_per_replica,
+            steps_per_s=steps_per_s,
+            replicas=replicas,
+            regime=dataclasses.replace(regime, expert_load=load),
+            kv_bytes_per_output_token=kv_bytes_per_output_token,
+        )
+        figures.append(
+            (
+                (mix.weight_bytes_per_s + kv_bytes_per_s) / node_bandwidth_bytes_per_s,
+                (mix.decode_only_weight_bytes_per_s + kv_bytes_per_s) / node_bandwidth_bytes_per_s,
+            )
+        )
+    (up, dec_up), (low, dec_low) = figures
+    return RoutingBand(skewed.source, up, low, dec_up, dec_low)
+
+
+def routing_band_note(band: RoutingBand) -> str:
+    """What the band means for each printed figure, direction first."""
+    return (
+        f"routing not measured: MBU {100 * band.mbu_upper:.1f} % assumes uniform routing, an "
+        f"upper bound; under the reference skew ({band.reference}) it reads "
+        f"{100 * band.mbu_lower:.1f} %, so the truth lies in "
+        f"[{100 * band.mbu_lower:.1f}, {100 * band.mbu_upper:.1f}] % for any routing up to that "
+        f"skew; decode-only likewise reads high, in [{100 * band.decode_only_lower:.1f}, "
+        f"{100 * band.decode_only_upper:.1f}] %; a measured expert load "
+        "(engine.expert_load_file, or an engine's expert-load counters) collapses the band"
+    )

@@ -1,0 +1,122 @@
+"""The routing band (``metrics.routing_band``) against hand calculations, and its flag both ways.
+
+Without a measured expert load an MoE MBU is the uniform value (upper bound) with the value
+under the reference skew beside it; ``routing_unmeasured`` is raised when they differ by more
+than 1 pt, at any batch, and never for a dense model or a measured load.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from test_mbu import DENSE, MOE, _geom
+from test_mbu_mixed import _mbu
+from tokenwatt.geometry.routing import REFERENCE_ZIPF_S, ExpertLoad
+from tokenwatt.metrics.mixed_steps import StepRegime
+from tokenwatt.metrics.routing_band import routing_band
+
+
+def test_zipf_inclusion_hand_calculation() -> None:
+    # E = 4, k = 1, s = 1: π ∝ 1, 1/2, 1/3, 1/4 (sum 25/12) → 12/25, 6/25, 4/25, 3/25
+    pi = ExpertLoad.zipf(4, 1, 1.0).inclusion[0]
+    assert pi.tolist() == pytest.approx([0.48, 0.24, 0.16, 0.12], abs=1e-12)
+    # E = 4, k = 2, s = 3: c·1 would exceed 1, so expert 1 is capped and the rest share 1
+    # in proportion 1/8 : 1/27 : 1/64
+    pi = ExpertLoad.zipf(4, 2, 3.0).inclusion[0]
+    w = [1 / 8, 1 / 27, 1 / 64]
+    assert pi[0] == 1.0
+    assert pi[1:].tolist() == pytest.approx([x / sum(w) for x in w], abs=1e-12)
+    assert ExpertLoad.zipf(4, 2, 3.0).source == "zipf:3"
+
+
+# Two experts, top-1, one MoE layer, no dense bytes and no KV: a step reads only its experts,
+# so under the estimate's step model (a step lasts in proportion to its bytes, scaled so the
+# law reproduces τ) the weight traffic is the constant bandwidth per·B / (τ·E[b/d(b)]), the
+# expectation over the busy batch law Poisson(μ) given b ≥ 1 (time-weighted, mean B), d(b) the
+# distinct experts of b tokens: Σ_r 1 − (1 − π_r)^b.
+TWO = _geom(layers=1, moe_layers=1, experts=2, experts_per_token=1, dense_weight_bytes=0,
+            expert_bytes=10**9)  # fmt: skip
+
+
+def _hand_bytes_per_s(pi: list[float], mu: float, tau: float) -> float:
+    norm = 1.0 - math.exp(-mu)
+    batch = mu / norm
+    e_b_over_d = 0.0
+    for b in range(1, 80):
+        p = math.exp(-mu) * mu**b / math.factorial(b) / norm
+        d = sum(1.0 - (1.0 - x) ** b for x in pi)
+        e_b_over_d += p * b / d
+    return 1e9 * batch / (tau * e_b_over_d)
+
+
+def test_band_arithmetic_hand_calculation() -> None:
+    mu, tau = 2.0, 0.01
+    batch = mu / (1.0 - math.exp(-mu))  # 2.3130: the mean of Poisson(2) given ≥ 1
+    regime = StepRegime(
+        request_rate_rps=0.0, mean_prompt_tokens=0.0, mean_output_tokens=1e9, idle_fraction=0.0,
+        decode_batch=batch,
+    )  # fmt: skip
+    band = routing_band(
+        TWO,
+        regime,
+        batch_per_replica=batch,
+        steps_per_s=1 / tau,
+        replicas=1,
+        kv_bytes_per_output_token=0.0,
+        kv_bytes_per_s=0.0,
+        node_bandwidth_bytes_per_s=1e12,
+        zipf_s=1.0,
+    )
+    assert band is not None and band.reference == "zipf:1"
+    upper = _hand_bytes_per_s([0.5, 0.5], mu, tau) / 1e12  # uniform
+    lower = _hand_bytes_per_s([2 / 3, 1 / 3], mu, tau) / 1e12  # Zipf 1: π ∝ 1, ½ → ⅔, ⅓
+    assert band.mbu_upper == pytest.approx(upper, rel=1e-9)
+    assert band.mbu_lower == pytest.approx(lower, rel=1e-9)
+    assert band.decode_only_lower == pytest.approx(lower, rel=1e-9)  # no prompts: same
+    assert band.width_pt == pytest.approx(100 * (upper - lower), rel=1e-9)
+    assert upper > lower  # colliding tokens read fewer experts
+
+
+def test_band_is_none_for_dense_and_for_a_measured_load() -> None:
+    d = _mbu(DENSE, batch=40.0)
+    assert d.mbu_lower_bound is None and not d.flags.routing_unmeasured
+    load = ExpertLoad.zipf(MOE.experts, MOE.experts_per_token, REFERENCE_ZIPF_S)
+    m = _mbu(MOE, batch=140.0, expert_load=load)
+    assert m.mbu_lower_bound is None and not m.flags.routing_unmeasured
+    assert not any("routing not measured" in n for n in m.notes)
+
+
+@pytest.mark.parametrize("batch", [4.0, 24.0, 140.0, 240.0])
+def test_flag_raised_at_every_batch_where_the_band_is_wide(batch: float) -> None:
+    """128 experts top-8: under Zipf 1.2 whole experts stay cold even at B 240, so the flag is
+    raised where the old small-batch flag (``moe_uniform_routing_upper_bound``) is quiet."""
+    r = _mbu(MOE, batch=batch)
+    assert r.mbu is not None and r.mbu_lower_bound is not None and r.mbu_decode_only is not None
+    assert r.mbu - r.mbu_lower_bound > 0.01
+    assert r.flags.routing_unmeasured
+    assert r.routing_reference == f"zipf:{REFERENCE_ZIPF_S:g}"
+    assert r.mbu_decode_only_lower_bound is not None
+    assert r.mbu_decode_only_lower_bound < r.mbu_decode_only
+    note = next(n for n in r.notes if n.startswith("routing not measured"))
+    assert "upper bound" in note and "decode-only likewise reads high" in note
+    assert f"{100 * r.mbu_lower_bound:.1f}" in note
+    if batch >= 140:
+        assert not r.flags.moe_uniform_routing_upper_bound
+
+
+def test_flag_quiet_when_the_band_is_narrow() -> None:
+    """A few-expert model at a batch where both routings touch every expert: band < 1 pt."""
+    few = _geom(
+        layers=32, moe_layers=32, experts=8, experts_per_token=2,
+        dense_weight_bytes=2_000_000_000, expert_bytes=176_160_768,
+    )  # fmt: skip
+    r = _mbu(few, batch=256.0)
+    assert r.mbu is not None and r.mbu_lower_bound is not None
+    assert r.mbu - r.mbu_lower_bound < 0.01
+    assert not r.flags.routing_unmeasured
+    # the user's own skew: s = 0 is uniform routing, a band of zero
+    flat = _mbu(MOE, batch=24.0, routing_zipf=0.0)
+    assert flat.mbu_lower_bound == pytest.approx(flat.mbu, abs=1e-12)
+    assert not flat.flags.routing_unmeasured
