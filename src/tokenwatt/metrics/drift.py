@@ -1,0 +1,76 @@
+"""Did the server change during the run? Two checks after the search, each a binomial test.
+
+A search reads probes taken minutes apart as one curve. A server that slows down halfway (a
+neighbour on the GPU, thermal throttling, a cache that filled) leaves the passes from before
+the change standing, and the boundary they imply is stale. So after the search the run probes
+again:
+
+* **re-test**: the highest rate that passed earlier. Its new misses are compared with its old
+  ones: the server changed when the new count is improbable under the old probe's own upper
+  bound, P(X ≥ v_new | n_new, u_old) < 1 − ``DRIFT_CONFIDENCE``, where u_old is the
+  Clopper–Pearson upper bound (at ``DRIFT_CONFIDENCE``) of the old miss fraction;
+* **confirmation**: the fitted boundary rate. There the fit puts the miss fraction at α; the
+  server changed when the new count is improbable even at ``INDIFFERENCE_RATIO`` × α.
+
+Both use a stricter confidence (99 %) than a verdict, since a false alarm throws the whole run
+away. A server that got *faster* is not caught (a pass at the boundary is what the fit
+expects half the time); one that got slower by the factor that matters is.
+"""
+
+from __future__ import annotations
+
+from tokenwatt.metrics.sequential import INDIFFERENCE_RATIO
+from tokenwatt.metrics.slo import binomial_sf
+
+__all__ = ["DRIFT_CONFIDENCE", "binomial_upper", "changed_against", "changed_since"]
+
+DRIFT_CONFIDENCE = 0.99
+
+
+def binomial_upper(misses: int, n: int, confidence: float = DRIFT_CONFIDENCE) -> float:
+    """Clopper–Pearson one-sided upper bound u: P(X ≤ misses | n, u) = 1 − confidence."""
+    if n <= 0 or misses >= n:
+        return 1.0
+    lo, hi = misses / n, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if 1.0 - binomial_sf(misses + 1, n, mid) > 1.0 - confidence:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _line(name: str, v: int, n: int, ref: float, where: str) -> str:
+    return f"{name}: {v} of {n} requests over the limit {where}, improbable at p ≤ {ref:.2%}"
+
+
+def changed_since(
+    before: tuple[int, dict[str, int]],
+    after: tuple[int, dict[str, int]],
+    where: str,
+    confidence: float = DRIFT_CONFIDENCE,
+) -> str | None:
+    """A line when ``after`` (judged, misses per limit) is improbable given ``before``."""
+    n0, m0 = before
+    n1, m1 = after
+    for name, v1 in m1.items():
+        u = binomial_upper(m0.get(name, 0), n0, confidence)
+        if v1 > 0 and binomial_sf(v1, n1, u) < 1.0 - confidence:
+            return _line(name, v1, n1, u, where)
+    return None
+
+
+def changed_against(
+    allowed: float,
+    after: tuple[int, dict[str, int]],
+    where: str,
+    confidence: float = DRIFT_CONFIDENCE,
+) -> str | None:
+    """A line when ``after`` is improbable at a miss fraction of INDIFFERENCE_RATIO × α."""
+    n1, m1 = after
+    ref = min(1.0, allowed * INDIFFERENCE_RATIO)
+    for name, v1 in m1.items():
+        if v1 > 0 and binomial_sf(v1, n1, ref) < 1.0 - confidence:
+            return _line(name, v1, n1, ref, where)
+    return None
