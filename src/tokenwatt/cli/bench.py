@@ -222,6 +222,12 @@ def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = Fa
         console.print("interrupted: the result holds what was measured", highlight=False)
         sys.exit(stop_exit_code())
     stop = result.search.stop_reason if result is not None and result.search else None
+    if stop == "changed":
+        console.print(
+            "stopped: the server changed during the run; no boundary (see the warnings)",
+            highlight=False,
+        )
+        sys.exit(EXIT_NO_BOUNDARY)
     if stop in ("error", "saturated"):
         why = "an error probe" if stop == "error" else "the load generator saturated"
         console.print(

@@ -34,7 +34,7 @@ from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
-from tokenwatt.metrics.boundary import BoundaryFit, Evidence
+from tokenwatt.metrics.boundary import BoundaryFit, Evidence, miss_fraction_upper
 from tokenwatt.metrics.drift import changed_against, changed_since
 from tokenwatt.metrics.energy import energy_metrics
 from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
@@ -579,6 +579,7 @@ async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         return
     old = b.outcome.payload.slo_detail
     allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
+    evidence = [s.outcome.evidence for s in out.steps if s.outcome.evidence is not None]
     checks = [(b.rate_rps, "re-test"), (fit.rate_rps, "confirmation")]
     for rate, kind in checks:
         index = len(bench.result.probes) + 1
@@ -589,7 +590,13 @@ async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         if kind == "re-test":
             line = changed_since((old.judged or 0, old.misses), new, where)
         else:
-            line = changed_against(allowed, new, where)
+            upper = {
+                k: miss_fraction_upper(
+                    allowed, [(e.rate_rps, e.judged, e.misses.get(k, 0)) for e in evidence], rate
+                )
+                for k in s.slo_detail.misses
+            }
+            line = changed_against(upper, new, where)
         verdict = "pass" if s.slo_passed else "fail"
         bench.drift.append(line or f"{kind} at {rate:.3g} req/s (probe {index}): {verdict}, agrees")
         if line is not None:

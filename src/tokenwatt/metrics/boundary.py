@@ -37,6 +37,7 @@ __all__ = [
     "Evidence",
     "fit_boundary",
     "fit_limit",
+    "miss_fraction_upper",
     "profile_threshold",
 ]
 
@@ -94,16 +95,51 @@ def _slopes() -> npt.NDArray[np.float64]:
 Array = npt.NDArray[np.float64]
 
 
-def profile(alpha: float, x: Array, n: Array, v: Array, grid: Array) -> Array:
-    """max over b of the binomial log-likelihood, for each ln r* in ``grid`` (x = ln r)."""
+def _loglik(alpha: float, x: Array, n: Array, v: Array, grid: Array) -> Array:
+    """The binomial log-likelihood at every (ln r* in ``grid``, b in the slopes) pair."""
     b = _slopes()
     shift = x[None, None, :] - grid[:, None, None]
     eta = math.log(alpha / (1 - alpha)) + b[None, :, None] * shift
     # log p and log(1 − p) without overflow: −softplus(−η) and −softplus(η)
     log_p = -np.logaddexp(0.0, -eta)
     log_q = -np.logaddexp(0.0, eta)
-    ll = (v * log_p + (n - v) * log_q).sum(axis=2)
-    return np.asarray(ll.max(axis=1), dtype=np.float64)
+    return np.asarray((v * log_p + (n - v) * log_q).sum(axis=2), dtype=np.float64)
+
+
+def profile(alpha: float, x: Array, n: Array, v: Array, grid: Array) -> Array:
+    """max over b of the binomial log-likelihood, for each ln r* in ``grid`` (x = ln r)."""
+    return np.asarray(_loglik(alpha, x, n, v, grid).max(axis=1), dtype=np.float64)
+
+
+def _arrays(points: Sequence[tuple[float, int, int]]) -> tuple[Array, Array, Array] | None:
+    pts = [(r, n, v) for r, n, v in points if n > 0 and r > 0 and math.isfinite(r)]
+    if not pts:
+        return None
+    x = np.log(np.array([p[0] for p in pts], dtype=np.float64))
+    n = np.array([p[1] for p in pts], dtype=np.float64)
+    v = np.array([p[2] for p in pts], dtype=np.float64)
+    return x, n, v
+
+
+def miss_fraction_upper(
+    alpha: float,
+    points: Sequence[tuple[float, int, int]],
+    rate_rps: float,
+    confidence: float = BOUNDARY_CONFIDENCE,
+) -> float:
+    """The highest miss fraction at ``rate_rps`` among the curves (r*, b) the data allow at
+    ``confidence`` (log-likelihood within χ²₁/2 of the best): what a later probe there may
+    show before it contradicts the fit. 1.0 without data."""
+    arrays = _arrays(points)
+    if arrays is None:
+        return 1.0
+    x, n, v = arrays
+    grid = _grid([float(r) for r in np.exp(x)])
+    ll = _loglik(alpha, x, n, v, grid)
+    allowed = ll >= ll.max() - profile_threshold(confidence)
+    eta = math.log(alpha / (1 - alpha)) + _slopes()[None, :] * (math.log(rate_rps) - grid[:, None])
+    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -700, 700)))
+    return float(p[allowed].max())
 
 
 def fit_limit(
@@ -113,13 +149,11 @@ def fit_limit(
 ) -> tuple[float | None, float | None, float | None]:
     """(point, low, high) of r* for one limit from (rate, judged, misses) triples; an end at
     the grid's edge is None (unbounded that way)."""
-    pts = [(r, n, v) for r, n, v in points if n > 0 and r > 0 and math.isfinite(r)]
-    if not pts:
+    arrays = _arrays(points)
+    if arrays is None:
         return None, None, None
-    x = np.log(np.array([p[0] for p in pts], dtype=np.float64))
-    n = np.array([p[1] for p in pts], dtype=np.float64)
-    v = np.array([p[2] for p in pts], dtype=np.float64)
-    grid = _grid([p[0] for p in pts])
+    x, n, v = arrays
+    grid = _grid([float(r) for r in np.exp(x)])
     ll = profile(alpha, x, n, v, grid)
     top = float(ll.max())
     inside = np.nonzero(ll >= top - profile_threshold(confidence))[0]

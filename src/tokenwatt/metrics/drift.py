@@ -9,8 +9,11 @@ again:
   ones: the server changed when the new count is improbable under the old probe's own upper
   bound, P(X ≥ v_new | n_new, u_old) < 1 − ``DRIFT_CONFIDENCE``, where u_old is the
   Clopper–Pearson upper bound (at ``DRIFT_CONFIDENCE``) of the old miss fraction;
-* **confirmation**: the fitted boundary rate. There the fit puts the miss fraction at α; the
-  server changed when the new count is improbable even at ``INDIFFERENCE_RATIO`` × α.
+* **confirmation**: the fitted boundary rate. The fit allows there, per limit, a miss fraction
+  up to the highest of the curves its confidence set holds (``metrics.boundary.
+  miss_fraction_upper``); the server changed when the new count is improbable even at that.
+  A fit whose interval is wide allows much, and the confirmation then catches only a large
+  change: the check is exactly as sharp as the boundary it confirms.
 
 Both use a stricter confidence (99 %) than a verdict, since a false alarm throws the whole run
 away. A server that got *faster* is not caught (a pass at the boundary is what the fit
@@ -19,7 +22,6 @@ expects half the time); one that got slower by the factor that matters is.
 
 from __future__ import annotations
 
-from tokenwatt.metrics.sequential import INDIFFERENCE_RATIO
 from tokenwatt.metrics.slo import binomial_sf
 
 __all__ = ["DRIFT_CONFIDENCE", "binomial_upper", "changed_against", "changed_since"]
@@ -62,15 +64,15 @@ def changed_since(
 
 
 def changed_against(
-    allowed: float,
+    upper: dict[str, float],
     after: tuple[int, dict[str, int]],
     where: str,
     confidence: float = DRIFT_CONFIDENCE,
 ) -> str | None:
-    """A line when ``after`` is improbable at a miss fraction of INDIFFERENCE_RATIO × α."""
+    """A line when ``after`` is improbable at each limit's allowed ``upper`` miss fraction."""
     n1, m1 = after
-    ref = min(1.0, allowed * INDIFFERENCE_RATIO)
     for name, v1 in m1.items():
+        ref = upper.get(name, 1.0)
         if v1 > 0 and binomial_sf(v1, n1, ref) < 1.0 - confidence:
             return _line(name, v1, n1, ref, where)
     return None
