@@ -1,24 +1,26 @@
 """The SLO boundary as an interval: a monotone fit of each limit's miss fraction against rate.
 
-Every probe is evidence about the same curve: at the rate the server saw (the achieved rate
-r), v of its n judged requests missed a limit. A p99 limit holds at r while the true miss
-fraction p(r) ≤ α = 1 − q, so the boundary is the rate r* where p(r*) = α. Each limit is fitted
-with a logistic curve in log rate, constrained to rise with load:
+Every probe is evidence about one curve: at the rate the server saw (its achieved rate r), v
+of its n judged requests missed a limit. A p99 limit holds at r while the true miss fraction
+p(r) ≤ α = 1 − q, so the boundary is the rate r* where p crosses α. The only shape assumed is
+that p does not fall as load rises (**monotone**, no curve family): the fit is the isotonic
+maximum-likelihood estimate (pool-adjacent-violators over the probes in rate order, binomial
+weights), and the interval is a **likelihood-ratio interval**: r* = ρ is kept when the best
+monotone fit with p ≤ α below ρ and p ≥ α from ρ up (the isotonic fit clipped at α on each
+side, which is that constrained optimum) loses at most χ²₁(c)/2 of log-likelihood against the
+unconstrained one (Wilks; 1.92 at 95 %). χ²₁ is conservative here (the monotone problem's own
+limit law is narrower, Banerjee & Wellner 2001), which leaves room for what the binomial model
+misses: requests that overlap share one queue, so their misses are not independent.
 
-    logit p(r) = logit α + b · (ln r − ln r*),   b ≥ 0
-
-by binomial likelihood over all probes, and r* gets a **profile-likelihood interval**: every r*
-whose best fit (over b) is within χ²₁(c)/2 of the best overall (Wilks; 1.92 at 95 %). A rate
-probed twice simply contributes twice, so a re-measured rate is combined, never replaced.
-With no miss anywhere the curve may lie beyond every probed rate: the interval has no upper
-end (``high_rps`` None). The boundary of the SLO is the lowest of the limits' boundaries, and
-its interval runs from the lowest low to the lowest high (the minimum of monotone curves).
-
-The profile is evaluated on a fixed grid (``GRID_POINTS`` rates spanning a factor ``GRID_SPAN``
-beyond the probed rates, ``B_POINTS`` slopes from 0 to 10⁴ per unit of ln r): no optimizer
-that can stall, and the same answer on every machine. Where the profile is flat (the data
-cannot tell rates apart, e.g. a clean pass and a clean failure with nothing between) the point
-is the middle of the flat top in log rate.
+Consequences a reader can check by hand: the statistic changes only when ρ crosses a probed
+rate, so the interval's ends are probed rates (or open: ``None``); a clean pass of n requests
+excludes the boundary below its rate once 2·n·(−ln(1 − α)) > χ²₁, i.e. n ≥ 192 at p99 and
+95 % (the sequential test passes at 194); a probe far above the boundary where every request
+missed says only "p ≥ α there" and has no leverage on where the curve crosses α; two probes at
+one rate are one probe with their counts added (the likelihood is a sum), so a re-measured
+rate is combined, never replaced. The point is where the isotonic fit crosses α, interpolated
+in log rate between the probes on either side. The SLO's boundary is the lowest limit's; its
+interval runs from the lowest low to the lowest high (the minimum of monotone curves).
 """
 
 from __future__ import annotations
@@ -28,24 +30,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-import numpy as np
-import numpy.typing as npt
+from tokenwatt.metrics.slo import binomial_sf
 
 __all__ = [
     "BOUNDARY_CONFIDENCE",
     "BoundaryFit",
     "Evidence",
+    "binomial_upper",
     "fit_boundary",
     "fit_limit",
+    "isotonic",
+    "log_likelihood",
     "miss_fraction_upper",
     "profile_threshold",
 ]
 
 BOUNDARY_CONFIDENCE = 0.95
-GRID_POINTS = 801
-GRID_SPAN = 4.0  # the grid runs from min rate / 4 to max rate × 4
-B_POINTS = 241
-_FLAT = 1e-6  # log-likelihood ties
+Point = tuple[float, int, int]  # (rate, judged, misses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +60,8 @@ class Evidence:
 
 @dataclass(frozen=True, slots=True)
 class BoundaryFit:
-    """The boundary rate with its interval at ``confidence``; ``high_rps`` None: unbounded
-    above (no limit's miss fraction was seen to reach α); ``low_rps`` None: below every
-    probed rate by more than the grid spans."""
+    """The boundary rate with its interval at ``confidence``; ``high_rps`` None: open above
+    (no probe showed the limit failing clearly); ``low_rps`` None: open below."""
 
     rate_rps: float | None
     low_rps: float | None
@@ -83,92 +83,85 @@ def profile_threshold(confidence: float) -> float:
     return z * z / 2.0
 
 
-def _grid(rates: Sequence[float]) -> npt.NDArray[np.float64]:
-    lo, hi = math.log(min(rates) / GRID_SPAN), math.log(max(rates) * GRID_SPAN)
-    return np.linspace(lo, hi, GRID_POINTS)
+def _pooled(points: Sequence[Point]) -> list[Point]:
+    """Probes sorted by rate, those at one rate merged (their counts added)."""
+    by_rate: dict[float, list[int]] = {}
+    for r, n, v in points:
+        if n > 0 and r > 0 and math.isfinite(r):
+            acc = by_rate.setdefault(r, [0, 0])
+            acc[0] += n
+            acc[1] += v
+    return [(r, n, v) for r, (n, v) in sorted(by_rate.items())]
 
 
-def _slopes() -> npt.NDArray[np.float64]:
-    return np.concatenate(([0.0], np.logspace(-1, 4, B_POINTS - 1)))
+def isotonic(points: Sequence[Point]) -> list[float]:
+    """Pool-adjacent-violators: the non-decreasing p that maximizes the binomial likelihood
+    of ``points`` (in the given order), one value per point."""
+    blocks: list[list[float]] = []  # [misses, judged, count of points]
+    for _, n, v in points:
+        blocks.append([float(v), float(n), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            v2, n2, c2 = blocks.pop()
+            blocks[-1][0] += v2
+            blocks[-1][1] += n2
+            blocks[-1][2] += c2
+    out: list[float] = []
+    for bv, bn, bc in blocks:
+        out += [bv / bn] * int(bc)
+    return out
 
 
-Array = npt.NDArray[np.float64]
+def log_likelihood(points: Sequence[Point], p: Sequence[float]) -> float:
+    total = 0.0
+    for (_, n, v), q in zip(points, p, strict=True):
+        if v > 0:
+            total += v * math.log(q) if q > 0 else -math.inf
+        if n - v > 0:
+            total += (n - v) * math.log1p(-q) if q < 1 else -math.inf
+    return total
 
 
-def _loglik(alpha: float, x: Array, n: Array, v: Array, grid: Array) -> Array:
-    """The binomial log-likelihood at every (ln r* in ``grid``, b in the slopes) pair."""
-    b = _slopes()
-    shift = x[None, None, :] - grid[:, None, None]
-    eta = math.log(alpha / (1 - alpha)) + b[None, :, None] * shift
-    # log p and log(1 − p) without overflow: −softplus(−η) and −softplus(η)
-    log_p = -np.logaddexp(0.0, -eta)
-    log_q = -np.logaddexp(0.0, eta)
-    return np.asarray((v * log_p + (n - v) * log_q).sum(axis=2), dtype=np.float64)
+def _constrained(points: Sequence[Point], p_hat: Sequence[float], cut: int, alpha: float) -> float:
+    """Log-likelihood of the best monotone fit with p ≤ α on points[:cut], ≥ α after."""
+    clipped = [min(q, alpha) if i < cut else max(q, alpha) for i, q in enumerate(p_hat)]
+    return log_likelihood(points, clipped)
 
 
-def profile(alpha: float, x: Array, n: Array, v: Array, grid: Array) -> Array:
-    """max over b of the binomial log-likelihood, for each ln r* in ``grid`` (x = ln r)."""
-    return np.asarray(_loglik(alpha, x, n, v, grid).max(axis=1), dtype=np.float64)
-
-
-def _arrays(points: Sequence[tuple[float, int, int]]) -> tuple[Array, Array, Array] | None:
-    pts = [(r, n, v) for r, n, v in points if n > 0 and r > 0 and math.isfinite(r)]
-    if not pts:
-        return None
-    x = np.log(np.array([p[0] for p in pts], dtype=np.float64))
-    n = np.array([p[1] for p in pts], dtype=np.float64)
-    v = np.array([p[2] for p in pts], dtype=np.float64)
-    return x, n, v
-
-
-def miss_fraction_upper(
-    alpha: float,
-    points: Sequence[tuple[float, int, int]],
-    rate_rps: float,
-    confidence: float = BOUNDARY_CONFIDENCE,
-) -> float:
-    """The highest miss fraction at ``rate_rps`` among the curves (r*, b) the data allow at
-    ``confidence`` (log-likelihood within χ²₁/2 of the best): what a later probe there may
-    show before it contradicts the fit. 1.0 without data."""
-    arrays = _arrays(points)
-    if arrays is None:
-        return 1.0
-    x, n, v = arrays
-    grid = _grid([float(r) for r in np.exp(x)])
-    ll = _loglik(alpha, x, n, v, grid)
-    allowed = ll >= ll.max() - profile_threshold(confidence)
-    eta = math.log(alpha / (1 - alpha)) + _slopes()[None, :] * (math.log(rate_rps) - grid[:, None])
-    p = 1.0 / (1.0 + np.exp(-np.clip(eta, -700, 700)))
-    return float(p[allowed].max())
+def _crossing(points: Sequence[Point], p_hat: Sequence[float], alpha: float) -> float:
+    """Where the isotonic fit crosses α, log-linear between the probes around it."""
+    above = next((i for i, q in enumerate(p_hat) if q > alpha), None)
+    if above is None:
+        return points[-1][0]
+    if above == 0:
+        return points[0][0]
+    (r0, _, _), (r1, _, _) = points[above - 1], points[above]
+    q0, q1 = p_hat[above - 1], p_hat[above]
+    f = (alpha - q0) / (q1 - q0) if q1 > q0 else 0.5
+    return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
 
 
 def fit_limit(
-    alpha: float,
-    points: Sequence[tuple[float, int, int]],
-    confidence: float = BOUNDARY_CONFIDENCE,
+    alpha: float, points: Sequence[Point], confidence: float = BOUNDARY_CONFIDENCE
 ) -> tuple[float | None, float | None, float | None]:
-    """(point, low, high) of r* for one limit from (rate, judged, misses) triples; an end at
-    the grid's edge is None (unbounded that way)."""
-    arrays = _arrays(points)
-    if arrays is None:
+    """(point, low, high) of r* for one limit from (rate, judged, misses) triples; an open
+    end is None."""
+    pts = _pooled(points)
+    if not pts:
         return None, None, None
-    x, n, v = arrays
-    grid = _grid([float(r) for r in np.exp(x)])
-    ll = profile(alpha, x, n, v, grid)
-    top = float(ll.max())
-    inside = np.nonzero(ll >= top - profile_threshold(confidence))[0]
-    best = np.nonzero(ll >= top - _FLAT)[0]
-    point = float(np.exp(grid[int(best[len(best) // 2])]))
-    low_i, high_i = int(inside[0]), int(inside[-1])
-    low = None if low_i == 0 else float(np.exp(grid[low_i]))
-    high = None if high_i == len(grid) - 1 else float(np.exp(grid[high_i]))
-    return point, low, high
+    p_hat = isotonic(pts)
+    best = log_likelihood(pts, p_hat)
+    drop = profile_threshold(confidence)
+    # cut k: r* lies between pts[k-1] and pts[k] (k = 0: below all; k = len: above all)
+    kept = [
+        k for k in range(len(pts) + 1) if best - _constrained(pts, p_hat, k, alpha) <= drop + 1e-12
+    ]
+    low = None if kept[0] == 0 else pts[kept[0] - 1][0]
+    high = None if kept[-1] == len(pts) else pts[kept[-1]][0]
+    return _crossing(pts, p_hat, alpha), low, high
 
 
 def fit_boundary(
-    evidence: Sequence[Evidence],
-    allowed: float,
-    confidence: float = BOUNDARY_CONFIDENCE,
+    evidence: Sequence[Evidence], allowed: float, confidence: float = BOUNDARY_CONFIDENCE
 ) -> BoundaryFit:
     """The SLO's boundary: the lowest limit boundary, interval [lowest low, lowest high]."""
     names = sorted({k for e in evidence for k in e.misses})
@@ -181,13 +174,43 @@ def fit_boundary(
     if not fits:
         return BoundaryFit(None, None, None, confidence, None)
     limit = min(fits, key=lambda k: fits[k][0] or math.inf)
-    point = fits[limit][0]
-
-    def lowest(vals: list[float | None]) -> float | None:
-        # None low: unbounded below (lowest of all); None high: unbounded above (ignored)
-        return None if any(v is None for v in vals) else min(v for v in vals if v is not None)
-
-    low = lowest([f[1] for f in fits.values()])
+    lows = [f[1] for f in fits.values()]
+    low = None if any(v is None for v in lows) else min(v for v in lows if v is not None)
     highs = [f[2] for f in fits.values() if f[2] is not None]
-    high = min(highs) if highs else None
-    return BoundaryFit(point, low, high, confidence, limit)
+    return BoundaryFit(fits[limit][0], low, min(highs) if highs else None, confidence, limit)
+
+
+def miss_fraction_upper(
+    alpha: float,
+    points: Sequence[Point],
+    rate_rps: float,
+    confidence: float = BOUNDARY_CONFIDENCE,
+) -> float:
+    """The highest miss fraction at ``rate_rps`` that the monotone fit allows at
+    ``confidence``: the Clopper–Pearson-style upper bound of the pooled isotonic block that
+    holds the nearest probe at or above ``rate_rps`` (1.0 when none is above: monotonicity
+    then bounds nothing). What a later probe there may show before it contradicts the fit."""
+    pts = _pooled(points)
+    above = [i for i, (r, _, _) in enumerate(pts) if r >= rate_rps]
+    if not above:
+        return 1.0
+    p_hat = isotonic(pts)
+    i = above[0]
+    block = [j for j in range(len(pts)) if p_hat[j] == p_hat[i] and j >= i]
+    n = sum(pts[j][1] for j in block)
+    v = sum(pts[j][2] for j in block)
+    return binomial_upper(v, n, confidence)
+
+
+def binomial_upper(misses: int, n: int, confidence: float) -> float:
+    """Clopper–Pearson one-sided upper bound u: P(X ≤ misses | n, u) = 1 − confidence."""
+    if n <= 0 or misses >= n:
+        return 1.0
+    lo, hi = misses / n, 1.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if 1.0 - binomial_sf(misses + 1, n, mid) > 1.0 - confidence:
+            lo = mid
+        else:
+            hi = mid
+    return hi

@@ -22,6 +22,7 @@ expects half the time); one that got slower by the factor that matters is.
 
 from __future__ import annotations
 
+from tokenwatt.metrics.boundary import binomial_upper as _upper
 from tokenwatt.metrics.slo import binomial_sf
 
 __all__ = ["DRIFT_CONFIDENCE", "binomial_upper", "changed_against", "changed_since"]
@@ -30,17 +31,8 @@ DRIFT_CONFIDENCE = 0.99
 
 
 def binomial_upper(misses: int, n: int, confidence: float = DRIFT_CONFIDENCE) -> float:
-    """Clopper–Pearson one-sided upper bound u: P(X ≤ misses | n, u) = 1 − confidence."""
-    if n <= 0 or misses >= n:
-        return 1.0
-    lo, hi = misses / n, 1.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if 1.0 - binomial_sf(misses + 1, n, mid) > 1.0 - confidence:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    """Clopper–Pearson one-sided upper bound (``metrics.boundary.binomial_upper``)."""
+    return _upper(misses, n, confidence)
 
 
 def _line(name: str, v: int, n: int, ref: float, where: str) -> str:

@@ -1,0 +1,73 @@
+"""The sequential search converging in virtual time on dense, MoE and prefill-heavy engines.
+
+Each probe is the simulator stepped in virtual time (``virtual_probe``): no wall clock, so a
+whole search takes seconds. The search must stop on its own rule (the boundary's 95 %
+interval within ± precision of its point) and the interval must hold the boundary that long
+windows find (the reference: the rate where the p99 of 3000-request windows meets the limits,
+by bisection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from tokenwatt.load.search import BoundarySearch, SearchOutcome
+from tokenwatt.metrics.sequential import Sprt
+from virtual_probe import CASES, LIMITS, VirtualRun, run_window, sequential_outcome
+
+PRECISION = 0.05
+
+
+def search(case_name: str, seed: int) -> SearchOutcome[VirtualRun]:
+    case, test = CASES[case_name], Sprt(0.01)
+
+    async def probe(rate: float, s: int):  # type: ignore[no-untyped-def]
+        run = run_window(case, rate, s, window_requests=max(200, int(rate * 60)), warmup_s=15)
+        return sequential_outcome(run, test)
+
+    s = BoundarySearch(
+        probe, start_rate_rps=2.0, allowed=0.01, precision=PRECISION, seed=seed, max_probes=30
+    )
+    return asyncio.run(s.run())
+
+
+def reference_boundary(case_name: str, lo: float, hi: float) -> float:
+    """Bisection on long windows: the p99 of TTFT and TPOT over 3000 requests."""
+    case = CASES[case_name]
+    for _ in range(7):
+        mid = (lo + hi) / 2
+        run = run_window(case, mid, 99, window_requests=3000, warmup_s=30)
+        ttft = np.percentile([r.ttft_s for r in run.lats], 99)
+        tpot = np.percentile([r.tpot_s or 0.0 for r in run.lats], 99)
+        ok = ttft <= (LIMITS.ttft_s or 0) and tpot <= (LIMITS.tpot_s or 0)
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _check(out: SearchOutcome[VirtualRun]) -> None:
+    assert out.stop_reason == "converged", [(s.rate_rps, s.passed) for s in out.steps]
+    fit = out.fit
+    assert fit is not None and fit.relative_half_width is not None
+    assert fit.relative_half_width <= PRECISION
+    # no rate is re-measured except as a "confirm" (the fit's candidates all measured)
+    fresh = [s.rate_rps for s in out.steps if s.phase != "confirm"]
+    assert len(set(fresh)) == len(fresh)
+
+
+def test_dense_converges_within_precision() -> None:
+    _check(search("dense", 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["dense", "moe", "prefill"])
+def test_converges_and_holds_the_long_window_boundary(case: str) -> None:
+    out = search(case, 2)
+    _check(out)
+    fit = out.fit
+    assert fit is not None and fit.low_rps is not None and fit.high_rps is not None
+    ref = reference_boundary(case, fit.low_rps * 0.7, fit.high_rps * 1.3)
+    # the 95 % interval, widened by the reference's own bisection step (≈ 0.5 %)
+    assert fit.low_rps * 0.99 <= ref <= fit.high_rps * 1.01, (fit, ref)
