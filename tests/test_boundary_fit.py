@@ -24,7 +24,9 @@ POINTS = [(8.0, 200, 0), (11.0, 250, 1), (12.6, 300, 3), (13.4, 240, 9), (15.0, 
 
 def _neg_ll(p: np.ndarray, pts: list[tuple[float, int, int]]) -> float:
     p = np.clip(p, 1e-12, 1 - 1e-12)
-    return -float(sum(v * math.log(q) + (n - v) * math.log(1 - q) for (_, n, v), q in zip(pts, p, strict=True)))
+    pairs = zip(pts, p, strict=True)
+    terms = [v * math.log(q) + (n - v) * math.log(1 - q) for (_, n, v), q in pairs]
+    return -float(sum(terms))
 
 
 def _best(pts: list[tuple[float, int, int]], bounds: list[tuple[float, float]]) -> float:

@@ -39,7 +39,7 @@ class Case:
 CASES = {
     "dense": Case("dense", "llama-3.1-8b", "h100-sxm", 1024, 256),
     "moe": Case("moe", "qwen3-30b-a3b", "h100-sxm", 512, 128),
-    "prefill": Case("prefill", "llama-3.1-8b", "h100-sxm", 3072, 64),
+    "prefill": Case("prefill", "llama-3.1-8b", "h100-sxm", 2048, 32),
 }
 
 

@@ -516,6 +516,15 @@ async def _first_rate(bench: _Run, single: ProbeSummary | None) -> float:
     return _start_rate(spec, single, bench.result.warnings)
 
 
+def _fit_text(fit: BoundaryFit | None) -> str | None:
+    """The fitted boundary in one phrase for progress lines."""
+    if fit is None or fit.rate_rps is None:
+        return None
+    lo = "…" if fit.low_rps is None else f"{fit.low_rps:.3g}"
+    hi = "…" if fit.high_rps is None else f"{fit.high_rps:.3g}"
+    return f"boundary {fit.rate_rps:.3g} req/s ({lo}–{hi}, {fit.confidence:.0%})"
+
+
 def _summary_of(bench: _Run, out: SearchOutcome[ProbeSummary]) -> SearchSummary:
     summary = _search_summary(out)
     summary.start, summary.drift = bench.start_note, list(bench.drift)
@@ -548,6 +557,7 @@ async def _search(bench: _Run) -> None:
                 summary=step.outcome.payload,
                 lo_rps=step.lo_rps,
                 hi_rps=step.hi_rps,
+                message=_fit_text(search.outcome.fit),
             )
         )
 

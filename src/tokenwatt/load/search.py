@@ -35,13 +35,13 @@ no two probes replay the same arrivals and a rerun replays them all.
 
 **Fit mode** (every outcome carries ``evidence``: its achieved rate, judged requests and misses
 per limit, as ``tokenwatt bench`` supplies). Once a failure brackets the boundary, the next
-rate comes from the measurements, not from bisection: ``metrics.boundary.fit_boundary`` fits
-each limit's miss fraction against rate (monotone) and gives the boundary with a confidence
-interval; the search probes the fitted point (or, when a probe already sits within
-precision/2 of it, the interval's nearer unprobed end) and stops when the interval's half
-width is within ``precision`` of its point. No confirmation re-run: a rate already measured
-is probed again only when every candidate has been measured (the data contradict each
-other there), and then both measurements enter the fit together.
+rate comes from the measurements: ``metrics.boundary.fit_boundary`` fits each limit's miss
+fraction against rate (monotone) and gives the boundary with a confidence interval whose ends
+are probed rates; the search probes the interval's geometric middle (or, when a probe already
+sits within precision/2 of it, the fitted point) and stops when the interval's half width is
+within ``precision`` of its point. No confirmation re-run: a rate already measured is probed
+again only when both candidates have been measured (the data there are undecided or
+contradict each other), and then both measurements enter the fit together.
 """
 
 from __future__ import annotations
@@ -201,6 +201,7 @@ class BoundarySearch(Generic[P]):
         confirm: bool = True,
         allowed: float | None = None,
         confidence: float = BOUNDARY_CONFIDENCE,
+        design_effect: float = 1.0,
         on_step: Callable[[SearchStep[P]], None] | None = None,
     ) -> None:
         if not (math.isfinite(start_rate_rps) and start_rate_rps > 0):
@@ -223,6 +224,7 @@ class BoundarySearch(Generic[P]):
         self.confirm = confirm
         self.allowed = allowed  # α, the allowed miss fraction: fit mode needs it
         self.confidence = confidence
+        self.design_effect = design_effect
         self._evidence: list[Evidence] = []
         self._fit_mode = allowed is not None
         self._confirmed: set[float] = set()
@@ -277,7 +279,9 @@ class BoundarySearch(Generic[P]):
         e = result.evidence
         self._evidence.append(Evidence(placed_rps, e.judged, e.misses))
         if self._fit_mode and self.allowed is not None:
-            self.outcome.fit = fit_boundary(self._evidence, self.allowed, self.confidence)
+            self.outcome.fit = fit_boundary(
+                self._evidence, self.allowed, self.confidence, self.design_effect
+            )
 
     def _fit_next(self) -> tuple[float, Phase] | None:
         """Fit mode: the next rate, or None when the interval is narrow enough."""
@@ -292,12 +296,12 @@ class BoundarySearch(Generic[P]):
         def fresh(r: float) -> bool:
             return all(abs(math.log(r / m)) >= self.precision / 2 for m in measured)
 
-        ends = [r for r in (fit.low_rps, fit.high_rps) if r is not None]
-        ends.sort(key=lambda r: abs(math.log(r / fit.rate_rps)) if fit.rate_rps else 0.0)
-        for r in [fit.rate_rps, *ends]:
+        lo, hi = fit.low_rps, fit.high_rps
+        middle = math.sqrt(lo * hi) if lo is not None and hi is not None else fit.rate_rps
+        for r in (middle, fit.rate_rps):
             if fresh(r):
                 return min(r, self.max_rate_rps), "fit"
-        return min(fit.rate_rps, self.max_rate_rps), "confirm"
+        return min(middle, self.max_rate_rps), "confirm"
 
     def _budget_left(self) -> bool:
         return len(self.outcome.steps) < self.max_probes

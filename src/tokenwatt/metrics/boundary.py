@@ -18,8 +18,9 @@ excludes the boundary below its rate once 2·n·(−ln(1 − α)) > χ²₁, i.e
 95 % (the sequential test passes at 194); a probe far above the boundary where every request
 missed says only "p ≥ α there" and has no leverage on where the curve crosses α; two probes at
 one rate are one probe with their counts added (the likelihood is a sum), so a re-measured
-rate is combined, never replaced. The point is where the isotonic fit crosses α, interpolated
-in log rate between the probes on either side. The SLO's boundary is the lowest limit's; its
+rate is combined, never replaced. The point is where the isotonic fit crosses α, its log-odds
+interpolated linearly in log rate between the probes on either side. The SLO's boundary is
+the lowest limit's; its
 interval runs from the lowest low to the lowest high (the minimum of monotone curves).
 """
 
@@ -127,30 +128,43 @@ def _constrained(points: Sequence[Point], p_hat: Sequence[float], cut: int, alph
     return log_likelihood(points, clipped)
 
 
+def _logit(v: float, n: float) -> float:
+    """Log-odds of v/n with half a count of continuity (finite at 0 and n misses)."""
+    q = min(max(v / n, 0.5 / n), 1.0 - 0.5 / n)
+    return math.log(q / (1.0 - q))
+
+
 def _crossing(points: Sequence[Point], p_hat: Sequence[float], alpha: float) -> float:
-    """Where the isotonic fit crosses α, log-linear between the probes around it."""
+    """Where the isotonic fit crosses α: log-odds against log rate, linear between the probes
+    on either side (half a count of continuity, so a clean pass and an all-miss failure still
+    place it between them)."""
     above = next((i for i, q in enumerate(p_hat) if q > alpha), None)
     if above is None:
         return points[-1][0]
     if above == 0:
         return points[0][0]
-    (r0, _, _), (r1, _, _) = points[above - 1], points[above]
-    q0, q1 = p_hat[above - 1], p_hat[above]
-    f = (alpha - q0) / (q1 - q0) if q1 > q0 else 0.5
+    (r0, n0, _), (r1, n1, _) = points[above - 1], points[above]
+    y0, y1 = _logit(p_hat[above - 1] * n0, n0), _logit(p_hat[above] * n1, n1)
+    target = math.log(alpha / (1.0 - alpha))
+    f = min(1.0, max(0.0, (target - y0) / (y1 - y0))) if y1 > y0 else 0.5
     return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
 
 
 def fit_limit(
-    alpha: float, points: Sequence[Point], confidence: float = BOUNDARY_CONFIDENCE
+    alpha: float,
+    points: Sequence[Point],
+    confidence: float = BOUNDARY_CONFIDENCE,
+    design_effect: float = 1.0,
 ) -> tuple[float | None, float | None, float | None]:
     """(point, low, high) of r* for one limit from (rate, judged, misses) triples; an open
-    end is None."""
+    end is None. ``design_effect`` D reads every count as n/D independent requests (the
+    log-likelihood scales by 1/D, so the allowed drop grows by D)."""
     pts = _pooled(points)
     if not pts:
         return None, None, None
     p_hat = isotonic(pts)
     best = log_likelihood(pts, p_hat)
-    drop = profile_threshold(confidence)
+    drop = profile_threshold(confidence) * design_effect
     # cut k: r* lies between pts[k-1] and pts[k] (k = 0: below all; k = len: above all)
     kept = [
         k for k in range(len(pts) + 1) if best - _constrained(pts, p_hat, k, alpha) <= drop + 1e-12
@@ -161,14 +175,17 @@ def fit_limit(
 
 
 def fit_boundary(
-    evidence: Sequence[Evidence], allowed: float, confidence: float = BOUNDARY_CONFIDENCE
+    evidence: Sequence[Evidence],
+    allowed: float,
+    confidence: float = BOUNDARY_CONFIDENCE,
+    design_effect: float = 1.0,
 ) -> BoundaryFit:
     """The SLO's boundary: the lowest limit boundary, interval [lowest low, lowest high]."""
     names = sorted({k for e in evidence for k in e.misses})
     fits = {}
     for k in names:
         pts = [(e.rate_rps, e.judged, e.misses.get(k, 0)) for e in evidence]
-        f = fit_limit(allowed, pts, confidence)
+        f = fit_limit(allowed, pts, confidence, design_effect)
         if f[0] is not None:
             fits[k] = f
     if not fits:
