@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--case", default="dense")
     ap.add_argument("--searches", type=int, default=30)
     ap.add_argument("--design-effect", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--search-design-effect", type=float, default=1.0, help="the search's own")
     args = ap.parse_args()
     c, test = CASES[args.case], Sprt(0.01)
 
@@ -54,7 +55,14 @@ def main() -> None:
     ref = None
     rows = {d: [0, 0, [], []] for d in args.design_effect}
     for seed in range(args.searches):
-        s = BoundarySearch(probe, start_rate_rps=2.0, allowed=0.01, seed=1000 + seed, max_probes=30)
+        s = BoundarySearch(
+            probe,
+            start_rate_rps=2.0,
+            allowed=0.01,
+            seed=1000 + seed,
+            max_probes=30,
+            design_effect=args.search_design_effect,
+        )
         out = asyncio.run(s.run())
         if ref is None and out.fit and out.fit.rate_rps:
             ref = reference(args.case, out.fit.rate_rps * 0.6, out.fit.rate_rps * 1.4)
@@ -68,10 +76,12 @@ def main() -> None:
             r[1] += int(ref is not None and lo <= ref <= hi)
             r[2].append(fit.relative_half_width or float("nan"))
             r[3].append(len(out.steps))
-    for d, (n, k, hw, steps) in rows.items():
+            r.append(out.stop_reason)
+    for d, (n, k, hw, steps, *stops) in rows.items():
         print(
             f"{args.case} D={d:g}: coverage {k}/{n} = {k / n:.0%}, mean half width "
-            f"{np.nanmean(hw):.1%}, mean probes {np.mean(steps):.1f}; "
+            f"{np.nanmean(hw):.1%}, mean probes {np.mean(steps):.1f}, converged "
+            f"{stops.count('converged')}/{n}; "
             f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
         )
 

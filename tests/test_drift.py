@@ -91,14 +91,14 @@ def _spec(url: str) -> BenchSpec:
                     "bf16_dense_flops": 1e15,
                     "tdp_w": 700,
                 },
-            },  # fmt: skip
+            },
             "power": {"sources": []},
             "workload": {
                 "input_tokens": 32,
                 "output_tokens": 16,
                 "seed": 5,
                 "arrival": {"kind": "constant"},
-            },  # fmt: skip
+            },
             "slo": {"ttft_ms": 300, "tpot_ms": 60},
             "search": {
                 "start_rate_rps": 4,
@@ -112,7 +112,7 @@ def _spec(url: str) -> BenchSpec:
                     "max_duration_s": 4,
                     "drain_timeout_s": 10,
                 },
-            },  # fmt: skip
+            },
         }
     )
 
