@@ -359,7 +359,7 @@ async def _staircase(bench: _Run, single: ProbeSummary) -> float | None:
     lim = Limits.from_spec(spec.slo)
     p = spec.search.probe
     stages = [_stage_of(1, single.ttft_s, single.tpot_s, single.e2e_s)]
-    while (c := next_concurrency(stages, lim.tpot_s, lim.ttft_s)) is not None:
+    while (c := next_concurrency(stages, lim.tpot_s)) is not None:
         bench.emit(BenchEvent("probe_start", index=None, phase=f"capacity · {c} streams"))
         run = await run_probe(
             spec,
@@ -381,14 +381,14 @@ async def _staircase(bench: _Run, single: ProbeSummary) -> float | None:
             raise _InterruptedError
         m = run.metrics
         stages.append(_stage_of(c, m.ttft_s, m.tpot_s, m.e2e_s))
-    rate = start_rate(stages, lim.tpot_s, lim.ttft_s)
+    rate = start_rate(stages, lim.tpot_s)
     steps = ", ".join(
         f"{s.concurrency}: TPOT {1000 * (s.tpot_s or 0):.0f} ms" for s in stages if s.e2e_s
     )
     if rate is not None:
         bench.start_note = (
             f"started at {rate:.3g} req/s: Little's law at the concurrency where the median "
-            f"TPOT reaches 80 % of its limit (closed-loop streams {steps})"
+            f"TPOT reaches 60 % of its limit (closed-loop streams {steps})"
         )
     return rate
 
