@@ -34,7 +34,13 @@ from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
-from tokenwatt.metrics.boundary import BoundaryFit, Evidence, miss_fraction_upper
+from tokenwatt.metrics.boundary import (
+    REPORTED_DESIGN_EFFECT,
+    BoundaryFit,
+    Evidence,
+    fit_boundary,
+    miss_fraction_upper,
+)
 from tokenwatt.metrics.drift import changed_against, changed_since
 from tokenwatt.metrics.energy import energy_metrics
 from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
@@ -620,7 +626,11 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
     result.search = _summary_of(bench, out)
     b = out.boundary
     payload = b.outcome.payload if b is not None else None
-    result.boundary = _with_interval(payload, out.fit) if payload is not None else None
+    reported = None
+    if out.fit is not None and out.evidence:
+        allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
+        reported = fit_boundary(out.evidence, allowed, design_effect=REPORTED_DESIGN_EFFECT)
+    result.boundary = _with_interval(payload, reported) if payload is not None else None
     if out.stop_reason in ("error", "saturated"):
         result.boundary = None
         result.warnings.append(_halt_warning(out, spec))

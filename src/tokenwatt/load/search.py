@@ -154,6 +154,7 @@ class SearchOutcome(Generic[P]):
     stop_reason: StopReason = "interrupted"
     precision_target: float = 0.05
     fit: BoundaryFit | None = None  # fit mode: the boundary with its interval
+    evidence: list[Evidence] = field(default_factory=list)  # fit mode: each probe, as placed
 
     @property
     def precision_reached(self) -> float | None:
@@ -278,6 +279,7 @@ class BoundarySearch(Generic[P]):
             return
         e = result.evidence
         self._evidence.append(Evidence(placed_rps, e.judged, e.misses))
+        self.outcome.evidence = list(self._evidence)
         if self._fit_mode and self.allowed is not None:
             self.outcome.fit = fit_boundary(
                 self._evidence, self.allowed, self.confidence, self.design_effect
