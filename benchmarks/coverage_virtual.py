@@ -24,19 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from tokenwatt.load.search import BoundarySearch
 from tokenwatt.metrics.boundary import fit_boundary
 from tokenwatt.metrics.sequential import Sprt
-from virtual_probe import CASES, LIMITS, run_window, sequential_outcome
-
-
-def reference(case: str, lo: float, hi: float) -> float:
-    c = CASES[case]
-    for _ in range(8):
-        mid = (lo + hi) / 2
-        run = run_window(c, mid, 7, window_requests=4000, warmup_s=30)
-        ttft = np.percentile([r.ttft_s for r in run.lats], 99)
-        tpot = np.percentile([r.tpot_s or 0.0 for r in run.lats], 99)
-        ok = ttft <= (LIMITS.ttft_s or 0) and tpot <= (LIMITS.tpot_s or 0)
-        lo, hi = (mid, hi) if ok else (lo, mid)
-    return (lo + hi) / 2
+from virtual_probe import CASES, reference_boundary, run_window, sequential_outcome
 
 
 def main() -> None:
@@ -65,7 +53,9 @@ def main() -> None:
         )
         out = asyncio.run(s.run())
         if ref is None and out.fit and out.fit.rate_rps:
-            ref = reference(args.case, out.fit.rate_rps * 0.6, out.fit.rate_rps * 1.4)
+            ref = reference_boundary(
+                c, out.fit.rate_rps * 0.6, out.fit.rate_rps * 1.4, requests=4000, steps=8, seed=7
+            )
             print(f"{args.case}: reference boundary {ref:.3f} req/s", flush=True)
         for d in args.design_effect:
             fit = fit_boundary(s._evidence, 0.01, 0.95, d)

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
 import pytest
 
 from tokenwatt.load.search import BoundarySearch, SearchOutcome
 from tokenwatt.metrics.sequential import Sprt
-from virtual_probe import CASES, LIMITS, VirtualRun, run_window, sequential_outcome
+from virtual_probe import CASES, VirtualRun, reference_boundary, run_window, sequential_outcome
 
 PRECISION = 0.05
 
@@ -34,19 +33,6 @@ def search(case_name: str, seed: int) -> SearchOutcome[VirtualRun]:
         probe, start_rate_rps=2.0, allowed=0.01, precision=PRECISION, seed=seed, max_probes=30
     )
     return asyncio.run(s.run())
-
-
-def reference_boundary(case_name: str, lo: float, hi: float) -> float:
-    """Bisection on long windows: the p99 of TTFT and TPOT over 3000 requests."""
-    case = CASES[case_name]
-    for _ in range(7):
-        mid = (lo + hi) / 2
-        run = run_window(case, mid, 99, window_requests=3000, warmup_s=30)
-        ttft = np.percentile([r.ttft_s for r in run.lats], 99)
-        tpot = np.percentile([r.tpot_s or 0.0 for r in run.lats], 99)
-        ok = ttft <= (LIMITS.ttft_s or 0) and tpot <= (LIMITS.tpot_s or 0)
-        lo, hi = (mid, hi) if ok else (lo, mid)
-    return (lo + hi) / 2
 
 
 def _check(out: SearchOutcome[VirtualRun]) -> None:
@@ -70,6 +56,6 @@ def test_converges_and_holds_the_long_window_boundary(case: str) -> None:
     _check(out)
     fit = out.fit
     assert fit is not None and fit.low_rps is not None and fit.high_rps is not None
-    ref = reference_boundary(case, fit.low_rps * 0.7, fit.high_rps * 1.3)
+    ref = reference_boundary(CASES[case], fit.low_rps * 0.7, fit.high_rps * 1.3)
     # biased upward, by a bounded amount; the reference's own bisection step is ≈ 0.5 %
     assert fit.low_rps * 0.85 <= ref <= fit.high_rps * 1.01, (fit, ref)

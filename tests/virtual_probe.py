@@ -117,3 +117,18 @@ def sequential_outcome(
     passed = decision == "pass" or (decision is None and all(v <= budget for v in misses.values()))
     ev = Evidence(achieved, len(judged), misses)
     return ProbeOutcome(passed, payload=run, achieved_rps=achieved, requests=cut, evidence=ev)
+
+
+def reference_boundary(
+    case: Case, lo: float, hi: float, *, requests: int = 3000, steps: int = 7, seed: int = 99
+) -> float:
+    """The long-window boundary: bisection on the rate at which the p99 of TTFT and TPOT over
+    ``requests`` requests (after a 30 s warm-up) meets both limits."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        run = run_window(case, mid, seed, window_requests=requests, warmup_s=30)
+        ttft = np.percentile([r.ttft_s or 0.0 for r in run.lats], 99)
+        tpot = np.percentile([r.tpot_s or 0.0 for r in run.lats], 99)
+        ok = ttft <= (LIMITS.ttft_s or 0) and tpot <= (LIMITS.tpot_s or 0)
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return (lo + hi) / 2
