@@ -111,8 +111,13 @@ def test_bench_writes_a_consistent_result(
     assert 16 < capacity < 17.5
     assert b.rate_rps < 1.15 * capacity  # type: ignore[operator]
     assert hi > 0.9 * capacity
-    # The search history matches the probes, one requests file each.
-    assert [s.rate_rps for s in r.search.history] == [p.rate_rps for p in r.probes]
+    # The search history matches the probes, one requests file each; after it come the two
+    # drift checks (a re-test of the boundary's rate, a confirmation at the fitted rate).
+    searched = [p for p in r.probes if p.phase != "check"]
+    assert [s.rate_rps for s in r.search.history] == [p.rate_rps for p in searched]
+    checks = [p for p in r.probes if p.phase == "check"]
+    assert len(checks) == 2 and checks[0].rate_rps == b.rate_rps
+    assert len(r.search.drift) == 2 and all("agrees" in d for d in r.search.drift)
     for p in [r.single_stream, *r.probes]:
         assert p is not None and p.requests_file is not None
         lines = (out / p.requests_file).read_bytes().splitlines()

@@ -66,6 +66,13 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         offset re-measured during the probe).
         (issue 23, additive, default 0) probe ``stray_answers``: answers the server wrote
         that no request was waiting for, or a stale one refused; flag ``stray_answers``.
+        (issue 22, additive, optional) slo_detail ``judged``, ``misses`` (requests over each
+        limit) and ``sequential`` (the sequential test's decision); the boundary probe's
+        ``boundary_rate_rps``, ``rate_interval_rps``, ``goodput_tokens_per_s_at_boundary``,
+        ``goodput_interval_tokens_per_s`` and ``confidence`` (the fitted boundary with its
+        interval); search phases ``fit`` and ``check``, stop reason ``changed``, ``drift``
+        (the confirmation and re-test after the search) and ``start`` (how the first rate
+        was found).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -618,6 +625,13 @@ class SloDetail(_Strict):
         False,
         description="a sending worker (process, Ray actor or node) died: no SLO verdict",
     )
+    judged: int | None = Field(None, description="requests the verdict judged (not cancelled)")
+    misses: dict[str, int] = Field(
+        default_factory=dict, description="judged requests over each limit, e.g. ttft_p99"
+    )
+    sequential: Literal["pass", "fail"] | None = Field(
+        None, description="the sequential test's decision (None: undecided or not run)"
+    )
 
 
 class EngineAgreement(_Strict):
@@ -780,6 +794,19 @@ class ProbeSummary(_Strict):
     load_generator: LoadGenerator | None = Field(
         None, description="sending processes and their keep-up (None: not recorded)"
     )
+    boundary_rate_rps: float | None = Field(
+        None, description="boundary only: the fitted boundary rate (metrics.boundary)"
+    )
+    rate_interval_rps: tuple[float | None, float | None] | None = Field(
+        None, description="boundary only: [low, high] at ``confidence``; None end: open"
+    )
+    goodput_tokens_per_s_at_boundary: float | None = Field(
+        None, description="boundary only: goodput per request/s of this probe × the fitted rate"
+    )
+    goodput_interval_tokens_per_s: tuple[float | None, float | None] | None = Field(
+        None, description="boundary only: the rate interval scaled the same way"
+    )
+    confidence: float | None = Field(None, description="boundary only: of the intervals")
 
     def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
         """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,
@@ -798,10 +825,11 @@ class SearchStep(_Strict):
     index: int
     rate_rps: float
     passed: bool
-    phase: Literal["grow", "descend", "bisect", "confirm"] = Field(
+    phase: Literal["grow", "descend", "bisect", "confirm", "fit", "check"] = Field(
         "grow",
         description="grow: rates up until a failure; descend: rates down from a failing "
-        "start; bisect: inside the bracket; confirm: a re-run of the boundary",
+        "start; bisect: inside the bracket; confirm: a re-run of the boundary; fit: the "
+        "rate the boundary fit chose; check: the drift checks after the search",
     )
     lo_rps: float | None = Field(None, description="highest passing rate so far")
     hi_rps: float | None = Field(None, description="lowest failing rate so far")
@@ -818,6 +846,11 @@ class SearchSummary(_Strict):
     )
     lo_rps: float | None = Field(None, description="the boundary: highest passing rate")
     hi_rps: float | None = Field(None, description="lowest failing rate above it")
+    drift: list[str] = Field(
+        default_factory=list,
+        description="the drift checks after the search, one line each (empty: not run)",
+    )
+    start: str | None = Field(None, description="how the first rate was found, one line")
 
 
 class SloSettings(_Strict):

@@ -103,11 +103,13 @@ class _Display:
             )
             self.console.print(f"target: {ev.message}{sim}", highlight=False)
         elif ev.kind == "probe_start":
-            name = (
-                "single stream"
-                if ev.index == 0
-                else f"probe {ev.index} · {ev.phase} · {_fmt_rate(ev.rate_rps)}"
-            )
+            if ev.index is None:  # a closed-loop stage that finds the start rate
+                name = f"start · {ev.phase}"
+            elif ev.index == 0:
+                name = "single stream"
+            else:
+                bound = self.spec.search.max_probes
+                name = f"probe {ev.index} of ≤ {bound} · {ev.phase} · {_fmt_rate(ev.rate_rps)}"
             if self.task is not None:
                 self.progress.remove_task(self.task)  # type: ignore[arg-type]
             self.task = self.progress.add_task(name, total=1.0, detail="starting")
@@ -135,8 +137,10 @@ class _Display:
             )
         elif ev.kind == "search_step":
             self.lo, self.hi = ev.lo_rps, ev.hi_rps
+            interval = f"; {ev.message}" if ev.message else ""
             self.progress.console.print(
-                f"  bracket: passes at {_fmt_rate(self.lo)}, fails at {_fmt_rate(self.hi)}",
+                f"  bracket: passes at {_fmt_rate(self.lo)}, fails at {_fmt_rate(self.hi)}"
+                f"{interval}",
                 style="dim",
                 highlight=False,
             )
@@ -235,6 +239,12 @@ def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = Fa
         console.print("interrupted: the result holds what was measured", highlight=False)
         sys.exit(stop_exit_code())
     stop = result.search.stop_reason if result is not None and result.search else None
+    if stop == "changed":
+        console.print(
+            "stopped: the server changed during the run; no boundary (see the warnings)",
+            highlight=False,
+        )
+        sys.exit(EXIT_NO_BOUNDARY)
     if stop in ("error", "saturated"):
         why = "an error probe" if stop == "error" else "the load generator saturated or failed"
         console.print(

@@ -27,17 +27,29 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.config import preset_stand_in
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
+from tokenwatt.load.capacity import Stage, next_concurrency, start_rate
 from tokenwatt.load.derive import early_stop_for, summarize_probe
 from tokenwatt.load.energy_window import open_probe_power, power_warnings, probe_energy
 from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
 from tokenwatt.load.fit import check_fits
-from tokenwatt.load.probe import ProbeProgress, run_probe
+from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
+from tokenwatt.metrics.boundary import (
+    REPORTED_DESIGN_EFFECT,
+    BoundaryFit,
+    Evidence,
+    fit_boundary,
+    miss_fraction_upper,
+)
+from tokenwatt.metrics.drift import changed_against, changed_since
+from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
+from tokenwatt.metrics.slo import EarlyStop, Limits, latencies
 from tokenwatt.power import PowerMonitor
 from tokenwatt.result import (
     BenchResult,
+    Latency,
     ProbeSummary,
     SearchStep,
     SearchSummary,
@@ -100,6 +112,9 @@ class _Run:
     on_event: OnEvent | None
     summaries: dict[int, ProbeSummary] = field(default_factory=dict)
     witness: EngineWitness | None = None
+    sequential: bool = False  # search probes stop at the sequential verdict (metrics.sequential)
+    start_note: str | None = None  # how the first rate was found
+    drift: list[str] = field(default_factory=list)
 
     def settings_for(self, rate_rps: float) -> ProbeSettings:
         """The spec's probe settings, with the warm-up stretched to at least WARMUP_LIFETIMES
@@ -142,7 +157,10 @@ class _Run:
         if settings is None and rate_rps is not None:
             settings = self.settings_for(rate_rps)
         probe_settings = settings or spec.search.probe
-        stopper = early_stop_for(spec, rate_rps, probe_settings)
+        seq = None
+        if self.sequential and rate_rps is not None and probe_settings.early_stop:
+            seq = SequentialStop(Limits.from_spec(spec.slo))
+        stopper = None if seq is not None else early_stop_for(spec, rate_rps, probe_settings)
 
         def progress(p: ProbeProgress) -> None:
             if stopper is not None:
@@ -164,7 +182,8 @@ class _Run:
             concurrency=concurrency,
             max_requests=max_requests,
             on_progress=progress,
-            should_stop=stopper,
+            should_stop=seq.should_stop if seq is not None else stopper,
+            should_close=seq.should_close if seq is not None else None,
         )
         name = f"requests-{index:02d}.jsonl"
         await asyncio.to_thread(run.write_requests, self.out_dir / name)
@@ -179,12 +198,13 @@ class _Run:
             accelerator=self.accelerator,
             energy=energy,
             power_series=series,
-            early_stop_reason=stopper.reason if stopper is not None and run.stopped_early else None,
+            early_stop_reason=_stop_reason(seq, stopper) if run.stopped_early else None,
             requests_file=name,
             phase=phase,
             engine_window=window,
             engine_series_file=series_file,
         )
+        _add_counts(summary, run, spec)
         self.summaries[index] = summary
         if index == 0:
             self.result.single_stream = summary
@@ -201,18 +221,39 @@ class _Run:
         return summary
 
 
+def _stop_reason(seq: SequentialStop | None, stopper: EarlyStop | None) -> str | None:
+    if seq is not None:
+        return seq.reason
+    return stopper.reason if stopper is not None else None
+
+
+def _add_counts(summary: ProbeSummary, run: ProbeRun, spec: BenchSpec) -> None:
+    """The verdict's counts (judged requests, misses per limit) and the sequential test's
+    decision over them: the evidence the boundary fit reads."""
+    limits = Limits.from_spec(spec.slo)
+    lats = latencies(run.counted)
+    misses = miss_counts(limits, lats)
+    d = summary.slo_detail
+    d.judged, d.misses = len(lats), misses
+    d.sequential = decide_probe(Sprt(limits.allowed_violation_fraction), misses, len(lats))
+
+
 def outcome_of(s: ProbeSummary) -> ProbeOutcome[ProbeSummary]:
     """The search's view of a probe: its verdict, whether it halts the search, and the
     achieved rate with the number of arrivals behind it (the search places the verdict by
     them, see ``bracket_rate``)."""
     n = round(s.achieved_rate_rps * s.window_s) if s.window_s else None
+    d = s.slo_detail
+    rate = s.achieved_rate_rps if s.achieved_rate_rps > 0 else (s.rate_rps or 0.0)
+    evidence = Evidence(rate, d.judged, d.misses) if d.judged and not s.interrupted else None
     return ProbeOutcome(
         s.slo_passed,
-        s.slo_detail.reason,
+        d.reason,
         s,
         halt=_halt_of(s),
         achieved_rps=s.achieved_rate_rps,
         requests=n,
+        evidence=evidence,
     )
 
 
@@ -269,6 +310,28 @@ def _search_summary(out: SearchOutcome[ProbeSummary]) -> SearchSummary:
     )
 
 
+def _with_interval(b: ProbeSummary, fit: BoundaryFit | None) -> ProbeSummary:
+    """A copy of the boundary probe with the fitted boundary and its interval; goodput scales
+    with rate at the probe's own goodput per request/s (tokens per good request)."""
+    if fit is None or fit.rate_rps is None:
+        return b
+    per_rps = b.goodput_output_tokens_per_s / b.achieved_rate_rps if b.achieved_rate_rps else None
+    point = fit.rate_rps if fit.high_rps is not None else None
+
+    def scale(r: float | None) -> float | None:
+        return None if r is None or per_rps is None else r * per_rps
+
+    return b.model_copy(
+        update={
+            "boundary_rate_rps": point,
+            "rate_interval_rps": (fit.low_rps, fit.high_rps),
+            "goodput_tokens_per_s_at_boundary": scale(point),
+            "goodput_interval_tokens_per_s": (scale(fit.low_rps), scale(fit.high_rps)),
+            "confidence": fit.confidence,
+        }
+    )
+
+
 def _start_rate(spec: BenchSpec, single: ProbeSummary | None, warnings: list[str]) -> float:
     if spec.search.start_rate_rps is not None:
         return spec.search.start_rate_rps
@@ -277,6 +340,50 @@ def _start_rate(spec: BenchSpec, single: ProbeSummary | None, warnings: list[str
         return spec.hardware.replicas / single.e2e_s.mean
     warnings.append("no single-stream point to derive the start rate from: starting at 1 rps")
     return 1.0
+
+
+def _stage_of(concurrency: int, ttft: Latency, tpot: Latency, e2e: Latency) -> Stage:
+    return Stage(concurrency, tpot.p50, ttft.p50, e2e.mean)
+
+
+async def _staircase(bench: _Run, single: ProbeSummary) -> float | None:
+    """The start rate from closed-loop stages (``load.capacity``); None: none usable."""
+    spec = bench.spec
+    lim = Limits.from_spec(spec.slo)
+    p = spec.search.probe
+    stages = [_stage_of(1, single.ttft_s, single.tpot_s, single.e2e_s)]
+    while (c := next_concurrency(stages, lim.tpot_s)) is not None:
+        bench.emit(BenchEvent("probe_start", index=None, phase=f"capacity · {c} streams"))
+        run = await run_probe(
+            spec,
+            bench.target.client,
+            rate_rps=None,
+            seed=probe_seed(spec.workload.seed, 10_000 + c),
+            settings=ProbeSettings(
+                warmup_s=0.0,
+                min_duration_s=p.min_duration_s,
+                min_requests=c,
+                max_duration_s=p.max_duration_s,
+                drain_timeout_s=p.drain_timeout_s,
+                early_stop=False,
+            ),
+            concurrency=c,
+            max_requests=c,
+        )
+        if run.interrupted:
+            raise _InterruptedError
+        m = run.metrics
+        stages.append(_stage_of(c, m.ttft_s, m.tpot_s, m.e2e_s))
+    rate = start_rate(stages, lim.tpot_s)
+    steps = ", ".join(
+        f"{s.concurrency}: TPOT {1000 * (s.tpot_s or 0):.0f} ms" for s in stages if s.e2e_s
+    )
+    if rate is not None:
+        bench.start_note = (
+            f"started at {rate:.3g} req/s: Little's law at the concurrency where the median "
+            f"TPOT reaches 60 % of its limit (closed-loop streams {steps})"
+        )
+    return rate
 
 
 def _new_result(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerator) -> BenchResult:
@@ -386,12 +493,40 @@ async def _single_stream(bench: _Run) -> ProbeSummary | None:
     return single
 
 
+async def _first_rate(bench: _Run, single: ProbeSummary | None) -> float:
+    """The search's start: the spec's, else the closed-loop staircase (sequential mode),
+    else one request in flight at the single-stream latency."""
+    spec = bench.spec
+    if spec.search.start_rate_rps is None and single is not None and bench.sequential:
+        rate = await _staircase(bench, single)
+        if rate is not None:
+            return min(rate, spec.search.max_rate_rps)
+    return _start_rate(spec, single, bench.result.warnings)
+
+
+def _fit_text(fit: BoundaryFit | None) -> str | None:
+    """The fitted boundary in one phrase for progress lines."""
+    if fit is None or fit.rate_rps is None:
+        return None
+    lo = "…" if fit.low_rps is None else f"{fit.low_rps:.3g}"
+    hi = "…" if fit.high_rps is None else f"{fit.high_rps:.3g}"
+    return f"boundary {fit.rate_rps:.3g} req/s ({lo}–{hi}, {fit.confidence:.0%})"
+
+
+def _summary_of(bench: _Run, out: SearchOutcome[ProbeSummary]) -> SearchSummary:
+    summary = _search_summary(out)
+    summary.start, summary.drift = bench.start_note, list(bench.drift)
+    return summary
+
+
 async def _search(bench: _Run) -> None:
     spec, result = bench.spec, bench.result
     ss = spec.search
     single = await _single_stream(bench)
     if single is not None and _halt_of(single) is not None:
         return
+    bench.sequential = ss.sequential
+    start = await _first_rate(bench, single)
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1
@@ -399,7 +534,7 @@ async def _search(bench: _Run) -> None:
         return outcome_of(s)
 
     def on_step(step: SearchStepT[ProbeSummary]) -> None:
-        result.search = _search_summary(search.outcome)
+        result.search = _summary_of(bench, search.outcome)
         bench.write()
         bench.emit(
             BenchEvent(
@@ -410,47 +545,99 @@ async def _search(bench: _Run) -> None:
                 summary=step.outcome.payload,
                 lo_rps=step.lo_rps,
                 hi_rps=step.hi_rps,
+                message=_fit_text(search.outcome.fit),
             )
         )
 
+    limits = Limits.from_spec(spec.slo)
     search: BoundarySearch[ProbeSummary] = BoundarySearch(
         probe,
-        start_rate_rps=_start_rate(spec, single, result.warnings),
+        start_rate_rps=start,
         growth=ss.growth,
         precision=ss.precision,
         max_rate_rps=ss.max_rate_rps,
         max_probes=ss.max_probes,
         seed=spec.workload.seed,
+        allowed=limits.allowed_violation_fraction if bench.sequential else None,
         on_step=on_step,
     )
     try:
         await search.run()
+        if bench.sequential and search.outcome.stop_reason == "converged":
+            await _drift_checks(bench, search.outcome)
     finally:
-        out = search.outcome
-        result.search = _search_summary(out)
-        b = out.boundary
-        result.boundary = b.outcome.payload if b is not None else None
-        if out.stop_reason in ("error", "saturated"):
-            result.boundary = None
-            result.warnings.append(_halt_warning(out, spec))
-        elif out.stop_reason == "failed_at_start":
-            result.warnings.append("no probed rate met the SLO: there is no boundary to report")
-        elif out.stop_reason == "max_rate":
-            result.warnings.append(
-                f"the SLO still held at search.max_rate_rps = {spec.search.max_rate_rps:g}: "
-                "the boundary is above it"
-            )
-        elif out.stop_reason == "max_probes" and out.steps:
-            result.warnings.append(
-                f"search.max_probes = {spec.search.max_probes} reached before the bracket "
-                f"narrowed to {spec.search.precision:.0%}"
-            )
-        bench.emit(
-            BenchEvent(
-                "search_done",
-                lo_rps=out.lo_rps,
-                hi_rps=out.hi_rps,
-                message=out.stop_reason,
-                summary=result.boundary,
-            )
+        _conclude(bench, search.outcome)
+
+
+async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
+    """Re-test the highest earlier pass and confirm at the fitted boundary (``metrics.drift``);
+    a disagreement sets the stop reason ``changed``."""
+    spec, fit, b = bench.spec, out.fit, out.boundary
+    if fit is None or fit.rate_rps is None or b is None or b.outcome.payload is None:
+        return
+    old = b.outcome.payload.slo_detail
+    allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
+    evidence = [s.outcome.evidence for s in out.steps if s.outcome.evidence is not None]
+    checks = [(b.rate_rps, "re-test"), (fit.rate_rps, "confirmation")]
+    for rate, kind in checks:
+        index = len(bench.result.probes) + 1
+        seed = probe_seed(spec.workload.seed, index)
+        s = await bench.measure(index, rate_rps=rate, seed=seed, phase="check")
+        new = (s.slo_detail.judged or 0, s.slo_detail.misses)
+        where = f"in the {kind} at {rate:.3g} req/s (probe {index})"
+        if kind == "re-test":
+            line = changed_since((old.judged or 0, old.misses), new, where)
+        else:
+            upper = {
+                k: miss_fraction_upper(
+                    allowed, [(e.rate_rps, e.judged, e.misses.get(k, 0)) for e in evidence], rate
+                )
+                for k in s.slo_detail.misses
+            }
+            line = changed_against(upper, new, where)
+        verdict = "pass" if s.slo_passed else "fail"
+        bench.drift.append(line or f"{kind} at {rate:.3g} req/s (probe {index}): {verdict}, agrees")
+        if line is not None:
+            out.stop_reason = "changed"
+            return
+
+
+def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
+    """The search's record, the boundary with its interval, and why there is none."""
+    spec, result = bench.spec, bench.result
+    result.search = _summary_of(bench, out)
+    b = out.boundary
+    payload = b.outcome.payload if b is not None else None
+    reported = None
+    if out.fit is not None and out.evidence:
+        allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
+        reported = fit_boundary(out.evidence, allowed, design_effect=REPORTED_DESIGN_EFFECT)
+    result.boundary = _with_interval(payload, reported) if payload is not None else None
+    if out.stop_reason in ("error", "saturated"):
+        result.boundary = None
+        result.warnings.append(_halt_warning(out, spec))
+    elif out.stop_reason == "changed":
+        result.boundary = None
+        why = next((d for d in bench.drift if "improbable" in d), "")
+        result.warnings.append(f"the server changed during the run: {why}; no boundary is called")
+    elif out.stop_reason == "failed_at_start":
+        result.warnings.append("no probed rate met the SLO: there is no boundary to report")
+    elif out.stop_reason == "max_rate":
+        result.warnings.append(
+            f"the SLO still held at search.max_rate_rps = {spec.search.max_rate_rps:g}: "
+            "the boundary is above it"
         )
+    elif out.stop_reason == "max_probes" and out.steps:
+        result.warnings.append(
+            f"search.max_probes = {spec.search.max_probes} reached before the boundary's "
+            f"interval narrowed to ±{spec.search.precision:.0%}"
+        )
+    bench.emit(
+        BenchEvent(
+            "search_done",
+            lo_rps=out.lo_rps,
+            hi_rps=out.hi_rps,
+            message=out.stop_reason,
+            summary=result.boundary,
+        )
+    )

@@ -218,6 +218,7 @@ class _Probe:
         should_stop: Callable[[Sequence[RequestRecord]], bool] | None,
         on_record: Callable[[RequestRecord], None] | None = None,
         pool: LiveDealer[Any] | None = None,
+        should_close: Callable[[Sequence[RequestRecord]], bool] | None = None,
     ) -> None:
         self.spec = spec
         self.pool = pool
@@ -234,7 +235,9 @@ class _Probe:
         self.settings = settings
         self.max_requests = max_requests
         self.on_progress = on_progress
-        self.should_stop = should_stop
+        # a window of exactly max_requests is not cut short (an early stop would end it sooner)
+        self.should_stop = should_stop if max_requests is None else None
+        self.should_close = should_close if max_requests is None else None
         self.ignore_eos = spec.workload.ignore_eos
         self.window = WindowRules(
             min_duration_ns=round(settings.min_duration_s * _NS),
@@ -602,6 +605,13 @@ class _Probe:
                         self.stopped_early = True
                         self._close(now)
                         break
+                    if (
+                        self.should_close is not None
+                        and self.w1 is None
+                        and now >= self.w0
+                        and self.should_close(self.counted_done)
+                    ):
+                        self._close(now)  # a decided verdict: the window ends, counted drain
                     if self.w1 is None and self._endpoint_broken():
                         self.error_stopped = self.stopped_early = True
                         if now < self.w0:
@@ -694,6 +704,7 @@ async def run_probe(
     on_progress: Callable[[ProbeProgress], None] | None = None,
     should_stop: Callable[[Sequence[RequestRecord]], bool] | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    should_close: Callable[[Sequence[RequestRecord]], bool] | None = None,
 ) -> ProbeRun:
     """Run one probe at ``rate_rps`` (open loop, the spec's arrival process) or closed loop
     (``concurrency``, or ``rate_rps=None`` with a concurrency arrival in the spec).
@@ -703,7 +714,10 @@ async def run_probe(
     ``max_duration_s``), replacing ``min_duration_s``/``min_requests`` (the single-stream point
     is ``concurrency=1, max_requests=N``). ``should_stop`` is called about every 0.5 s with the
     counted requests finished so far; True ends the window there (``stopped_early``).
-    ``on_record`` sees every record as it ends (for incremental writing).
+    ``should_close`` likewise, but True closes the window as its length rules would: the
+    counted requests drain and are all judged (a sequential verdict decided a pass). Neither
+    applies with ``max_requests``: that window counts exactly N requests. ``on_record`` sees
+    every record as it ends (for incremental writing).
     """
     settings = settings or spec.search.probe
     _check_args(rate_rps, max_requests)
@@ -726,6 +740,7 @@ async def run_probe(
         should_stop=should_stop,
         on_record=on_record,
         pool=pool,
+        should_close=should_close,
     )
     records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)

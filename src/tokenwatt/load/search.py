@@ -32,6 +32,16 @@ verdict at each rate, a newer verdict overriding older ones it contradicts (``_r
 
 Every probe gets a fresh schedule seed derived from the run's seed and the probe's index, so
 no two probes replay the same arrivals and a rerun replays them all.
+
+**Fit mode** (every outcome carries ``evidence``: its achieved rate, judged requests and misses
+per limit, as ``tokenwatt bench`` supplies). Once a failure brackets the boundary, the next
+rate comes from the measurements: ``metrics.boundary.fit_boundary`` fits each limit's miss
+fraction against rate (monotone) and gives the boundary with a confidence interval whose ends
+are probed rates; the search probes the interval's geometric middle (or, when a probe already
+sits within precision/2 of it, the fitted point) and stops when the interval's half width is
+within ``precision`` of its point. No confirmation re-run: a rate already measured is probed
+again only when both candidates have been measured (the data there are undecided or
+contradict each other), and then both measurements enter the fit together.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
+
+from tokenwatt.metrics.boundary import BOUNDARY_CONFIDENCE, BoundaryFit, Evidence, fit_boundary
 
 __all__ = [
     "NOISE_SIGMAS",
@@ -54,9 +66,16 @@ __all__ = [
 ]
 
 P = TypeVar("P")
-Phase = Literal["grow", "descend", "bisect", "confirm"]
+Phase = Literal["grow", "descend", "bisect", "confirm", "fit", "check"]
 StopReason = Literal[
-    "converged", "max_probes", "max_rate", "failed_at_start", "interrupted", "error", "saturated"
+    "converged",
+    "max_probes",
+    "max_rate",
+    "failed_at_start",
+    "interrupted",
+    "error",
+    "saturated",
+    "changed",
 ]
 Halt = Literal["error", "saturated"]
 _MASK64 = (1 << 64) - 1
@@ -82,6 +101,7 @@ class ProbeOutcome(Generic[P]):
     halt: Halt | None = None  # error probe or saturated sender: stop, judge nothing
     achieved_rps: float | None = None  # arrivals per second the window really held
     requests: int | None = None  # how many: the Poisson count behind ``achieved_rps``
+    evidence: Evidence | None = None  # misses per limit at the achieved rate (fit mode)
 
 
 class _HaltedError(Exception):
@@ -133,9 +153,14 @@ class SearchOutcome(Generic[P]):
     hi_rps: float | None = None  # lowest failing rate above it
     stop_reason: StopReason = "interrupted"
     precision_target: float = 0.05
+    fit: BoundaryFit | None = None  # fit mode: the boundary with its interval
+    evidence: list[Evidence] = field(default_factory=list)  # fit mode: each probe, as placed
 
     @property
     def precision_reached(self) -> float | None:
+        """Fit mode: the interval's half width over its point; else the bracket's width."""
+        if self.fit is not None and self.fit.relative_half_width is not None:
+            return self.fit.relative_half_width
         if self.lo_rps is None or self.hi_rps is None:
             return None
         return (self.hi_rps - self.lo_rps) / self.lo_rps
@@ -175,6 +200,9 @@ class BoundarySearch(Generic[P]):
         seed: int = 0,
         min_rate_rps: float | None = None,
         confirm: bool = True,
+        allowed: float | None = None,
+        confidence: float = BOUNDARY_CONFIDENCE,
+        design_effect: float = 1.0,
         on_step: Callable[[SearchStep[P]], None] | None = None,
     ) -> None:
         if not (math.isfinite(start_rate_rps) and start_rate_rps > 0):
@@ -195,6 +223,11 @@ class BoundarySearch(Generic[P]):
             min_rate_rps if min_rate_rps is not None else self.start_rate_rps / growth**5
         )
         self.confirm = confirm
+        self.allowed = allowed  # α, the allowed miss fraction: fit mode needs it
+        self.confidence = confidence
+        self.design_effect = design_effect
+        self._evidence: list[Evidence] = []
+        self._fit_mode = allowed is not None
         self._confirmed: set[float] = set()
         self._verdicts: dict[float, bool] = {}
         self._on_step = on_step
@@ -212,6 +245,7 @@ class BoundarySearch(Generic[P]):
             out.stop_reason = result.halt
         else:
             self._record(placed, result.passed)
+            self._add_evidence(result, placed)
         step = SearchStep(index, rate, seed, phase, result, out.lo_rps, out.hi_rps, placed)
         out.steps.append(step)
         if self._on_step is not None:
@@ -236,6 +270,40 @@ class BoundarySearch(Generic[P]):
         out = self.outcome
         out.lo_rps = max((r for r, ok in v.items() if ok), default=None)
         out.hi_rps = min((r for r, ok in v.items() if not ok), default=None)
+
+    def _add_evidence(self, result: ProbeOutcome[P], placed_rps: float) -> None:
+        """The probe's counts, at the rate its verdict is placed at (``bracket_rate``: the
+        achieved rate only where it differs beyond Poisson noise)."""
+        if result.evidence is None:
+            self._fit_mode = False  # one probe without counts: the plain bracket decides
+            return
+        e = result.evidence
+        self._evidence.append(Evidence(placed_rps, e.judged, e.misses))
+        self.outcome.evidence = list(self._evidence)
+        if self._fit_mode and self.allowed is not None:
+            self.outcome.fit = fit_boundary(
+                self._evidence, self.allowed, self.confidence, self.design_effect
+            )
+
+    def _fit_next(self) -> tuple[float, Phase] | None:
+        """Fit mode: the next rate, or None when the interval is narrow enough."""
+        fit = self.outcome.fit
+        if fit is None or fit.rate_rps is None:
+            return None
+        half = fit.relative_half_width
+        if half is not None and half <= self.precision:
+            return None
+        measured = [e.rate_rps for e in self._evidence]
+
+        def fresh(r: float) -> bool:
+            return all(abs(math.log(r / m)) >= self.precision / 2 for m in measured)
+
+        lo, hi = fit.low_rps, fit.high_rps
+        middle = math.sqrt(lo * hi) if lo is not None and hi is not None else fit.rate_rps
+        for r in (middle, fit.rate_rps):
+            if fresh(r):
+                return min(r, self.max_rate_rps), "fit"
+        return min(middle, self.max_rate_rps), "confirm"
 
     def _budget_left(self) -> bool:
         return len(self.outcome.steps) < self.max_probes
@@ -306,6 +374,16 @@ class BoundarySearch(Generic[P]):
                     out.stop_reason = "max_rate"
                     return out
                 await self._run_one(min(lo * self.growth, self.max_rate_rps), "grow")
+                continue
+            if self._fit_mode and out.fit is not None and out.fit.relative_half_width is not None:
+                nxt = self._fit_next()
+                if nxt is None:
+                    out.stop_reason = "converged"
+                    return out
+                if not self._budget_left():
+                    out.stop_reason = "max_probes"
+                    return out
+                await self._run_one(*nxt)
                 continue
             if not self._budget_left():
                 out.stop_reason = "max_probes"

@@ -7,10 +7,11 @@ short string; None always reads as an em dash, never as 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tokenwatt.result import BenchResult
+    from tokenwatt.result import BenchResult, ProbeSummary
 
 __all__ = [
     "DASH",
@@ -18,13 +19,16 @@ __all__ = [
     "fmt_bytes_per_s",
     "fmt_count",
     "fmt_float",
+    "fmt_interval",
     "fmt_ms",
     "fmt_pct",
     "fmt_quantile",
     "fmt_rate",
     "fmt_signed_pct",
     "fmt_tokens_per_s",
+    "goodput_headline",
     "no_boundary_text",
+    "no_failure_seen",
     "rel_change",
 ]
 
@@ -138,6 +142,8 @@ def no_boundary_text(result: BenchResult) -> str:
         return f"no boundary: an error probe stopped the run (endpoint broken){best}"
     if stop == "saturated":
         return f"no boundary: the load generator could not offer the load{best}"
+    if stop == "changed":
+        return f"no boundary: the server changed during the run{best}"
     if result.interrupted or stop == "interrupted":
         return f"no boundary: interrupted before one was measured{best}"
     if passed:
@@ -145,3 +151,66 @@ def no_boundary_text(result: BenchResult) -> str:
     lowest = min((p.rate_rps for p in result.probes if p.rate_rps is not None), default=None)
     where = f" (lowest rate probed: {fmt_rate(lowest)})" if lowest is not None else ""
     return f"SLO not met at any probed rate{where}"
+
+
+Interval = tuple[float | None, float | None]
+
+
+def fmt_interval(
+    point: float | None,
+    interval: Interval | None,
+    confidence: float | None,
+    unit: str,
+    fmt: Callable[[float | None], str],
+) -> str:
+    """``13.2 req/s (12.6–13.8, 95 %)``; an open end shows as ``≥ 12.6`` or ``≤ 13.8``."""
+    if point is None or interval is None or confidence is None:
+        return f"{fmt(point)} {unit}"
+    lo, hi = interval
+    c = f"{confidence * 100:g} %"
+    if lo is not None and hi is not None:
+        return f"{fmt(point)} {unit} ({fmt(lo)}–{fmt(hi)}, {c})"
+    if lo is not None:
+        return f"≥ {fmt(lo)} {unit} ({c})"
+    if hi is not None:
+        return f"≤ {fmt(hi)} {unit} ({c})"
+    return f"{fmt(point)} {unit}"
+
+
+def no_failure_seen(result: BenchResult) -> bool:
+    """The search never saw a failing rate above its boundary: the boundary is a lower bound
+    (interrupted, stopped at max_rate or max_probes while still growing). Interrupted, error
+    and saturated probes are no failures: they never judged the SLO."""
+    b = result.boundary
+    if result.search is None or b is None or b.rate_rps is None:
+        return False
+    d = b.rate_rps
+    return not any(
+        not p.slo_passed
+        and not p.interrupted
+        and not p.slo_detail.error_probe
+        and not p.slo_detail.load_generator_saturated
+        and p.rate_rps is not None
+        and p.rate_rps > d
+        for p in result.probes
+    )
+
+
+def goodput_headline(result: BenchResult, b: ProbeSummary) -> str:
+    """The SLO goodput line: with its interval when the fit gave one, as a lower bound
+    ``≥ X tok/s (no failing rate found)`` when no rate failed above the boundary."""
+    if no_failure_seen(result):
+        return f"≥ {fmt_tokens_per_s(b.goodput_output_tokens_per_s)} tok/s (no failing rate found)"
+    if b.goodput_tokens_per_s_at_boundary is not None and b.boundary_rate_rps is not None:
+        good = fmt_interval(
+            b.goodput_tokens_per_s_at_boundary,
+            b.goodput_interval_tokens_per_s,
+            b.confidence,
+            "tok/s",
+            fmt_tokens_per_s,
+        )
+        rate = fmt_interval(
+            b.boundary_rate_rps, b.rate_interval_rps, b.confidence, "req/s", fmt_float
+        )
+        return f"{good} at {rate}"
+    return f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} tok/s"

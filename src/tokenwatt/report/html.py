@@ -27,7 +27,9 @@ from tokenwatt.report.format import (
     fmt_quantile,
     fmt_rate,
     fmt_tokens_per_s,
+    goodput_headline,
     no_boundary_text,
+    no_failure_seen,
 )
 from tokenwatt.report.mbu_text import mbu_figures_text, mbu_missing_reason, raised_flags
 from tokenwatt.report.terminal import cost_text, describe_run, describe_slo, energy_text
@@ -147,6 +149,14 @@ def _headline(r: BenchResult) -> str:
             f"{_e(fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu))} tok/s per GPU · "
             f"at {_e(fmt_rate(b.rate_rps))}</div>"
         )
+        if no_failure_seen(r) or b.boundary_rate_rps is not None:
+            main, _, where = goodput_headline(r, b).partition(" at ")
+            at = f" · boundary {where}" if where else ""
+            first = (
+                f'<div class="value">{_e(main)}</div><div class="detail">'
+                f"measured {_e(fmt_tokens_per_s(b.goodput_output_tokens_per_s))} tok/s at "
+                f"{_e(fmt_rate(b.rate_rps))}{_e(at)}</div>"
+            )
         cost = cost_text(b)
         if cost is not None:
             first += f'<div class="detail">{_e(cost)}</div>'

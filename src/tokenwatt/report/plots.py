@@ -95,6 +95,9 @@ def _to_svg(fig: Figure, label: str) -> str:
 
 
 def _color(p: ProbeSummary) -> str:
+    """Green passed, red failed, grey interrupted (neither: the window never completed)."""
+    if p.interrupted:
+        return MUTED
     return PASS if p.slo_passed else FAIL
 
 

@@ -29,7 +29,9 @@ from tokenwatt.report.format import (
     fmt_rate,
     fmt_signed_pct,
     fmt_tokens_per_s,
+    goodput_headline,
     no_boundary_text,
+    no_failure_seen,
 )
 from tokenwatt.report.mbu_text import mbu_figures_text, raised_flags
 from tokenwatt.result import BenchResult, ProbeSummary, SloSettings
@@ -135,6 +137,33 @@ def _mbu_text(p: ProbeSummary) -> str:
     return mbu_figures_text(p.mbu, p.mbu_detail)
 
 
+def _goodput_row(result: BenchResult, b: ProbeSummary, *, probe_only: bool) -> tuple[str, str]:
+    """The headline's first row. A probe that failed (or was cut by an error or Ctrl-C) is
+    never called "SLO goodput"; a boundary without a failure above it is a lower bound."""
+    if probe_only:
+        verdict = "SLO met" if b.slo_passed else "SLO NOT met"
+        if b.interrupted:
+            verdict = "interrupted"
+        text = (
+            f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s  ·  "
+            f"at {rate_text(b)}  ·  one probe, {verdict}"
+        )
+        return ("SLO goodput" if b.slo_passed else "Goodput"), text
+    per_gpu = fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu)
+    if b.boundary_rate_rps is None and not no_failure_seen(result):  # no fit: as measured
+        text = (
+            f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s  ·  "
+            f"{per_gpu} per GPU  ·  at {rate_text(b)}"
+        )
+        return "SLO goodput", text
+    text = (
+        f"{goodput_headline(result, b)}  ·  measured "
+        f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} tok/s ({per_gpu} per GPU) "
+        f"at {rate_text(b)}"
+    )
+    return "SLO goodput", text
+
+
 def headline(result: BenchResult) -> RenderableType:
     """SLO goodput, tokens per joule and MBU at the boundary, in that order."""
     grid = Table.grid(padding=(0, 2))
@@ -149,15 +178,8 @@ def headline(result: BenchResult) -> RenderableType:
         grid.add_row("Tokens per joule", Text(DASH))
         grid.add_row("MBU", Text(DASH))
     else:
-        good = (
-            f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s  ·  "
-            f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu)} per GPU  ·  "
-            f"at {rate_text(b)}"
-        )
-        if probe_only:
-            verdict = "SLO met" if b.slo_passed else "SLO NOT met"
-            good = f"{good}  ·  one probe, {verdict}"
-        grid.add_row("SLO goodput", Text(good, "bold green" if b.slo_passed else "bold red"))
+        label, good = _goodput_row(result, b, probe_only=probe_only)
+        grid.add_row(label, Text(good, "bold green" if b.slo_passed else "bold red"))
         tpj = energy_text(b)
         grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
         cost = cost_text(b)
@@ -231,6 +253,8 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
 
 
 def _slo_cell(p: ProbeSummary) -> Text:
+    if p.interrupted:
+        return Text("interrupted", "yellow")
     if p.slo_passed:
         return Text("pass", "green")
     # "ttft_p99" → "ttft": the column header already says which quantile.

@@ -82,12 +82,21 @@ class SearchSettings(Section):
         2.0, gt=1, le=1000, description="factor between rates until the SLO fails"
     )
     precision: float = Field(
-        0.05, gt=0, lt=1, description="stop bisecting when (hi − lo) / lo is below this"
+        0.05,
+        gt=0,
+        lt=1,
+        description="stop when the boundary's 95 % interval is within ± this of its point "
+        "(without search.sequential: when (hi − lo) / lo is below this)",
     )
     max_rate_rps: float = Field(
         10_000.0, gt=0, le=MAX_RATE_RPS, description="give up growing past this rate"
     )
     max_probes: int = Field(20, ge=1, le=10_000, description="most probes in one search")
+    sequential: bool = Field(
+        True,
+        description="end each probe at its sequential verdict, start from closed-loop "
+        "stages, choose rates by the boundary fit and stop at its interval's width",
+    )
     single_stream_requests: int = Field(
         10,
         ge=0,

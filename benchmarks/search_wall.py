@@ -1,0 +1,109 @@
+"""Wall time of README's flag form against a standalone simulator, and of the demo.
+
+    python benchmarks/search_wall.py            # the flag form (and --demo for the demo)
+    python benchmarks/search_wall.py --demo
+
+Starts ``tokenwatt sim --model llama-3.1-8b --accelerator h100-sxm`` on a free loopback port,
+runs README's command (SLO p99 TTFT 500 ms, TPOT 50 ms) into a temporary folder, and prints
+the wall time, the boundary with its interval, the probes, and the load average before and
+after (the machine is shared: a figure without its load average says little). ``--demo`` times
+``tokenwatt demo`` the same way. Bounded: the run is killed after ``--timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tokenwatt.result import load_result
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _start_sim() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokenwatt", "sim", "--model", "llama-3.1-8b",
+         "--accelerator", "h100-sxm", "--host", "127.0.0.1", "--port", "0",
+         "--served-model-name", "llama-3.1-8b"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    m = re.search(r"serving (http://\S+)", line)
+    if m is None:
+        proc.kill()
+        raise SystemExit(f"simulator did not start: {line!r}")
+    return proc, m.group(1)
+
+
+def _summary(out: Path) -> None:
+    r = load_result(out)
+    b, s = r.boundary, r.search
+    print(f"stop: {s.stop_reason if s else None}; start: {s.start if s else None}")
+    if b is not None:
+        print(
+            f"boundary {b.boundary_rate_rps} req/s, interval {b.rate_interval_rps} "
+            f"({b.confidence}); goodput {b.goodput_tokens_per_s_at_boundary} "
+            f"{b.goodput_interval_tokens_per_s}; measured at {b.rate_rps} offered "
+            f"({b.achieved_rate_rps:.3g} achieved): {b.goodput_output_tokens_per_s:.0f} tok/s"
+        )
+    for p in r.probes:
+        print(
+            f"  probe {p.index} {p.phase}: {p.rate_rps:.3g} req/s, window {p.window_s:.1f} s, "
+            f"{p.slo_detail.judged} judged, misses {p.slo_detail.misses}, "
+            f"{'pass' if p.slo_passed else 'fail'} ({p.slo_detail.sequential})"
+        )
+    for d in s.drift if s else []:
+        print(f"  drift: {d}")
+    for w in r.warnings:
+        print(f"  warning: {w}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--demo", action="store_true")
+    ap.add_argument("--timeout", type=float, default=1500)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        sim = None
+        if args.demo:
+            cmd = [sys.executable, "-m", "tokenwatt", "demo", "--out", str(out)]
+        else:
+            sim, url = _start_sim()
+            cmd = [
+                sys.executable, "-m", "tokenwatt", "bench", "--base-url", url,
+                "--model", "llama-3.1-8b", "--set", "hardware.accelerator=h100-sxm",
+                "--set", "hardware.gpus=1", "--slo-ttft-ms", "500", "--slo-tpot-ms", "50",
+                "--out", str(out),
+            ]  # fmt: skip
+        try:
+            print(f"load average before: {_loadavg()}")
+            t0 = time.perf_counter()
+            res = subprocess.run(
+                cmd, check=False, capture_output=True, text=True, timeout=args.timeout
+            )
+            wall = time.perf_counter() - t0
+            print(f"load average after: {_loadavg()}")
+            print(f"wall time {wall:.1f} s ({wall / 60:.2f} min), exit {res.returncode}")
+            if res.returncode not in (0, 3):
+                print(res.stdout[-3000:], res.stderr[-3000:])
+                return
+            print(res.stdout[-4000:])
+            _summary(out)
+        finally:
+            if sim is not None:
+                sim.terminate()
+                sim.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

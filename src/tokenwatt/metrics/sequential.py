@@ -1,0 +1,152 @@
+"""The sequential p99 verdict: stop a probe as soon as its verdict is decided.
+
+A p99 limit holds when at most a fraction α = 1 − q of requests exceed it. Each finished
+request is one Bernoulli draw (over the limit or not), so the evidence of a probe about one
+limit is a count: v requests over it among n judged. Wald's sequential probability ratio test
+(SPRT) reads that count as it grows and stops as soon as it can tell
+
+    H0: p = α / r  (the limit holds with room)   from   H1: p = α · r  (it fails clearly)
+
+with error probabilities at most 1 − confidence each way (Wald's bounds A = ln((1−β)/a),
+B = ln(β/(1−a)), a = β = 1 − confidence). The log-likelihood ratio after v misses in n is
+
+    LLR = v · ln(p1/p0) + (n − v) · ln((1 − p1)/(1 − p0))
+
+and the test decides **fail** at LLR ≥ A, **pass** at LLR ≤ B, else goes on. Rates between
+α/r and α·r are the indifference zone: there the test may take long or end undecided, which is
+exactly where the probe sits on the boundary, and the search's interval (``metrics.uncertainty``)
+takes over. With the defaults (q = 0.99, r = 2, 95 %): a pass needs 194 requests without a miss
+(287 with one), a failure 3 misses in the first 82 requests (4 in the first 175).
+
+A probe is decided **fail** as soon as any limit is; **pass** once every limit is. Failed
+requests count as misses of every limit (``RequestLatency.value``). The binomial model treats
+requests as independent; requests that overlap in time share a queue, so the test is
+optimistic about its own error rates: the coverage measured in virtual time is the check.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tokenwatt.metrics.slo import Limits, RequestLatency, latencies
+from tokenwatt.records import RequestRecord
+
+__all__ = [
+    "INDIFFERENCE_RATIO",
+    "SEQUENTIAL_CONFIDENCE",
+    "Decision",
+    "SequentialStop",
+    "Sprt",
+    "miss_counts",
+]
+
+SEQUENTIAL_CONFIDENCE = 0.95  # each probe's verdict, when decided, is wrong at most 5 % each way
+INDIFFERENCE_RATIO = 2.0  # H0: p = α/2, H1: p = 2α
+Decision = Literal["pass", "fail"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sprt:
+    """Wald's SPRT on a miss count against an allowed miss fraction ``allowed`` (α)."""
+
+    allowed: float
+    confidence: float = SEQUENTIAL_CONFIDENCE
+    ratio: float = INDIFFERENCE_RATIO
+
+    def __post_init__(self) -> None:
+        if not 0 < self.allowed * self.ratio < 1:
+            raise ValueError(f"allowed × ratio must be in (0, 1), got {self.allowed * self.ratio}")
+        if not 0.5 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence}")
+
+    @property
+    def p0(self) -> float:
+        return self.allowed / self.ratio
+
+    @property
+    def p1(self) -> float:
+        return self.allowed * self.ratio
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(B, A): decide pass at LLR ≤ B, fail at LLR ≥ A."""
+        err = 1.0 - self.confidence
+        return math.log(err / (1.0 - err)), math.log((1.0 - err) / err)
+
+    def llr(self, misses: int, n: int) -> float:
+        """ln of P(data | H1) / P(data | H0) for ``misses`` of ``n``."""
+        per_miss = math.log(self.p1 / self.p0)
+        per_hit = math.log1p(-self.p1) - math.log1p(-self.p0)
+        return misses * per_miss + (n - misses) * per_hit
+
+    def decide(self, misses: int, n: int) -> Decision | None:
+        lo, hi = self.bounds
+        x = self.llr(misses, n)
+        if x >= hi:
+            return "fail"
+        if x <= lo:
+            return "pass"
+        return None
+
+
+def miss_counts(limits: Limits, lats: Sequence[RequestLatency]) -> dict[str, int]:
+    """Requests over each limit (percentile form; attainment: requests missing any limit)."""
+    if limits.kind == "attainment":
+        return {"attainment": sum(1 for r in lats if not r.meets(limits))}
+    names = dict(zip([m for m, v in limits._pairs() if v is not None], limits.names(), strict=True))
+    return {
+        names[m]: sum(1 for r in lats if r.value(m) > lim)
+        for m, lim in limits._pairs()
+        if lim is not None
+    }
+
+
+def decide_probe(test: Sprt, misses: dict[str, int], n: int) -> Decision | None:
+    """Fail as soon as any limit fails; pass once every limit passes."""
+    decisions = [test.decide(v, n) for v in misses.values()]
+    if "fail" in decisions:
+        return "fail"
+    if decisions and all(d == "pass" for d in decisions):
+        return "pass"
+    return None
+
+
+@dataclass(slots=True)
+class SequentialStop:
+    """A probe's two hooks: ``should_stop`` (decided fail: stop now, as the early stop does)
+    and ``should_close`` (decided pass: close the window; the counted requests drain and the
+    verdict is taken over all of them). Both look at the counted requests finished so far."""
+
+    limits: Limits
+    confidence: float = SEQUENTIAL_CONFIDENCE
+    decision: Decision | None = None
+    judged: int = 0
+    misses: dict[str, int] = field(default_factory=dict)
+    reason: str | None = None
+
+    @property
+    def test(self) -> Sprt:
+        return Sprt(self.limits.allowed_violation_fraction, self.confidence)
+
+    def _update(self, done: Sequence[RequestRecord]) -> Decision | None:
+        lats = latencies(done)
+        self.judged = len(lats)
+        self.misses = miss_counts(self.limits, lats)
+        self.decision = decide_probe(self.test, self.misses, self.judged)
+        return self.decision
+
+    def should_stop(self, done: Sequence[RequestRecord]) -> bool:
+        if self._update(done) != "fail":
+            return False
+        worst = max(self.misses, key=lambda k: self.misses[k])
+        self.reason = (
+            f"stopped early: {self.misses[worst]} of {self.judged} requests miss {worst}, "
+            f"a failure at {self.confidence:.0%} (sequential test)"
+        )
+        return True
+
+    def should_close(self, done: Sequence[RequestRecord]) -> bool:
+        return self._update(done) == "pass"

@@ -1,0 +1,90 @@
+"""Honest headlines: a lower bound says so, an interrupted probe is not a failure, a failed
+probe is never "SLO goodput", and a fitted boundary shows its interval."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from tokenwatt.report.html import render_html
+from tokenwatt.report.terminal import headline, probe_table
+from tokenwatt.result import BenchResult
+
+FIXTURE = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
+
+
+def _result(edit: Any = None) -> BenchResult:
+    data = json.loads(FIXTURE.read_text("utf-8"))
+    if edit is not None:
+        edit(data)
+    return BenchResult.model_validate(data)
+
+
+def _text(renderable: object) -> str:
+    console = Console(width=200, file=io.StringIO(), record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def _no_failure_above(data: dict[str, Any]) -> None:
+    """Keep only the probes up to the boundary (9.25 req/s) and the ones below it."""
+    data["probes"] = [p for p in data["probes"] if p["rate_rps"] <= 9.25]
+    data["search"]["history"] = [h for h in data["search"]["history"] if h["rate_rps"] <= 9.25]
+    data["search"]["stop_reason"] = "interrupted"
+    data["interrupted"] = True
+
+
+def test_no_failing_rate_is_a_lower_bound() -> None:
+    r = _result(_no_failure_above)
+    assert r.boundary is not None
+    good = f"{r.boundary.goodput_output_tokens_per_s:,.0f}"
+    text = _text(headline(r))
+    assert f"≥ {good} tok/s (no failing rate found)" in text
+    assert "≥" in render_html(r) and "no failing rate found" in render_html(r)
+
+
+def test_with_a_failure_above_the_headline_is_the_measured_goodput() -> None:
+    text = _text(headline(_result()))
+    assert "no failing rate found" not in text and "≥" not in text
+
+
+def test_an_interrupted_probe_is_listed_as_interrupted_not_failed() -> None:
+    def interrupt_last(data: dict[str, Any]) -> None:
+        last = data["probes"][-1]
+        last["interrupted"] = True
+        last["slo_passed"] = False
+        last["slo_detail"]["failed"] = ["interrupted"]
+
+    rows = _text(probe_table(_result(interrupt_last))).splitlines()
+    last = [line for line in rows if line.strip().startswith("10")]
+    assert last and "interrupted" in last[0] and "FAIL" not in last[0]
+
+
+def test_a_failed_single_probe_never_headlines_slo_goodput() -> None:
+    def one_failed_probe(data: dict[str, Any]) -> None:
+        failed = next(p for p in data["probes"] if not p["slo_passed"])
+        data["probes"], data["boundary"], data["search"] = [failed], None, None
+
+    text = _text(headline(_result(one_failed_probe)))
+    assert "SLO goodput" not in text
+    assert "Goodput" in text and "SLO NOT met" in text
+
+
+def test_a_fitted_boundary_shows_its_interval() -> None:
+    def fitted(data: dict[str, Any]) -> None:
+        b = data["boundary"]
+        per = b["goodput_output_tokens_per_s"] / b["achieved_rate_rps"]
+        b.update(
+            boundary_rate_rps=9.3,
+            rate_interval_rps=[9.0, 9.5],
+            goodput_tokens_per_s_at_boundary=9.3 * per,
+            goodput_interval_tokens_per_s=[9.0 * per, 9.5 * per],
+            confidence=0.95,
+        )
+
+    text = _text(headline(_result(fitted)))
+    assert "at 9.30 req/s (9.00–9.50, 95 %)" in text

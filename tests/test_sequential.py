@@ -1,0 +1,123 @@
+"""The sequential p99 verdict (Wald's SPRT) against hand-worked binomial cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
+from tokenwatt.metrics.slo import Limits, RequestLatency
+from tokenwatt.records import RequestRecord
+
+# p99 (α = 0.01), indifference ratio 2: H0 p = 0.005, H1 p = 0.02; errors 5 % each way.
+# By hand: a miss adds ln(0.02/0.005) = ln 4 = 1.386294; a request within the limit adds
+# ln(0.98/0.995) = −0.0151901; Wald's bounds are ±ln(0.95/0.05) = ±ln 19 = ±2.944439.
+PER_MISS = math.log(4)
+PER_HIT = math.log(0.98 / 0.995)
+A = math.log(19)
+
+
+def test_the_hand_worked_constants() -> None:
+    t = Sprt(0.01)
+    assert (t.p0, t.p1) == pytest.approx((0.005, 0.02))
+    assert t.bounds == pytest.approx((-A, A))
+    assert t.llr(1, 1) == pytest.approx(PER_MISS)
+    assert t.llr(0, 1) == pytest.approx(PER_HIT)
+    assert abs(PER_MISS - 1.386294) < 1e-6
+    assert abs(PER_HIT + 0.0151902) < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("misses", "n", "expected"),
+    [
+        # no miss: pass once n·0.0151904 ≥ 2.944439, n ≥ 193.8 → 194
+        (0, 193, None),
+        (0, 194, "pass"),
+        # one miss: 1.386294 − 0.0151904·(n − 1) ≤ −2.944439 → n − 1 ≥ 285.1 → n ≥ 287
+        (1, 286, None),
+        (1, 287, "pass"),
+        # two misses never prove a failure (2·1.386 = 2.77 < 2.94) and need n ≥ 379 to pass
+        (2, 2, None),
+        (2, 378, None),
+        (2, 379, "pass"),
+        # three: 4.158883 − 0.0151904·(n − 3) ≥ 2.944439 → n − 3 ≤ 79.9 → n ≤ 82 fails
+        (3, 3, "fail"),
+        (3, 82, "fail"),
+        (3, 83, None),
+        # four: 5.545177 − 0.0151904·(n − 4) ≥ 2.944439 → n ≤ 175
+        (4, 175, "fail"),
+        (4, 176, None),
+    ],
+)
+def test_decisions_match_the_hand_worked_boundaries(
+    misses: int, n: int, expected: str | None
+) -> None:
+    assert Sprt(0.01).decide(misses, n) == expected
+    # and the same from the log-likelihood written out by hand
+    llr = misses * PER_MISS + (n - misses) * PER_HIT
+    by_hand = "fail" if llr >= A else ("pass" if llr <= -A else None)
+    assert by_hand == expected
+
+
+def test_the_error_rates_hold_under_each_hypothesis() -> None:
+    """Exact probabilities of a wrong decision, by dynamic programming over the count of
+    misses (no simulation): under H0 (p = α/2) the test fails the probe rarely, and under
+    H1 (p = 2α) it passes rarely; Wald's bounds keep each below about 5 %."""
+    t = Sprt(0.01)
+    for p, wrong in ((t.p0, "fail"), (t.p1, "pass")):
+        alive = {0: 1.0}  # misses → probability of being undecided with that many
+        wrong_p = 0.0
+        for n in range(1, 3000):
+            nxt: dict[int, float] = {}
+            for v, w in alive.items():
+                for dv, q in ((1, p), (0, 1 - p)):
+                    d = t.decide(v + dv, n)
+                    if d is None:
+                        nxt[v + dv] = nxt.get(v + dv, 0.0) + w * q
+                    elif d == wrong:
+                        wrong_p += w * q
+            alive = nxt
+        assert sum(alive.values()) < 1e-6  # decided by 3000 requests
+        assert wrong_p < 0.06
+
+
+def _lat(ttft: float, tpot: float, ok: bool = True) -> RequestLatency:
+    return RequestLatency(ok, 0.0, ttft, tpot, None)
+
+
+def test_a_probe_fails_on_any_limit_and_passes_on_all() -> None:
+    limits = Limits("percentile", 0.5, 0.05, None, 0.99, 0.9)
+    lats = [_lat(0.1, 0.01)] * 300 + [_lat(0.9, 0.01)] * 3
+    misses = miss_counts(limits, lats)
+    assert misses == {"ttft_p99": 3, "tpot_p99": 0}
+    assert decide_probe(Sprt(0.01), misses, 82) == "fail"
+    assert decide_probe(Sprt(0.01), {"ttft_p99": 0, "tpot_p99": 0}, 194) == "pass"
+    assert decide_probe(Sprt(0.01), {"ttft_p99": 0, "tpot_p99": 1}, 194) is None
+    # a failed request misses every limit
+    assert miss_counts(limits, [_lat(0.1, 0.01, ok=False)]) == {"ttft_p99": 1, "tpot_p99": 1}
+
+
+def _record(i: int, ttft_s: float) -> RequestRecord:
+    t0 = 1_000_000_000 * i
+    first = t0 + round(ttft_s * 1e9)
+    return RequestRecord(
+        request_id=i,
+        prompt_tokens_client=8,
+        max_tokens=2,
+        scheduled_ns=t0,
+        sent_ns=t0,
+        first_token_ns=first,
+        done_ns=first + 10_000_000,
+        chunk_ns=[first, first + 10_000_000],
+        chunk_tokens=[1, 1],
+    )
+
+
+def test_the_stop_hooks_read_finished_records() -> None:
+    stop = SequentialStop(Limits("percentile", 0.5, None, None, 0.99, 0.9))
+    fast = [_record(i, 0.1) for i in range(193)]
+    assert not stop.should_close(fast) and not stop.should_stop(fast)
+    assert stop.should_close([*fast, _record(193, 0.1)])  # the 194th request decides
+    slow = [_record(i, 0.9) for i in range(3)]
+    assert stop.should_stop(slow) and stop.reason is not None and "3 of 3" in stop.reason
