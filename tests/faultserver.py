@@ -132,6 +132,8 @@ def script(mode: str, max_tokens: int, rid: str = "") -> list[Step]:
         # a correct answer, then (after the client has moved on) a stray duplicate: the same
         # answer id again, as a proxy or engine that replays a response would send
         return [_stream_bytes(n, rid), 0.05, _stream_bytes(LATE_TOKENS, rid)]
+    if mode == "constant_id":  # a server (or proxy) that puts one id on every answer
+        return [_stream_bytes(n, "cmpl-constant")]
     if mode == "double_response_one_write":
         return [_stream_bytes(n, rid) + _stream_bytes(LATE_TOKENS, rid)]
     raise ValueError(f"unknown fault mode {mode!r}")
@@ -206,6 +208,7 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "truncated_content_length": ("error", "truncated"),
     "late_second_response": ("ok", None),
     "double_response_one_write": ("ok", None),
+    "constant_id": ("ok", None),
     "echo_secrets": ("error", "http_status"),
 }
 MODES: tuple[str, ...] = tuple(EXPECTED)

@@ -99,12 +99,33 @@ class Exchange:
         return self.future.done()
 
 
+class AnswerIds:
+    """Whether this server gives each answer its own id, shared by a pool's connections.
+
+    A repeated id means a stale answer only where ids are known to differ per answer: some
+    servers and proxies send one constant id (or none) on every answer, and there a repeat
+    is every healthy answer. Until two different ids have been seen, no answer is refused."""
+
+    __slots__ = ("first", "vary")
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.vary = False
+
+    def saw(self, rid: str) -> None:
+        if self.first is None:
+            self.first = rid
+        elif rid != self.first:
+            self.vary = True
+
+
 class Connection:
     """A socket plus its HTTP parser state; ``Pool`` owns it between exchanges."""
 
     __slots__ = (
         "_ex",
         "_framed",
+        "_ids",
         "_in_bio",
         "_interp",
         "_kernel",
@@ -141,8 +162,10 @@ class Connection:
         on_idle: Callable[[Connection], None],
         on_closed: Callable[[Connection], None],
         rbuf: memoryview,
+        ids: AnswerIds | None = None,
     ) -> None:
         self._loop = loop
+        self._ids = ids if ids is not None else AnswerIds()
         self.sock = sock
         self.fd = sock.fileno()
         self._kernel = kernel_stamps
@@ -183,6 +206,7 @@ class Connection:
         on_idle: Callable[[Connection], None],
         on_closed: Callable[[Connection], None],
         rbuf: memoryview,
+        ids: AnswerIds | None = None,
     ) -> Connection:
         family, sockaddr = addr
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -199,6 +223,7 @@ class Connection:
                 on_idle=on_idle,
                 on_closed=on_closed,
                 rbuf=rbuf,
+                ids=ids,
             )
             if ssl_context is not None:
                 await conn._handshake(ssl_context, server_hostname)
@@ -512,10 +537,13 @@ class Connection:
         """An answer whose id is the previous answer's on this socket is that answer again,
         written late by the server and read as this request's: it is not this request's
         answer (its timing would be the previous one's), the socket goes (``stray``), and the
-        request fails as a protocol error (a server that answers twice is broken)."""
+        request fails as a protocol error (a server that answers twice is broken). Only where
+        the server's ids are seen to differ per answer (``AnswerIds``)."""
         interp.flush()
         rid = interp.response_id
-        if rid is not None and rid == self.last_response_id:
+        if rid is not None:
+            self._ids.saw(rid)
+        if rid is not None and rid == self.last_response_id and self._ids.vary:
             self.stray = True
             ex.error_kind = "protocol"
             ex.error_message = shorten(

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from tokenwatt.client.conn import RECV_SIZE, Connection, Exchange, _oserror
+from tokenwatt.client.conn import RECV_SIZE, AnswerIds, Connection, Exchange, _oserror
 from tokenwatt.client.openai import (
     PATHS,
     Api,
@@ -121,6 +121,7 @@ class StreamClient:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
         self._rbuf = memoryview(bytearray(RECV_SIZE))  # shared: reads never overlap in a loop
+        self._ids = AnswerIds()  # whether the server's answer ids differ (stale-answer check)
         self.connections_opened = 0
         self.connections_reused = 0
         # connections closed because an answer arrived with no request outstanding on them
@@ -416,6 +417,7 @@ class StreamClient:
                 on_idle=self._on_idle,
                 on_closed=self._on_closed,
                 rbuf=self._rbuf,
+                ids=self._ids,
             )
         except ssl.SSLError as exc:
             raise _ConnectError(shorten(f"TLS handshake with {self._host} failed: {exc}")) from None
