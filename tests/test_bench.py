@@ -297,6 +297,7 @@ def test_bench_writes_br02_and_csv_next_to_the_result(
     result = load_result(out)
     probes = [result.single_stream, *result.probes]
     eids = set()
+    powered = 0
     for p in probes:
         assert p is not None
         doc = yaml.safe_load((out / br02_name(p.index)).read_text())
@@ -314,7 +315,14 @@ def test_bench_writes_br02_and_csv_next_to_the_result(
             ttft = agg.latency.time_to_first_token
             scale = 1e3 if ttft.units == "ms" else 1.0
             assert ttft.mean == pytest.approx(p.ttft_s.mean * scale, rel=1e-9)
+        # the measured power and the engine's KV usage ride along in observability
+        comps = (doc["results"].get("observability") or {}).get("components") or [{}]
+        power = comps[0].get("aggregate", {}).get("power_consumption")
+        if p.energy is not None and p.energy.valid and p.energy.mean_power_w is not None:
+            assert power == {"units": "Watts", "mean": pytest.approx(p.energy.mean_power_w)}
+            powered += 1
     assert len(eids) == 1  # one experiment, one report per probe
+    assert powered >= 1  # the simulator's energy counter measured every probe
     rows = list(csv.DictReader((out / "probes.csv").open()))
     assert [int(r["stage"]) for r in rows] == [p.index for p in probes if p is not None]
     for r, p in zip(rows, probes, strict=True):
