@@ -73,3 +73,13 @@ def test_bad_sweeps_are_refused_in_one_line(
     with pytest.raises(SpecError, match=match) as err:
         expand_points(load_sweep_spec(path))
     assert "\n" not in str(err.value)
+
+
+def test_the_bundled_sweep_example_validates_at_every_point() -> None:
+    from tokenwatt.cli.sweep import _bench_doc, _check_first
+
+    path = Path(__file__).parents[1] / "examples" / "sweeps" / "llamacpp-slots.yaml"
+    spec = load_sweep_spec(path)
+    doc = _bench_doc(spec, path)
+    _check_first(spec, doc)  # every point's command, health URL and bench spec
+    assert [point_label(p) for p in expand_points(spec)] == [f"slots={n}" for n in (1, 2, 4, 8)]

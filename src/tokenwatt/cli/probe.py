@@ -396,13 +396,9 @@ async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
     from tokenwatt.load.probe import run_probe
 
     progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=quiet,
-    )
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+        console=console, transient=True, disable=quiet,
+    )  # fmt: skip
     with progress:
         bar = _Bar(progress, spec.search.probe.warmup_s)
         stopper = early_stop_for(spec, rate, spec.search.probe)
@@ -451,12 +447,23 @@ async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
     data["warnings"] += _probe_notes(run, geometry)
     data["warnings"].extend(_keep_up_warnings(data["summary"].get("load_generator")))
     run.write_requests(out / "requests.jsonl")
+    _write_files(spec, data, geometry, accelerator, out)
+    return data
+
+
+def _write_files(
+    spec: BenchSpec,
+    data: dict[str, Any],
+    geometry: ModelGeometry | None,
+    accelerator: Accelerator | None,
+    out: Path,
+) -> None:
+    """probe.json, and result.json where the node is known."""
     (out / "probe.json").write_bytes(
         orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     )
     if geometry is not None and accelerator is not None:
         write_probe_result(spec, data, geometry, accelerator, out)
-    return data
 
 
 def _probe_notes(run: ProbeRun, geometry: ModelGeometry | None) -> list[str]:

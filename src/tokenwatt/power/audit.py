@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 Interval = tuple[int, int]
+Method = Literal["energy_counter", "sampled_power", "modelled"]
 # Fewer distinct readings than this inside a window cannot show a load's shape.
 MIN_SAMPLES = 10
 # A datacenter GPU idles at 10-25 % of its TDP (H100 SXM ~70 W of 700 W); a device reading
@@ -89,7 +90,7 @@ class SourceAudit:
 
     source: str
     scope: str
-    method: Literal["energy_counter", "sampled_power", "modelled"]
+    method: Method
     gpus_only: bool
     devices: list[str]
     window_s: float
@@ -275,6 +276,23 @@ def _split(
     return energy_j * e1 / (e1 + e2), energy_j * e2 / (e1 + e2), None
 
 
+def _verdict(
+    checks: Sequence[AuditCheck], *, measured: bool, counter: bool, energy_j: float | None
+) -> tuple[Method, bool, str]:
+    """The method's name, whether the figure is valid, and the verdict line."""
+    failed = [c for c in checks if c.passed is False]
+    method: Method = (
+        "modelled" if not measured else "energy_counter" if counter else "sampled_power"
+    )
+    valid = measured and energy_j is not None and not failed
+    if valid:
+        return method, True, "valid"
+    reasons = [f"{c.name}: {c.detail}" for c in failed]
+    reasons += [] if measured else ["modelled, not measured"]
+    reasons += ["no energy over the window"] if energy_j is None else []
+    return method, False, "; ".join(reasons)
+
+
 def audit_scope(
     *,
     source: str,
@@ -310,21 +328,7 @@ def audit_scope(
         tdp_w=tdp_w,
         powers=lo_hi,
     )
-    failed = [c for c in checks if c.passed is False]
-    if not measured:
-        method: Literal["energy_counter", "sampled_power", "modelled"] = "modelled"
-    else:
-        method = "energy_counter" if counter else "sampled_power"
-    valid = measured and energy_j is not None and not failed
-    verdict = (
-        "valid"
-        if valid
-        else "; ".join(
-            [f"{c.name}: {c.detail}" for c in failed]
-            + ([] if measured else ["modelled, not measured"])
-            + (["no energy over the window"] if energy_j is None else [])
-        )
-    )
+    method, valid, verdict = _verdict(checks, measured=measured, counter=counter, energy_j=energy_j)
     busy_iv = clip_union(busy, a, b)
     idle_iv = subtract([(a, b)], busy_iv)
     pre_iv = clip_union(prefill, a, b)
