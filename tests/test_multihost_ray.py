@@ -193,7 +193,7 @@ def _check_offsets(
         print(
             f"worker {w['worker']} on {host}: offset {w['clock_offset_ns'] / _NS:+.6f} s, "
             f"true {true_ns / _NS:+.0f} s, error {err / 1e3:+.1f} µs, stated "
-            f"±{w['clock_uncertainty_ns'] / 1e3:.1f} µs, drift {w['clock_drift_ppm']:+.2f} ppm "
+            f"±{w['clock_uncertainty_ns'] / 1e3:.1f} µs, drift {w['clock_drift_ppm']} ppm "
             f"over {w['clock_samples']} samples"
         )
         assert abs(err) <= w["clock_uncertainty_ns"]
