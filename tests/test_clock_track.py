@@ -82,3 +82,17 @@ def test_a_stepped_clock_is_refused_with_the_remedy() -> None:
     assert why is not None and why.startswith("clock of worker 3 (Ray actor on node abc)")
     assert "> 5.00 ms (10% of the tightest SLO limit)" in why and "NTP/PTP" in why
     assert clock_limit_ns([None, None]) is None and track.refusal(None, "w") is None
+
+
+def test_wide_samples_do_not_set_the_offset_but_a_step_is_still_seen() -> None:
+    """Hand-built samples: one exchange held up by load (± 5 ms) between tight ones is not
+    read for the offset; a later step of 30 ms shows in the unexplained part."""
+    s = 1_000_000_000
+    track = OffsetTrack()
+    for at, off, unc in ((0, 0, 50_000), (s, 3_000_000, 5_000_000), (2 * s, 20_000, 60_000)):
+        track.add(at, off, unc)
+    assert track.at(s) == 10_000  # the line through the tight samples, not the wide one
+    assert track.uncertainty() == 60_000 and track.best_ns == 0 and track.measured == 3
+    assert track.drift_ppm() == pytest.approx(10.0)
+    track.add(3 * s, 30_020_000, 60_000)  # the clock stepped by 30 ms
+    assert track.unexplained_ns() > 5_000_000 and track.uncertainty() > 5_000_000

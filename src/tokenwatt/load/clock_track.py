@@ -46,25 +46,32 @@ class OffsetTrack:
     at_ns: list[int] = field(default_factory=list)
     offset_ns: list[int] = field(default_factory=list)
     uncertainty_ns: list[int] = field(default_factory=list)
-    measured: int = 0  # samples taken, kept or not
 
     def add(self, at_ns: int, offset_ns: int, uncertainty_ns: int) -> None:
-        """A new sample; those much wider than the tightest (a round trip held up by load)
-        are dropped: they carry less than the line through the others."""
-        self.measured += 1
         self.at_ns.append(at_ns)
         self.offset_ns.append(offset_ns)
         self.uncertainty_ns.append(uncertainty_ns)
+
+    @property
+    def measured(self) -> int:
+        return len(self.at_ns)
+
+    def _tight(self) -> tuple[list[int], list[int], list[int]]:
+        """The samples the offset is read from: those not much wider than the tightest (a
+        round trip held up by load says less than the line through the others). All
+        samples still count for :meth:`unexplained_ns`, so a step is seen in any of them."""
         wide = _WIDE_FACTOR * min(self.uncertainty_ns) + _WIDE_SLACK_NS
         keep = [i for i, u in enumerate(self.uncertainty_ns) if u <= wide]
-        if len(keep) < len(self.at_ns):
-            self.at_ns = [self.at_ns[i] for i in keep]
-            self.offset_ns = [self.offset_ns[i] for i in keep]
-            self.uncertainty_ns = [self.uncertainty_ns[i] for i in keep]
+        return (
+            [self.at_ns[i] for i in keep],
+            [self.offset_ns[i] for i in keep],
+            [self.uncertainty_ns[i] for i in keep],
+        )
 
     @property
     def latest_ns(self) -> int:
-        return self.offset_ns[-1]
+        """The offset of the latest tight sample."""
+        return self._tight()[1][-1]
 
     @property
     def best_ns(self) -> int:
@@ -72,8 +79,9 @@ class OffsetTrack:
         return self.offset_ns[self.uncertainty_ns.index(min(self.uncertainty_ns))]
 
     def at(self, t_ns: int) -> int:
-        """The offset at coordinator time ``t_ns``: linear between the samples around it."""
-        ts, os_ = self.at_ns, self.offset_ns
+        """The offset at coordinator time ``t_ns``: linear between the tight samples around
+        it, held flat before the first and after the last."""
+        ts, os_, _ = self._tight()
         i = bisect_right(ts, t_ns)
         if i == 0:
             return os_[0]
@@ -83,15 +91,17 @@ class OffsetTrack:
         return o0 if t1 == t0 else o0 + round((o1 - o0) * (t_ns - t0) / (t1 - t0))
 
     def drift_ppm(self) -> float | None:
-        """Least-squares slope of offset over time, µs per s (None: fewer than 2 samples)."""
-        n = len(self.at_ns)
+        """Least-squares slope of the tight samples' offset over time, µs per s (None:
+        fewer than 2 of them)."""
+        ts, os_, _ = self._tight()
+        n = len(ts)
         if n < 2:
             return None
-        mt, mo = sum(self.at_ns) / n, sum(self.offset_ns) / n
-        var = sum((t - mt) ** 2 for t in self.at_ns)
+        mt, mo = sum(ts) / n, sum(os_) / n
+        var = sum((t - mt) ** 2 for t in ts)
         if var == 0:
             return None
-        cov = sum((t - mt) * (o - mo) for t, o in zip(self.at_ns, self.offset_ns, strict=True))
+        cov = sum((t - mt) * (o - mo) for t, o in zip(ts, os_, strict=True))
         return cov / var * 1e6
 
     def unexplained_ns(self) -> int:
@@ -108,8 +118,8 @@ class OffsetTrack:
         return worst
 
     def uncertainty(self) -> int:
-        """± of an interpolated offset: the worst sample's ± plus what the line misses."""
-        return max(self.uncertainty_ns, default=0) + self.unexplained_ns()
+        """± of an interpolated offset: the worst tight sample's ± plus what the line misses."""
+        return max(self._tight()[2]) + self.unexplained_ns()
 
     def refusal(self, limit_ns: int | None, who: str) -> str | None:
         """The reason line when the clock is known worse than ``limit_ns`` (None: fine)."""
