@@ -6,9 +6,6 @@ that goes up and down is named as several engines, never read as restarts."""
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +14,7 @@ import pytest
 import yaml
 
 from faultserver import FaultServer, threaded
+from test_faults_probe import run_cli
 from tokenwatt.engine import EngineScraper
 from tokenwatt.engine.checks import SEVERAL_ENGINES, counter_shape
 from tokenwatt.engine.scrape import MAX_METRICS_BYTES
@@ -135,14 +133,7 @@ def test_probe_against_a_trickling_metrics_runs_and_says_so(tmp_path: Path) -> N
         spec.write_text(yaml.safe_dump(_spec(srv.url)))
         out = tmp_path / "out"
         args = ["probe", str(spec), "--rate", "5", "--duration", "1", "--out", str(out)]
-        proc = subprocess.run(
-            [sys.executable, "-m", "tokenwatt", *args],
-            capture_output=True,
-            text=True,
-            timeout=100,
-            env={**os.environ, "COLUMNS": "200"},
-            check=False,
-        )
+        proc = run_cli(args, timeout=100)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     r = load_result(out) if (out / "result.json").exists() else None

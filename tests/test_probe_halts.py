@@ -6,9 +6,6 @@ lower the rate or relax the SLO)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ import pytest
 import yaml
 
 from faultserver import FaultServer, threaded
+from test_faults_probe import run_cli
 from tokenwatt.load.derive import UNRESPONSIVE, summarize_probe
 from tokenwatt.load.probe import run_probe
 from tokenwatt.load.target import open_target
@@ -91,14 +89,7 @@ def test_a_never_answering_endpoint_is_an_error_probe_exit_3(tmp_path: Path) -> 
         spec.write_text(yaml.safe_dump(_spec(srv.url)))
         out = tmp_path / "out"
         args = ["probe", str(spec), "--rate", "4", "--duration", "1", "--warmup", "0"]
-        proc = subprocess.run(
-            [sys.executable, "-m", "tokenwatt", *args, "--out", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=100,
-            env={**os.environ, "COLUMNS": "200"},
-            check=False,
-        )
+        proc = run_cli([*args, "--out", str(out)], timeout=100)
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert f"no SLO verdict: {UNRESPONSIVE}: all" in " ".join(proc.stdout.split())
