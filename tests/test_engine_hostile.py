@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from faultserver import FaultServer, threaded
-from test_faults_probe import run_cli
+from test_faults_probe import run_cli, spec_dict
 from tokenwatt.engine import EngineScraper
 from tokenwatt.engine.checks import SEVERAL_ENGINES, counter_shape
 from tokenwatt.engine.scrape import MAX_METRICS_BYTES
@@ -111,26 +111,12 @@ def test_counter_shapes() -> None:
     assert counter_shape([100, 5, 101, 8]) == "several"
 
 
-def _spec(url: str) -> dict[str, object]:
-    return {
-        "name": "metrics-faults",
-        "endpoint": {"url": url, "api": "completions", "model": "m", "prompt_format": "token_ids"},
-        "model": {"source": "llama-3.1-8b"},
-        "hardware": {
-            "accelerator": None,
-            "custom": {"bandwidth_bytes_per_s": 1e12, "memory_bytes": 80e9, "tdp_w": 700},
-        },
-        "workload": {"input_tokens": 16, "output_tokens": 8, "seed": 1},
-        "slo": {"ttft_ms": 500, "tpot_ms": 200},
-    }
-
-
 @pytest.mark.timeout(120)
 def test_probe_against_a_trickling_metrics_runs_and_says_so(tmp_path: Path) -> None:
     """Before: ``probe`` hung before sending anything, printed nothing and ignored SIGTERM."""
     with threaded(FaultServer(metrics="trickle")) as srv:
         spec = tmp_path / "spec.yaml"
-        spec.write_text(yaml.safe_dump(_spec(srv.url)))
+        spec.write_text(yaml.safe_dump(spec_dict(srv.url)))
         out = tmp_path / "out"
         args = ["probe", str(spec), "--rate", "5", "--duration", "1", "--out", str(out)]
         proc = run_cli(args, timeout=100)
