@@ -23,7 +23,6 @@ from tokenwatt.load.traces import TraceReplay, TraceRow
 from tokenwatt.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = {"connect_s": 2, "first_token_s": 0.5, "idle_s": 0.3, "total_s": 10}
 
 
 @pytest.mark.timeout(120)
