@@ -146,3 +146,32 @@ def test_levels_from_the_window_edges_only_are_not_a_measured_zero() -> None:
         window = EngineScraper(url, "vllm", interval_s=0).start().stop()
     assert window.scrapes == 2 and window.generated_tokens == pytest.approx(100.0)
     assert window.running_mean is None and "running" in window.missing
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_during_a_trickling_first_scrape_is_heard(tmp_path: Path) -> None:
+    """Before: the first scrape held SIGTERM until the trickle ended (47.5 s for a 47-byte
+    head; an endless trickle: forever). Now the scrape ends at its deadline and the signal is
+    acted on (2.7 s measured); liveness asserted with a wide margin, not a speed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with threaded(FaultServer(metrics="trickle")) as srv:
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(yaml.safe_dump(spec_dict(srv.url)))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tokenwatt", "probe", str(spec), "--rate", "5",
+             "--duration", "30", "--out", str(tmp_path / "out")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(3)  # inside the first scrape (its deadline is 5 s)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode != 0 and "Traceback" not in err
