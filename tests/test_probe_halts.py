@@ -6,9 +6,6 @@ lower the rate or relax the SLO)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ import pytest
 import yaml
 
 from faultserver import FaultServer, threaded
+from test_faults_probe import run_cli, spec_dict
 from tokenwatt.load.derive import UNRESPONSIVE, summarize_probe
 from tokenwatt.load.probe import run_probe
 from tokenwatt.load.target import open_target
@@ -25,7 +23,6 @@ from tokenwatt.load.traces import TraceReplay, TraceRow
 from tokenwatt.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = {"connect_s": 2, "first_token_s": 0.5, "idle_s": 0.3, "total_s": 10}
 
 
 @pytest.mark.timeout(120)
@@ -66,39 +63,14 @@ def test_an_exception_in_the_sender_ends_the_probe_as_an_error_probe(
     assert "window_cut" in sm.flags
 
 
-def _spec(url: str) -> dict[str, Any]:
-    return {
-        "name": "silent",
-        "endpoint": {
-            "url": url, "api": "completions", "model": "m", "timeouts": FAST,
-            "prompt_format": "token_ids",
-        },
-        "model": {"source": "llama-3.1-8b"},
-        "hardware": {
-            "accelerator": None,
-            "custom": {"bandwidth_bytes_per_s": 1e12, "memory_bytes": 80e9, "tdp_w": 700},
-        },
-        "workload": {"input_tokens": 16, "output_tokens": 8, "seed": 1},
-        "slo": {"ttft_ms": 500, "tpot_ms": 200},
-        "server_metrics": {"enabled": False},
-    }  # fmt: skip
-
-
 @pytest.mark.timeout(120)
 def test_a_never_answering_endpoint_is_an_error_probe_exit_3(tmp_path: Path) -> None:
     with threaded(FaultServer(modes=["no_first_token"])) as srv:
         spec = tmp_path / "spec.yaml"
-        spec.write_text(yaml.safe_dump(_spec(srv.url)))
+        spec.write_text(yaml.safe_dump(spec_dict(srv.url, server_metrics={"enabled": False})))
         out = tmp_path / "out"
         args = ["probe", str(spec), "--rate", "4", "--duration", "1", "--warmup", "0"]
-        proc = subprocess.run(
-            [sys.executable, "-m", "tokenwatt", *args, "--out", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=100,
-            env={**os.environ, "COLUMNS": "200"},
-            check=False,
-        )
+        proc = run_cli([*args, "--out", str(out)], timeout=100)
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert f"no SLO verdict: {UNRESPONSIVE}: all" in " ".join(proc.stdout.split())
