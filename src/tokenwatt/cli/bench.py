@@ -4,8 +4,9 @@ Both run ``tokenwatt.load.bench.run_bench`` under a rich progress display, then 
 terminal report and ``report.html`` from the written ``result.json`` (never from live state).
 Ctrl-C or SIGTERM (foreground or background) ends the probe in flight; what was measured is
 written and reported, exit code 130 or 143. A search stopped by an error probe (the endpoint
-is broken) or a saturated load generator reports what was measured and exits
-``EXIT_NO_BOUNDARY`` (3): there is no boundary, and a script must not read one.
+is broken), a saturated load generator or a server that changed during the run (the drift
+checks, ``metrics.drift``) reports what was measured and exits ``EXIT_NO_BOUNDARY`` (3): there
+is no boundary, and a script must not read one.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from tokenwatt.spec import BenchSpec
 
 DEMO_SPEC = "demo.yaml"
-EXIT_NO_BOUNDARY = 3  # an error probe or a saturated sender stopped the search
+EXIT_NO_BOUNDARY = 3  # an error probe, a saturated sender or a changed server: no boundary
 OutOption = Annotated[
     Path | None,
     typer.Option(

@@ -50,8 +50,9 @@ __all__ = [
 BOUNDARY_CONFIDENCE = 0.95
 # The reported interval reads n requests as n/D independent ones. Requests that overlap in time
 # share one queue and short windows miss the batch's slow fluctuations: in virtual time the
-# D = 1 interval held the long-window boundary in 1 of 30 dense searches, D = 2 and 3 in 23, D = 4
-# in 30 (docs/methodology.md, coverage table). The search's stop rule uses D = 1 (its resolution).
+# D = 1 interval held the long-window boundary in 1 of 30 dense searches (MoE 9), D = 2 and 3 in
+# 23 (MoE 29), D = 4 in 30 (MoE 30) (docs/methodology.md, coverage table). The search's stop rule
+# uses D = 1 (its resolution).
 REPORTED_DESIGN_EFFECT = 4.0
 Point = tuple[float, int, int]  # (rate, judged, misses)
 
