@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from tokenwatt.report.format import fmt_tokens_per_s
 from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import headline, probe_table
 from tokenwatt.result import BenchResult
@@ -87,4 +88,8 @@ def test_a_fitted_boundary_shows_its_interval() -> None:
         )
 
     text = _text(headline(_result(fitted)))
-    assert "at 9.30 req/s (9.00–9.50, 95 %)" in text
+    # the headline is the goodput the boundary probe measured; the fit is its detail
+    line = next(x for x in text.splitlines() if x.startswith("SLO goodput"))
+    measured = _result(fitted).boundary.goodput_output_tokens_per_s  # type: ignore[union-attr]
+    assert line.split()[2] == fmt_tokens_per_s(measured)
+    assert "fitted boundary 9.30 req/s (9.00–9.50, 95 %)" in text

@@ -163,7 +163,9 @@ def fmt_interval(
     unit: str,
     fmt: Callable[[float | None], str],
 ) -> str:
-    """``13.2 req/s (12.6–13.8, 95 %)``; an open end shows as ``≥ 12.6`` or ``≤ 13.8``."""
+    """``13.2 req/s (12.6–13.8, 95 %)``; an open end keeps the point first and shows the
+    one end the evidence gives: ``13.2 req/s (≥ 12.6, 95 %)`` or ``13.2 req/s (≤ 13.8, 95 %)``
+    (a headline must never read as a bound alone where a point was measured)."""
     if point is None or interval is None or confidence is None:
         return f"{fmt(point)} {unit}"
     lo, hi = interval
@@ -171,9 +173,9 @@ def fmt_interval(
     if lo is not None and hi is not None:
         return f"{fmt(point)} {unit} ({fmt(lo)}–{fmt(hi)}, {c})"
     if lo is not None:
-        return f"≥ {fmt(lo)} {unit} ({c})"
+        return f"{fmt(point)} {unit} (≥ {fmt(lo)}, {c})"
     if hi is not None:
-        return f"≤ {fmt(hi)} {unit} ({c})"
+        return f"{fmt(point)} {unit} (≤ {fmt(hi)}, {c})"
     return f"{fmt(point)} {unit}"
 
 
@@ -196,21 +198,23 @@ def no_failure_seen(result: BenchResult) -> bool:
     )
 
 
-def goodput_headline(result: BenchResult, b: ProbeSummary) -> str:
-    """The SLO goodput line: with its interval when the fit gave one, as a lower bound
-    ``≥ X tok/s (no failing rate found)`` when no rate failed above the boundary."""
-    if no_failure_seen(result):
-        return f"≥ {fmt_tokens_per_s(b.goodput_output_tokens_per_s)} tok/s (no failing rate found)"
-    if b.goodput_tokens_per_s_at_boundary is not None and b.boundary_rate_rps is not None:
-        good = fmt_interval(
-            b.goodput_tokens_per_s_at_boundary,
-            b.goodput_interval_tokens_per_s,
-            b.confidence,
-            "tok/s",
-            fmt_tokens_per_s,
-        )
-        rate = fmt_interval(
-            b.boundary_rate_rps, b.rate_interval_rps, b.confidence, "req/s", fmt_float
-        )
-        return f"{good} at {rate}"
-    return f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} tok/s"
+def goodput_headline(result: BenchResult, b: ProbeSummary) -> tuple[str, str]:
+    """The SLO goodput headline and its detail. The headline is what a probe demonstrated:
+    the boundary probe's goodput (it passed the SLO over its window), written as a lower
+    bound ``≥ X tok/s (no failing rate found)`` when no rate failed above it. The detail is
+    the fitted boundary between the last pass and the first fail, with its interval and the
+    goodput there: an estimate, never the headline (a fitted rate may not have been run, or
+    may have failed its confirmation within its uncertainty)."""
+    measured = f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} tok/s"
+    main = f"≥ {measured} (no failing rate found)" if no_failure_seen(result) else measured
+    if b.goodput_tokens_per_s_at_boundary is None or b.boundary_rate_rps is None:
+        return main, ""
+    good = fmt_interval(
+        b.goodput_tokens_per_s_at_boundary,
+        b.goodput_interval_tokens_per_s,
+        b.confidence,
+        "tok/s",
+        fmt_tokens_per_s,
+    )
+    rate = fmt_interval(b.boundary_rate_rps, b.rate_interval_rps, b.confidence, "req/s", fmt_float)
+    return main, f"fitted boundary {rate}, {good} there"

@@ -150,12 +150,12 @@ def _headline(r: BenchResult) -> str:
             f"at {_e(fmt_rate(b.rate_rps))}</div>"
         )
         if no_failure_seen(r) or b.boundary_rate_rps is not None:
-            main, _, where = goodput_headline(r, b).partition(" at ")
-            at = f" · boundary {where}" if where else ""
+            main, detail = goodput_headline(r, b)
             first = (
                 f'<div class="value">{_e(main)}</div><div class="detail">'
-                f"measured {_e(fmt_tokens_per_s(b.goodput_output_tokens_per_s))} tok/s at "
-                f"{_e(fmt_rate(b.rate_rps))}{_e(at)}</div>"
+                f"{_e(fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu))} tok/s per GPU · "
+                f"at {_e(fmt_rate(b.rate_rps))}</div>"
+                + (f'<div class="detail">{_e(detail)}</div>' if detail else "")
             )
         cost = cost_text(b)
         if cost is not None:

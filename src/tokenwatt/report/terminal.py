@@ -156,12 +156,9 @@ def _goodput_row(result: BenchResult, b: ProbeSummary, *, probe_only: bool) -> t
             f"{per_gpu} per GPU  ·  at {rate_text(b)}"
         )
         return "SLO goodput", text
-    text = (
-        f"{goodput_headline(result, b)}  ·  measured "
-        f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} tok/s ({per_gpu} per GPU) "
-        f"at {rate_text(b)}"
-    )
-    return "SLO goodput", text
+    main, detail = goodput_headline(result, b)
+    text = f"{main}  ·  {per_gpu} per GPU  ·  at {rate_text(b)}"
+    return "SLO goodput", text + (f"  ·  {detail}" if detail else "")
 
 
 def headline(result: BenchResult) -> RenderableType:
