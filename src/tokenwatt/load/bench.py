@@ -43,7 +43,7 @@ from tokenwatt.metrics.boundary import (
     fit_boundary,
     miss_fraction_upper,
 )
-from tokenwatt.metrics.drift import changed_against, changed_since
+from tokenwatt.metrics.drift import changed_against, changed_since, effective_counts
 from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
 from tokenwatt.metrics.slo import EarlyStop, Limits, latencies
 from tokenwatt.power import PowerMonitor
@@ -590,7 +590,12 @@ async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         else:
             upper = {
                 k: miss_fraction_upper(
-                    allowed, [(e.rate_rps, e.judged, e.misses.get(k, 0)) for e in evidence], rate
+                    allowed,
+                    [
+                        (e.rate_rps, *effective_counts(e.judged, e.misses.get(k, 0)))
+                        for e in evidence
+                    ],
+                    rate,
                 )
                 for k in s.slo_detail.misses
             }
