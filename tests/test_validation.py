@@ -422,7 +422,9 @@ def test_search_boundary_is_repeatable_across_seeds(tmp_path: Path) -> None:
         assert b is not None and b.slo_passed and b.rate_rps == lo
         at_hi = [p for p in r.probes if p.rate_rps == hi]
         assert at_hi and not at_hi[-1].slo_passed
-        assert (hi - lo) / lo < precision
+        # search.precision bounds the half width of the boundary's bracket (or of its fitted
+        # interval) relative to its middle (methodology "The sequential search")
+        assert (hi - lo) / (hi + lo) < precision
         brackets.append((lo, hi))
     # Repeatable: no seed's boundary lies above another seed's failing rate by more than the
     # precision — the brackets agree to within one precision step.

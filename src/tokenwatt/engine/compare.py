@@ -107,15 +107,25 @@ def _one(figure: str, client: float, engine: float | None, tol: float, extra: st
     return Agreement(figure, client, engine, rel, tol, ok, cause)
 
 
-def counter_resolution(window: EngineWindow) -> dict[str, float]:
+def counter_resolution(
+    window: EngineWindow, requests_in_window: int | None = None
+) -> dict[str, float]:
     """The counters' own resolution over the window: ±1 count of N is 1/N of a figure (T
-    from generated tokens; s from steps; B from both). This, not the scrape interval, is what
-    the witness adds to each figure's tolerance."""
+    from generated tokens; s from steps; B from both); a counter that moves in whole requests
+    (llama.cpp's tokens) resolves to two requests. This, not the scrape interval, is what the
+    witness adds to each figure's tolerance."""
 
     def inv(n: float | None) -> float:
         return 1.0 / n if n is not None and n >= 1 else 0.0
 
     tokens, steps = inv(window.generated_tokens), inv(window.decode_steps)
+    finished = window.requests_finished or requests_in_window
+    if window.engine == "llamacpp" and finished:
+        # llama.cpp adds a request's tokens to its counter when the request ends: the counter
+        # moves in whole requests, and each window edge (interpolated between scrapes) can
+        # misplace one of them, so T resolves to 2 requests of those finished, not 1 token
+        # (llama.cpp counts no finished requests: the client's count in the window stands in)
+        tokens = max(tokens, 2.0 / finished)
     return {"T": tokens, "B": tokens + steps, "s": steps}
 
 
@@ -146,6 +156,7 @@ def compare_client_engine(
     client_tokens_per_s_engine_clock: float | None = None,
     mechanisms: ClientMechanisms | None = None,
     client_steps: tuple[float, float] | None = None,
+    requests_in_window: int | None = None,
 ) -> list[Agreement]:
     """T, B = T·τ/R and s = 1/τ from the client against the engine's counts over the window.
 
@@ -165,7 +176,7 @@ def compare_client_engine(
         if tokens_per_chunk > 1.05
         else ""
     )
-    res = counter_resolution(window)
+    res = counter_resolution(window, requests_in_window)
     tol = {k: tolerances[k] + res[k] for k in ("T", "B", "s")}
     b_engine, s_engine = engine_batch_and_steps(window, r)
     client_b = client_tokens_per_s * client_tau_s / r

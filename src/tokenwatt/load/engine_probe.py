@@ -216,6 +216,12 @@ def engine_figures(
                 client_tokens_per_s_engine_clock=_tokens_on_engine_clock(run, probe_engine),
                 mechanisms=_mechanisms(run, replicas),
                 client_steps=_client_steps(run),
+                requests_in_window=sum(
+                    1
+                    for r in run.records
+                    if r.done_ns is not None
+                    and run.window_start_ns <= r.done_ns < run.window_end_ns
+                ),
             )
         ]
     mbu = None
