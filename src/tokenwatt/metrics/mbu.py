@@ -21,7 +21,7 @@ from dataclasses import asdict
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mixed_steps import MixedSteps, StepRegime, estimate_mixed_steps
 from tokenwatt.metrics.routing_band import routing_band, routing_band_note
-from tokenwatt.metrics.spec_mbu import StepBasis, speculative_mbu
+from tokenwatt.metrics.spec_mbu import StepBasis, geometry_fields, speculative_mbu, step_flags
 from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
 
 __all__ = [
@@ -130,25 +130,14 @@ def compute_mbu(
         if spec is not None:
             i = spec.inputs
             base = _flags(geometry, True, i.expected_distinct_experts, i.batch_per_replica, False)
-            flags = base.model_copy(update=spec.flags.model_dump(exclude_defaults=True))
-            return check_rated_bandwidth(
-                spec.model_copy(update={"flags": flags, "notes": flags.notes()})
-            )
+            return check_rated_bandwidth(step_flags(spec, base))
     node_bw = gpus * bandwidth_bytes_per_s
     t = float(output_tokens_per_s)
     tau = float(itl_token_weighted_s)
     decoded = _positive(t) and _positive(tau)
 
     kv_per_s = t * kv_bytes_per_output_token if decoded else 0.0
-    s = b = distinct = w = w_per_s = total = idle = None
-    if decoded:
-        s = 1.0 / tau
-        b = t * tau / replicas
-        distinct = geometry.expected_unique_experts(b) if geometry.is_moe else None
-        w = geometry.weight_bytes_per_step(b)
-        w_per_s = replicas * s * w
-        total = w_per_s + kv_per_s
-        idle = math.exp(-b)
+    s, b, distinct, w, w_per_s, total, idle = _seed_terms(geometry, t, tau, replicas, kv_per_s)
 
     inputs = MbuInputs(
         output_tokens_per_s=t,
@@ -158,36 +147,47 @@ def compute_mbu(
         bandwidth_bytes_per_s_per_gpu=float(bandwidth_bytes_per_s),
         steps_per_s_per_replica=s,
         batch_per_replica=b,
-        experts=geometry.experts if geometry.is_moe else 0,
-        moe_layers=geometry.moe_layers if geometry.is_moe else 0,
         expected_distinct_experts=distinct,
-        dense_weight_bytes=float(geometry.dense_weight_bytes),
-        expert_bytes=float(geometry.expert_bytes),
         weight_bytes_per_step=w,
         weight_bytes_per_s=w_per_s,
         mean_context_per_token=float(mean_context_per_token),
-        kv_bytes_per_token=float(geometry.kv_bytes_per_token_full_context),
         kv_bytes_per_output_token=float(kv_bytes_per_output_token),
         kv_bytes_per_s=kv_per_s,
         bytes_per_s=total,
         node_bandwidth_bytes_per_s=node_bw,
         estimated_idle_fraction=idle,
+        **geometry_fields(geometry),
     )
     flags = _flags(geometry, decoded, distinct, b, multi_token_chunks)
     if w_per_s is None or total is None:
         return Mbu(mbu=None, mbu_weights=None, mbu_kv=None, inputs=inputs, flags=flags,
                    notes=flags.notes())  # fmt: skip
-    result = Mbu(
-        mbu=total / node_bw,
-        mbu_weights=w_per_s / node_bw,
-        mbu_kv=kv_per_s / node_bw,
-        inputs=inputs,
-        flags=flags,
-        notes=flags.notes(),
-    )
+    result = Mbu(mbu=total / node_bw, mbu_weights=w_per_s / node_bw, mbu_kv=kv_per_s / node_bw,
+                 inputs=inputs, flags=flags, notes=flags.notes())  # fmt: skip
     if regime is not None:
         result = apply_regime(result, geometry, regime)
     return check_rated_bandwidth(result)
+
+
+_Terms = tuple[
+    float | None, float | None, float | None, float | None, float | None, float | None,
+    float | None,
+]  # fmt: skip
+
+
+def _seed_terms(
+    geometry: ModelGeometry, t: float, tau: float, replicas: int, kv_per_s: float
+) -> _Terms:
+    """The seed's s = 1/τ, B = T·τ/R, E[distinct experts], W(B), R·s·W(B), the numerator and
+    the idle estimate e^(−B); all None when nothing was decoded."""
+    if not (_positive(t) and _positive(tau)):
+        return None, None, None, None, None, None, None
+    s = 1.0 / tau
+    b = t * tau / replicas
+    distinct = geometry.expected_unique_experts(b) if geometry.is_moe else None
+    w = geometry.weight_bytes_per_step(b)
+    w_per_s = replicas * s * w
+    return s, b, distinct, w, w_per_s, w_per_s + kv_per_s, math.exp(-b)
 
 
 def check_rated_bandwidth(result: Mbu) -> Mbu:

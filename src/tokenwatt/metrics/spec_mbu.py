@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tokenwatt.geometry.drafts import mtp_pass_bytes
 from tokenwatt.geometry.model import ModelGeometry
@@ -63,6 +63,23 @@ class StepBasis:
     drafter: Drafter
     draft_kv_bytes_per_output_token: float = 0.0
     regime: StepRegime | None = None  # request rate and prompt lengths: mixed steps
+
+
+def geometry_fields(geometry: ModelGeometry) -> dict[str, Any]:
+    """The ``MbuInputs`` fields read from the geometry alone, one definition for every MBU."""
+    return {
+        "experts": geometry.experts if geometry.is_moe else 0,
+        "moe_layers": geometry.moe_layers if geometry.is_moe else 0,
+        "dense_weight_bytes": float(geometry.dense_weight_bytes),
+        "expert_bytes": float(geometry.expert_bytes),
+        "kv_bytes_per_token": float(geometry.kv_bytes_per_token_full_context),
+    }
+
+
+def step_flags(spec: Mbu, base: MbuFlags) -> Mbu:
+    """``spec``'s flags laid over ``base`` (the geometry's own), notes rewritten once."""
+    flags = base.model_copy(update=spec.flags.model_dump(exclude_defaults=True))
+    return spec.model_copy(update={"flags": flags, "notes": flags.notes()})
 
 
 def speculative_mbu(
@@ -122,21 +139,17 @@ def speculative_mbu(
         bandwidth_bytes_per_s_per_gpu=float(bandwidth_bytes_per_s),
         steps_per_s_per_replica=s,
         batch_per_replica=b,
-        experts=geometry.experts if geometry.is_moe else 0,
-        moe_layers=geometry.moe_layers if geometry.is_moe else 0,
         expected_distinct_experts=distinct if geometry.is_moe else None,
-        dense_weight_bytes=float(geometry.dense_weight_bytes),
-        expert_bytes=float(geometry.expert_bytes),
         weight_bytes_per_step=w_t + w_d,
         weight_bytes_per_s=w_per_s,
         mean_context_per_token=float(mean_context_per_token),
-        kv_bytes_per_token=float(geometry.kv_bytes_per_token_full_context),
         kv_bytes_per_output_token=float(kv_bytes_per_output_token),
         kv_bytes_per_s=kv_per_s + draft_kv,
         bytes_per_s=total,
         node_bandwidth_bytes_per_s=node,
         estimated_idle_fraction=math.exp(-b),
         speculation=spec,
+        **geometry_fields(geometry),
     )
     flags = MbuFlags(speculative_steps=True, drafter_bytes_unknown=drafter.method == "unknown")
     return Mbu(
