@@ -240,6 +240,45 @@ def _workload_figures(run: ProbeRun) -> dict[str, Any]:
     }
 
 
+def _mbu_and_engine(
+    run: ProbeRun,
+    spec: BenchSpec,
+    geometry: ModelGeometry | None,
+    accelerator: Accelerator | None,
+    engine_window: ProbeEngine | None,
+    *,
+    declared: SpeculativeSettings | None,
+) -> tuple[Mbu | None, EngineFigures | None]:
+    """The probe's MBU (no geometry or accelerator: none) and the engine's own figures; an
+    engine that counted preemptions raises ``kv_pressure`` where the client saw none."""
+    mbu = None
+    if geometry is not None and accelerator is not None:
+        mbu = probe_mbu(
+            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared
+        )
+    engine = None
+    if engine_window is not None:
+        engine = engine_figures(engine_window, run, spec, geometry, accelerator)
+        if mbu is not None and not mbu.flags.kv_pressure:  # the engine counted preemptions
+            mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
+    return mbu, engine
+
+
+def _run_figures(run: ProbeRun) -> dict[str, Any]:
+    """What the run itself records: its seed, loop, window and the sender's own counts."""
+    return {
+        "seed": run.seed,
+        "concurrency": run.concurrency,
+        "warmup_s": (run.window_start_ns - run.started_ns) / 1e9,
+        "window_start_ns": run.window_start_ns,
+        "window_end_ns": run.window_end_ns,
+        "interrupted": run.interrupted,
+        "stray_answers": run.stray_answers,
+        "late_sends": run.late_sends,
+        "max_send_lag_s": run.max_send_lag_s,
+    }
+
+
 def summarize_probe(
     *,
     index: int,
@@ -260,16 +299,9 @@ def summarize_probe(
     m = run.metrics
     verdict = probe_verdict(run, spec, early_stop_reason)
     declared = spec.sim.speculative if spec.endpoint.is_sim else None
-    mbu = None
-    if geometry is not None and accelerator is not None:
-        mbu = probe_mbu(
-            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared
-        )
-    engine = None
-    if engine_window is not None:
-        engine = engine_figures(engine_window, run, spec, geometry, accelerator)
-        if mbu is not None and not mbu.flags.kv_pressure:  # the engine counted preemptions
-            mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
+    mbu, engine = _mbu_and_engine(
+        run, spec, geometry, accelerator, engine_window, declared=declared
+    )
     goodput = _or0(m.goodput_output_tokens_per_s)
     return ProbeSummary(
         index=index,
@@ -305,17 +337,9 @@ def summarize_probe(
         requests_file=requests_file,
         flags=probe_flags(run, mbu, engine),
         phase=phase,
-        seed=run.seed,
-        concurrency=run.concurrency,
-        warmup_s=(run.window_start_ns - run.started_ns) / 1e9,
-        window_start_ns=run.window_start_ns,
-        window_end_ns=run.window_end_ns,
         mean_concurrency=m.mean_concurrency,
         requests_counted=m.requests_counted,
-        interrupted=run.interrupted,
-        stray_answers=run.stray_answers,
-        late_sends=run.late_sends,
-        max_send_lag_s=run.max_send_lag_s,
+        **_run_figures(run),
         **_workload_figures(run),
         engine=engine,
         engine_series_file=engine_series_file,
