@@ -54,8 +54,28 @@ def wait_idle(sim: RunningSim, timeout_s: float = 30.0) -> None:
     raise AssertionError("the simulator did not go idle")
 
 
+def build_openai_models() -> None:
+    """Build the openai client's completion models once, in this thread.
+
+    openai defers each response model's pydantic schema to first use, and that
+    lazy build is not thread-safe: two pool threads meeting an unbuilt
+    ``Completion`` at once can see pydantic's placeholder schema and fail
+    ("BaseModel cannot be instantiated directly"; seen once in CI).
+    """
+    import openai.types.completion  # noqa: F401  (defines the models walked below)
+    import pydantic
+
+    todo: list[type[pydantic.BaseModel]] = [pydantic.BaseModel]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.__module__.startswith("openai.types.completion"):
+            cls.model_rebuild()
+
+
 def drive(sim: RunningSim, requests: list[tuple[int, int]]) -> None:
     """All requests at once, streamed, token-id prompts of the given lengths, ignore_eos."""
+    build_openai_models()
     client = openai.OpenAI(base_url=sim.url, api_key="x", max_retries=0, timeout=60)
 
     def one(spec: tuple[int, int]) -> int:
