@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tokenwatt"
 
 _EVERY_PACKAGE = {
     "geometry", "hardware", "spec", "records", "result", "client", "load", "metrics", "power",
-    "sim", "report", "cli", "engine", "simsettings", "httpget",
+    "sim", "report", "cli", "engine", "simsettings", "httpget", "batch_steps",
 }  # fmt: skip
 # package → tokenwatt packages it must never import
 FORBIDDEN: dict[str, set[str]] = {
@@ -36,7 +36,8 @@ FORBIDDEN: dict[str, set[str]] = {
     },
     "spec": {"client", "load", "metrics", "power", "sim", "report", "cli", "result"},
     "records": {"client", "load", "metrics", "power", "sim", "report", "cli", "result"},
-    "result": {"client", "load", "metrics", "power", "sim", "report", "cli"},
+    # the engine witness returns result types (EngineFigures, EngineAgreement): never the reverse
+    "result": {"client", "load", "metrics", "power", "sim", "report", "cli", "engine"},
     # the sweep's record sits beside the result it summarises
     "sweep_result": {"client", "load", "metrics", "power", "sim", "report", "cli"},
     # the simulator's knobs, shared by spec, sim and cli: base code that imports no tokenwatt
@@ -44,7 +45,18 @@ FORBIDDEN: dict[str, set[str]] = {
     "client": {"load", "metrics", "power", "sim", "report", "cli", "result"},
     "metrics": {"client", "load", "power", "sim", "report", "cli"},
     "power": {"client", "load", "sim", "report", "cli", "result"},
-    "sim": {"client", "load", "metrics", "power", "report", "cli", "spec", "records", "result"},
+    "sim": {
+        "client",
+        "load",
+        "metrics",
+        "power",
+        "report",
+        "cli",
+        "spec",
+        "records",
+        "result",
+        "batch_steps",
+    },
     "report": {"client", "load", "sim", "cli", "importers"},
     # another tool's file → a result: reads with report.br02, derives with metrics
     "importers": {"client", "load", "power", "sim", "cli", "engine"},
@@ -52,6 +64,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
     # the bounded GET of the scraping threads (engine, power): base code, no tokenwatt imports
     "httpget": _EVERY_PACKAGE - {"httpget"},
+    # B = T·τ/R and s = 1/τ, shared by metrics (MBU) and engine (the witness): base code
+    "batch_steps": _EVERY_PACKAGE - {"batch_steps"},
 }
 SIM_ALLOWED_IN = {"load/target.py"}
 

@@ -8,9 +8,10 @@ the client window share one time base.
     scraper = EngineScraper("http://127.0.0.1:8080/metrics", "auto", interval_s=1.0)
     scraper.start()          # first scrape, blocking but bounded (detects the engine)
     ...                      # the probe runs
-    window = scraper.stop()  # last scrape, blocking -> EngineWindow
+    window = scraper.stop()  # last scrape, blocking -> result.EngineFigures
 
-A server without metrics is not an error: the window says so once in ``unavailable``. Every
+A server without metrics is not an error: the window says so once in ``unavailable``; the
+scrapes stay in ``samples`` and the run's warnings in ``warnings``. Every
 scrape is bounded in total time (``timeout_s``, not per socket read: a /metrics that trickles
 one byte a second once held the probe's start forever) and in bytes (``MAX_METRICS_BYTES``); a
 slow or huge answer is dropped with one warning and the probe goes on. Values that cannot be
@@ -21,15 +22,15 @@ from __future__ import annotations
 
 import threading
 import urllib.request
-from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
 from tokenwatt.clock import now_ns
 from tokenwatt.engine.checks import checked_sample
 from tokenwatt.engine.names import ENGINES, EngineName, detect_engine
 from tokenwatt.engine.parse import EngineSample, MetricsParseError, parse_samples, sample_from_text
-from tokenwatt.engine.window import EngineWindow, clip_samples, summarize
+from tokenwatt.engine.window import clip_samples, summarize
 from tokenwatt.httpget import get_bounded
+from tokenwatt.result import EngineFigures
 
 __all__ = ["MAX_METRICS_BYTES", "EngineScraper", "fetch_text", "metrics_url_for"]
 
@@ -127,19 +128,19 @@ class EngineScraper:
             self._thread.start()
         return self
 
-    def stop(self, window_ns: tuple[int, int] | None = None) -> EngineWindow:
+    def stop(self, window_ns: tuple[int, int] | None = None) -> EngineFigures:
         """Take the last scrape now and summarize the window; with ``window_ns`` (the client's
-        window on ``tokenwatt.clock``) the counters are interpolated to its edges."""
+        window on ``tokenwatt.clock``) the counters are interpolated to its edges. A restart
+        read in the window joins ``warnings``."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timeout_s + self.interval_s)
         if self.unavailable is None:
             self._scrape()
         if self.unavailable is not None and len(self.samples) < 2:
-            return EngineWindow(self.engine, self.url, unavailable=self.unavailable)
+            return EngineFigures(engine=self.engine, url=self.url, unavailable=self.unavailable)
         with self._lock:
             samples = sorted(self.samples, key=lambda s: s.t_ns)
         if window_ns is not None:
             samples = clip_samples(samples, *window_ns)
-        window = summarize(samples, engine=self.engine, url=self.url)
-        return replace(window, warnings=(*self.warnings, *window.warnings))
+        return summarize(samples, engine=self.engine, url=self.url, warnings=self.warnings)

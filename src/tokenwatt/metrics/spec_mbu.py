@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.geometry.drafts import mtp_pass_bytes
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mixed_steps import StepRegime
@@ -103,9 +104,8 @@ def speculative_mbu(
     if tau_c is None or not tau_c > 0 or not steps_n or not tokens or not t > 0:
         return None
     k = drafter.num_tokens
-    s = 1.0 / tau_c
     d_rate = t * steps_n / tokens
-    b = d_rate * tau_c / replicas
+    b, s = batch_and_steps(d_rate, tau_c, replicas)
     m, prompt = 0.0, 0.0
     if regime is not None:
         m = regime.request_rate_rps / replicas * tau_c
