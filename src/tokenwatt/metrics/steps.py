@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from tokenwatt.metrics.stats import interpolated_quantile
 from tokenwatt.records import RequestRecord
 
 __all__ = ["RequestSteps", "StepFigures", "request_steps", "step_figures"]
@@ -151,12 +152,5 @@ def step_figures(
         max_chunk_tokens=biggest,
         speculation=kind,
         coalesced=coalesced,
-        acceptance_length_p50=_median(alphas),
+        acceptance_length_p50=interpolated_quantile(alphas, 0.5, presorted=True),
     )
-
-
-def _median(xs: list[float]) -> float | None:
-    if not xs:
-        return None
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
