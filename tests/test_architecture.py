@@ -19,6 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tokenwatt"
 _EVERY_PACKAGE = {
     "geometry", "hardware", "spec", "records", "result", "client", "load", "metrics", "power",
     "sim", "report", "cli", "engine", "simsettings", "httpget", "batch_steps",
+    "promscrape",
 }  # fmt: skip
 # package → tokenwatt packages it must never import
 FORBIDDEN: dict[str, set[str]] = {
@@ -62,8 +63,11 @@ FORBIDDEN: dict[str, set[str]] = {
     "importers": {"client", "load", "power", "sim", "cli", "engine"},
     "load": {"cli", "report"},
     "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
-    # the bounded GET of the scraping threads (engine, power): base code, no tokenwatt imports
-    "httpget": _EVERY_PACKAGE - {"httpget"},
+    # the one guarded, bounded GET of the scraping threads (engine, power): base code that
+    # uses only the spec's redaction (no credentials in a message)
+    "httpget": _EVERY_PACKAGE - {"httpget", "spec"},
+    # one scrape of a Prometheus page (GET, stamp, parse), shared by engine and power
+    "promscrape": _EVERY_PACKAGE - {"promscrape", "httpget", "spec"},
     # B = T·τ/R and s = 1/τ, shared by metrics (MBU) and engine (the witness): base code
     "batch_steps": _EVERY_PACKAGE - {"batch_steps"},
 }

@@ -131,13 +131,16 @@ def test_probe_against_a_trickling_metrics_runs_and_says_so(tmp_path: Path) -> N
 
 
 def test_power_http_shares_the_total_deadline() -> None:
-    """Redfish and Prometheus power read through the same bounded GET."""
-    from tokenwatt.power import _http
+    """Redfish, Prometheus power and the engine scrape read through the same bounded GET."""
+    from tokenwatt import httpget
+    from tokenwatt.engine import fetch_text
 
     with threaded(FaultServer(metrics="trickle")) as srv:
         url = f"http://127.0.0.1:{srv.port}/metrics"
-        with pytest.raises(_http.HttpError, match="no complete answer within 1 s"):
-            _bounded(lambda: _http.get(url, timeout_s=1.0), 15)
+        with pytest.raises(httpget.HttpError, match="no complete answer within 1 s"):
+            _bounded(lambda: httpget.get(url, timeout_s=1.0), 15)
+        with pytest.raises(httpget.HttpError, match="no complete answer within 1 s"):
+            _bounded(lambda: fetch_text(url, 1.0), 15)
 
 
 def test_levels_from_the_window_edges_only_are_not_a_measured_zero() -> None:
