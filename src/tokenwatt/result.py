@@ -73,6 +73,8 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         interval); search phases ``fit`` and ``check``, stop reason ``changed``, ``drift``
         (the confirmation and re-test after the search) and ``start`` (how the first rate
         was found).
+        (issue 21, additive, optional) probe ``steps.tokens``: all tokens of the stepped
+        requests, first chunks included (what MBU from steps divides by); None before.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -711,6 +713,9 @@ class StepSummary(_Strict):
     coalesced: bool = Field(description="chunks carry several steps: not steps, see flags")
     engine_acceptance_length: float | None = Field(
         None, description="the engine's own: 1 + accepted ÷ drafts over the window"
+    )
+    tokens: int | None = Field(
+        None, description="all tokens of these requests, first chunks included (None: older)"
     )
 
 

@@ -32,8 +32,7 @@ from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.geometry.drafts import mtp_pass_bytes
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mixed_steps import StepRegime
-from tokenwatt.metrics.steps import StepFigures
-from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuSpeculation
+from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuSpeculation, StepSummary
 
 __all__ = ["Drafter", "StepBasis", "speculative_mbu"]
 
@@ -60,7 +59,7 @@ class Drafter:
 class StepBasis:
     """What ``compute_mbu`` needs to count steps instead of tokens (its ``steps`` hook)."""
 
-    steps: StepFigures
+    steps: StepSummary
     drafter: Drafter
     draft_kv_bytes_per_output_token: float = 0.0
     regime: StepRegime | None = None  # request rate and prompt lengths: mixed steps
@@ -86,7 +85,7 @@ def step_flags(spec: Mbu, base: MbuFlags) -> Mbu:
 def speculative_mbu(
     geometry: ModelGeometry,
     *,
-    steps: StepFigures,
+    steps: StepSummary,
     drafter: Drafter,
     output_tokens_per_s: float,
     itl_token_weighted_s: float,
