@@ -107,6 +107,7 @@ from tokenwatt.geometry.model import ModelGeometry, upgrade_geometry_dict
 from tokenwatt.hardware import Accelerator
 from tokenwatt.simsettings import SimSettings
 from tokenwatt.spec import BenchSpec, redact
+from tokenwatt.spec.slo import SLO
 
 __all__ = [
     "RESULT_FILE",
@@ -858,17 +859,8 @@ class SearchSummary(_Strict):
     start: str | None = Field(None, description="how the first rate was found, one line")
 
 
-class SloSettings(_Strict):
-    """The SLO the run was judged against (the spec's, presets resolved)."""
-
-    kind: Literal["percentile", "attainment"] = "percentile"
-    preset: str | None = None
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-    percentile: float = 0.99
-    attainment: float = 0.9
-    max_error_rate: float = 0.05
+# The SLO the run was judged against is the spec's own model (presets resolved), not a copy.
+SloSettings = SLO
 
 
 class MachineInfo(_Strict):
@@ -998,7 +990,7 @@ class BenchResult(_Strict):
             accelerator=accelerator,
             gpus=spec.hardware.gpus,
             replicas=spec.hardware.replicas,
-            slo=SloSettings(**spec.slo.model_dump()),
+            slo=spec.slo,
             machine=MachineInfo.collect(timestamp_source=timestamp_source),
             started_at=started_at,
         )
