@@ -12,6 +12,7 @@ from one rule, and one GET and one Prometheus parser serve every scraper.
 from __future__ import annotations
 
 import ast
+import functools
 import typing
 from pathlib import Path
 
@@ -41,6 +42,11 @@ KNOWN: dict[str, str] = {
 }
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text("utf-8"))
+
+
 def _fields(cls: ast.ClassDef) -> set[str]:
     out: set[str] = set()
     for node in cls.body:
@@ -54,8 +60,7 @@ def _fields(cls: ast.ClassDef) -> set[str]:
 
 
 def _classes(path: Path) -> dict[str, set[str]]:
-    tree = ast.parse(path.read_text("utf-8"))
-    return {n.name: _fields(n) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    return {n.name: _fields(n) for n in ast.walk(_tree(path)) if isinstance(n, ast.ClassDef)}
 
 
 def _copies() -> dict[str, int]:
@@ -108,7 +113,7 @@ def test_the_scan_sees_a_copy(tmp_path: Path) -> None:
 def _no_splat_copy(path: Path, names: set[str]) -> list[str]:
     """Calls like ``ResultType(**asdict(x))`` / ``(**x.to_dict())`` / ``(**x.model_dump())``."""
     bad = []
-    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+    for node in ast.walk(_tree(path)):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             continue
         if node.func.id not in names:
@@ -169,7 +174,7 @@ def test_b_and_s_from_one_function(t: float, tau: float, r: int) -> None:
 
 def _calls(path: Path) -> set[str]:
     out = set()
-    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Call):
             out.add(ast.unparse(node.func))
         elif isinstance(node, ast.ImportFrom) and node.module:
