@@ -12,7 +12,7 @@ from rich.console import Console
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.compare import compare_results, load_runs
-from tokenwatt.report.terminal import comparison_view
+from tokenwatt.report.compare_view import comparison_view
 from tokenwatt.result import BenchResult
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
@@ -75,7 +75,7 @@ def test_differences_that_break_like_for_like_are_named() -> None:
         "runs differ in replicas (a: 2; b: 4): differences are not like for like",
         "runs differ in SLOs (a: p99 TTFT ≤ 500 ms, p99 TPOT ≤ 60 ms; "
         "b: p99 TTFT ≤ 500 ms, p99 TPOT ≤ 40 ms): differences are not like for like",
-        "runs differ in workloads (see each run's spec.workload): "
+        "runs differ in workloads (workload.output_tokens.value: a 256; b 512): "
         "differences are not like for like",
     )
 

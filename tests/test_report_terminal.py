@@ -49,7 +49,9 @@ def test_headline_leads_with_goodput_then_energy_then_mbu() -> None:
     assert rows == [
         "SLO goodput       2,368 output tok/s  ·  1,184 per GPU  ·  "
         "at 9.25 req/s offered, 9.30 achieved",
-        "Tokens per joule  1.93 tok/J  (0.518 J/token; 1,233 W mean; sim, gpu)",
+        # the simulator's power model: marked beside tok/J and beside the watts
+        "Tokens per joule  1.93 tok/J simulated  (0.518 J/token; 1,233 W mean (simulated); "
+        "sim, gpu)",
         "MBU               41.0%  (weights 36.9% + KV 4.1%)",
     ]
 
