@@ -231,8 +231,11 @@ def _spec_differences(labels: Sequence[str], results: Sequence[BenchResult]) -> 
     """One warning per spec section whose settings differ between the runs, naming the
     keys and each run's value: the spec diff behind "not like for like"."""
     flat = [_spec_sections(r) for r in results]
+    all_simulated = all(r.simulated for r in results)
     out = []
     for section, words in _SPEC_SECTIONS:
+        if section == "sim" and not all_simulated:
+            continue  # a simulated run beside a measured one: ``_served_by`` says so
         keys = sorted(set().union(*(f[section] for f in flat)) - _NAMED_ABOVE)
         differ = [k for k in keys if len({f[section].get(k, "—") for f in flat}) > 1]
         if not differ:

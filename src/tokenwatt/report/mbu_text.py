@@ -89,8 +89,4 @@ def mbu_notes(detail: Mbu | None) -> list[str]:
         return []
     restated = set(detail.flags.notes())
     refused = detail.flags.above_rated_bandwidth
-    return [
-        n
-        for i, n in enumerate(detail.notes)
-        if n not in restated and not (refused and i == 0)
-    ]
+    return [n for i, n in enumerate(detail.notes) if n not in restated and not (refused and i == 0)]
