@@ -56,7 +56,7 @@ def mbu_missing_reason(detail: Mbu | None) -> str:
         return "not derived"
     f = detail.flags
     if f.above_rated_bandwidth:
-        return "refused: above the rated bandwidth (an input is wrong, see note)"
+        return "refused: above the rated bandwidth (an input is wrong: see the self-checks)"
     if f.over_slot_limit:
         return "not derived (batch above the engine's slot limit)"
     return "not derived (no decode measured)"
