@@ -226,3 +226,19 @@ def test_probe_table_fits_80_columns_with_every_verdict() -> None:
     ]
     wide = _render(probe_table(result), width=100).splitlines()[1].split()
     assert "B" in wide and "tok/J" in wide
+
+
+def test_simulated_mark_on_every_section_and_none_on_a_measured_run() -> None:
+    data = _data()  # served by the simulator
+    text = _render(ResultView(BenchResult.model_validate(data)), width=140)
+    for title in ("MBU inputs at the boundary", "Probes (rates in req/s", "Single stream ("):
+        line = next(x for x in text.splitlines() if x.startswith(title))
+        assert line.rstrip().endswith("· SIMULATED"), line
+    assert "SIMULATED Qwen3-30B-A3B" in text.splitlines()[0]
+    assert "W mean (simulated)" in text
+    data["spec"]["endpoint"]["url"] = "http://127.0.0.1:8000/v1"
+    for p in [*data["probes"], data["single_stream"], data["boundary"]]:
+        if p.get("energy"):
+            p["energy"]["source"] = "nvml"
+    text = _render(ResultView(BenchResult.model_validate(data)), width=140)
+    assert "SIMULATED" not in text and "simulated" not in text

@@ -316,13 +316,15 @@ def single_stream_block(result: BenchResult) -> RenderableType:
     return Group(title, grid)
 
 
-def engine_table(p: ProbeSummary) -> Table | None:
-    """Client beside engine for one probe; None when the engine was not scraped."""
+def engine_table(p: ProbeSummary, *, simulated: bool = False) -> Table | None:
+    """Client beside engine for one probe (the simulated mark on the simulator's); None
+    when the engine was not scraped."""
     rows = engine_rows(p)
     if not rows:
         return None
     label = "single stream" if p.index == 0 else f"probe {p.index}"
-    t = Table(title=f"Client vs engine /metrics ({label})", box=box.SIMPLE_HEAD)
+    mark = f" · [bold magenta]{SIMULATED}[/]" if simulated else ""
+    t = Table(title=f"Client vs engine /metrics ({label}){mark}", box=box.SIMPLE_HEAD)
     for i, h in enumerate(ENGINE_HEADER):
         t.add_column(h, justify="left" if i in (0, 4) else "right")
     for row in rows:
@@ -334,7 +336,7 @@ def engine_table(p: ProbeSummary) -> Table | None:
 def engine_block(result: BenchResult) -> Iterator[RenderableType]:
     """The boundary's (else the last scraped probe's) client-vs-engine table, if any."""
     p = engine_probe(result)
-    table = None if p is None else engine_table(p)
+    table = None if p is None else engine_table(p, simulated=result.simulated)
     if table is not None:
         yield table
 
