@@ -34,6 +34,7 @@ from tokenwatt.report.format import (
 from tokenwatt.report.labels import (
     SIMULATED,
     SIMULATED_NOTE,
+    bandwidth_provenance,
     describe_run,
     describe_slo,
     power_mark,
@@ -315,7 +316,11 @@ def _mbu_inputs(r: BenchResult, p: ProbeSummary) -> str:
         ("context", f"{fmt_float(i.mean_context_per_token, 4)} tok", "mean per output token"),
         ("KV/token", fmt_bytes(i.kv_bytes_per_output_token), "KV bytes read per output token"),
         ("KV/s", fmt_bytes_per_s(i.kv_bytes_per_s), "KV traffic"),
-        ("N·BW", fmt_bytes_per_s(i.node_bandwidth_bytes_per_s), f"{i.gpus} GPU(s), rated"),
+        (
+            "N·BW",
+            fmt_bytes_per_s(i.node_bandwidth_bytes_per_s),
+            f"{i.gpus} GPU(s), {bandwidth_provenance(r.accelerator)}",
+        ),
     ]
     table = _table(
         ["input", "value", "meaning"],
@@ -378,7 +383,10 @@ def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
     node = _kv_rows(
         [
             ("accelerator", acc.display_name or acc.name),
-            ("rated bandwidth / GPU", fmt_bytes_per_s(acc.bandwidth_bytes_per_s)),
+            (
+                f"{'measured' if acc.confidence == 'measured' else 'rated'} bandwidth / GPU",
+                fmt_bytes_per_s(acc.bandwidth_bytes_per_s),
+            ),
             ("source", acc.source),
             ("N_GPU, R", f"{r.gpus}, {r.replicas}"),
             ("SLO", describe_slo(r.slo)),

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 from tokenwatt.report.format import fmt_pct, fmt_quantile
 
 if TYPE_CHECKING:
+    from tokenwatt.hardware import Accelerator
     from tokenwatt.result import BenchResult, EnergySummary, SloSettings
 
 __all__ = [
     "SIMULATED",
     "SIMULATED_NOTE",
+    "bandwidth_provenance",
     "describe_run",
     "describe_slo",
     "power_mark",
@@ -67,3 +69,9 @@ def power_mark(energy: EnergySummary | None) -> str:
     if energy.source == "sim":
         return "simulated"
     return "modelled" if energy.is_modelled else ""
+
+
+def bandwidth_provenance(accelerator: Accelerator) -> str:
+    """``rated`` for a datasheet's bandwidth; for one measured on this machine (``tokenwatt
+    hardware --measure``) its source: when, how, and how much the runs varied."""
+    return accelerator.source if accelerator.confidence == "measured" else "rated"

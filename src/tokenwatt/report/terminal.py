@@ -32,7 +32,13 @@ from tokenwatt.report.format import (
     no_boundary_text,
     no_failure_seen,
 )
-from tokenwatt.report.labels import SIMULATED, describe_run, describe_slo, power_mark
+from tokenwatt.report.labels import (
+    SIMULATED,
+    bandwidth_provenance,
+    describe_run,
+    describe_slo,
+    power_mark,
+)
 from tokenwatt.report.mbu_text import mbu_figures_text, mbu_notes, raised_flags
 from tokenwatt.result import BenchResult, ProbeSummary
 
@@ -220,7 +226,8 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
         (
             "N·BW",
             fmt_bytes_per_s(i.node_bandwidth_bytes_per_s),
-            f"{i.gpus} GPU × {fmt_bytes_per_s(i.bandwidth_bytes_per_s_per_gpu)} rated",
+            f"{i.gpus} GPU × {fmt_bytes_per_s(i.bandwidth_bytes_per_s_per_gpu)} "
+            + bandwidth_provenance(result.accelerator),
         ),
     ]
     for name, value, meaning in rows:
