@@ -242,3 +242,18 @@ def test_simulated_mark_on_every_section_and_none_on_a_measured_run() -> None:
             p["energy"]["source"] = "nvml"
     text = _render(ResultView(BenchResult.model_validate(data)), width=140)
     assert "SIMULATED" not in text and "simulated" not in text
+
+
+def test_max_probes_is_warned_once_in_one_wording() -> None:
+    """The search ran out of probes: one warning, the self-check's, with its remedy (the
+    bench no longer adds a second wording of it to result.warnings)."""
+    data = _data()
+    data["search"].update(stop_reason="max_probes", precision_reached=0.12)
+    result = BenchResult.model_validate(data)
+    text = _render(ResultView(result), width=200)
+    assert len([c for c in self_checks(result) if "max_probes" in c.message]) == 1
+    assert len([x for x in text.splitlines() if "max_probes" in x]) == 1
+    assert (
+        "the search stopped (max_probes) before the bracket closed to 5% (reached 12.0%): "
+        "raise search.max_probes" in text
+    )
