@@ -632,11 +632,8 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
             f"the SLO still held at search.max_rate_rps = {spec.search.max_rate_rps:g}: "
             "the boundary is above it"
         )
-    elif out.stop_reason == "max_probes" and out.steps:
-        result.warnings.append(
-            f"search.max_probes = {spec.search.max_probes} reached before the boundary's "
-            f"interval narrowed to ±{spec.search.precision:.0%}"
-        )
+    # max_probes: no warning here; the self-check (report.checks._search) says it once,
+    # from result.search, with its remedy.
     bench.emit(
         BenchEvent(
             "search_done",
