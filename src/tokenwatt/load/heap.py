@@ -20,19 +20,23 @@ from contextlib import contextmanager
 
 __all__ = ["frozen_heap"]
 
-_depth = 0  # nested probes (a staircase inside a bench) freeze and unfreeze once
+_depth = 0  # nested blocks freeze and unfreeze once
+_ours = False  # whether the outermost block froze (a heap frozen by its owner stays so)
 
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Freeze the heap for the duration of the block (outermost block only)."""
-    global _depth  # noqa: PLW0603 - one process-wide collector, one counter
+    """Freeze the heap for the duration of the block (the outermost block only; a heap
+    already frozen by someone else is left as it is, frozen, on both ends)."""
+    global _depth, _ours  # noqa: PLW0603 - one process-wide collector, one counter
     if _depth == 0:
-        gc.freeze()
+        _ours = gc.get_freeze_count() == 0
+        if _ours:
+            gc.freeze()
     _depth += 1
     try:
         yield
     finally:
         _depth -= 1
-        if _depth == 0:
+        if _depth == 0 and _ours:
             gc.unfreeze()
