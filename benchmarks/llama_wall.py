@@ -13,8 +13,9 @@ batching) and runs the flag form a user would type for it, the client on the oth
         --set hardware.accelerator=null --set hardware.custom.bandwidth_bytes_per_s=B ...
 
 p99 TTFT ≤ 2 s and TPOT ≤ 100 ms (10 tokens/s per stream, faster than reading) are the SLOs
-of issue 22's llama-server case; B is this machine's measured single-thread read bandwidth
-(``tokenwatt.hardware.measure``: one thread, as the server's ``-t 1``). Prints the wall time,
+of issue 22's llama-server case (``--ttft-ms``/``--tpot-ms`` change them); B is this
+machine's measured single-thread read bandwidth (``tokenwatt.hardware.measure``: one thread,
+as the server's ``-t 1``). Prints the wall time,
 the load average before and after (the machine is shared), the boundary with its interval,
 every probe and the warnings. Bounded: at ``--timeout`` the bench gets SIGINT (it keeps what
 was measured and says so), SIGKILL 60 s later; the server is stopped in every case.
@@ -94,12 +95,14 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _bench(url: str, out: Path, extra: list[str], timeout_s: float) -> tuple[float, int]:
+def _bench(
+    url: str, out: Path, slo_ms: tuple[float, float], extra: list[str], timeout_s: float
+) -> tuple[float, int]:
     gguf = _find("TOKENWATT_GGUF", CACHE / "models" / "gemma-3-270m-q4_k_m.gguf")
     bandwidth = measure_read_bandwidth().bandwidth_bytes_per_s
     cmd = [*_pin(1), sys.executable, "-m", "tokenwatt", "bench", "--base-url", url,
-           "--model", ALIAS, "--api", "completions", "--slo-ttft-ms", "2000",
-           "--slo-tpot-ms", "100", "--set", f"model.source={gguf}",
+           "--model", ALIAS, "--api", "completions", "--slo-ttft-ms", f"{slo_ms[0]:g}",
+           "--slo-tpot-ms", f"{slo_ms[1]:g}", "--set", f"model.source={gguf}",
            "--set", "hardware.accelerator=null",
            "--set", f"hardware.custom.bandwidth_bytes_per_s={bandwidth:.4g}",
            "--set", "hardware.custom.memory_bytes=2.4e10",
@@ -146,6 +149,8 @@ def _summary(out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--timeout", type=float, default=3600, help="SIGINT the bench after, s")
+    ap.add_argument("--ttft-ms", type=float, default=2000, help="p99 TTFT limit")
+    ap.add_argument("--tpot-ms", type=float, default=100, help="p99 TPOT limit")
     ap.add_argument("extra", nargs="*", help="more bench flags (after --)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,7 +158,7 @@ def main() -> None:
         server, url = _start_server(Path(tmp) / "llama-server.log")
         try:
             print(f"load average before: {_loadavg()}")
-            wall, rc = _bench(url, out, args.extra, args.timeout)
+            wall, rc = _bench(url, out, (args.ttft_ms, args.tpot_ms), args.extra, args.timeout)
             print(f"load average after: {_loadavg()}")
             print(f"wall time {wall:.1f} s ({wall / 60:.2f} min), exit {rc}")
         finally:
