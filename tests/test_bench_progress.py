@@ -57,7 +57,7 @@ def _progress(
     )
 
 
-def _left(p: ProbeProgress, rate: float | None, drain_s: float = 4.0) -> float:
+def _left(p: ProbeProgress, rate: float | None, drain_s: float = 4.0) -> float | None:
     return probe_left_s(p, warmup_s=10, rate_rps=rate, drain_s=drain_s, drain_timeout_s=30)
 
 
@@ -76,6 +76,9 @@ def test_time_left_in_the_probe_by_hand() -> None:
     # closed loop with max_requests = 10: 4 counted in 6 s is 2/3 req/s; 6 more take 9 s
     exact = _progress("window", elapsed_s=16, window_s=6, counted=4, max_requests=10)
     assert _left(exact, None) == pytest.approx(13)
+    # nothing counted yet in a closed loop: no rate to go by, no figure
+    none_yet = _progress("window", elapsed_s=10.5, window_s=0.5, counted=0, max_requests=10)
+    assert _left(none_yet, None) is None
     # a whole probe at 5 req/s: 10 s warm-up + max(60 s, 40 s) + 4 s; the drain within 30 s
     assert full_probe_s(PROBE, 5.0, 4.0) == 74 and full_probe_s(PROBE, 5.0, 99.0) == 100
 

@@ -193,7 +193,11 @@ class _Display:
         )  # fmt: skip
         if ev.index is None or ev.index == 0:
             name = "single stream" if ev.index == 0 else f"start · {ev.phase}"
+            if left is None or p is None:  # a closed loop: no rate to go by yet
+                return name
             return f"{name} · {duration_text(left)} left"
+        if left is None:
+            left = 0.0
         to_come = probes_to_come(
             search, index=ev.index, checks_started=self.checks_started, lo_rps=self.lo,
             hi_rps=self.hi,

@@ -85,12 +85,14 @@ def probe_left_s(
     rate_rps: float | None,
     drain_s: float,
     drain_timeout_s: float,
-) -> float:
+) -> float | None:
     """What is left of the probe in flight (see the module doc); ``rate_rps`` None (closed
-    loop): the rate counted so far in the window, if any."""
+    loop): the rate counted so far in the window; None while there is none to go by."""
     drain = min(drain_s, drain_timeout_s)
-    if rate_rps is None and p.window_elapsed_s > 0 and p.counted > 0:
-        rate_rps = p.counted / p.window_elapsed_s
+    if rate_rps is None:
+        if p.phase != "drain" and not (p.window_elapsed_s > 0 and p.counted > 0):
+            return None
+        rate_rps = p.counted / p.window_elapsed_s if p.window_elapsed_s > 0 else None
     if p.phase == "drain":
         drained = p.elapsed_s - warmup_s - p.window_elapsed_s
         return max(drain - drained, 0.0)
