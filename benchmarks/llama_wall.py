@@ -35,15 +35,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from search_wall import _loadavg, _summary  # the same figures as the simulator's run
+
 from tokenwatt.hardware.measure import measure_read_bandwidth
-from tokenwatt.result import load_result
 
 CACHE = Path(os.environ.get("TOKENWATT_CI_CACHE", Path.home() / ".cache" / "tokenwatt-ci"))
 ALIAS = "gemma-3-270m"
-
-
-def _loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _find(env: str, path: Path) -> Path:
@@ -121,29 +118,6 @@ def _bench(
             proc.kill()
             rc = proc.wait()
     return time.perf_counter() - t0, rc
-
-
-def _summary(out: Path) -> None:
-    r = load_result(out)
-    b, s = r.boundary, r.search
-    print(f"stop: {s.stop_reason if s else None}; start: {s.start if s else None}")
-    if b is not None:
-        print(
-            f"boundary {b.boundary_rate_rps} req/s, interval {b.rate_interval_rps} "
-            f"({b.confidence}); goodput {b.goodput_tokens_per_s_at_boundary} tok/s, interval "
-            f"{b.goodput_interval_tokens_per_s}; measured at {b.rate_rps} offered "
-            f"({b.achieved_rate_rps:.3g} achieved): {b.goodput_output_tokens_per_s:.1f} tok/s"
-        )
-    for p in r.probes:
-        print(
-            f"  probe {p.index} {p.phase}: {p.rate_rps or 0:.3g} req/s, window {p.window_s:.1f} s, "
-            f"{p.slo_detail.judged} judged, misses {p.slo_detail.misses}, "
-            f"{'pass' if p.slo_passed else 'fail'}"
-        )
-    for d in s.drift if s else []:
-        print(f"  drift: {d}")
-    for w in r.warnings:
-        print(f"  warning: {w}")
 
 
 def main() -> None:
