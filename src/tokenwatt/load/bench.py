@@ -89,6 +89,7 @@ class BenchEvent:
     hi_rps: float | None = None
     message: str | None = None
     result: BenchResult | None = None
+    warmup_s: float | None = None  # probe_start: this probe's warm-up (``_Run.settings_for``)
 
 
 OnEvent = Callable[[BenchEvent], None]
@@ -171,7 +172,15 @@ class _Run:
                 )
             )
 
-        self.emit(BenchEvent("probe_start", index=index, rate_rps=rate_rps, phase=phase))
+        self.emit(
+            BenchEvent(
+                "probe_start",
+                index=index,
+                rate_rps=rate_rps,
+                phase=phase,
+                warmup_s=probe_settings.warmup_s,
+            )
+        )
         scraper = None if self.witness is None else await self.witness.start()
         run = await run_probe(
             spec,

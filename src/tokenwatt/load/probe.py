@@ -59,6 +59,7 @@ from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
+from tokenwatt.load.heap import frozen_heap
 from tokenwatt.load.live_pool import LiveDealer, LivePool
 from tokenwatt.load.schedule import (
     OpenLoopSource,
@@ -742,7 +743,8 @@ async def run_probe(
         pool=pool,
         should_close=should_close,
     )
-    records, w1, end = await probe.run()
+    with frozen_heap():  # no full collection pauses the sender (load.heap)
+        records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
     return _probe_run(
         probe, records, w1, end, schedule=schedule, stated_rate=stated_rate, spec=spec,
