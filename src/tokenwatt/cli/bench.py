@@ -118,16 +118,13 @@ class _Display:
             done, detail = self._fraction(ev)
             self.progress.update(self.task, completed=done, detail=detail)  # type: ignore[arg-type]
         elif ev.kind == "probe_done" and ev.summary is not None:
+            from tokenwatt.report.terminal import rate_text
+
             s = ev.summary
             verdict = "[green]pass[/]" if s.slo_passed else "[red]fail[/]"
             why = "" if s.slo_passed else f"; {s.slo_detail.reason}"
             mbu = "n/a" if s.mbu is None else f"{s.mbu:.1%}"
-            label = (
-                "single stream"
-                if ev.index == 0
-                else f"probe {ev.index} at {_fmt_rate(ev.rate_rps)} "
-                f"({s.achieved_rate_rps:.3g} achieved)"
-            )
+            label = "single stream" if ev.index == 0 else f"probe {ev.index} at {rate_text(s)}"
             if self.task is not None:
                 self.progress.remove_task(self.task)  # type: ignore[arg-type]
                 self.task = None
@@ -146,10 +143,12 @@ class _Display:
                 highlight=False,
             )
         elif ev.kind == "search_done":
+            from tokenwatt.report.terminal import rate_text
+
             b = ev.summary
             at = _fmt_rate(ev.lo_rps)
             if b is not None and b.rate_rps is not None:
-                at = f"{_fmt_rate(b.rate_rps)} offered, {b.achieved_rate_rps:.3g} achieved"
+                at = rate_text(b)
             self.progress.console.print(f"search: {ev.message}; boundary {at}", highlight=False)
 
     def _fraction(self, ev: BenchEvent) -> tuple[float, str]:

@@ -30,6 +30,7 @@ from tokenwatt.result import (
     EnergySummary,
     EngineFigures,
     Mbu,
+    ProbeDetail,
     ProbeSummary,
     SloDetail,
 )
@@ -37,7 +38,14 @@ from tokenwatt.simsettings import SpeculativeSettings
 from tokenwatt.spec import BenchSpec, EngineSection, ProbeSettings
 from tokenwatt.spec.hardware import HardwareSection
 
-__all__ = ["early_stop_for", "probe_flags", "probe_mbu", "probe_verdict", "summarize_probe"]
+__all__ = [
+    "early_stop_for",
+    "probe_detail",
+    "probe_flags",
+    "probe_mbu",
+    "probe_verdict",
+    "summarize_probe",
+]
 
 
 def early_stop_for(
@@ -279,6 +287,45 @@ def _run_figures(run: ProbeRun) -> dict[str, Any]:
     }
 
 
+_DETAIL_METRICS = (
+    "requests_total",
+    "output_tokens",
+    "counted_output_tokens",
+    "throughput_balance",
+    "prompt_tokens_mean",
+    "prompt_tokens_client_mean",
+    "output_tokens_mean",
+    "tokens_per_chunk_mean",
+    "tokens_per_chunk_max",
+    "multi_token_chunk_share",
+    "multi_token_chunks",
+    "coalesced_reads",
+    "usage_fallback_requests",
+    "timestamp_source",
+    "goodput_requests_per_s",
+)
+
+
+def probe_detail(run: ProbeRun, *, max_requests: int | None = None) -> ProbeDetail:
+    """The run's own record: how it was sent, how the window ended, the counts behind the
+    figures and the client's clock (what ``probe.json`` held before schema version 3)."""
+    m = run.metrics
+    return ProbeDetail(
+        arrival=run.arrival,
+        prompt_format=str(run.prompt_format),
+        max_requests=max_requests,
+        started_ns=run.started_ns,
+        ended_ns=run.ended_ns,
+        drain_s=max(0, run.ended_ns - run.window_end_ns) / 1e9,
+        stopped_early=run.stopped_early,
+        drain_timeouts=run.drain_timeouts,
+        error_stopped=run.error_stopped,
+        clock=run.clock,
+        connections={k: int(v) for k, v in run.client_stats.items()},
+        **{k: getattr(m, k) for k in _DETAIL_METRICS},
+    )
+
+
 def summarize_probe(
     *,
     index: int,
@@ -293,6 +340,7 @@ def summarize_probe(
     phase: str | None = None,
     engine_window: ProbeEngine | None = None,
     engine_series_file: str | None = None,
+    max_requests: int | None = None,
 ) -> ProbeSummary:
     """One probe's figures and verdict, in the result's shape (no geometry: no MBU); with
     ``engine_window`` the engine's own figures beside the client's (``load.engine_probe``)."""
@@ -306,7 +354,8 @@ def summarize_probe(
     return ProbeSummary(
         index=index,
         rate_rps=run.rate_rps,
-        achieved_rate_rps=_or0(m.offered_requests_per_s),
+        counted_rate_rps=_or0(m.counted_requests_per_s),
+        achieved_rate_rps=_or0(m.achieved_requests_per_s),
         output_tokens_per_s=_or0(m.output_tokens_per_s),
         itl_token_weighted_s=m.itl_token_weighted_s,
         batch_per_replica=None if mbu is None else mbu.inputs.batch_per_replica,
@@ -351,4 +400,5 @@ def summarize_probe(
             price_per_kwh=spec.hardware.price_per_kwh,
         ),
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
+        run=probe_detail(run, max_requests=max_requests),
     )

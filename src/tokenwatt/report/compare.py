@@ -153,6 +153,8 @@ def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..
 
 def _model_key(r: BenchResult) -> str:
     g = r.geometry
+    if g is None:
+        return f"{r.model_name} (no geometry)"
     return f"{g.name} ({g.weight_dtype} weights, {g.kv_dtype} KV)"
 
 
@@ -166,7 +168,7 @@ def _workload_key(r: BenchResult) -> str:
 
 _CHECKED: tuple[tuple[str, Callable[[BenchResult], str]], ...] = (
     ("models", _model_key),
-    ("accelerators", lambda r: r.accelerator.name),
+    ("accelerators", lambda r: r.accelerator_name),
     ("GPU counts", lambda r: str(r.gpus)),
     ("replicas", lambda r: str(r.replicas)),
     ("SLOs", _slo_key),

@@ -76,8 +76,8 @@ def describe_slo(slo: SloSettings) -> str:
 def describe_run(result: BenchResult) -> str:
     """``name · model on N × accelerator (R replicas)``, and ``SIMULATED`` where the built-in
     simulator served it: a screenshot must not read like a real H100 measurement."""
-    model = result.geometry.name
-    acc = result.accelerator.display_name or result.accelerator.name
+    model = result.model_name
+    acc = result.accelerator_name
     replicas = "1 replica" if result.replicas == 1 else f"{result.replicas} replicas"
     if result.simulated:
         node = f"{result.gpus} × {acc} ({replicas}, tokenwatt sim)"
@@ -86,11 +86,13 @@ def describe_run(result: BenchResult) -> str:
 
 
 def rate_text(p: ProbeSummary) -> str:
-    """The offered rate with the achieved one beside it: Poisson noise in a short window
-    moves the achieved rate by several percent, and the boundary is only as exact as that."""
+    """The offered rate with the counted and achieved ones beside it: Poisson noise in a short
+    window moves the counted rate by several percent (the boundary is only as exact as that),
+    and failures take the achieved rate (successes ÷ window) below it."""
+    held = f"{fmt_float(p.counted_rate_rps)} counted, {fmt_float(p.achieved_rate_rps)} achieved"
     if p.rate_rps is None:
-        return fmt_rate(p.achieved_rate_rps)
-    return f"{fmt_rate(p.rate_rps)} offered, {fmt_float(p.achieved_rate_rps)} achieved"
+        return f"{fmt_rate(p.achieved_rate_rps)} achieved"
+    return f"{fmt_rate(p.rate_rps)} offered, {held}"
 
 
 def energy_text(p: ProbeSummary) -> str:
