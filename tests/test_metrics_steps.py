@@ -139,7 +139,7 @@ def test_probe_view_shows_steps_only_when_a_step_is_not_one_token() -> None:
         t = Table()
         t.add_column("figure")
         t.add_column("value")
-        _step_rows(t, step_summary(step_figures(records), engine).model_dump(mode="json"))
+        _step_rows(t, step_summary(step_figures(records), engine))
         console = Console(width=200, record=True)
         console.print(t)
         return console.export_text()

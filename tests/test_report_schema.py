@@ -28,7 +28,7 @@ def _golden_data() -> dict:
 def test_golden_round_trips_exactly(tmp_path: Path) -> None:
     """A version-1 file reads; written back it keeps every figure it had, reads back equal."""
     result = load_result(GOLDEN)
-    assert result.schema_version == 1 and SCHEMA_VERSION == 2
+    assert result.schema_version == 1 and SCHEMA_VERSION == 3
     out = write_result(result, tmp_path / "run")
     assert out == tmp_path / "run" / "result.json"
     written = json.loads(out.read_text("utf-8"))
@@ -39,12 +39,22 @@ def test_golden_round_trips_exactly(tmp_path: Path) -> None:
 
 
 def _renamed(v1: dict, written: dict) -> dict:
-    """A version-1 file as version 2 writes it back: the one field under a new name is
-    version 1's ``geometry.kv_bytes_per_token`` (it counts full-context layers only)."""
+    """A version-1 file as today's version writes it back: ``kv_bytes_per_token`` (it counts
+    full-context layers only) is ``kv_bytes_per_token_full_context`` in the geometry and in
+    MBU's inputs, and a probe's ``achieved_rate_rps`` (it was the counted rate) is
+    ``counted_rate_rps``, achieved now being the successes ÷ window."""
     out = json.loads(json.dumps(v1))
     kv = out["geometry"].pop("kv_bytes_per_token")
     assert written["geometry"]["kv_bytes_per_token_full_context"] == kv
     assert "kv_bytes_per_token" not in written["geometry"]
+    probes = [out["single_stream"], out["boundary"], *out["probes"]]
+    again = [written["single_stream"], written["boundary"], *written["probes"]]
+    for p, w in zip(probes, again, strict=True):
+        p["counted_rate_rps"] = p.pop("achieved_rate_rps")
+        assert w["achieved_rate_rps"] == pytest.approx(p["requests_ok"] / p["window_s"])
+        inputs = (p.get("mbu_detail") or {}).get("inputs")
+        if inputs is not None and "kv_bytes_per_token" in inputs:
+            inputs["kv_bytes_per_token_full_context"] = inputs.pop("kv_bytes_per_token")
     return out
 
 

@@ -168,7 +168,7 @@ def _workload_key(r: BenchResult) -> str:
 
 _CHECKED: tuple[tuple[str, Callable[[BenchResult], str]], ...] = (
     ("models", _model_key),
-    ("accelerators", lambda r: r.accelerator_name),
+    ("accelerators", lambda r: r.accelerator.name if r.accelerator else r.accelerator_name),
     ("GPU counts", lambda r: str(r.gpus)),
     ("replicas", lambda r: str(r.replicas)),
     ("SLOs", _slo_key),

@@ -88,8 +88,12 @@ def describe_run(result: BenchResult) -> str:
 def rate_text(p: ProbeSummary) -> str:
     """The offered rate with the counted and achieved ones beside it: Poisson noise in a short
     window moves the counted rate by several percent (the boundary is only as exact as that),
-    and failures take the achieved rate (successes ÷ window) below it."""
-    held = f"{fmt_float(p.counted_rate_rps)} counted, {fmt_float(p.achieved_rate_rps)} achieved"
+    and failures take the achieved rate (successes ÷ window) below it; counted is named only
+    where it differs from achieved at the printed precision (a failure or a cancel)."""
+    counted, achieved = fmt_float(p.counted_rate_rps), fmt_float(p.achieved_rate_rps)
+    held = (
+        f"{achieved} achieved" if counted == achieved else f"{counted} counted, {achieved} achieved"
+    )
     if p.rate_rps is None:
         return f"{fmt_rate(p.achieved_rate_rps)} achieved"
     return f"{fmt_rate(p.rate_rps)} offered, {held}"
