@@ -1114,6 +1114,16 @@ class BenchResult(_Strict):
         )
 
     @property
+    def headline_probe(self) -> ProbeSummary | None:
+        """The probe the headline speaks for: the boundary, else the one probe of a
+        ``tokenwatt probe`` folder (no search)."""
+        if self.boundary is not None:
+            return self.boundary
+        if self.search is None and len(self.probes) == 1:
+            return self.probes[0]
+        return None
+
+    @property
     def model_name(self) -> str:
         """The model's name from its geometry, else the served name, else the spec's source."""
         if self.geometry is not None:
