@@ -347,3 +347,42 @@ def test_a_bad_typed_copy_is_refused_in_one_line(
     with pytest.raises(ReportError) as info:
         load_result(p)
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+PROBE_V2 = Path(__file__).parent / "fixtures" / "report" / "probe-v2"
+PROBE_V2_ONLY = Path(__file__).parent / "fixtures" / "report" / "probe-v2-only"
+
+
+def test_version_2_probe_result_reads_with_counted_and_achieved_apart() -> None:
+    """``tokenwatt probe`` of schema 2 (kept verbatim): its ``achieved_rate_rps`` was the
+    counted rate; read today it is ``counted_rate_rps``, and achieved is the successes ÷
+    window from the file's own counts."""
+    raw = json.loads((PROBE_V2 / "result.json").read_text("utf-8"))["probes"][0]
+    p = load_result(PROBE_V2).probes[0]
+    assert p.counted_rate_rps == raw["achieved_rate_rps"]
+    assert p.achieved_rate_rps == pytest.approx(raw["requests_ok"] / raw["window_s"])
+    assert p.run is None  # the run record came with schema 3
+
+
+def test_a_folder_with_only_an_old_probe_json_reads_as_a_one_probe_result(
+    tmp_path: Path,
+) -> None:
+    """Before schema 3 a probe of an endpoint whose config.json could not be read wrote only
+    ``probe.json``: ``load_result`` (so ``report`` and ``compare``) reads such a folder, its
+    figures as the file holds them, no geometry."""
+    raw = json.loads((PROBE_V2_ONLY / "probe.json").read_text("utf-8"))
+    r = load_result(PROBE_V2_ONLY)
+    assert r.geometry is None and r.accelerator is None and r.search is None
+    p = r.probes[0]
+    assert r.headline_probe == p
+    assert p.output_tokens_per_s == raw["metrics"]["output_tokens_per_s"]
+    assert p.achieved_rate_rps == raw["metrics"]["achieved_requests_per_s"]
+    assert p.counted_rate_rps == raw["metrics"]["offered_requests_per_s"]  # v2's name for it
+    assert p.mbu == raw["mbu"]
+    assert p.run is not None and p.run.requests_total == raw["metrics"]["requests_total"]
+    assert p.run.started_ns == raw["window"]["started_ns"]
+    assert r.model_name == raw["target"]["model"] and r.spec.name == raw["spec"]["name"]
+    # written back it is a schema-3 result.json, read back equal
+    out = write_result(r, tmp_path / "again")
+    assert json.loads(out.read_text("utf-8"))["schema_version"] == SCHEMA_VERSION
+    assert load_result(out) == r
