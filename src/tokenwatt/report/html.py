@@ -32,7 +32,12 @@ from tokenwatt.report.format import (
     no_boundary_text,
     no_failure_seen,
 )
-from tokenwatt.report.mbu_text import mbu_figures_text, mbu_missing_reason, raised_flags
+from tokenwatt.report.mbu_text import (
+    HEADLINE_NUMERATOR,
+    mbu_figures_text,
+    mbu_missing_reason,
+    raised_flags,
+)
 from tokenwatt.report.terminal import cost_text, describe_run, describe_slo, energy_text
 from tokenwatt.result import BenchResult, ProbeSummary
 
@@ -288,6 +293,8 @@ def _mbu_inputs(p: ProbeSummary) -> str:
         ("KV/s", fmt_bytes_per_s(i.kv_bytes_per_s), "KV traffic"),
         ("N·BW", fmt_bytes_per_s(i.node_bandwidth_bytes_per_s), f"{i.gpus} GPU(s), rated"),
     ]
+    if i.headline_bytes_per_s is not None:  # files before schema 3 lack it
+        rows.append(("numerator", fmt_bytes_per_s(i.headline_bytes_per_s), HEADLINE_NUMERATOR))
     table = _table(
         ["input", "value", "meaning"],
         [[_e(a), _e(b), _e(c)] for a, b, c in rows],
@@ -340,7 +347,7 @@ def _inputs(r: BenchResult, geometry: ModelGeometry, acc: Accelerator) -> str:
             ("weight / KV dtype", f"{g.weight_dtype} / {g.kv_dtype}"),
             ("dense weight bytes/step", fmt_bytes(g.dense_weight_bytes)),
             ("bytes per expert", fmt_bytes(g.expert_bytes) if g.is_moe else DASH),
-            ("KV bytes per token", fmt_bytes(g.kv_bytes_per_token_full_context)),
+            ("KV bytes/token, full-context layers", fmt_bytes(g.kv_bytes_per_token_full_context)),
         ]
     )
     s = r.search

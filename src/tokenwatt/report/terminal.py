@@ -33,7 +33,7 @@ from tokenwatt.report.format import (
     no_boundary_text,
     no_failure_seen,
 )
-from tokenwatt.report.mbu_text import mbu_figures_text, raised_flags
+from tokenwatt.report.mbu_text import HEADLINE_NUMERATOR, mbu_figures_text, raised_flags
 from tokenwatt.result import BenchResult, ProbeSummary, SloSettings
 
 if TYPE_CHECKING:
@@ -246,6 +246,8 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
             f"{i.gpus} GPU × {fmt_bytes_per_s(i.bandwidth_bytes_per_s_per_gpu)} rated",
         ),
     ]
+    if i.headline_bytes_per_s is not None:  # files before schema 3 lack it
+        rows.append(("numerator", fmt_bytes_per_s(i.headline_bytes_per_s), HEADLINE_NUMERATOR))
     for name, value, meaning in rows:
         t.add_row(Text(name), Text(value), Text(meaning))
     label = "boundary" if p is result.boundary else f"probe {p.index}"
