@@ -1208,7 +1208,7 @@ def _from_probe_json(data: dict[str, Any]) -> dict[str, Any]:
         spec = BenchSpec.model_validate(redact(data.get("spec")))
     except ValidationError:
         return data  # refused below, in one line, as not a result file
-    return probe_json_to_result(data, spec.slo.model_dump())
+    return probe_json_to_result(data, spec.slo.model_dump(), ProbeDetail.model_fields)
 
 
 _LATENCY_KEYS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "send_lateness_s")

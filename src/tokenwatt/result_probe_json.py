@@ -8,6 +8,7 @@ Imports nothing of tokenwatt: ``result`` imports it, and the shape here is only 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 __all__ = ["PROBE_JSON", "probe_json_to_result"]
@@ -15,28 +16,11 @@ __all__ = ["PROBE_JSON", "probe_json_to_result"]
 PROBE_JSON = "probe.json"
 
 _UNKNOWN = "unknown (not recorded in probe.json)"
-_METRIC_KEYS = (
-    "requests_total",
-    "output_tokens",
-    "counted_output_tokens",
-    "throughput_balance",
-    "prompt_tokens_mean",
-    "prompt_tokens_client_mean",
-    "output_tokens_mean",
-    "tokens_per_chunk_mean",
-    "tokens_per_chunk_max",
-    "multi_token_chunk_share",
-    "multi_token_chunks",
-    "coalesced_reads",
-    "usage_fallback_requests",
-    "timestamp_source",
-    "goodput_requests_per_s",
-)
-_WINDOW_KEYS = ("started_ns", "ended_ns", "drain_s", "stopped_early", "drain_timeouts")
 
 
-def _detail(data: dict[str, Any]) -> dict[str, Any] | None:
-    """The probe's run record from the old file's ``probe``, ``window`` and ``metrics``."""
+def _detail(data: dict[str, Any], keys: Collection[str]) -> dict[str, Any] | None:
+    """The probe's run record (``keys``: its fields) from the old file's ``probe``, ``window``
+    and ``metrics``."""
     probe, window, metrics = data.get("probe"), data.get("window"), data.get("metrics")
     if not (isinstance(probe, dict) and isinstance(window, dict) and isinstance(metrics, dict)):
         return None
@@ -48,8 +32,8 @@ def _detail(data: dict[str, Any]) -> dict[str, Any] | None:
         "clock": data.get("clock"),
         "connections": data.get("client") or {},
     }
-    out.update({k: window[k] for k in _WINDOW_KEYS if k in window})
-    out.update({k: metrics[k] for k in _METRIC_KEYS if k in metrics})
+    for part in (window, metrics):
+        out.update({k: v for k, v in part.items() if k in keys and k not in out})
     return out
 
 
@@ -69,13 +53,16 @@ def _machine(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def probe_json_to_result(data: dict[str, Any], slo: dict[str, Any]) -> dict[str, Any]:
+def probe_json_to_result(
+    data: dict[str, Any], slo: dict[str, Any], detail_keys: Collection[str]
+) -> dict[str, Any]:
     """The result dict (schema version 3) of an old probe file; ``slo`` is its spec's SLO as
-    ``SloSettings`` fields (the caller resolves the spec)."""
+    ``SloSettings`` fields (the caller resolves the spec), ``detail_keys`` the fields of the
+    probe's run record (``ProbeDetail``)."""
     spec = data.get("spec") or {}
     hardware = spec.get("hardware") or {}
     summary = dict(data.get("summary") or {})
-    detail = _detail(data)
+    detail = _detail(data, detail_keys)
     if detail is not None and "run" not in summary:
         summary["run"] = detail
     return {

@@ -21,6 +21,7 @@ from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import probe_steps, step_basis, step_summary
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
+from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
@@ -287,23 +288,8 @@ def _run_figures(run: ProbeRun) -> dict[str, Any]:
     }
 
 
-_DETAIL_METRICS = (
-    "requests_total",
-    "output_tokens",
-    "counted_output_tokens",
-    "throughput_balance",
-    "prompt_tokens_mean",
-    "prompt_tokens_client_mean",
-    "output_tokens_mean",
-    "tokens_per_chunk_mean",
-    "tokens_per_chunk_max",
-    "multi_token_chunk_share",
-    "multi_token_chunks",
-    "coalesced_reads",
-    "usage_fallback_requests",
-    "timestamp_source",
-    "goodput_requests_per_s",
-)
+# the run record's figures that ``metrics.latency`` computes (one list: the record's fields)
+_DETAIL_METRICS = tuple(k for k in ProbeDetail.model_fields if k in ProbeMetrics.model_fields)
 
 
 def probe_detail(run: ProbeRun, *, max_requests: int | None = None) -> ProbeDetail:
