@@ -168,3 +168,49 @@ def test_missing_key_and_missing_spec_are_one_line(spec_file: Path, tmp_path: Pa
     res = run_cli(str(tmp_path / "nope.yaml"), "--rate", "1")
     assert res.returncode == 2 and "cannot read spec" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_remote_endpoint_without_a_readable_config_still_gets_result_json(
+    tmp_path: Path,
+) -> None:
+    """Before schema 3 this probe wrote only ``probe.json``: the model's config.json cannot be
+    read, so there is no geometry and no MBU. Now it writes ``result.json`` with the geometry
+    null and the reason kept, and ``tokenwatt report`` renders it (terminal and HTML)."""
+    import yaml
+
+    from tokenwatt.load.target import sim_config
+    from tokenwatt.result import load_result
+    from tokenwatt.sim import start_sim_thread
+    from tokenwatt.spec import parse_spec
+
+    node = (
+        "name: n\nmodel: {source: llama-3.1-8b}\nhardware: {accelerator: h100-sxm}\n"
+        "endpoint: {url: sim, model: m}\nsim: {efficiency: 0.5, prefill_cost: false}\n"
+    )
+    with start_sim_thread(sim_config(parse_spec(yaml.safe_load(node)))) as sim:
+        spec = tmp_path / "remote.yaml"
+        missing = tmp_path / "nowhere" / "config.json"
+        spec.write_text(
+            SPEC.replace(
+                "endpoint: {url: sim, api_key_env: TW_PROBE_KEY}",
+                f"endpoint: {{url: {sim.url}, model: m}}",
+            )
+            .replace("model: {source: llama-3.1-8b}", f"model: {{source: {missing}}}")
+            .replace("sim: {efficiency: 0.5, prefill_cost: false}\n", "")
+        )
+        out = tmp_path / "remote"
+        res = run_cli(str(spec), "--rate", "8", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".json") == ["result.json"]
+    r = load_result(out)
+    assert r.geometry is None and r.accelerator is None and r.mbu_unavailable
+    assert str(missing) in r.mbu_unavailable or "nowhere" in r.mbu_unavailable
+    p = r.probes[0]
+    assert p.mbu is None and p.output_tokens_per_s > 0 and p.achieved_rate_rps > 0
+    rep = subprocess.run(
+        [sys.executable, "-m", "tokenwatt", "report", str(out)],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    assert rep.returncode == 0, rep.stderr
+    assert "one probe" in rep.stdout
+    assert "Not derived" in (out / "report.html").read_text("utf-8")
