@@ -129,6 +129,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SUPPORTED_VERSIONS",
     "BenchResult",
+    "ClientClock",
     "CostFigures",
     "EnergyAudit",
     "EnergyCheck",
@@ -757,6 +758,17 @@ class StepSummary(_Strict):
     )
 
 
+class ClientClock(_Strict):
+    """How the client's receive times were taken (``client.stamps.ClockInfo``)."""
+
+    timestamp_source: Literal["kernel", "user"]
+    realtime_minus_monotonic_ns: int = Field(description="subtract from a kernel stamp → mono")
+    offset_uncertainty_ns: int = Field(description="half the narrowest clock-pair bracket")
+    pairs: int = Field(description="clock-pair readings the offset was chosen from")
+    method: str
+    drift_ns: int | None = Field(None, description="offset at close − at start")
+
+
 class ProbeDetail(_Strict):
     """What one probe's run records beyond its figures: how it was sent, how its window ended,
     the counts and chunk figures behind the summary, and the client's clock and connections
@@ -788,7 +800,7 @@ class ProbeDetail(_Strict):
     usage_fallback_requests: int = Field(0, description="token counts from the client's count")
     timestamp_source: Literal["kernel", "user", "mixed", "none"] = "none"
     goodput_requests_per_s: float | None = Field(None, description="attaining requests ÷ window")
-    clock: dict[str, Any] | None = Field(
+    clock: ClientClock | None = Field(
         None, description="the client's timestamp source and realtime − monotonic offset"
     )
     connections: dict[str, int] = Field(
