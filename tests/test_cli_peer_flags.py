@@ -262,9 +262,9 @@ def test_vllm_style_command_line_runs(spec_file: Path, tmp_path: Path, command: 
         str(out),
     )
     assert res.returncode == 0, res.stderr
-    data = orjson.loads((out / "probe.json").read_bytes())
-    assert data["probe"]["concurrency"] == 2 and data["probe"]["seed"] == 3
-    assert data["metrics"]["requests_counted"] == 6
+    p = orjson.loads((out / "result.json").read_bytes())["probes"][0]
+    assert p["concurrency"] == 2 and p["seed"] == 3
+    assert p["requests_counted"] == 6
     lines = (out / "requests.jsonl").read_bytes().splitlines()
     records = [r for r in map(orjson.loads, lines) if r["phase"] == "window"]
     assert len(records) == 6
@@ -300,7 +300,7 @@ def test_dataset_sharegpt_runs_real_prompts(spec_file: Path, tmp_path: Path) -> 
         "-q",
     )
     assert res.returncode == 0, res.stderr
-    spec = orjson.loads((out / "probe.json").read_bytes())["spec"]
+    spec = orjson.loads((out / "result.json").read_bytes())["spec"]
     assert spec["workload"]["dataset"]["path"] == str(data)
     lines = (out / "requests.jsonl").read_bytes().splitlines()
     counted = [r for r in map(orjson.loads, lines) if r["phase"] == "window"]

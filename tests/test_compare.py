@@ -36,6 +36,8 @@ def test_identical_runs_show_no_change_and_no_warning() -> None:
         "tokens per joule",
         "MBU",
         "boundary rate",
+        "achieved rate",
+        "T",
         "TTFT p99",
         "TPOT p99",
     ]

@@ -31,7 +31,7 @@ from tokenwatt.report.engine_view import MBU_ROW_NOTE, engine_rows
 from tokenwatt.report.format import fmt_pct
 from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import ResultView
-from tokenwatt.result import BenchResult, EngineAgreement, EngineFigures, ProbeSummary
+from tokenwatt.result import BenchResult, EngineAgreement, EngineFigures, load_result
 from tokenwatt.spec.server_metrics import ServerMetricsSection
 
 pytestmark = pytest.mark.timeout(180)
@@ -59,7 +59,7 @@ def _probe(tmp_path: Path, *, replicas: int, concurrency: int) -> tuple[dict, st
         capture_output=True, text=True, timeout=150, check=False, env=dict(os.environ),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    return orjson.loads((out / "probe.json").read_bytes()), res.stdout
+    return orjson.loads((out / "result.json").read_bytes()), res.stdout
 
 
 def _agreements(summary: dict) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -68,7 +68,7 @@ def _agreements(summary: dict) -> dict[str, dict]:  # type: ignore[type-arg]
 
 def test_probe_client_and_engine_agree_within_one_percent(tmp_path: Path) -> None:
     data, stdout = _probe(tmp_path, replicas=1, concurrency=6)
-    s = data["summary"]
+    s = data["probes"][0]
     e = s["engine"]
     assert e["engine"] == "vllm" and e["unavailable"] is None and e["scrapes"] >= 10
     checks = _agreements(s)
@@ -106,12 +106,13 @@ server_metrics: {interval_s: 0.1}
 """
 
 
-def test_engine_mbu_stands_beside_the_client_decode_only_figure(tmp_path: Path) -> None:
+def test_engine_mbu_stands_beside_the_client_seed_figure(tmp_path: Path) -> None:
     """MoE with prefill in the steps: the headline counts the experts prompt tokens route to
-    (mixed steps), the engine's second MBU is the seed's decode-only formula on its own B and
-    s. So the engine figure lands on the client's decode-only figure (within B's and s's own
+    (mixed steps), the engine's second MBU is the seed's literal formula on its own B and s.
+    So the engine figure lands on the same formula on the client's B and s (within their own
     disagreement) and the report sets it beside that one, not beside the headline (the demo
-    showed 44.9 % beside 40.0 % with B and s agreeing within 1.4 %)."""
+    showed 44.9 % beside 40.0 % with B and s agreeing within 1.4 %) nor the decode-only figure
+    (its batch comes from decode intervals, not T·τ/R)."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(MIXED_SPEC)
     out = tmp_path / "out"
@@ -120,9 +121,7 @@ def test_engine_mbu_stands_beside_the_client_decode_only_figure(tmp_path: Path) 
         capture_output=True, text=True, timeout=150, check=False, env=dict(os.environ),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    summary = ProbeSummary.model_validate(
-        orjson.loads((out / "probe.json").read_bytes())["summary"]
-    )
+    summary = load_result(out).probes[0]
     detail, engine = summary.mbu_detail, summary.engine
     assert detail is not None and engine is not None and engine.mbu is not None
     mixed = detail.inputs.mixed_steps
@@ -130,18 +129,20 @@ def test_engine_mbu_stands_beside_the_client_decode_only_figure(tmp_path: Path) 
     assert summary.mbu is not None and detail.mbu_decode_only is not None
     checks = {a.figure: a for a in engine.agreements}
     spread = sum(abs(checks[f].rel_diff or 0.0) for f in ("B", "s")) + 0.01
-    assert engine.mbu == pytest.approx(detail.mbu_decode_only, rel=spread)
+    seed = detail.seed_mbu
+    assert seed is not None
+    assert engine.mbu == pytest.approx(seed, rel=spread)
     # the headline is another figure: here it adds > 3 pt of mixed-step bytes to decode-only
     assert summary.mbu - detail.mbu_decode_only > 0.03
     (row,) = [r for r in engine_rows(summary) if r[0].startswith("MBU")]
-    assert row == ("MBU, decode-only", fmt_pct(detail.mbu_decode_only), fmt_pct(engine.mbu),
-                   "—", MBU_ROW_NOTE)  # fmt: skip
+    assert row == ("MBU, seed formula", fmt_pct(seed), fmt_pct(engine.mbu), "—",
+                   MBU_ROW_NOTE)  # fmt: skip
 
 
 def test_idle_replica_is_flagged_with_its_cause(tmp_path: Path) -> None:
     """Two replicas, one stream: the client's B = T·τ/R halves; the engine's stays 1."""
     data, stdout = _probe(tmp_path, replicas=2, concurrency=1)
-    s = data["summary"]
+    s = data["probes"][0]
     b = _agreements(s)["B"]
     assert b["engine"] == pytest.approx(1.0, rel=0.02)
     assert b["client"] == pytest.approx(0.5, rel=0.05)

@@ -264,8 +264,8 @@ def test_no_secret_in_any_output_of_a_run(tmp_path: Path) -> None:
             assert PASSWORD not in text, f"{command}: password in {where}"
             assert API_KEY not in text, f"{command}: API key in {where}"
         if command == "probe":
-            data = orjson.loads((out / "probe.json").read_bytes())
-            assert data["summary"]["slo_detail"]["error_probe"]
+            data = orjson.loads((out / "result.json").read_bytes())
+            assert data["probes"][0]["slo_detail"]["error_probe"]
             assert proc.returncode == 3
 
 

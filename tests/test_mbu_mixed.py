@@ -19,7 +19,7 @@ from tokenwatt.errors import SpecError
 from tokenwatt.geometry.routing import ExpertLoad, load_expert_load
 from tokenwatt.metrics.mbu import StepRegime, compute_mbu
 from tokenwatt.metrics.mixed_steps import decode_batch_from_intervals, idle_fraction_from_intervals
-from tokenwatt.result import Mbu
+from tokenwatt.result import Mbu, MbuInputs
 from tokenwatt.sim.routing import ZipfRouting, zipf_inclusion
 
 
@@ -282,3 +282,34 @@ def test_regime_from_records_hand_calculation() -> None:
     assert r.idle_fraction == pytest.approx((10 - 4 - 2) / 10)  # in flight [0, 4) and [6, 8)
     assert r.decode_batch == pytest.approx((2 + 2.5 + 1.5) / 10)
     assert r.slot_limit == 8
+
+
+def test_the_headline_is_redone_from_its_inputs_and_the_kv_figure_says_what_it_holds() -> None:
+    """Issue 21: redoing the arithmetic from ``inputs`` gave the seed's figure (31.0 %) where
+    the headline said 28.9 %. ``headline_bytes_per_s`` is the headline's own numerator, and
+    ``bytes_per_s`` the seed's, which differs here (mixed steps, an idle share)."""
+    from tokenwatt.geometry import load_geometry
+
+    m = _mbu(batch=10, request_rate_rps=20.0, idle_fraction=0.1)
+    i = m.inputs
+    assert m.mbu is not None and i.headline_bytes_per_s is not None and i.bytes_per_s is not None
+    assert i.headline_bytes_per_s / i.node_bandwidth_bytes_per_s == pytest.approx(m.mbu, rel=1e-12)
+    assert i.mixed_steps is not None
+    assert i.headline_bytes_per_s == pytest.approx(
+        i.mixed_steps.weight_bytes_per_s + (i.kv_bytes_per_s or 0.0), rel=1e-12
+    )
+    assert abs(i.bytes_per_s / i.node_bandwidth_bytes_per_s - m.mbu) > 0.005  # not the seed's
+    assert m.seed_mbu == pytest.approx(i.bytes_per_s / i.node_bandwidth_bytes_per_s)
+    # gpt-oss-20b: 12 of its 24 layers attend the whole context (the others a 128-token
+    # window): 12 × 2 (K, V) × 8 heads × 64 × 2 B = 24,576 B, not the 49,152 of all layers
+    g = load_geometry("gpt-oss-20b")
+    oss = compute_mbu(
+        g, output_tokens_per_s=500.0, itl_token_weighted_s=0.02, replicas=1, gpus=1,
+        bandwidth_bytes_per_s=H100_BW, mean_context_per_token=1000.0,
+        kv_bytes_per_output_token=1000.0 * 24_576,
+    )  # fmt: skip
+    assert oss.inputs.kv_bytes_per_token_full_context == 24_576
+    # an older file's name still loads
+    old = oss.inputs.model_dump()
+    old["kv_bytes_per_token"] = old.pop("kv_bytes_per_token_full_context")
+    assert MbuInputs.model_validate(old).kv_bytes_per_token_full_context == 24_576

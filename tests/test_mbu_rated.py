@@ -112,7 +112,7 @@ def _probe(tmp_path: Path, url: str, gpus: int) -> tuple[subprocess.CompletedPro
         check=False,
     )
     assert res.returncode == 0, res.stderr
-    return res, orjson.loads((out / "probe.json").read_bytes())
+    return res, orjson.loads((out / "result.json").read_bytes())["probes"][0]
 
 
 def test_wrong_gpu_count_is_refused_end_to_end(sim: RunningSim, tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_wrong_gpu_count_is_refused_end_to_end(sim: RunningSim, tmp_path: Path) 
     # but the engine's traffic runs on 8 GPUs' bandwidth
     res, data = _probe(tmp_path, sim.url, gpus=2)
     assert data["mbu"] is None
-    detail = data["mbu_inputs"]
+    detail = data["mbu_detail"]
     assert detail["flags"]["above_rated_bandwidth"] is True
     # what it would have read: 8 GPUs' worth of bytes on two GPUs' bandwidth, ≈ 8 / 2 × 0.5
     i = detail["inputs"]
@@ -134,4 +134,4 @@ def test_wrong_gpu_count_is_refused_end_to_end(sim: RunningSim, tmp_path: Path) 
     good_res, good = _probe(tmp_path, sim.url, gpus=8)
     assert re.search(r"MBU\s*│?\s*\d", good_res.stdout)  # the check above can fail
     assert good["mbu"] == pytest.approx(0.5, abs=0.05)
-    assert good["mbu_inputs"]["flags"]["above_rated_bandwidth"] is False
+    assert good["mbu_detail"]["flags"]["above_rated_bandwidth"] is False

@@ -131,8 +131,8 @@ def test_counts_rates_and_throughput(records: list[RequestRecord]) -> None:
     assert m.window_s == 10.0
     assert (m.requests_total, m.requests_counted, m.requests_ok, m.requests_failed) == (7, 5, 3, 2)
     assert m.errors_by_kind == {"connect": 1, "stall": 1}
-    assert m.target_requests_per_s == 0.4
-    assert m.offered_requests_per_s == pytest.approx(0.5)
+    assert m.offered_requests_per_s == 0.4
+    assert m.counted_requests_per_s == pytest.approx(0.5)
     assert m.achieved_requests_per_s == pytest.approx(0.3)
     # T: chunks arriving in [10, 20), whichever request: A 2, B 4, C 6, D 1, G 1 = 14
     assert m.output_tokens == 14
@@ -264,5 +264,5 @@ def test_cancelled_requests_are_neither_failures_nor_misses(records: list[Reques
     )
     assert m.errors_by_kind == {"connect": 1, "stall": 1}
     assert m.slo_attainment == pytest.approx(1 / 5)  # B of the 5 judged, as without it
-    assert m.offered_requests_per_s == pytest.approx(0.6)
+    assert m.counted_requests_per_s == pytest.approx(0.6)
     assert m.output_tokens == 15  # its token arrived in the window: it was delivered

@@ -168,7 +168,7 @@ def _stamp_figures(recs: list[dict[str, Any]], log: Path, what: str) -> list[int
 def _t_vs_truth(probe: dict[str, Any], log: Path, what: str) -> float:
     """T of the probe against the tokens the simulator wrote in its window (true offset)."""
     to_ep = (OFFSETS_S["endpoint"] - OFFSETS_S["head"]) * _NS
-    m = probe["summary"]
+    m = probe
     w0, w1 = m["window_start_ns"], m["window_end_ns"]
     truth = truth_tokens(log, w0 + to_ep, w1 + to_ep) / ((w1 - w0) / _NS)
     t: float = m["output_tokens_per_s"]
@@ -185,7 +185,7 @@ def _check_offsets(
     probe: dict[str, Any], nodes: dict[str, str], offsets_s: dict[str, int] = OFFSETS_S
 ) -> list[dict[str, Any]]:
     """Each actor's measured offset within its stated uncertainty of the namespace truth."""
-    per_worker: list[dict[str, Any]] = probe["summary"]["load_generator"]["per_worker"]
+    per_worker: list[dict[str, Any]] = probe["load_generator"]["per_worker"]
     for w in per_worker:
         host = nodes[w["node_id"]]
         true_ns = (offsets_s[host] - offsets_s["head"]) * _NS
@@ -205,7 +205,7 @@ def test_probe_across_hosts_matches_the_namespaces_and_the_truth_log(bed: Bed) -
     with _sim(bed, "ray4") as log:
         rc, text, folder = _probe(bed, "ray4", "--ray", bed.head, "--workers", "4")
     assert rc == 0, text[-3000:]
-    probe = orjson.loads((folder / "probe.json").read_bytes())
+    probe = orjson.loads((folder / "result.json").read_bytes())["probes"][0]
     recs = _records(folder)
     # every scheduled request recorded once, none failed
     ids = sorted(r["request_id"] for r in recs)
@@ -228,7 +228,8 @@ def test_probe_across_hosts_matches_the_namespaces_and_the_truth_log(bed: Bed) -
     assert rc1 == 0, text1[-3000:]
     recs1 = _records(one)
     _stamp_figures(recs1, log1, "in-process (the same clock arithmetic without offsets)")
-    t1 = _t_vs_truth(orjson.loads((one / "probe.json").read_bytes()), log1, "in-process")
+    one_probe = orjson.loads((one / "result.json").read_bytes())["probes"][0]
+    t1 = _t_vs_truth(one_probe, log1, "in-process")
     print(f"counted: ray {len(_counted(recs))}, in-process {len(_counted(recs1))}")
     assert _counted(recs) == _counted(recs1)
     assert t == pytest.approx(t1, rel=0.1)
@@ -256,14 +257,14 @@ def test_a_worker_host_lost_mid_probe_fails_the_load_generator_not_the_server(be
     last = max(r["request_id"] for r in recs if r["phase"] == "window")
     assert set(range(last + 1)) <= set(ids)
     lost = [r for r in recs if r["error_kind"] == "worker_lost"]
-    probe = orjson.loads((bed.root / "lost" / "probe.json").read_bytes())
-    per_worker = probe["summary"]["load_generator"]["per_worker"]
+    probe = orjson.loads((bed.root / "lost" / "result.json").read_bytes())["probes"][0]
+    per_worker = probe["load_generator"]["per_worker"]
     dead = {w["worker"] for w in per_worker if w["lost"]}
     assert dead and {w["node_id"] for w in per_worker if w["lost"]} <= w2_nodes
     assert lost and all(r["request_id"] % 4 in dead for r in lost)
     assert all(any(n[:12] in r["error_message"] for n in w2_nodes) for r in lost)
     assert not [r for r in recs if r["status"] == "error" and r["error_kind"] != "worker_lost"]
-    assert probe["summary"]["slo_detail"]["load_generator_failed"]
+    assert probe["slo_detail"]["load_generator_failed"]
     print(
         f"host lost: {len(recs)} records, {len(lost)} worker_lost (workers {sorted(dead)} on "
         f"w2), 0 missing, 0 doubled; exit {rc}"
@@ -276,7 +277,7 @@ def test_a_worker_host_lost_mid_probe_fails_the_load_generator_not_the_server(be
         rc2, text2, folder = _probe(bed, "revived", "--ray", bed.head, "--workers", "4")
     assert rc2 == 0, text2[-3000:]
     per_worker = _check_offsets(
-        orjson.loads((folder / "probe.json").read_bytes()), _nodes(bed), moved
+        orjson.loads((folder / "result.json").read_bytes())["probes"][0], _nodes(bed), moved
     )
     assert sum(1 for w in per_worker if w["clock_offset_ns"] > 900 * _NS) == 2
 
@@ -327,8 +328,8 @@ def test_an_endpoint_host_lost_mid_probe_follows_the_single_host_rules(bed: Bed)
     print(f"endpoint lost: in-process exit {rc1}: {v1}\n  ray exit {rc4}: {v4}")
     assert rc1 == rc4 == 3, (text1 + text4)[-3000:]
     assert "Traceback" not in text1 + text4 and "load generator failed" not in text4
-    d1 = orjson.loads((bed.root / "eplost1" / "probe.json").read_bytes())["summary"]
-    d4 = orjson.loads((bed.root / "eplost4" / "probe.json").read_bytes())["summary"]
+    d1 = orjson.loads((bed.root / "eplost1" / "result.json").read_bytes())["probes"][0]
+    d4 = orjson.loads((bed.root / "eplost4" / "result.json").read_bytes())["probes"][0]
     assert d1["slo_detail"]["error_probe"] and d4["slo_detail"]["error_probe"]
     for out in ("eplost1", "eplost4"):
         recs = _records(bed.root / out)

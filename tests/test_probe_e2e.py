@@ -90,7 +90,7 @@ def test_open_loop_probe_against_the_simulator() -> None:
     assert all(r.output_tokens == OUT_TOKENS for r in run.counted)
     assert all(r.prompt_tokens == IN_TOKENS for r in run.counted)
     assert m.output_tokens == OUT_TOKENS * m.requests_counted
-    assert m.output_tokens_per_s == pytest.approx(OUT_TOKENS * m.offered_requests_per_s)
+    assert m.output_tokens_per_s == pytest.approx(OUT_TOKENS * m.counted_requests_per_s)
     # context per token for fixed L, n: L + (n − 1)/2 exactly
     assert m.mean_context_per_token == pytest.approx(IN_TOKENS + (OUT_TOKENS - 1) / 2)
     # τ against the roofline worked by hand: each step reads at least the weights at half the

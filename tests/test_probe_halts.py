@@ -75,7 +75,7 @@ def test_a_never_answering_endpoint_is_an_error_probe_exit_3(tmp_path: Path) -> 
     assert "Traceback" not in proc.stderr
     assert f"no SLO verdict: {UNRESPONSIVE}: all" in " ".join(proc.stdout.split())
     assert "relax the SLO" not in proc.stdout
-    detail = orjson.loads((out / "probe.json").read_bytes())["summary"]["slo_detail"]
+    detail = orjson.loads((out / "result.json").read_bytes())["probes"][0]["slo_detail"]
     assert detail["error_probe"] and detail["reason"].startswith(UNRESPONSIVE)
     assert srv.total_posts >= 4
 

@@ -57,7 +57,7 @@ def _probe_cli(spec: Path, out: Path, workers: str) -> dict[str, Any]:
         check=False,
     )
     assert res.returncode == 0, res.stderr
-    data: dict[str, Any] = orjson.loads((out / "probe.json").read_bytes())
+    data: dict[str, Any] = orjson.loads((out / "result.json").read_bytes())["probes"][0]
     return data
 
 
@@ -73,11 +73,11 @@ def test_probe_with_two_workers_matches_one(tmp_path: Path) -> None:
     recs1, recs2 = _lines(tmp_path / "one"), _lines(tmp_path / "two")
     # every request recorded once, in send order, none failed
     ids2 = [r["request_id"] for r in recs2]
-    assert ids2 == list(range(len(ids2))) and len(ids2) == two["metrics"]["requests_total"]
-    assert two["metrics"]["requests_failed"] == 0
+    assert ids2 == list(range(len(ids2))) and len(ids2) == two["run"]["requests_total"]
+    assert two["requests_failed"] == 0
     # the same seed: the same schedule (offsets from the first slot) and the same counted set
-    t1 = one["window"]["started_ns"]
-    t2 = two["window"]["started_ns"]
+    t1 = one["run"]["started_ns"]
+    t2 = two["run"]["started_ns"]
     n = min(len(recs1), len(recs2))
     off1 = [r["scheduled_ns"] - t1 for r in recs1[:n]]
     off2 = [r["scheduled_ns"] - t2 for r in recs2[:n]]
@@ -89,16 +89,16 @@ def test_probe_with_two_workers_matches_one(tmp_path: Path) -> None:
     toks1 = {r["request_id"]: sum(r["chunk_tokens"]) for r in recs1 if r["phase"] == "window"}
     toks2 = {r["request_id"]: sum(r["chunk_tokens"]) for r in recs2 if r["phase"] == "window"}
     assert toks1 == toks2
-    t_one, t_two = one["metrics"]["output_tokens_per_s"], two["metrics"]["output_tokens_per_s"]
+    t_one, t_two = one["output_tokens_per_s"], two["output_tokens_per_s"]
     assert t_two == pytest.approx(t_one, rel=0.1)
     # who sent: two processes, each with its share, in the result
-    lg = two["summary"]["load_generator"]
+    lg = two["load_generator"]
     assert lg["workers"] == 2 and len(lg["per_worker"]) == 2
     assert sum(w["dealt"] for w in lg["per_worker"]) == len(recs2)
     # dealt alternately; only the last slots before the stop (never sent, dropped) may differ
     assert all(abs(w["dealt"] - len(recs2) / 2) <= 3 for w in lg["per_worker"])
     assert all(w["lost"] == 0 and w["events"] > 0 for w in lg["per_worker"])
-    lg1 = one["summary"]["load_generator"]
+    lg1 = one["load_generator"]
     assert lg1["workers"] == 1 and lg1["per_worker"][0]["dealt"] == len(recs1)
 
 
@@ -191,15 +191,15 @@ def test_a_killed_worker_process_fails_the_load_generator_not_the_server(
     assert "Traceback" not in text
     assert "no SLO verdict" in text and "load generator failed" in text
     assert f"pid {victims[1]} killed by SIGKILL" in " ".join(text.split())
-    data = orjson.loads((out / "probe.json").read_bytes())
-    detail = data["summary"]["slo_detail"]
+    data = orjson.loads((out / "result.json").read_bytes())["probes"][0]
+    detail = data["slo_detail"]
     assert detail["load_generator_failed"] and detail["failed"][0] == "load_generator_failed"
     recs = _lines(out)
     ids = [r["request_id"] for r in recs]
     assert len(ids) == len(set(ids))
     lost = [r for r in recs if r["error_kind"] == "worker_lost"]
     assert lost and all(f"pid {victims[1]}" in r["error_message"] for r in lost)
-    per_worker = data["summary"]["load_generator"]["per_worker"]
+    per_worker = data["load_generator"]["per_worker"]
     assert sum(w["lost"] for w in per_worker) == len(lost)
 
 
@@ -306,11 +306,10 @@ def ctrl_c_keeps_every_request(
     assert not [r for r in recs if r["error_kind"] == "worker_lost"]
     assert [(r["error_kind"], r["error_message"]) for r in recs if r["status"] == "error"] == []
     assert any(r["status"] == "cancelled" for r in recs)  # in flight when it stopped
-    data = orjson.loads((out / "probe.json").read_bytes())
-    assert data["interrupted"] is True
-    assert orjson.loads((out / "result.json").read_bytes())["interrupted"] is True
+    data = orjson.loads((out / "result.json").read_bytes())
+    assert data["interrupted"] is True and data["probes"][0]["interrupted"] is True
     assert sorted(ids) == list(range(len(ids)))  # none missing: only unsent ones dropped
-    assert all(w["lost"] == 0 for w in data["summary"]["load_generator"]["per_worker"])
+    assert all(w["lost"] == 0 for w in data["probes"][0]["load_generator"]["per_worker"])
 
 
 def test_generator_failure_names_each_broken_worker() -> None:

@@ -315,8 +315,8 @@ def test_probe_cli_takes_llama_server_as_witness(llama_url: str, tmp_path: Path)
         capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    data = json.loads((out / "probe.json").read_text())
-    s = data["summary"]
+    data = json.loads((out / "result.json").read_text())
+    s = data["probes"][0]
     e = s["engine"]
     assert e["engine"] == "llamacpp" and e["unavailable"] is None, e
     assert e["scrapes"] == 2 or e["scrapes"] == 3  # start and end only (plus a clipped edge)

@@ -112,3 +112,19 @@ def test_compare_needs_two_readable_runs(run_dir: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "missing not found" in proc.stderr
+
+
+def test_report_and_compare_read_an_old_probe_only_folder(tmp_path: Path) -> None:
+    """A folder holding only a pre-schema-3 ``probe.json`` (no geometry): the terminal and
+    the HTML report render it, and compare sets it beside a probe's result.json."""
+    fixtures = Path(__file__).parent / "fixtures" / "report"
+    only = tmp_path / "only"
+    shutil.copytree(fixtures / "probe-v2-only", only)
+    proc = _run("report", str(only), "--width", "120")
+    assert proc.returncode == 0, proc.stderr
+    assert "one probe, SLO met" in proc.stdout and "Traceback" not in proc.stderr
+    html = (only / "report.html").read_text("utf-8")
+    assert "no model geometry in this result" in html  # the MBU plots need one
+    cmp = _run("compare", str(only), str(fixtures / "probe-v2"))
+    assert cmp.returncode == 0, cmp.stderr
+    assert "achieved rate" in cmp.stdout

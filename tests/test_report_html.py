@@ -225,8 +225,9 @@ def test_goodput_chart_plots_achieved_rate() -> None:
 
     data = _data()
     first, second = data["probes"][0], data["probes"][1]
-    first["rate_rps"], first["achieved_rate_rps"] = 8.0, 12.0
-    second["rate_rps"], second["achieved_rate_rps"] = 10.0, 9.0
+    # schema 3: achieved (successes ÷ window) beside counted, so the loader keeps them as set
+    first["rate_rps"], first["achieved_rate_rps"], first["counted_rate_rps"] = 8.0, 12.0, 12.0
+    second["rate_rps"], second["achieved_rate_rps"], second["counted_rate_rps"] = 10.0, 9.0, 9.0
     result = BenchResult.model_validate(data)
     order = [p.index for p in goodput_probes(result)]
     assert order.index(second["index"]) < order.index(first["index"])

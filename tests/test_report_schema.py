@@ -28,7 +28,7 @@ def _golden_data() -> dict:
 def test_golden_round_trips_exactly(tmp_path: Path) -> None:
     """A version-1 file reads; written back it keeps every figure it had, reads back equal."""
     result = load_result(GOLDEN)
-    assert result.schema_version == 1 and SCHEMA_VERSION == 2
+    assert result.schema_version == 1 and SCHEMA_VERSION == 3
     out = write_result(result, tmp_path / "run")
     assert out == tmp_path / "run" / "result.json"
     written = json.loads(out.read_text("utf-8"))
@@ -39,12 +39,22 @@ def test_golden_round_trips_exactly(tmp_path: Path) -> None:
 
 
 def _renamed(v1: dict, written: dict) -> dict:
-    """A version-1 file as version 2 writes it back: the one field under a new name is
-    version 1's ``geometry.kv_bytes_per_token`` (it counts full-context layers only)."""
+    """A version-1 file as today's version writes it back: ``kv_bytes_per_token`` (it counts
+    full-context layers only) is ``kv_bytes_per_token_full_context`` in the geometry and in
+    MBU's inputs, and a probe's ``achieved_rate_rps`` (it was the counted rate) is
+    ``counted_rate_rps``, achieved now being the successes ÷ window."""
     out = json.loads(json.dumps(v1))
     kv = out["geometry"].pop("kv_bytes_per_token")
     assert written["geometry"]["kv_bytes_per_token_full_context"] == kv
     assert "kv_bytes_per_token" not in written["geometry"]
+    probes = [out["single_stream"], out["boundary"], *out["probes"]]
+    again = [written["single_stream"], written["boundary"], *written["probes"]]
+    for p, w in zip(probes, again, strict=True):
+        p["counted_rate_rps"] = p.pop("achieved_rate_rps")
+        assert w["achieved_rate_rps"] == pytest.approx(p["requests_ok"] / p["window_s"])
+        inputs = (p.get("mbu_detail") or {}).get("inputs")
+        if inputs is not None and "kv_bytes_per_token" in inputs:
+            inputs["kv_bytes_per_token_full_context"] = inputs.pop("kv_bytes_per_token")
     return out
 
 
@@ -337,3 +347,42 @@ def test_a_bad_typed_copy_is_refused_in_one_line(
     with pytest.raises(ReportError) as info:
         load_result(p)
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+PROBE_V2 = Path(__file__).parent / "fixtures" / "report" / "probe-v2"
+PROBE_V2_ONLY = Path(__file__).parent / "fixtures" / "report" / "probe-v2-only"
+
+
+def test_version_2_probe_result_reads_with_counted_and_achieved_apart() -> None:
+    """``tokenwatt probe`` of schema 2 (kept verbatim): its ``achieved_rate_rps`` was the
+    counted rate; read today it is ``counted_rate_rps``, and achieved is the successes ÷
+    window from the file's own counts."""
+    raw = json.loads((PROBE_V2 / "result.json").read_text("utf-8"))["probes"][0]
+    p = load_result(PROBE_V2).probes[0]
+    assert p.counted_rate_rps == raw["achieved_rate_rps"]
+    assert p.achieved_rate_rps == pytest.approx(raw["requests_ok"] / raw["window_s"])
+    assert p.run is None  # the run record came with schema 3
+
+
+def test_a_folder_with_only_an_old_probe_json_reads_as_a_one_probe_result(
+    tmp_path: Path,
+) -> None:
+    """Before schema 3 a probe of an endpoint whose config.json could not be read wrote only
+    ``probe.json``: ``load_result`` (so ``report`` and ``compare``) reads such a folder, its
+    figures as the file holds them, no geometry."""
+    raw = json.loads((PROBE_V2_ONLY / "probe.json").read_text("utf-8"))
+    r = load_result(PROBE_V2_ONLY)
+    assert r.geometry is None and r.accelerator is None and r.search is None
+    p = r.probes[0]
+    assert r.headline_probe == p
+    assert p.output_tokens_per_s == raw["metrics"]["output_tokens_per_s"]
+    assert p.achieved_rate_rps == raw["metrics"]["achieved_requests_per_s"]
+    assert p.counted_rate_rps == raw["metrics"]["offered_requests_per_s"]  # v2's name for it
+    assert p.mbu == raw["mbu"]
+    assert p.run is not None and p.run.requests_total == raw["metrics"]["requests_total"]
+    assert p.run.started_ns == raw["window"]["started_ns"]
+    assert r.model_name == raw["target"]["model"] and r.spec.name == raw["spec"]["name"]
+    # written back it is a schema-3 result.json, read back equal
+    out = write_result(r, tmp_path / "again")
+    assert json.loads(out.read_text("utf-8"))["schema_version"] == SCHEMA_VERSION
+    assert load_result(out) == r

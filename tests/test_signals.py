@@ -109,8 +109,8 @@ def test_probe_stops_cleanly(tmp_path: Path, sig: int, background: bool, code: i
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == code, stderr[-3000:]
-    data = orjson.loads((out / "probe.json").read_bytes())
-    assert data["interrupted"] and "interrupted" in data["slo_verdict"]["failed"]
+    data = orjson.loads((out / "result.json").read_bytes())
+    assert data["interrupted"] and "interrupted" in data["probes"][0]["slo_detail"]["failed"]
     rows = read_requests(lines)
     assert len(rows) >= 3 and all(phase != "pending" for phase, _ in rows)
     assert len({r.request_id for _, r in rows}) == len(rows)

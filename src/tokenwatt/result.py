@@ -73,8 +73,23 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         interval); search phases ``fit`` and ``check``, stop reason ``changed``, ``drift``
         (the confirmation and re-test after the search) and ``start`` (how the first rate
         was found).
-        (issue 21, additive, optional) probe ``steps.tokens``: all tokens of the stepped
-        requests, first chunks included (what MBU from steps divides by); None before.
+    3 - (issue 21) one file per run and one word per figure. ``tokenwatt probe`` writes
+        ``result.json`` only (no ``probe.json``): what only it held is typed here, probe
+        ``run`` (``ProbeDetail``: arrival, prompt format, the window's ends and drain, the
+        counts and chunk figures the summary lacks, the client's clock and connections) and
+        ``mbu_unavailable``; ``geometry`` and ``accelerator`` may be None (a remote endpoint
+        whose config.json could not be read: no MBU). Rates: ``rate_rps`` is the offered
+        rate, ``counted_rate_rps`` the requests counted in the window ÷ window (version 2
+        called it ``achieved_rate_rps``) and ``achieved_rate_rps`` is now the successes ÷
+        window (a version-2 file's value moves to ``counted_rate_rps`` and achieved is
+        recomputed from ``requests_ok`` ÷ ``window_s``). ``MbuInputs.kv_bytes_per_token`` is
+        ``kv_bytes_per_token_full_context`` (full-attention and MLA layers only) and
+        ``headline_bytes_per_s`` holds the headline's own numerator (``bytes_per_s`` is the
+        seed's decode-only one; the engine table sets ``EngineFigures.mbu`` beside
+        ``bytes_per_s`` ÷ ``node_bandwidth_bytes_per_s``, the same literal formula). Versions
+        1 and 2 still load, and a folder holding only an old ``probe.json`` loads as a
+        one-probe result; probe ``steps.tokens``: all tokens of
+        the stepped requests, first chunks included (what MBU from steps divides by).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -94,6 +109,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -102,9 +118,11 @@ from pydantic import (
     model_validator,
 )
 
+from tokenwatt.clock import ClientClock
 from tokenwatt.errors import ReportError
 from tokenwatt.geometry.model import ModelGeometry, upgrade_geometry_dict
 from tokenwatt.hardware import Accelerator
+from tokenwatt.result_probe_json import PROBE_JSON, probe_json_to_result
 from tokenwatt.simsettings import SimSettings
 from tokenwatt.spec import BenchSpec, redact
 from tokenwatt.spec.slo import SLO
@@ -114,6 +132,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SUPPORTED_VERSIONS",
     "BenchResult",
+    "ClientClock",
     "CostFigures",
     "EnergyAudit",
     "EnergyCheck",
@@ -127,6 +146,7 @@ __all__ = [
     "MbuFlags",
     "MbuInputs",
     "MbuMixedSteps",
+    "ProbeDetail",
     "ProbeSummary",
     "RunTarget",
     "ScopeEnergy",
@@ -141,8 +161,8 @@ __all__ = [
     "write_result",
 ]
 
-SCHEMA_VERSION = 2
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({1, 2})
+SCHEMA_VERSION = 3
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({1, 2, 3})
 RESULT_FILE = "result.json"
 
 
@@ -216,10 +236,11 @@ class MbuInputs(_Strict):
     """Every input of MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU).
 
     The quantities that only exist when decode was measured (s, B, W(B), …) are None
-    otherwise.
+    otherwise. ``bytes_per_s`` is the seed's literal numerator; the headline counts more
+    (``headline_bytes_per_s``), so the headline is redone as that ÷ the node's bandwidth.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     output_tokens_per_s: float = Field(description="T: output tokens/s for the node")
     itl_token_weighted_s: float = Field(description="τ: token-weighted mean inter-token latency")
@@ -238,12 +259,24 @@ class MbuInputs(_Strict):
     weight_bytes_per_step: float | None = Field(None, description="W(B)")
     weight_bytes_per_s: float | None = Field(None, description="R·s·W(B)")
     mean_context_per_token: float | None = None
-    kv_bytes_per_token: float | None = Field(None, description="per cached token, all layers")
+    kv_bytes_per_token_full_context: float | None = Field(
+        None,
+        validation_alias=AliasChoices("kv_bytes_per_token_full_context", "kv_bytes_per_token"),
+        description="per cached token, the layers whose cache grows with the whole context "
+        "(full attention, MLA) only; windowed layers read less (kv_bytes_per_output_token)",
+    )
     kv_bytes_per_output_token: float | None = Field(
         None, description="exact per layer kind (MLA, sliding windows)"
     )
     kv_bytes_per_s: float | None = Field(None, description="KV/s = T × KV bytes per output token")
-    bytes_per_s: float | None = Field(None, description="the numerator")
+    bytes_per_s: float | None = Field(
+        None, description="the seed's decode-only numerator R·s·W(B) + KV/s (not the headline's)"
+    )
+    headline_bytes_per_s: float | None = Field(
+        None,
+        description="the headline's numerator: mbu = headline_bytes_per_s ÷ "
+        "node_bandwidth_bytes_per_s (mixed steps, busy share, drafter bytes counted)",
+    )
     node_bandwidth_bytes_per_s: float = Field(description="N_GPU × rated bandwidth")
     estimated_idle_fraction: float | None = Field(None, description="e^(−B)")
     mixed_steps: MbuMixedSteps | None = Field(
@@ -376,6 +409,16 @@ class Mbu(_Strict):
     )
     flags: MbuFlags = Field(default_factory=MbuFlags)
     notes: list[str] = Field(default_factory=list, description="one line per raised flag")
+
+    @property
+    def seed_mbu(self) -> float | None:
+        """The seed's literal figure, (R·s·W(B) + KV/s) ÷ node bandwidth with s = 1/τ and
+        B = T·τ/R, from ``inputs`` (None: no decode, or s and B counted from speculative
+        steps): the formula the engine's own MBU uses, so the two compare like with like."""
+        i = self.inputs
+        if i.bytes_per_s is None or i.speculation is not None:
+            return None
+        return i.bytes_per_s / i.node_bandwidth_bytes_per_s
 
 
 class ScopeEnergy(_Strict):
@@ -684,8 +727,9 @@ class EngineFigures(_Strict):
     steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
     mbu: float | None = Field(
         None,
-        description="the seed's decode-only MBU from the engine's B and s "
-        "(compare with mbu_detail.mbu_decode_only, not the headline)",
+        description="the seed's literal MBU, (R·s·W(B) + KV/s) ÷ bandwidth, on the engine's "
+        "B and s (compare with the same formula on the client's: Mbu.seed_mbu, not the "
+        "headline)",
     )
     agreements: list[EngineAgreement] = Field(default_factory=list)
     edge_fraction: float | None = Field(
@@ -720,6 +764,45 @@ class StepSummary(_Strict):
     )
 
 
+class ProbeDetail(_Strict):
+    """What one probe's run records beyond its figures: how it was sent, how its window ended,
+    the counts and chunk figures behind the summary, and the client's clock and connections
+    (``tokenwatt probe`` wrote these to ``probe.json`` before version 3)."""
+
+    arrival: str = Field(description="poisson, gamma, constant or concurrency")
+    prompt_format: str = Field(description="how prompts were sent, e.g. chat")
+    max_requests: int | None = Field(None, description="the window was this many requests")
+    started_ns: int = Field(description="monotonic ns of the first arrival slot")
+    ended_ns: int = Field(description="monotonic ns when the drain ended")
+    drain_s: float = Field(description="window end → last request done or cut")
+    stopped_early: bool = Field(False, description="the early-stop rule ended the window")
+    drain_timeouts: int = Field(0, description="counted requests cut at the drain timeout")
+    error_stopped: bool = Field(False, description="endpoint errors ended the window")
+    requests_total: int = Field(description="every request of the probe (warm-up, drain too)")
+    output_tokens: int = Field(description="tokens received inside the window: T's numerator")
+    counted_output_tokens: int = Field(description="Σ output tokens of the counted requests")
+    throughput_balance: float | None = Field(
+        None, description="counted_output_tokens ÷ output_tokens (≈ 1 at steady state)"
+    )
+    prompt_tokens_mean: float | None = Field(None, description="server usage, counted ok")
+    prompt_tokens_client_mean: float | None = Field(None, description="the client's own count")
+    output_tokens_mean: float | None = None
+    tokens_per_chunk_mean: float | None = None
+    tokens_per_chunk_max: int | None = None
+    multi_token_chunk_share: float | None = None
+    multi_token_chunks: bool = Field(False, description="chunk timing is not per-token timing")
+    coalesced_reads: int = Field(0, description="client reads with several content events")
+    usage_fallback_requests: int = Field(0, description="token counts from the client's count")
+    timestamp_source: Literal["kernel", "user", "mixed", "none"] = "none"
+    goodput_requests_per_s: float | None = Field(None, description="attaining requests ÷ window")
+    clock: ClientClock | None = Field(
+        None, description="the client's timestamp source and realtime − monotonic offset"
+    )
+    connections: dict[str, int] = Field(
+        default_factory=dict, description="connections_opened, connections_reused"
+    )
+
+
 class ProbeSummary(_Strict):
     """One probe (one offered rate) or the single-stream point, over its measurement window.
 
@@ -727,8 +810,16 @@ class ProbeSummary(_Strict):
     """
 
     index: int
-    rate_rps: float | None = Field(description="offered Poisson rate; None for single stream")
-    achieved_rate_rps: float = Field(description="requests started per second in the window")
+    rate_rps: float | None = Field(
+        description="offered: the rate the schedule asked for; None for a closed loop"
+    )
+    counted_rate_rps: float = Field(
+        description="counted: requests scheduled inside the window ÷ window (what the window "
+        "really held, Poisson noise included)"
+    )
+    achieved_rate_rps: float = Field(
+        description="achieved: counted requests that succeeded ÷ window"
+    )
     output_tokens_per_s: float = Field(description="T, node output tokens/s in the window")
     itl_token_weighted_s: float | None = Field(description="τ, token-weighted mean ITL")
     batch_per_replica: float | None = Field(description="B = T·τ/R")
@@ -813,6 +904,23 @@ class ProbeSummary(_Strict):
         None, description="boundary only: the rate interval scaled the same way"
     )
     confidence: float | None = Field(None, description="boundary only: of the intervals")
+
+    run: ProbeDetail | None = Field(
+        None, description="the probe's own run record (None: a file older than version 3)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rates_before_v3(cls, data: Any) -> Any:
+        """A file older than version 3: its ``achieved_rate_rps`` was the counted rate (the
+        field is now successes ÷ window, recomputed here from its own counts)."""
+        if isinstance(data, dict) and "counted_rate_rps" not in data:
+            data = dict(data)
+            data["counted_rate_rps"] = data.get("achieved_rate_rps", 0.0)
+            ok, window_s = data.get("requests_ok"), data.get("window_s")
+            if isinstance(ok, int) and isinstance(window_s, int | float) and window_s > 0:
+                data["achieved_rate_rps"] = ok / window_s
+        return data
 
     def latency_at(self, metric: Literal["ttft", "tpot", "itl", "e2e"], q: float) -> float | None:
         """The q-quantile of ``metric`` in seconds: from its summary for q in {0.5, 0.9, 0.95,
@@ -930,8 +1038,13 @@ class BenchResult(_Strict):
     tool_version: str
     name: str = Field(description="the spec's name")
     spec: BenchSpec = Field(description="the spec, secrets removed")
-    geometry: ModelGeometry = Field(description="the model's geometry as the run used it")
-    accelerator: Accelerator = Field(description="the accelerator's rated figures")
+    geometry: ModelGeometry | None = Field(
+        description="the model's geometry as the run used it (None: a probe of a remote "
+        "endpoint whose config.json could not be read; mbu_unavailable says why)"
+    )
+    accelerator: Accelerator | None = Field(
+        description="the accelerator's rated figures (None: as geometry)"
+    )
     gpus: int = Field(ge=1, description="N_GPU")
     replicas: int = Field(ge=1, description="R")
     slo: SloSettings
@@ -947,6 +1060,9 @@ class BenchResult(_Strict):
     )
     interrupted: bool = False
     warnings: list[str] = Field(default_factory=list)
+    mbu_unavailable: str | None = Field(
+        None, description="why the run has no geometry or accelerator, hence no MBU"
+    )
 
     @field_validator("spec", mode="before")
     @classmethod
@@ -973,8 +1089,8 @@ class BenchResult(_Strict):
     def begin(
         cls,
         spec: BenchSpec,
-        geometry: ModelGeometry,
-        accelerator: Accelerator,
+        geometry: ModelGeometry | None,
+        accelerator: Accelerator | None,
         *,
         tool_version: str,
         timestamp_source: str,
@@ -996,6 +1112,31 @@ class BenchResult(_Strict):
         )
 
     @property
+    def headline_probe(self) -> ProbeSummary | None:
+        """The probe the headline speaks for: the boundary, else the one probe of a
+        ``tokenwatt probe`` folder (no search)."""
+        if self.boundary is not None:
+            return self.boundary
+        if self.search is None and len(self.probes) == 1:
+            return self.probes[0]
+        return None
+
+    @property
+    def model_name(self) -> str:
+        """The model's name from its geometry, else the served name, else the spec's source."""
+        if self.geometry is not None:
+            return self.geometry.name
+        served = self.target.model if self.target is not None else None
+        return served or self.spec.model.source
+
+    @property
+    def accelerator_name(self) -> str:
+        """The accelerator's display name, else the spec's (no rated figures were found)."""
+        if self.accelerator is not None:
+            return self.accelerator.display_name or self.accelerator.name
+        return str(self.spec.hardware.accelerator or "unknown accelerator")
+
+    @property
     def simulated(self) -> bool:
         """Whether the built-in simulator served the run (older files: their spec's URL)."""
         if self.target is not None:
@@ -1008,9 +1149,14 @@ def _versions() -> str:
 
 
 def result_path(path_or_dir: str | Path) -> Path:
-    """``DIR/result.json`` for a directory, else the path itself."""
+    """``DIR/result.json`` for a directory (``DIR/probe.json`` where only an old probe wrote
+    one), else the path itself."""
     p = Path(path_or_dir)
-    return p / RESULT_FILE if p.is_dir() else p
+    if not p.is_dir():
+        return p
+    if not (p / RESULT_FILE).exists() and (p / PROBE_JSON).exists():
+        return p / PROBE_JSON
+    return p / RESULT_FILE
 
 
 def load_result(path_or_dir: str | Path) -> BenchResult:
@@ -1030,6 +1176,8 @@ def load_result(path_or_dir: str | Path) -> BenchResult:
         raise ReportError(
             f"{p}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
+    if isinstance(data, dict) and "schema_version" not in data and "summary" in data:
+        data = _from_probe_json(data)
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ReportError(f"{p}: not a tokenwatt result file (no schema_version at the top)")
     version = data["schema_version"]
@@ -1049,6 +1197,16 @@ def load_result(path_or_dir: str | Path) -> BenchResult:
         loc = ".".join(str(x) for x in err["loc"]) or "<root>"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ReportError(f"{p}: invalid result file: {loc}: {err['msg']}{more}") from None
+
+
+def _from_probe_json(data: dict[str, Any]) -> dict[str, Any]:
+    """An old ``probe.json`` (before version 3) as a one-probe result; its spec resolves the
+    SLO it was judged against."""
+    try:
+        spec = BenchSpec.model_validate(redact(data.get("spec")))
+    except ValidationError:
+        return data  # refused below, in one line, as not a result file
+    return probe_json_to_result(data, spec.slo.model_dump(), ProbeDetail.model_fields)
 
 
 _LATENCY_KEYS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "send_lateness_s")

@@ -146,10 +146,12 @@ class _Display:
                 style="dim",
             )
         elif ev.kind == "search_done":
+            from tokenwatt.report.terminal import rate_text
+
             b = ev.summary
             at = _fmt_rate(ev.lo_rps)
             if b is not None and b.rate_rps is not None:
-                at = f"{_fmt_rate(b.rate_rps)} offered, {b.achieved_rate_rps:.3g} achieved"
+                at = rate_text(b)
             self.print(f"search: {ev.message}; boundary {at}")
 
     def _start(self, ev: BenchEvent) -> None:
@@ -215,6 +217,7 @@ class _Display:
 
     def _done(self, ev: BenchEvent) -> None:
         from tokenwatt.clock import now_ns
+        from tokenwatt.report.terminal import rate_text
 
         s = ev.summary
         assert s is not None
@@ -225,12 +228,7 @@ class _Display:
         verdict = "[green]pass[/]" if s.slo_passed else "[red]fail[/]"
         why = "" if s.slo_passed else f"; {s.slo_detail.reason}"
         mbu = "n/a" if s.mbu is None else f"{s.mbu:.1%}"
-        label = (
-            "single stream"
-            if ev.index == 0
-            else f"probe {ev.index} at {_fmt_rate(ev.rate_rps)} "
-            f"({s.achieved_rate_rps:.3g} achieved)"
-        )
+        label = "single stream" if ev.index == 0 else f"probe {ev.index} at {rate_text(s)}"
         if self.task is not None:
             self.progress.remove_task(self.task)  # type: ignore[arg-type]
             self.task = None

@@ -1,8 +1,10 @@
 """CLI: ``tokenwatt probe SPEC --rate R``: one probe at one offered load.
 
-Writes ``DIR/probe.json`` (the spec with secrets removed, the window, every metric, the SLO
-verdict, MBU with its inputs, the client's clock facts) and ``DIR/requests.jsonl`` (one
-record per request, with its phase), prints a summary, and shows a live progress bar.
+Writes ``DIR/result.json`` (the typed result ``bench`` writes, with one probe: the spec with
+secrets removed, every figure, the SLO verdict, MBU with its inputs, and the probe's own run
+record with the client's clock facts), its exports (BR0.2, ``probes.csv``) and
+``DIR/requests.jsonl`` (one record per request, with its phase), prints a summary, and shows a
+live progress bar.
 Ctrl-C or SIGTERM (foreground or background) stops the probe, writes what was measured and
 exits 130 or 143; ``requests.jsonl`` grows as requests end (``load.spill``), so even a hard
 kill keeps every finished record. An error probe (the endpoint failed over
@@ -18,7 +20,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -58,10 +59,15 @@ if TYPE_CHECKING:
     from tokenwatt.load.target import Target
     from tokenwatt.metrics.latency import ProbeMetrics
     from tokenwatt.power import PowerMonitor
-    from tokenwatt.result import EnergySummary
+    from tokenwatt.result import (
+        BenchResult,
+        EnergySummary,
+        LoadGenerator,
+        ProbeSummary,
+        StepSummary,
+    )
     from tokenwatt.spec import BenchSpec
 
-SCHEMA = "tokenwatt.probe/2"
 T = TypeVar("T")
 console = Console()
 
@@ -96,7 +102,7 @@ def warnings_for(m: ProbeMetrics) -> list[str]:
             "that grows under overload)"
         )
     p99 = m.send_lateness_s.p99
-    if sent_late(p99, m.offered_requests_per_s):
+    if sent_late(p99, m.counted_requests_per_s):
         out.append(
             f"the client sent late (p99 {(p99 or 0) * 1e3:.1f} ms, over 10% of the mean gap "
             "between arrivals): it may be the bottleneck"
@@ -109,128 +115,118 @@ def warnings_for(m: ProbeMetrics) -> list[str]:
     return out
 
 
-def summary_table(data: dict[str, Any]) -> Table:
-    m = data["metrics"]
-    t = Table(title=_title(data), show_header=True, header_style="bold")
+def summary_table(result: BenchResult) -> Table:
+    """The probe's figures from its ``result.json`` record, with the words every view uses:
+    offered (asked for), counted (in the window), achieved (succeeded) per second."""
+    from tokenwatt.result import Latency
+
+    p = result.probes[0]
+    t = Table(title=_title(result), show_header=True, header_style="bold")
     t.add_column("figure")
     t.add_column("value", justify="right")
-    probe = data["probe"]
-    # One line for the load: what was asked for and what the window held (they differ by
-    # Poisson noise; the achieved rate is the one the verdict speaks for).
-    achieved = f"{_num(m['achieved_requests_per_s'])} achieved"
-    if probe["rate_rps"] is not None:
-        rate_unit = (data.get("summary") or {}).get("rate_unit", "requests")
-        unit = {"sessions": "sessions/s", "turns": "turns/s"}.get(rate_unit, "req/s")
-        load = f"{probe['rate_rps']:g} {unit} offered ({probe['arrival']}), {achieved}"
-    else:
-        load = f"concurrency {probe['concurrency']}, {achieved} req/s"
-    t.add_row("load", load)
-    t.add_row("window", f"{m['window_s']:.1f} s, {m['requests_counted']} requests counted")
-    t.add_row("output tokens/s (T)", _num(m["output_tokens_per_s"], ".1f"))
-    t.add_row("τ token-weighted ITL, ms", _ms(m["itl_token_weighted_s"]))
-    for key, name in (
-        ("ttft_s", "TTFT"),
-        ("tpot_s", "TPOT"),
-        ("itl_chunk_s", "chunk ITL"),
-        ("e2e_s", "E2E"),
-    ):
-        d = m[key]
-        t.add_row(
-            f"{name} ms (mean / p50 / p99)", f"{_ms(d['mean'])} / {_ms(d['p50'])} / {_ms(d['p99'])}"
-        )
-    _step_rows(t, (data.get("summary") or {}).get("steps"))
-    t.add_row("mean concurrency (Little)", _num(m["mean_concurrency"]))
-    t.add_row("mean context per token", _num(m["mean_context_per_token"], ".1f"))
-    verdict = data.get("slo_verdict") or {}
-    if m["slo_attainment"] is not None:
-        t.add_row("SLO attainment", f"{m['slo_attainment']:.1%}")
-        good_rps = _num(m["goodput_requests_per_s"])
-        good_tps = _num(m["goodput_output_tokens_per_s"], ".1f")
+    t.add_row("load", _load_text(p))
+    t.add_row("window", f"{p.window_s:.1f} s, {p.requests_counted} requests counted")
+    t.add_row("output tokens/s (T)", _num(p.output_tokens_per_s, ".1f"))
+    t.add_row("τ token-weighted ITL, ms", _ms(p.itl_token_weighted_s))
+    for name, d in (("TTFT", p.ttft_s), ("TPOT", p.tpot_s), ("chunk ITL", p.itl_s),
+                    ("E2E", p.e2e_s)):  # fmt: skip
+        t.add_row(f"{name} ms (mean / p50 / p99)", f"{_ms(d.mean)} / {_ms(d.p50)} / {_ms(d.p99)}")
+    _step_rows(t, p.steps)
+    t.add_row("mean concurrency (Little)", _num(p.mean_concurrency))
+    t.add_row("mean context per token", _num(p.mean_context_per_token, ".1f"))
+    if p.attainment is not None:
+        t.add_row("SLO attainment", f"{p.attainment:.1%}")
+        good_rps = _num(p.run.goodput_requests_per_s if p.run is not None else None)
+        good_tps = _num(p.goodput_output_tokens_per_s, ".1f")
         t.add_row("goodput req/s / tokens/s", f"{good_rps} / {good_tps}")
-    if verdict:
-        t.add_row(
-            "SLO verdict",
-            "[green]pass[/]" if verdict["passed"] else f"[red]fail[/] ({verdict.get('reason')})",
-        )
-    errors = ", ".join(f"{k} {v}" for k, v in m["errors_by_kind"].items()) or "none"
-    t.add_row("failed requests", f"{m['requests_failed']} ({errors})")
+    reason = escape(str(p.slo_detail.reason))
+    t.add_row("SLO verdict", "[green]pass[/]" if p.slo_passed else f"[red]fail[/] ({reason})")
+    errors = ", ".join(f"{k} {v}" for k, v in p.errors_by_kind.items()) or "none"
+    t.add_row("failed requests", f"{p.requests_failed} ({errors})")
     # cancelled by the client (still running at the probe's end, or an early stop): their own
     # kind, neither failures nor judged for attainment
-    t.add_row("cancelled requests", f"{m['requests_cancelled']} (not failures, not judged)")
-    lat = m["send_lateness_s"]
-    t.add_row("send lateness ms (p50 / p99)", f"{_ms(lat['p50'])} / {_ms(lat['p99'])}")
-    _mbu_rows(t, data)
-    _energy_rows(t, data.get("summary") or {})
+    t.add_row("cancelled requests", f"{p.requests_cancelled} (not failures, not judged)")
+    lat = p.send_lateness_s or Latency()
+    t.add_row("send lateness ms (p50 / p99)", f"{_ms(lat.p50)} / {_ms(lat.p99)}")
+    _mbu_rows(t, p)
+    _energy_rows(t, p)
     return t
 
 
-def _simulated(data: dict[str, Any]) -> bool:
-    return (data.get("target") or {}).get("kind") == "sim"
+def _simulated(result: BenchResult) -> bool:
+    return result.target is not None and result.target.kind == "sim"
 
 
-def _title(data: dict[str, Any]) -> str:
+def _title(result: BenchResult) -> str:
     """The table's title: a simulated probe says so on the table itself."""
     from tokenwatt.report.labels import SIMULATED
 
-    return f"probe · [bold magenta]{SIMULATED}[/] (tokenwatt sim)" if _simulated(data) else "probe"
+    return (
+        f"probe · [bold magenta]{SIMULATED}[/] (tokenwatt sim)" if _simulated(result) else "probe"
+    )
 
 
-def _energy_rows(t: Table, summary: dict[str, Any]) -> None:
+def _load_text(p: ProbeSummary) -> str:
+    """One line for the load: what was asked for, what the window held, what succeeded (they
+    differ by Poisson noise and failures; the verdict speaks for the counted rate)."""
+    unit = {"sessions": "sessions/s", "turns": "turns/s"}.get(p.rate_unit, "req/s")
+    held = f"{_num(p.counted_rate_rps)} counted, {_num(p.achieved_rate_rps)} achieved req/s"
+    if p.rate_rps is not None:
+        arrival = p.run.arrival if p.run is not None else "poisson"
+        return f"{p.rate_rps:g} {unit} offered ({arrival}), {held}"
+    return f"concurrency {p.concurrency}, {held}"
+
+
+def _energy_rows(t: Table, p: ProbeSummary) -> None:
     """Tokens per joule (or why not), both J-per-token figures, each source's audit verdict
     and $/Mtok: the rows ``bench``'s report has, from the same ``EnergySummary``."""
-    e = summary.get("energy")
-    if not e:
+    e = p.energy
+    if e is None:
         t.add_row("tokens per joule", "not measured (no power source in the spec)")
     else:
         from tokenwatt.report.labels import power_mark
-        from tokenwatt.result import EnergySummary
 
-        mark = power_mark(EnergySummary.model_validate(e))
+        mark = power_mark(e)
         t.add_row(
             "tokens per joule",
-            f"{_num(e['tokens_per_joule'], '.3g')} ({e['scope']} scope, {e['source']}, "
-            f"{e['kind']}{f', {mark}' if mark else ''})",
+            f"{_num(e.tokens_per_joule, '.3g')} ({e.scope} scope, {e.source}, "
+            f"{e.kind}{f', {mark}' if mark else ''})",
         )
         t.add_row(
             "J per output / total token",
-            f"{_num(e['joules_per_output_token'], '.3g')} / "
-            f"{_num(e.get('joules_per_total_token'), '.3g')}",
+            f"{_num(e.joules_per_output_token, '.3g')} / {_num(e.joules_per_total_token, '.3g')}",
         )
-        for a in e.get("audit") or []:
-            verdict = "[green]valid[/]" if a["valid"] else f"[red]{escape(a['verdict'])}[/]"
-            t.add_row(f"power {a['source']} ({a['scope']}, {a['method']})", verdict)
-    cost = summary.get("cost")
-    if cost and cost.get("usd_per_mtok") is not None:
-        t.add_row("$/Mtok at this goodput", _num(cost["usd_per_mtok"], ".4g"))
+        for a in e.audit:
+            verdict = "[green]valid[/]" if a.valid else f"[red]{escape(a.verdict)}[/]"
+            t.add_row(f"power {a.source} ({a.scope}, {a.method})", verdict)
+    if p.cost is not None and p.cost.usd_per_mtok is not None:
+        t.add_row("$/Mtok at this goodput", _num(p.cost.usd_per_mtok, ".4g"))
 
 
-def _step_rows(t: Table, steps: dict[str, Any] | None) -> None:
+def _step_rows(t: Table, steps: StepSummary | None) -> None:
     """Engine steps as the chunks show them (methodology "Speculative decoding"): shown when
     a step is not one token (speculation or coalescing), where ITL per chunk ≠ per token."""
-    if not steps or (steps["speculation"] == "none" and not steps["coalesced"]):
+    if steps is None or (steps.speculation == "none" and not steps.coalesced):
         return
-    kind = "coalesced chunks" if steps["coalesced"] else f"speculation {steps['speculation']}"
-    t.add_row("ITL per chunk / per token, ms", f"{_ms(steps['itl_chunk_s'])} / "
-              f"{_ms(steps['itl_token_s'])} ({kind})")  # fmt: skip
-    alpha = _num(steps["acceptance_length"], ".3f")
-    engine = steps.get("engine_acceptance_length")
-    if engine is not None:
-        alpha += f" (engine {engine:.3f})"
-    t.add_row("steps/s per sequence, acceptance length", f"{_num(steps['steps_per_s'])}, {alpha}")
+    kind = "coalesced chunks" if steps.coalesced else f"speculation {steps.speculation}"
+    t.add_row("ITL per chunk / per token, ms",
+              f"{_ms(steps.itl_chunk_s)} / {_ms(steps.itl_token_s)} ({kind})")  # fmt: skip
+    alpha = _num(steps.acceptance_length, ".3f")
+    if steps.engine_acceptance_length is not None:
+        alpha += f" (engine {steps.engine_acceptance_length:.3f})"
+    t.add_row("steps/s per sequence, acceptance length", f"{_num(steps.steps_per_s)}, {alpha}")
 
 
-def _mbu_rows(t: Table, data: dict[str, Any]) -> None:
+def _mbu_rows(t: Table, p: ProbeSummary) -> None:
     """Both MBU figures, every raised flag with its direction, and the refusal line of an MBU
     above 100 % (``metrics.mbu.check_rated_bandwidth``)."""
     from tokenwatt.report.mbu_text import mbu_figures_text, raised_flags
-    from tokenwatt.result import Mbu
 
-    raw = data.get("mbu_inputs")
-    detail = Mbu.model_validate(raw) if raw is not None else None
-    if detail is None and data.get("mbu") is None:
+    detail = p.mbu_detail
+    if detail is None and p.mbu is None:
         return
     refused = detail is not None and detail.flags.above_rated_bandwidth
-    text = escape(mbu_figures_text(data.get("mbu"), detail))
+    text = escape(mbu_figures_text(p.mbu, detail))
     t.add_row("MBU", f"[bold red]{text}[/]" if refused else text)
     for f in raised_flags(detail):
         t.add_row("MBU flag", escape(f))
@@ -238,7 +234,7 @@ def _mbu_rows(t: Table, data: dict[str, Any]) -> None:
         t.add_row("MBU error", f"[red]{escape(detail.notes[0])}[/]")
 
 
-def result_dict(
+def probe_result(
     spec: BenchSpec,
     run: ProbeRun,
     target: Target,
@@ -248,14 +244,17 @@ def result_dict(
     geometry: ModelGeometry | None,
     accelerator: Accelerator | None,
     early_stop_reason: str | None,
+    started_at: dt.datetime,
     engine_window: ProbeEngine | None = None,
     engine_series_file: str | None = None,
     energy: EnergySummary | None = None,
     power_series: list[tuple[float, float]] | None = None,
-) -> dict[str, Any]:
+) -> BenchResult:
+    """The probe's ``result.json``: the layout ``bench`` writes (one probe, no search), so
+    ``tokenwatt report`` and ``compare`` read a probe's folder like a bench's."""
     from tokenwatt import __version__
     from tokenwatt.load.derive import summarize_probe
-    from tokenwatt.spec import redact
+    from tokenwatt.result import BenchResult
 
     summary = summarize_probe(
         index=1,
@@ -269,43 +268,23 @@ def result_dict(
         engine_series_file=engine_series_file,
         energy=energy,
         power_series=power_series,
+        max_requests=max_requests,
     )
-    verdict = summary.slo_detail
-    return {
-        "schema": SCHEMA,
-        "tokenwatt_version": __version__,
-        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "spec": redact(spec.model_dump(mode="json")),
-        "target": target.record(spec.sim).model_dump(mode="json"),
-        "probe": {
-            "rate_rps": run.rate_rps,
-            "concurrency": run.concurrency,
-            "arrival": run.arrival,
-            "seed": run.seed,
-            "prompt_format": run.prompt_format,
-            "max_requests": max_requests,
-            "settings": run.settings.model_dump(mode="json"),
-        },
-        "window": run.window_dict(),
-        "interrupted": run.interrupted,
-        "metrics": run.metrics.model_dump(mode="json"),
-        "summary": summary.model_dump(mode="json"),
-        "slo_verdict": {
-            "passed": summary.slo_passed,
-            "kind": verdict.kind,
-            "failed": verdict.failed,
-            "reason": verdict.reason,
-            "attainment": summary.attainment,
-            "quantiles_s": verdict.quantiles_s,
-        },
-        "mbu": summary.mbu,
-        "mbu_inputs": None if summary.mbu_detail is None else summary.mbu_detail.model_dump(),
-        "mbu_unavailable": geometry_error,
-        "warnings": warnings_for(run.metrics),
-        "clock": run.clock,
-        "client": run.client_stats,
-        "requests_file": "requests.jsonl",
-    }
+    result = BenchResult.begin(
+        spec,
+        geometry,
+        accelerator,
+        tool_version=__version__,
+        timestamp_source=run.metrics.timestamp_source,
+        started_at=started_at,
+    )
+    result.ended_at = dt.datetime.now(dt.UTC)
+    result.probes = [summary]
+    result.interrupted = run.interrupted
+    result.warnings = warnings_for(run.metrics)
+    result.target = target.record(spec.sim)
+    result.mbu_unavailable = geometry_error
+    return result
 
 
 class _Bar:
@@ -368,7 +347,7 @@ async def _probe(
     out: Path,
     sim_mode: Literal["thread", "subprocess"],
     quiet: bool,
-) -> dict[str, Any]:
+) -> BenchResult:
     from tokenwatt.load.energy_window import open_probe_power
     from tokenwatt.load.target import open_target
 
@@ -377,14 +356,14 @@ async def _probe(
     async with open_target(spec, sim_mode=sim_mode) as target:
         monitor = open_probe_power(spec, accelerator, target.metrics_url)
         try:
-            data = await _measure(
+            result = await _measure(
                 spec, target, monitor, spill, out, geometry, accelerator, geometry_error,
                 rate=rate, concurrency=concurrency, max_requests=max_requests, seed=seed,
                 quiet=quiet,
             )  # fmt: skip
         finally:
             await asyncio.to_thread(monitor.close)
-    return data
+    return result
 
 
 async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
@@ -402,9 +381,9 @@ async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
     max_requests: int | None,
     seed: int,
     quiet: bool,
-) -> dict[str, Any]:
+) -> BenchResult:
     """One probe with its engine witness and its energy, measured exactly as ``bench`` does
-    (``load.energy_window``); writes requests.jsonl, probe.json and result.json."""
+    (``load.energy_window``); writes requests.jsonl and result.json (with the exports)."""
     from tokenwatt.load.derive import early_stop_for
     from tokenwatt.load.energy_window import power_warnings, probe_energy
     from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
@@ -414,6 +393,7 @@ async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
         TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
         console=console, transient=True, disable=quiet,
     )  # fmt: skip
+    started_at = dt.datetime.now(dt.UTC)
     with progress:
         bar = _Bar(progress, spec.search.probe.warmup_s)
         stopper = early_stop_for(spec, rate, spec.search.probe)
@@ -442,7 +422,7 @@ async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
     out.mkdir(parents=True, exist_ok=True)
     series_file = write_engine_series(scraper, out / "engine.jsonl")
     energy, power_series = await probe_energy(monitor, run, accelerator)
-    data = result_dict(
+    result = probe_result(
         spec,
         run,
         target,
@@ -451,34 +431,20 @@ async def _measure(  # noqa: PLR0917 - the probe's node, target, power and flags
         geometry=geometry,
         accelerator=accelerator,
         early_stop_reason=stopper.reason if stopper is not None else None,
+        started_at=started_at,
         engine_window=window,
         engine_series_file=series_file,
         energy=energy,
         power_series=power_series,
     )
     if spill.error is not None:
-        data["warnings"].append(f"incremental requests.jsonl stopped: {spill.error}")
-    data["warnings"] += engine_warnings + power_warnings(monitor)
-    data["warnings"] += _probe_notes(run, geometry)
-    data["warnings"].extend(_keep_up_warnings(data["summary"].get("load_generator")))
+        result.warnings.append(f"incremental requests.jsonl stopped: {spill.error}")
+    result.warnings += engine_warnings + power_warnings(monitor)
+    result.warnings += _probe_notes(run, geometry)
+    result.warnings.extend(_keep_up_warnings(result.probes[0].load_generator))
     run.write_requests(out / "requests.jsonl")
-    _write_files(spec, data, geometry, accelerator, out)
-    return data
-
-
-def _write_files(
-    spec: BenchSpec,
-    data: dict[str, Any],
-    geometry: ModelGeometry | None,
-    accelerator: Accelerator | None,
-    out: Path,
-) -> None:
-    """probe.json, and result.json where the node is known."""
-    (out / "probe.json").write_bytes(
-        orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
-    )
-    if geometry is not None and accelerator is not None:
-        write_probe_result(spec, data, geometry, accelerator, out)
+    write_probe_result(result, out)
+    return result
 
 
 def _probe_notes(run: ProbeRun, geometry: ModelGeometry | None) -> list[str]:
@@ -497,45 +463,25 @@ def _probe_notes(run: ProbeRun, geometry: ModelGeometry | None) -> list[str]:
     return notes
 
 
-def write_probe_result(
-    spec: BenchSpec,
-    data: dict[str, Any],
-    geometry: ModelGeometry,
-    accelerator: Accelerator,
-    out: Path,
-) -> None:
-    """``result.json`` beside ``probe.json``: the layout ``bench`` writes (one probe, no
-    search), so ``tokenwatt report`` and ``compare`` read a probe's folder like a bench's."""
-    from tokenwatt.result import BenchResult, ProbeSummary, RunTarget, write_result
-
-    result = BenchResult.begin(
-        spec,
-        geometry,
-        accelerator,
-        tool_version=data["tokenwatt_version"],
-        timestamp_source=str(data["metrics"]["timestamp_source"]),
-        started_at=dt.datetime.fromisoformat(data["created_utc"]),
-    )
-    result.ended_at = dt.datetime.now(dt.UTC)
-    result.probes = [ProbeSummary.model_validate(data["summary"])]
-    result.interrupted = bool(data["interrupted"])
-    result.warnings = list(data["warnings"])
-    result.target = RunTarget.model_validate(data["target"])
-    write_result(result, out)
+def write_probe_result(result: BenchResult, out: Path) -> None:
+    """``result.json``, the probe's one file of figures, and the exports ``bench`` writes
+    beside it (the llm-d Benchmark Report, ``probes.csv``)."""
     from tokenwatt.report.exports import write_exports
+    from tokenwatt.result import write_result
 
-    write_exports(result, out)  # the llm-d Benchmark Report beside it, as bench writes
+    write_result(result, out)
+    write_exports(result, out)
 
 
-def _keep_up_warnings(lg: dict[str, Any] | None) -> list[str]:
+def _keep_up_warnings(lg: LoadGenerator | None) -> list[str]:
     """Printed: the bottleneck verdict with every failed keep-up check, or lost workers; the
-    other checks (late with CPU to spare) stay in probe.json's ``load_generator``."""
-    if not lg:
+    other checks (late with CPU to spare) stay in result.json's ``load_generator``."""
+    if lg is None:
         return []
-    if lg["bottleneck"]:
+    if lg.bottleneck:
         head = "the load generator was the bottleneck, not the server: use more workers"
-        return [f"{head} (--workers N)", *(f"keep-up: {p}" for p in lg["problems"])]
-    return [f"keep-up: {p}" for p in lg["problems"] if "ended early" in p]
+        return [f"{head} (--workers N)", *(f"keep-up: {p}" for p in lg.problems)]
+    return [f"keep-up: {p}" for p in lg.problems if "ended early" in p]
 
 
 def _fresh_spill(out: Path) -> RecordSpill:
@@ -548,32 +494,27 @@ def _fresh_spill(out: Path) -> RecordSpill:
     return spill
 
 
-def _exit_for(data: dict[str, Any]) -> None:
+def _exit_for(result: BenchResult) -> None:
     """Exit 128 + the signal for a stopped probe; 3 when the verdict is not an SLO one (an
     error probe, a saturated or failed load generator)."""
-    if data["interrupted"]:
+    if result.interrupted:
         from tokenwatt.cli._loop import stop_exit_code
 
         console.print("[yellow]interrupted:[/] wrote what was measured")
         # SystemExit, not typer.Exit: the app runs with standalone_mode=False, where click
         # returns an Exit's code instead of exiting with it.
         raise SystemExit(stop_exit_code())
-    detail = data["summary"]["slo_detail"]
-    if (
-        detail["error_probe"]
-        or detail["load_generator_saturated"]
-        or detail["load_generator_failed"]
-    ):
-        console.print(f"[red]no SLO verdict:[/] {escape(str(detail['reason']))}")
+    detail = result.probes[0].slo_detail
+    if detail.error_probe or detail.load_generator_saturated or detail.load_generator_failed:
+        console.print(f"[red]no SLO verdict:[/] {escape(str(detail.reason))}")
         raise SystemExit(3)
 
 
-def _print_engine(data: dict[str, Any]) -> None:
+def _print_engine(result: BenchResult) -> None:
     """The client-vs-engine table of the probe, when the engine was scraped."""
     from tokenwatt.report.terminal import engine_table
-    from tokenwatt.result import ProbeSummary
 
-    table = engine_table(ProbeSummary.model_validate(data["summary"]), simulated=_simulated(data))
+    table = engine_table(result.probes[0], simulated=_simulated(result))
     if table is not None:
         console.print(table)
 
@@ -609,14 +550,14 @@ def _check_flags(
         raise SpecError("--max-requests must be at least 1")
 
 
-def _show(data: dict[str, Any], folder: Path) -> None:
-    if _simulated(data):
+def _show(result: BenchResult, folder: Path) -> None:
+    if _simulated(result):
         from tokenwatt.report.labels import SIMULATED_NOTE
 
         console.print(f"[bold magenta]{escape(SIMULATED_NOTE)}[/]", highlight=False)
-    console.print(summary_table(data))
-    _print_engine(data)
-    for w in data["warnings"]:
+    console.print(summary_table(result))
+    _print_engine(result)
+    for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
     files = ", ".join(sorted(f.name for f in folder.iterdir() if f.is_file()))
     console.print(f"wrote {folder}: {files}", soft_wrap=True, highlight=False)
@@ -678,7 +619,7 @@ def register(app: typer.Typer) -> None:
         workers: WorkersOption = None,
         ray: RayOption = None,
     ) -> None:
-        """Run one probe at one offered load; write result.json, probe.json, requests.jsonl."""
+        """Run one probe at one offered load; write result.json and requests.jsonl."""
         from tokenwatt.cli.options import Flags, build_spec
 
         peer = PeerFlags(
@@ -737,7 +678,7 @@ def run_probe_command(
 
     folder = choose_out_dir(out, spec.name, overwrite=overwrite)
     started_ns = time.time_ns()
-    data = run_async(
+    result = run_async(
         _probe(
             spec,
             rate=rate,
@@ -752,5 +693,5 @@ def run_probe_command(
     if overwrite:
         remove_stale(folder, started_ns)
     if not quiet:
-        _show(data, folder)
-    _exit_for(data)
+        _show(result, folder)
+    _exit_for(result)

@@ -9,10 +9,9 @@ from __future__ import annotations
 from tokenwatt.client.core import StreamClient
 from tokenwatt.client.openai import build_body, interpret
 from tokenwatt.client.sse import SSEError, SSEParser
-from tokenwatt.client.stamps import ClockInfo, kernel_stamps_available, take_clock_info
+from tokenwatt.client.stamps import kernel_stamps_available, take_clock_info
 
 __all__ = [
-    "ClockInfo",
     "SSEError",
     "SSEParser",
     "StreamClient",

@@ -32,7 +32,8 @@ from tokenwatt.client.openai import (
     model_ids,
     shorten,
 )
-from tokenwatt.client.stamps import ClockInfo, open_stamp_holder, take_clock_info, with_drift
+from tokenwatt.client.stamps import open_stamp_holder, take_clock_info, with_drift
+from tokenwatt.clock import ClientClock
 from tokenwatt.errors import SpecError, TargetError
 from tokenwatt.records import ErrorKind, RequestRecord
 from tokenwatt.spec import redact_text
@@ -130,7 +131,7 @@ class StreamClient:
 
     # ------------------------------------------------------------------ public
     @property
-    def clock(self) -> ClockInfo:
+    def clock(self) -> ClientClock:
         """How receive timestamps are taken (kernel or user) and the realtime→monotonic offset."""
         return self._clock
 

@@ -6,7 +6,7 @@ CLOCK_REALTIME. That is when the bytes reached this host, however late Python ge
 rest of the product uses CLOCK_MONOTONIC (``time.perf_counter_ns``), so each stamp is shifted by
 ``realtime − monotonic``, measured once per client from the tightest of many back-to-back
 (monotonic, realtime, monotonic) readings. Both clocks are slewed alike by NTP; only a step of the
-realtime clock during a run would move the offset, and ``ClockInfo.drift_ns`` (measured again at
+realtime clock during a run would move the offset, and ``ClientClock.drift_ns`` (measured again at
 close) shows whether one happened.
 """
 
@@ -16,8 +16,8 @@ import socket
 import struct
 import sys
 import time
-from dataclasses import dataclass, replace
-from typing import Literal
+
+from tokenwatt.clock import ClientClock
 
 # <asm-generic/socket.h>; Python's socket module does not export it. Other Linux ports (alpha,
 # mips, parisc, sparc) use different numbers, where the option fails and user stamps are used.
@@ -25,28 +25,6 @@ SO_TIMESTAMPNS = 35
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS
 TIMESPEC = struct.Struct("@qq")
 ANC_BUFSIZE = socket.CMSG_SPACE(TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
-
-
-@dataclass(frozen=True, slots=True)
-class ClockInfo:
-    """How this client's receive times were taken; recorded with every run."""
-
-    timestamp_source: Literal["kernel", "user"]
-    realtime_minus_monotonic_ns: int  # subtract from a kernel (realtime) stamp → perf_counter_ns
-    offset_uncertainty_ns: int  # half the narrowest (monotonic, realtime, monotonic) bracket
-    pairs: int  # readings the offset was chosen from
-    method: str
-    drift_ns: int | None = None  # offset at close − offset at start (None until closed)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "timestamp_source": self.timestamp_source,
-            "realtime_minus_monotonic_ns": self.realtime_minus_monotonic_ns,
-            "offset_uncertainty_ns": self.offset_uncertainty_ns,
-            "pairs": self.pairs,
-            "method": self.method,
-            "drift_ns": self.drift_ns,
-        }
 
 
 def measure_offset(pairs: int = 200) -> tuple[int, int]:
@@ -117,7 +95,7 @@ def enable_kernel_stamps(sock: socket.socket) -> bool:
     return True
 
 
-def take_clock_info(*, kernel: bool, pairs: int = 200) -> ClockInfo:
+def take_clock_info(*, kernel: bool, pairs: int = 200) -> ClientClock:
     offset, unc = measure_offset(pairs)
     if kernel:
         method = (
@@ -126,7 +104,7 @@ def take_clock_info(*, kernel: bool, pairs: int = 200) -> ClockInfo:
         )
     else:
         method = "perf_counter_ns taken in user space when each read returned (no kernel stamps)"
-    return ClockInfo(
+    return ClientClock(
         timestamp_source="kernel" if kernel else "user",
         realtime_minus_monotonic_ns=offset,
         offset_uncertainty_ns=unc,
@@ -135,6 +113,6 @@ def take_clock_info(*, kernel: bool, pairs: int = 200) -> ClockInfo:
     )
 
 
-def with_drift(info: ClockInfo, pairs: int = 200) -> ClockInfo:
+def with_drift(info: ClientClock, pairs: int = 200) -> ClientClock:
     offset, _ = measure_offset(pairs)
-    return replace(info, drift_ns=offset - info.realtime_minus_monotonic_ns)
+    return info.model_copy(update={"drift_ns": offset - info.realtime_minus_monotonic_ns})

@@ -102,6 +102,10 @@ def _probe(
     return ProbeSummary(
         index=index,
         rate_rps=run.rate_rps,
+        # the peer counts no schedule: counted is every request it ended (ok or failed)
+        counted_rate_rps=achieved + run.requests_failed / run.duration_s
+        if run.duration_s > 0
+        else achieved,
         achieved_rate_rps=achieved,
         output_tokens_per_s=run.output_tokens_per_s,
         itl_token_weighted_s=None if est is None else est.itl_s,

@@ -249,18 +249,19 @@ def _add_counts(summary: ProbeSummary, run: ProbeRun, spec: BenchSpec) -> None:
 
 def outcome_of(s: ProbeSummary) -> ProbeOutcome[ProbeSummary]:
     """The search's view of a probe: its verdict, whether it halts the search, and the
-    achieved rate with the number of arrivals behind it (the search places the verdict by
-    them, see ``bracket_rate``)."""
-    n = round(s.achieved_rate_rps * s.window_s) if s.window_s else None
+    rate the window really held (``counted_rate_rps``: arrivals, failures included) with the
+    number of arrivals behind it (the search places the verdict by them, see
+    ``bracket_rate``)."""
+    n = round(s.counted_rate_rps * s.window_s) if s.window_s else None
     d = s.slo_detail
-    rate = s.achieved_rate_rps if s.achieved_rate_rps > 0 else (s.rate_rps or 0.0)
+    rate = s.counted_rate_rps if s.counted_rate_rps > 0 else (s.rate_rps or 0.0)
     evidence = Evidence(rate, d.judged, d.misses) if d.judged and not s.interrupted else None
     return ProbeOutcome(
         s.slo_passed,
         d.reason,
         s,
         halt=_halt_of(s),
-        achieved_rps=s.achieved_rate_rps,
+        achieved_rps=s.counted_rate_rps,
         requests=n,
         evidence=evidence,
     )
@@ -324,7 +325,7 @@ def _with_interval(b: ProbeSummary, fit: BoundaryFit | None) -> ProbeSummary:
     with rate at the probe's own goodput per request/s (tokens per good request)."""
     if fit is None or fit.rate_rps is None:
         return b
-    per_rps = b.goodput_output_tokens_per_s / b.achieved_rate_rps if b.achieved_rate_rps else None
+    per_rps = b.goodput_output_tokens_per_s / b.counted_rate_rps if b.counted_rate_rps else None
     point = fit.rate_rps if fit.high_rps is not None else None
 
     def scale(r: float | None) -> float | None:

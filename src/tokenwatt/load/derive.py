@@ -21,6 +21,7 @@ from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import probe_steps, step_basis
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
+from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
@@ -29,6 +30,7 @@ from tokenwatt.result import (
     EnergySummary,
     EngineFigures,
     Mbu,
+    ProbeDetail,
     ProbeSummary,
     SloDetail,
     StepSummary,
@@ -37,7 +39,14 @@ from tokenwatt.simsettings import SpeculativeSettings
 from tokenwatt.spec import BenchSpec, EngineSection, ProbeSettings
 from tokenwatt.spec.hardware import HardwareSection
 
-__all__ = ["early_stop_for", "probe_flags", "probe_mbu", "probe_verdict", "summarize_probe"]
+__all__ = [
+    "early_stop_for",
+    "probe_detail",
+    "probe_flags",
+    "probe_mbu",
+    "probe_verdict",
+    "summarize_probe",
+]
 
 
 def early_stop_for(
@@ -279,6 +288,30 @@ def _run_figures(run: ProbeRun) -> dict[str, Any]:
     }
 
 
+# the run record's figures that ``metrics.latency`` computes (one list: the record's fields)
+_DETAIL_METRICS = tuple(k for k in ProbeDetail.model_fields if k in ProbeMetrics.model_fields)
+
+
+def probe_detail(run: ProbeRun, *, max_requests: int | None = None) -> ProbeDetail:
+    """The run's own record: how it was sent, how the window ended, the counts behind the
+    figures and the client's clock (what ``probe.json`` held before schema version 3)."""
+    m = run.metrics
+    return ProbeDetail(
+        arrival=run.arrival,
+        prompt_format=str(run.prompt_format),
+        max_requests=max_requests,
+        started_ns=run.started_ns,
+        ended_ns=run.ended_ns,
+        drain_s=max(0, run.ended_ns - run.window_end_ns) / 1e9,
+        stopped_early=run.stopped_early,
+        drain_timeouts=run.drain_timeouts,
+        error_stopped=run.error_stopped,
+        clock=run.clock,
+        connections={k: int(v) for k, v in run.client_stats.items()},
+        **{k: getattr(m, k) for k in _DETAIL_METRICS},
+    )
+
+
 def summarize_probe(
     *,
     index: int,
@@ -293,6 +326,7 @@ def summarize_probe(
     phase: str | None = None,
     engine_window: ProbeEngine | None = None,
     engine_series_file: str | None = None,
+    max_requests: int | None = None,
 ) -> ProbeSummary:
     """One probe's figures and verdict, in the result's shape (no geometry: no MBU); with
     ``engine_window`` the engine's own figures beside the client's (``load.engine_probe``)."""
@@ -306,7 +340,8 @@ def summarize_probe(
     return ProbeSummary(
         index=index,
         rate_rps=run.rate_rps,
-        achieved_rate_rps=_or0(m.offered_requests_per_s),
+        counted_rate_rps=_or0(m.counted_requests_per_s),
+        achieved_rate_rps=_or0(m.achieved_requests_per_s),
         output_tokens_per_s=_or0(m.output_tokens_per_s),
         itl_token_weighted_s=m.itl_token_weighted_s,
         batch_per_replica=None if mbu is None else mbu.inputs.batch_per_replica,
@@ -353,4 +388,5 @@ def summarize_probe(
             price_per_kwh=spec.hardware.price_per_kwh,
         ),
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
+        run=probe_detail(run, max_requests=max_requests),
     )

@@ -84,9 +84,9 @@ class ProbeMetrics(BaseModel):
     requests_cancelled: int  # counted and cancelled by the client (not failures)
     errors_by_kind: dict[str, int]  # counted failures by error kind
     # rates
-    target_requests_per_s: float | None  # the rate asked for (None: closed loop)
-    offered_requests_per_s: float | None  # counted / window (what the client actually offered)
-    achieved_requests_per_s: float | None  # counted successes / window
+    offered_requests_per_s: float | None  # offered: the rate asked for (None: closed loop)
+    counted_requests_per_s: float | None  # counted: requests scheduled in the window / window
+    achieved_requests_per_s: float | None  # achieved: counted successes / window
     output_tokens: int  # tokens received inside the window (every request of the probe)
     output_tokens_per_s: float | None  # T = output_tokens / window
     counted_output_tokens: int  # Σ n over counted requests (what they delivered, ever)
@@ -248,8 +248,8 @@ def compute_probe_metrics(
         requests_failed=len(failed),
         requests_cancelled=len(counted) - len(judged),
         errors_by_kind=dict(sorted(Counter(r.error_kind or "unknown" for r in failed).items())),
-        target_requests_per_s=target_rate_rps,
-        offered_requests_per_s=_rate(len(counted), window_s),
+        offered_requests_per_s=target_rate_rps,
+        counted_requests_per_s=_rate(len(counted), window_s),
         achieved_requests_per_s=_rate(len(ok), window_s),
         output_tokens=tokens,
         output_tokens_per_s=_rate(tokens, window_s),

@@ -154,6 +154,7 @@ def compute_mbu(
         kv_bytes_per_output_token=float(kv_bytes_per_output_token),
         kv_bytes_per_s=kv_per_s,
         bytes_per_s=total,
+        headline_bytes_per_s=total,
         node_bandwidth_bytes_per_s=node_bw,
         estimated_idle_fraction=idle,
         **geometry_fields(geometry),
@@ -296,7 +297,12 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
             "prefill_only": (regime.prefill_only_fraction or 0.0) > IDLE_NOTE_FRACTION,
         }
     )
-    inputs = i.model_copy(update={"mixed_steps": mix})
+    inputs = i.model_copy(
+        update={
+            "mixed_steps": mix,
+            "headline_bytes_per_s": mix.weight_bytes_per_s + i.kv_bytes_per_s,
+        }
+    )
     update: dict[str, object] = {"flags": flags, "inputs": inputs, "notes": notes + flags.notes()}
     if mix.over_slot_limit:
         update.update(mbu=None, mbu_weights=None, mbu_kv=None)

@@ -72,7 +72,7 @@ def geometry_fields(geometry: ModelGeometry) -> dict[str, Any]:
         "moe_layers": geometry.moe_layers if geometry.is_moe else 0,
         "dense_weight_bytes": float(geometry.dense_weight_bytes),
         "expert_bytes": float(geometry.expert_bytes),
-        "kv_bytes_per_token": float(geometry.kv_bytes_per_token_full_context),
+        "kv_bytes_per_token_full_context": float(geometry.kv_bytes_per_token_full_context),
     }
 
 
@@ -145,6 +145,7 @@ def speculative_mbu(
         kv_bytes_per_output_token=float(kv_bytes_per_output_token),
         kv_bytes_per_s=kv_per_s + draft_kv,
         bytes_per_s=total,
+        headline_bytes_per_s=total,
         node_bandwidth_bytes_per_s=node,
         estimated_idle_fraction=math.exp(-b),
         speculation=spec,

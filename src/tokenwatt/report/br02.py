@@ -38,7 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokenwatt import __version__
-from tokenwatt.metrics.latency import counted_records, e2e_s, tpot_s, ttft_s
+from tokenwatt.metrics.latency import counted_records, e2e_s, in_window_tokens, tpot_s, ttft_s
 from tokenwatt.metrics.stats import interpolated_quantile
 from tokenwatt.records import RequestRecord
 
@@ -263,6 +263,7 @@ class ProbeFigures:
     stage: int = 0  # the probe's number in the run
     source: Literal["random", "sampled"] = "random"  # synthetic prompts or a dataset/trace
     output_tokens_per_s: float | None = None  # T from result.json (tokens inside the window)
+    achieved_rate_rps: float | None = None  # achieved: counted successes ÷ window
 
     @classmethod
     def from_records(
@@ -276,8 +277,15 @@ class ProbeFigures:
     ) -> ProbeFigures:
         """A probe's figures from its records: those scheduled in the window, as the metrics
         count them; ``start`` is the window's start as a UTC date-time; ``kw`` sets the rest
-        (rate_rps, concurrency, stage, source)."""
+        (rate_rps, concurrency, stage, source). T and the achieved rate are the result's
+        definitions (tokens received inside the window, counted successes, each ÷ window)
+        unless given."""
         counted = counted_records(records, window_start_ns, window_end_ns)
+        window_s = (window_end_ns - window_start_ns) / 1e9
+        if window_s > 0:
+            tokens = in_window_tokens(records, window_start_ns, window_end_ns)
+            kw.setdefault("output_tokens_per_s", tokens / window_s)
+            kw.setdefault("achieved_rate_rps", sum(1 for r in counted if r.ok) / window_s)
         done = [r for r in counted if r.ok and ttft_s(r) is not None and e2e_s(r) is not None]
         gaps = [(b - a) / 1e9 for r in done for a, b in itertools.pairwise(r.chunk_ns)]
         return cls(
@@ -321,9 +329,10 @@ def _aggregate(f: ProbeFigures) -> dict[str, Any]:
     ttft = np.asarray(f.ttft_s, dtype=float)
     ntpot = lat[n_out > 0] / n_out[n_out > 0]
     d = f.duration_s
-    # T: tokens received inside the window (the figure result.json defines), where known; the
-    # fallback counts every output token of the completed counted requests
+    # T and the achieved rate as result.json defines them (from_records fills both); figures
+    # built by hand without them fall back to the completed requests' tokens and count
     out_rate = f.output_tokens_per_s if f.output_tokens_per_s is not None else n_out.sum() / d
+    achieved = f.achieved_rate_rps if f.achieved_rate_rps is not None else len(n_out) / d
     return {
         "requests": {
             "total": len(n_out) + f.failures + f.incomplete,
@@ -343,7 +352,7 @@ def _aggregate(f: ProbeFigures) -> dict[str, Any]:
             "input_token_rate": _rate(n_in.sum(), d, "tokens/s"),
             "output_token_rate": {"units": "tokens/s", "mean": float(out_rate)},
             "total_token_rate": {"units": "tokens/s", "mean": float(n_in.sum() / d + out_rate)},
-            "request_rate": _rate(len(n_out), d, "queries/s"),
+            "request_rate": {"units": "queries/s", "mean": float(achieved)},
         },
     }
 

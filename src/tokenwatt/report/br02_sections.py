@@ -48,7 +48,7 @@ def _stack(result: BenchResult, engine_name: str | None) -> list[dict[str, Any]]
     hw = result.spec.hardware
     sim = result.target is not None and result.target.kind == "sim"
     tool = "tokenwatt-sim" if sim else (engine_name or "unknown")
-    model = (result.target.model if result.target else None) or result.geometry.name
+    model = (result.target.model if result.target else None) or result.model_name
     native = {
         "hardware": hw.model_dump(mode="json"),
         "model": result.spec.model.model_dump(mode="json"),
@@ -64,7 +64,7 @@ def _stack(result: BenchResult, engine_name: str | None) -> list[dict[str, Any]]
                 "replicas": hw.replicas,
                 "model": {"name": model},
                 "accelerator": {
-                    "model": result.accelerator.display_name,
+                    "model": result.accelerator_name,
                     "count": result.gpus,
                     "parallelism": {"tp": max(1, result.gpus // hw.replicas), "dp": hw.replicas},
                 },

@@ -78,7 +78,7 @@ def _lateness(result: BenchResult) -> list[Check]:
     late: list[tuple[ProbeSummary, float]] = []
     for p in result.probes:
         s = p.send_lateness_s
-        if s is not None and s.p99 is not None and sent_late(s.p99, p.achieved_rate_rps):
+        if s is not None and s.p99 is not None and sent_late(s.p99, p.counted_rate_rps):
             late.append((p, s.p99))
     if not late:
         return []

@@ -117,10 +117,12 @@ def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint,
 
 
 def _quantile(metric: Literal["ttft", "tpot"]) -> Callable[[BenchResult], float | None]:
-    """The metric at the boundary, at each run's own SLO quantile."""
+    """The metric at the boundary (a probe's folder: its probe), at each run's own SLO
+    quantile."""
 
     def get(r: BenchResult) -> float | None:
-        return r.boundary.latency_at(metric, r.slo.percentile) if r.boundary else None
+        h = r.headline_probe
+        return h.latency_at(metric, r.slo.percentile) if h else None
 
     return get
 
@@ -132,29 +134,43 @@ def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..
             "output tok/s",
             "tokens_per_s",
             "higher",
-            lambda r: r.boundary.goodput_output_tokens_per_s if r.boundary else None,
+            lambda r: h.goodput_output_tokens_per_s if (h := r.headline_probe) else None,
         ),
         (
             "goodput per GPU",
             "output tok/s",
             "tokens_per_s",
             "higher",
-            lambda r: r.boundary.goodput_output_tokens_per_s_per_gpu if r.boundary else None,
+            lambda r: h.goodput_output_tokens_per_s_per_gpu if (h := r.headline_probe) else None,
         ),
         (
             "tokens per joule",
             "tok/J",
             "float",
             "higher",
-            lambda r: r.boundary.tokens_per_joule if r.boundary else None,
+            lambda r: h.tokens_per_joule if (h := r.headline_probe) else None,
         ),
-        ("MBU", "", "fraction", "higher", lambda r: r.boundary.mbu if r.boundary else None),
+        ("MBU", "", "fraction", "higher", lambda r: h.mbu if (h := r.headline_probe) else None),
         (
             "boundary rate",
+            "req/s offered",
+            "rate",
+            "higher",
+            lambda r: h.rate_rps if (h := r.headline_probe) else None,
+        ),
+        (
+            "achieved rate",
             "req/s",
             "rate",
             "higher",
-            lambda r: r.boundary.rate_rps if r.boundary else None,
+            lambda r: h.achieved_rate_rps if (h := r.headline_probe) else None,
+        ),
+        (
+            "T",
+            "output tok/s",
+            "tokens_per_s",
+            "higher",
+            lambda r: h.output_tokens_per_s if (h := r.headline_probe) else None,
         ),
         (f"TTFT {q_label}", "at boundary", "seconds", "lower", _quantile("ttft")),
         (f"TPOT {q_label}", "at boundary", "seconds", "lower", _quantile("tpot")),
@@ -163,6 +179,8 @@ def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..
 
 def _model_key(r: BenchResult) -> str:
     g = r.geometry
+    if g is None:
+        return f"{r.model_name} (no geometry)"
     return f"{g.name} ({g.weight_dtype} weights, {g.kv_dtype} KV)"
 
 
@@ -172,7 +190,7 @@ def _slo_key(r: BenchResult) -> str:
 
 _CHECKED: tuple[tuple[str, Callable[[BenchResult], str]], ...] = (
     ("models", _model_key),
-    ("accelerators", lambda r: r.accelerator.name),
+    ("accelerators", lambda r: r.accelerator.name if r.accelerator else r.accelerator_name),
     ("GPU counts", lambda r: str(r.gpus)),
     ("replicas", lambda r: str(r.replicas)),
     ("SLOs", _slo_key),

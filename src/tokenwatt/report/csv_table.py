@@ -38,7 +38,7 @@ class ProbeRow:
     completed: int
     failures: int
     duration_s: float
-    requests_rps: float
+    achieved_rps: float
     input_tok_s: float
     output_tok_s: float
     output_tok_s_per_gpu: float | None
@@ -80,7 +80,11 @@ def probe_row(
     lat = np.asarray(f.latency_s, dtype=float)
     ttft = np.asarray(f.ttft_s, dtype=float)
     tpot = np.asarray(f.tpot_s, dtype=float)
-    out_tok_s = float(n_out.sum()) / f.duration_s
+    out_tok_s = (
+        f.output_tokens_per_s
+        if f.output_tokens_per_s is not None
+        else float(n_out.sum()) / f.duration_s
+    )
     tpot_p50 = _pct(tpot, 50)
     return ProbeRow(
         stage=f.stage,
@@ -89,7 +93,9 @@ def probe_row(
         completed=len(n_out),
         failures=f.failures,
         duration_s=f.duration_s,
-        requests_rps=len(n_out) / f.duration_s,
+        achieved_rps=(
+            f.achieved_rate_rps if f.achieved_rate_rps is not None else len(n_out) / f.duration_s
+        ),
         input_tok_s=float(np.sum(f.input_tokens)) / f.duration_s,
         output_tok_s=out_tok_s,
         output_tok_s_per_gpu=out_tok_s / gpus if gpus else None,

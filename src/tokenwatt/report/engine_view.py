@@ -49,7 +49,7 @@ def _agreement_row(a: EngineAgreement) -> EngineRow:
             diff, verdict)  # fmt: skip
 
 
-MBU_ROW_NOTE = "the seed's formula on each side's B and s"
+MBU_ROW_NOTE = "(R·s·W(B) + KV/s) ÷ bandwidth on each side's own B and s; not the headline"
 
 
 def engine_rows(p: ProbeSummary) -> list[EngineRow]:
@@ -58,11 +58,12 @@ def engine_rows(p: ProbeSummary) -> list[EngineRow]:
     if e is None or e.unavailable is not None:
         return []
     rows = [_agreement_row(a) for a in e.agreements]
-    # like with like: the engine's figure is the seed's decode-only formula with its own B
-    # and s, so it stands beside the client's decode-only figure, not the headline (which
-    # adds the bytes of mixed prefill steps: 44.9 % against 40.0 % in the demo, B and s equal)
-    client = p.mbu_detail.mbu_decode_only if p.mbu_detail is not None else None
-    rows.append(("MBU, decode-only", fmt_pct(client), fmt_pct(e.mbu), DASH, MBU_ROW_NOTE))
+    # like with like: the engine's figure is the seed's literal formula on its own B and s,
+    # so it stands beside the same formula on the client's B and s (Mbu.seed_mbu), neither
+    # the headline (mixed-step bytes, busy share) nor the decode-only figure (the batch from
+    # decode intervals), which each differ from it by more than B's and s's disagreement
+    client = p.mbu_detail.seed_mbu if p.mbu_detail is not None else None
+    rows.append(("MBU, seed formula", fmt_pct(client), fmt_pct(e.mbu), DASH, MBU_ROW_NOTE))
     for label, v in (
         ("requests finished", e.requests_finished),
         ("running (mean)", e.running_mean),

@@ -57,6 +57,7 @@ def probe_figures(result: BenchResult, probe: ProbeSummary, out_dir: Path) -> Pr
         rate_rps=request_rate_qps(probe),
         concurrency=probe.concurrency,
         output_tokens_per_s=probe.output_tokens_per_s,
+        achieved_rate_rps=probe.achieved_rate_rps,
         stage=probe.index,
         source="sampled" if sampled else "random",
     )

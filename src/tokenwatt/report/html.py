@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.hardware import Accelerator
 from tokenwatt.report import plots
 from tokenwatt.report.checks import self_checks
 from tokenwatt.report.engine_view import ENGINE_HEADER, engine_probe, engine_rows
@@ -40,6 +41,7 @@ from tokenwatt.report.labels import (
     power_mark,
 )
 from tokenwatt.report.mbu_text import (
+    HEADLINE_NUMERATOR,
     mbu_figures_text,
     mbu_missing_reason,
     mbu_notes,
@@ -322,6 +324,8 @@ def _mbu_inputs(r: BenchResult, p: ProbeSummary) -> str:
             f"{i.gpus} GPU(s), {bandwidth_provenance(r.accelerator)}",
         ),
     ]
+    if i.headline_bytes_per_s is not None:  # files before schema 3 lack it
+        rows.append(("numerator", fmt_bytes_per_s(i.headline_bytes_per_s), HEADLINE_NUMERATOR))
     table = _table(
         ["input", "value", "meaning"],
         [[_e(a), _e(b), _e(c)] for a, b, c in rows],
@@ -362,9 +366,8 @@ def _kv_rows(pairs: Iterable[tuple[str, object]]) -> list[list[str]]:
     return [[_e(k), _e(DASH if v is None else v)] for k, v in pairs]
 
 
-def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
+def _inputs(r: BenchResult, geometry: ModelGeometry, acc: Accelerator) -> str:
     g = geometry
-    acc = r.accelerator
     model = _kv_rows(
         [
             ("model", g.name),
@@ -376,7 +379,7 @@ def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
             ("weight / KV dtype", f"{g.weight_dtype} / {g.kv_dtype}"),
             ("dense weight bytes/step", fmt_bytes(g.dense_weight_bytes)),
             ("bytes per expert", fmt_bytes(g.expert_bytes) if g.is_moe else DASH),
-            ("KV bytes per token", fmt_bytes(g.kv_bytes_per_token_full_context)),
+            ("KV bytes/token, full-context layers", fmt_bytes(g.kv_bytes_per_token_full_context)),
         ]
     )
     s = r.search
@@ -435,9 +438,44 @@ def _json_script(data: Any) -> str:
     return f'<script type="application/json" id="result-json">{text}</script>'
 
 
+def _geometry_sections(result: BenchResult, b: ProbeSummary | None) -> list[str]:
+    """MBU and distinct experts, drawn from the geometry; a line saying why where the run
+    has none (a probe of an endpoint whose config.json could not be read)."""
+    geometry = result.geometry
+    if geometry is None:
+        why = result.mbu_unavailable or "no model geometry in this result"
+        return [_section("mbu", "MBU", f"<p>Not derived: {_e(why)}</p>")]
+    parts: list[str] = []
+    m = _mark(result)
+    mbu_title = "MBU at the boundary" if b is not None else "MBU (no boundary)"
+    parts.append(
+        _section(
+            "mbu",
+            mbu_title,
+            _figure(
+                plots.mbu_plot(result, geometry),
+                "MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth). Left: per probe, shaded "
+                "bar = weights part. Right: W(B) from the geometry, probes marked.",
+                m,
+            )
+            + (_mbu_inputs(result, b) if b is not None else ""),
+        )
+    )
+    if geometry.is_moe:
+        experts = _figure(
+            plots.experts_plot(result, geometry),
+            "Uniform routing is an upper bound on distinct experts: real, skewed routing "
+            "touches fewer at small batch, so MBU reads high there.",
+            m,
+        )
+    else:
+        experts = "<p>Dense model: every weight is read every step, W(B) is constant.</p>"
+    parts.append(_section("experts", "Expected distinct experts against batch", experts))
+    return parts
+
+
 def render_html(result: BenchResult) -> str:
     """The whole report as one HTML string."""
-    geometry = result.geometry
     q = fmt_quantile(result.slo.percentile)
     b = result.boundary
     m = _mark(result)
@@ -468,30 +506,7 @@ def render_html(result: BenchResult) -> str:
             ),
         )
     )
-    mbu_title = "MBU at the boundary" if b is not None else "MBU (no boundary)"
-    parts.append(
-        _section(
-            "mbu",
-            mbu_title,
-            _figure(
-                plots.mbu_plot(result, geometry),
-                "MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth). Left: per probe, shaded "
-                "bar = weights part. Right: W(B) from the geometry, probes marked.",
-                m,
-            )
-            + (_mbu_inputs(result, b) if b is not None else ""),
-        )
-    )
-    if geometry.is_moe:
-        experts = _figure(
-            plots.experts_plot(result, geometry),
-            "Uniform routing is an upper bound on distinct experts: real, skewed routing "
-            "touches fewer at small batch, so MBU reads high there.",
-            m,
-        )
-    else:
-        experts = "<p>Dense model: every weight is read every step, W(B) is constant.</p>"
-    parts.append(_section("experts", "Expected distinct experts against batch", experts))
+    parts += _geometry_sections(result, b)
     power_svg = plots.power_plot(result)
     power = (
         _figure(power_svg, _power_caption(result), m)
@@ -502,7 +517,8 @@ def render_html(result: BenchResult) -> str:
     parts.append(_probes(result))
     parts.append(_single_stream(result))
     parts.append(_engine(result))
-    parts.append(_inputs(result, geometry))
+    if result.geometry is not None and result.accelerator is not None:
+        parts.append(_inputs(result, result.geometry, result.accelerator))
     spec_text = json.dumps(result.spec.model_dump(mode="json"), indent=2, ensure_ascii=False)
     parts.append(_section("spec", "Spec (secrets removed)", f"<pre>{_e(spec_text)}</pre>"))
     return _page(result, parts)

@@ -51,8 +51,8 @@ def describe_slo(slo: SloSettings) -> str:
 def describe_run(result: BenchResult) -> str:
     """``name · model on N × accelerator (R replicas)``, and ``SIMULATED`` where the built-in
     simulator served it: a screenshot must not read like a real H100 measurement."""
-    model = result.geometry.name
-    acc = result.accelerator.display_name or result.accelerator.name
+    model = result.model_name
+    acc = result.accelerator_name
     replicas = "1 replica" if result.replicas == 1 else f"{result.replicas} replicas"
     if result.simulated:
         node = f"{result.gpus} × {acc} ({replicas}, tokenwatt sim)"
@@ -71,7 +71,11 @@ def power_mark(energy: EnergySummary | None) -> str:
     return "modelled" if energy.is_modelled else ""
 
 
-def bandwidth_provenance(accelerator: Accelerator) -> str:
+def bandwidth_provenance(accelerator: Accelerator | None) -> str:
     """``rated`` for a datasheet's bandwidth; for one measured on this machine (``tokenwatt
-    hardware --measure``) its source: when, how, and how much the runs varied."""
-    return accelerator.source if accelerator.confidence == "measured" else "rated"
+    hardware --measure``) its source: when, how, and how much the runs varied. A result with
+    no accelerator record (schema 3: a probe whose config.json could not be read) has no MBU,
+    so this is never asked of it; ``rated`` keeps the type honest."""
+    if accelerator is not None and accelerator.confidence == "measured":
+        return accelerator.source
+    return "rated"

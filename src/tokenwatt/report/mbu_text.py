@@ -12,11 +12,15 @@ from tokenwatt.result import Mbu
 
 __all__ = [
     "FLAG_DIRECTION",
+    "HEADLINE_NUMERATOR",
     "mbu_figures_text",
     "mbu_missing_reason",
     "mbu_notes",
     "raised_flags",
 ]
+
+# The meaning of ``MbuInputs.headline_bytes_per_s`` in every view's inputs table.
+HEADLINE_NUMERATOR = "the headline's bytes/s: MBU = this ÷ N·BW (R·s·W(B) + KV/s is the seed's)"
 
 # Each MbuFlags field and which way it moves the printed figure (or why there is none).
 FLAG_DIRECTION: dict[str, str] = {

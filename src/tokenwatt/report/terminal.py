@@ -39,7 +39,12 @@ from tokenwatt.report.labels import (
     describe_slo,
     power_mark,
 )
-from tokenwatt.report.mbu_text import mbu_figures_text, mbu_notes, raised_flags
+from tokenwatt.report.mbu_text import (
+    HEADLINE_NUMERATOR,
+    mbu_figures_text,
+    mbu_notes,
+    raised_flags,
+)
 from tokenwatt.result import BenchResult, ProbeSummary
 
 if TYPE_CHECKING:
@@ -63,11 +68,17 @@ __all__ = [
 
 
 def rate_text(p: ProbeSummary) -> str:
-    """The offered rate with the achieved one beside it: Poisson noise in a short window
-    moves the achieved rate by several percent, and the boundary is only as exact as that."""
+    """The offered rate with the counted and achieved ones beside it: Poisson noise in a short
+    window moves the counted rate by several percent (the boundary is only as exact as that),
+    and failures take the achieved rate (successes ÷ window) below it; counted is named only
+    where it differs from achieved at the printed precision (a failure or a cancel)."""
+    counted, achieved = fmt_float(p.counted_rate_rps), fmt_float(p.achieved_rate_rps)
+    held = (
+        f"{achieved} achieved" if counted == achieved else f"{counted} counted, {achieved} achieved"
+    )
     if p.rate_rps is None:
-        return fmt_rate(p.achieved_rate_rps)
-    return f"{fmt_rate(p.rate_rps)} offered, {fmt_float(p.achieved_rate_rps)} achieved"
+        return f"{fmt_rate(p.achieved_rate_rps)} achieved"
+    return f"{fmt_rate(p.rate_rps)} offered, {held}"
 
 
 def energy_text(p: ProbeSummary) -> str:
@@ -230,6 +241,8 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
             + bandwidth_provenance(result.accelerator),
         ),
     ]
+    if i.headline_bytes_per_s is not None:  # files before schema 3 lack it
+        rows.append(("numerator", fmt_bytes_per_s(i.headline_bytes_per_s), HEADLINE_NUMERATOR))
     for name, value, meaning in rows:
         t.add_row(Text(name), Text(value), Text(meaning))
     label = "boundary" if p is result.boundary else f"probe {p.index}"
