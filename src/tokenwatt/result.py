@@ -73,6 +73,8 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         interval); search phases ``fit`` and ``check``, stop reason ``changed``, ``drift``
         (the confirmation and re-test after the search) and ``start`` (how the first rate
         was found).
+        (issue 21, additive, optional) ``load_generator.per_worker[].exit_code``: a worker
+        process's exit status (the sender returns this type directly; None before).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -549,7 +551,7 @@ class SessionStats(_Strict):
 
 
 class WorkerKeepUp(_Strict):
-    """One sending process's keep-up over a probe (``load.workers.WorkerStats``)."""
+    """One sending process's keep-up over a probe (``load.send.figures.worker_stats``)."""
 
     worker: int
     core: int | None = Field(None, description="the core it was pinned to")
@@ -562,6 +564,9 @@ class WorkerKeepUp(_Strict):
     events: int = 0
     exact_share: float | None = Field(None, description="events alone in their read")
     cause: str | None = Field(None, description="why it ended early, if it did")
+    exit_code: int | None = Field(
+        None, description="its process's exit status (None: still running, or a Ray actor)"
+    )
     node_id: str | None = Field(None, description="a Ray actor's node (None: a local process)")
     clock_offset_ns: int | None = Field(
         None,
