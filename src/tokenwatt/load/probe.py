@@ -34,7 +34,9 @@ Timeline (monotonic ns)::
   ``_SATURATED_MIN_LATE`` late sends or while held at the cap, cannot offer the load asked
   for (one stall of the whole process is caught up on instead): the probe stops there,
   marked ``saturated`` (the load generator's limit, not the server's; the
-  SLO judge never calls that a pass or an SLO failure).
+  SLO judge never calls that a pass or an SLO failure). The cap and that rule belong to the
+  sender (``load.send.base``: one rule for this process, worker processes and Ray actors);
+  the probe hands each request over at its slot and stops when the sender says so.
 * A broken endpoint stops the probe too: once at least ``_ERROR_STOP_MIN`` requests have
   ended and their transport/server errors (``metrics.slo.BROKEN_ENDPOINT_KINDS``) are clearly
   over ``slo.max_error_rate`` (the early stop's binomial test), the window closes there

@@ -32,10 +32,9 @@ def open_sender(
 ) -> Sender:
     """The sender of one probe (the module doc); a ``SpecError`` naming the field and the fix
     where the spec asks for senders that cannot send this probe."""
-    local = LocalSender(client, ignore_eos=spec.workload.ignore_eos)
     n, ray = settings.workers, settings.ray
     if (n == 1 and ray is None) or isinstance(schedule, ClosedLoop):
-        return local
+        return LocalSender(client, ignore_eos=spec.workload.ignore_eos)
     field = "search.probe.ray" if ray is not None else "search.probe.workers > 1"
     fix = "drop ray" if ray is not None else "set workers: 1"
     if isinstance(schedule, SessionSource):
@@ -53,4 +52,4 @@ def open_sender(
         limit = clock_limit_ns([spec.slo.ttft_ms, spec.slo.tpot_ms])
         return RayLivePool(n, cfg, address=ray, late_send_s=LATE_SEND_S, clock_limit_ns=limit)
     pool = LivePool(n, cfg, late_send_s=LATE_SEND_S)
-    return local if pool.n == 1 else pool
+    return LocalSender(client, ignore_eos=spec.workload.ignore_eos) if pool.n == 1 else pool
