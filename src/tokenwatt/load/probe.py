@@ -197,6 +197,9 @@ class ProbeRun:
 
 
 class _Probe:
+    """One probe's window rules and schedule; how its requests leave is the ``sender``'s
+    (``load.send``), so nothing here depends on processes, actors or tasks."""
+
     def __init__(
         self,
         *,
