@@ -43,7 +43,7 @@ with threaded(FaultServer(metrics={mode!r})) as srv:
     w = sc.stop()
 t = w.generated_tokens_per_s
 done(f"unavailable={{(w.unavailable or '')[:70]!r}} engine T={{t}} "
-     f"warnings={{len(getattr(w, 'warnings', ()))}}")
+     f"warnings={{len(sc.warnings)}}")
 """
 
 _GGUF = """

@@ -12,7 +12,8 @@ from rich.console import Console
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.compare import compare_results, load_runs
-from tokenwatt.report.terminal import comparison_view
+from tokenwatt.report.compare_view import comparison_view
+from tokenwatt.report.labels import SIMULATED_NOTE
 from tokenwatt.result import BenchResult
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
@@ -75,7 +76,7 @@ def test_differences_that_break_like_for_like_are_named() -> None:
         "runs differ in replicas (a: 2; b: 4): differences are not like for like",
         "runs differ in SLOs (a: p99 TTFT ≤ 500 ms, p99 TPOT ≤ 60 ms; "
         "b: p99 TTFT ≤ 500 ms, p99 TPOT ≤ 40 ms): differences are not like for like",
-        "runs differ in workloads (see each run's spec.workload): "
+        "runs differ in workloads (workload.output_tokens.value: a 256; b 512): "
         "differences are not like for like",
     )
 
@@ -153,3 +154,78 @@ def test_pareto_points_and_frontier_by_hand() -> None:
     Console(file=buf, width=120).print(comparison_view(c))
     text = buf.getvalue()
     assert "Pareto frontier" in text and "★ b" in text and "★ a" in text
+
+
+def test_simulator_settings_alone_are_named_not_like_for_like() -> None:
+    """Two simulated runs that differ only in sim.efficiency: the goodput change is the
+    simulator's setting, and compare says so (issue 21: +178 % with no line before)."""
+    a, b = _data(), _data()
+    b["spec"]["sim"]["efficiency"] = 0.25
+    b["boundary"]["goodput_output_tokens_per_s"] *= 2.78
+    c = compare_results([("a", _result(a)), ("b", _result(b))])
+    assert c.warnings == (
+        "runs differ in simulator settings (sim.efficiency: a 0.5; b 0.25): "
+        "differences are not like for like",
+    )
+    assert c.simulated == (True, True)
+
+
+def test_spec_diff_names_each_section_once_and_skips_the_endpoint() -> None:
+    a, b = _data(), _data()
+    b["spec"]["endpoint"]["api"] = "chat"  # the endpoint is the system under test: no line
+    b["spec"]["search"]["max_probes"] = 7
+    b["spec"]["search"]["precision"] = 0.02
+    b["spec"]["slo"]["max_error_rate"] = 0.01
+    b["spec"]["hardware"]["gpus"] = 4  # named by the GPU-count check, not twice
+    b["gpus"] = 4
+    c = compare_results([("a", _result(a)), ("b", _result(b))])
+    assert c.warnings == (
+        "runs differ in GPU counts (a: 2; b: 4): differences are not like for like",
+        "runs differ in SLO settings (slo.max_error_rate: a 0.05; b 0.01): "
+        "differences are not like for like",
+        "runs differ in search settings (search.max_probes: a 20; b 7 | search.precision: "
+        "a 0.05; b 0.02): differences are not like for like",
+    )
+    # an endpoint run's sim section served nothing: not compared; what served them is
+    b["target"] = {"kind": "endpoint", "base_url": "http://127.0.0.1:9/v1"}
+    b["spec"]["sim"]["efficiency"] = 0.9
+    c = compare_results([("a", _result(a)), ("b", _result(b))])
+    assert c.warnings[0] == (
+        "runs differ in what served them (a: tokenwatt simulator; b: an endpoint): "
+        "simulated figures are not measured"
+    )
+    assert not any("simulator settings" in w for w in c.warnings)
+    assert c.simulated == (True, False)
+
+
+def test_simulated_runs_are_marked_in_the_comparison_view() -> None:
+    a, b = _data(), _data()
+    b["target"] = {"kind": "endpoint", "base_url": "http://127.0.0.1:9/v1"}
+    c = compare_results([("sim-run", _result(a)), ("real-run", _result(b))])
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(comparison_view(c))
+    lines = buf.getvalue().splitlines()
+    header = next(line for line in lines if "sim-run" in line and "real-run" in line)
+    assert "sim-run (base) SIMULATED" in header and "real-run SIMULATED" not in header
+    # under both tables, the one wording; every Pareto row of the simulated run is marked
+    note = f"sim-run: {SIMULATED_NOTE}"[:60]
+    assert sum(note in x for x in lines) == 2
+    rows = [x for x in lines if x.lstrip("★ ").startswith(("sim-run ", "real-run "))]
+    assert rows and all(("SIMULATED" in x) == ("sim-run" in x) for x in rows)
+
+
+def test_pareto_frontier_is_drawn_over_passing_probes_only() -> None:
+    # a/1 (1000/GPU at 50 tok/s/user), a/2 (3000 at 20); b/1 (2000 at 100) would beat a/1 on
+    # both axes but failed the SLO; b/2 (900 at 25) is beaten by a/1
+    a = _with_points([(1000, 0.020), (3000, 0.050)], gpus=1)
+    b = _with_points([(2000, 0.010), (900, 0.040)], gpus=1)
+    b.probes[0].slo_passed = False
+    c = compare_results([("a", a), ("b", b)])
+    starred = {(p.label, p.probe_index) for p in c.pareto if p.on_frontier}
+    assert starred == {("a", 1), ("a", 2)}
+    failed = next(p for p in c.pareto if (p.label, p.probe_index) == ("b", 1))
+    assert not failed.on_frontier and not failed.slo_passed
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(comparison_view(c))
+    row = next(x for x in buf.getvalue().splitlines() if "fail" in x.split()[-1:])
+    assert "★" not in row

@@ -9,6 +9,7 @@ from test_metrics_energy import report, scope
 from tokenwatt.load.energy_window import activity_intervals, in_window_prompt_tokens
 from tokenwatt.metrics.energy import energy_metrics
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import EnergyAudit
 
 S = 1_000_000_000
 
@@ -46,7 +47,9 @@ def test_joules_per_total_token_by_hand() -> None:
     audit = {"source": "nvml", "scope": "gpu", "method": "energy_counter", "gpus_only": True,
              "window_s": 10.0, "samples_in_window": 100, "expected_period_s": 0.1,
              "valid": True, "verdict": "valid"}  # fmt: skip
-    m = energy_metrics(rep, output_tokens=1000, input_tokens=5000, audit=[audit])
+    m = energy_metrics(
+        rep, output_tokens=1000, input_tokens=5000, audit=[EnergyAudit.model_validate(audit)]
+    )
     assert m.joules_per_output_token == pytest.approx(0.6)  # 600 J / 1000 output tokens
     assert m.joules_per_total_token == pytest.approx(0.1)  # 600 J / (1000 + 5000) tokens
     assert m.input_tokens == 5000

@@ -74,27 +74,29 @@ def test_a_flooding_metrics_is_refused_past_the_byte_bound() -> None:
 @pytest.mark.parametrize("mode", ["nan", "negative"])
 def test_non_count_values_are_refused_by_name(mode: str) -> None:
     with threaded(FaultServer(metrics=mode)) as srv:
-        window = _scrape_all(srv, 3).stop()
+        scraper = _scrape_all(srv, 3)
+        window = scraper.stop()
     assert window.unavailable is None
     assert window.generated_tokens is None and window.prompt_tokens is None
     assert "generated_tokens" in window.missing
     assert window.running_mean == pytest.approx(1.0)  # the healthy gauge is kept
-    refused = [w for w in window.warnings if "generated_tokens" in w]
+    refused = [w for w in scraper.warnings if "generated_tokens" in w]
     assert len(refused) == 1 and "refused (not a finite, non-negative value)" in refused[0]
     assert ("nan" if mode == "nan" else "= -1") in refused[0]
 
 
 def test_one_fall_is_a_restart_counted_from_zero() -> None:
     with threaded(FaultServer(metrics="backwards")) as srv:
-        window = _scrape_all(srv, 5).stop()
-    values = [s.counters["generated_tokens"] for s in window.series]
+        scraper = _scrape_all(srv, 5)
+        window = scraper.stop()
+    values = [s.counters["generated_tokens"] for s in scraper.samples]
     assert counter_shape(values) == "restart"
     assert window.unavailable is None
     # hand count: rises before the fall, the value after it (from zero), rises after it
     i = next(k for k in range(1, len(values)) if values[k] < values[k - 1])
     rises = sum(b - a for a, b in itertools.pairwise(values) if b >= a)
     assert window.generated_tokens == pytest.approx(rises + values[i])
-    assert any("fell once: read as an engine restart" in w for w in window.warnings)
+    assert any("fell once: read as an engine restart" in w for w in scraper.warnings)
 
 
 def test_two_engines_behind_one_url_are_named_not_summed() -> None:
@@ -129,13 +131,16 @@ def test_probe_against_a_trickling_metrics_runs_and_says_so(tmp_path: Path) -> N
 
 
 def test_power_http_shares_the_total_deadline() -> None:
-    """Redfish and Prometheus power read through the same bounded GET."""
-    from tokenwatt.power import _http
+    """Redfish, Prometheus power and the engine scrape read through the same bounded GET."""
+    from tokenwatt import httpget
+    from tokenwatt.engine import fetch_text
 
     with threaded(FaultServer(metrics="trickle")) as srv:
         url = f"http://127.0.0.1:{srv.port}/metrics"
-        with pytest.raises(_http.HttpError, match="no complete answer within 1 s"):
-            _bounded(lambda: _http.get(url, timeout_s=1.0), 15)
+        with pytest.raises(httpget.HttpError, match="no complete answer within 1 s"):
+            _bounded(lambda: httpget.get(url, timeout_s=1.0), 15)
+        with pytest.raises(httpget.HttpError, match="no complete answer within 1 s"):
+            _bounded(lambda: fetch_text(url, 1.0), 15)
 
 
 def test_levels_from_the_window_edges_only_are_not_a_measured_zero() -> None:

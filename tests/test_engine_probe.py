@@ -263,12 +263,13 @@ def test_bench_stores_engine_figures_for_every_probe(tmp_path: Path) -> None:
 
 def test_metrics_url_credentials_stay_out_of_the_result() -> None:
     """A /metrics URL with user:pass@ and a token: neither reaches the figures or the warning."""
-    from tokenwatt.engine import EngineWindow
     from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
     from tokenwatt.spec import parse_spec
 
     url = "http://admin:hunter2-secret@127.0.0.1:9/metrics?token=abcdef123456"
-    window = EngineWindow(None, url, unavailable=f"no engine metrics at {url} (refused)")
+    window = EngineFigures(
+        engine=None, url=url, unavailable=f"no engine metrics at {url} (refused)"
+    )
     spec = parse_spec(
         {
             "model": {"source": "llama-3.1-8b"},

@@ -78,7 +78,7 @@ def test_client_and_engine_agree_on_t_and_b(sim: RunningSim) -> None:
     start = min(r.sent_ns for r in records if r.sent_ns is not None)
     end = max(r.end_ns for r in records if r.end_ns is not None)
     # the same seconds on both sides: engine counters interpolated to the client's window
-    window = summarize(clip_samples(whole.series, start, end), engine="vllm", url="sim")
+    window = summarize(clip_samples(scraper.samples, start, end), engine="vllm", url="sim")
     assert window.duration_s == pytest.approx((end - start) / 1e9)
     t_client = tokens / ((end - start) / 1e9)
     decode_ns = sum((r.end_ns or 0) - (r.first_token_ns or 0) for r in records)
@@ -130,7 +130,9 @@ def test_idle_replica_is_flagged_with_its_cause() -> None:
         whole = scraper.stop()
     assert rec.ok and whole.generated_tokens == 200
     assert rec.sent_ns is not None and rec.end_ns is not None and rec.first_token_ns is not None
-    window = summarize(clip_samples(whole.series, rec.sent_ns, rec.end_ns), engine="vllm", url="")
+    window = summarize(
+        clip_samples(scraper.samples, rec.sent_ns, rec.end_ns), engine="vllm", url=""
+    )
     t_client = 200 / ((rec.end_ns - rec.sent_ns) / 1e9)
     tau_s = (rec.end_ns - rec.first_token_ns) / 1e9 / 199
     b = next(

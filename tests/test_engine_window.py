@@ -11,17 +11,17 @@ import pytest
 
 from tokenwatt.engine import (
     AGREEMENT_TOLERANCES,
-    Agreement,
     EngineSample,
     EngineScraper,
-    EngineWindow,
     compare_client_engine,
     engine_batch_and_steps,
     metrics_url_for,
     summarize,
+    window_figures,
 )
 from tokenwatt.engine.window import counter_delta, time_weighted_mean
 from tokenwatt.errors import SpecError
+from tokenwatt.result import EngineAgreement, EngineFigures
 from tokenwatt.spec import parse_spec
 
 S = 1_000_000_000
@@ -60,14 +60,11 @@ def test_summarize_window() -> None:
     assert w.running_mean == 2
     assert "requests_finished" in w.missing and "kv_usage" in w.missing
     assert "generated_tokens" not in w.missing
-    rows = w.series_rows()
-    assert [r["t_s"] for r in rows] == [0, 2, 4]
-    d = w.to_dict()
-    assert d["generated_tokens_per_s"] == 100 and d["engine"] == "llamacpp"
+    assert w.scrapes == 3 and w.engine == "llamacpp"
 
 
-def _window(**kw: float) -> EngineWindow:
-    return EngineWindow("vllm", "u", duration_s=10.0, **kw)  # type: ignore[arg-type]
+def _window(**kw: float) -> EngineFigures:
+    return window_figures("vllm", "u", duration_s=10.0, **kw)
 
 
 def test_agreement_within_tolerance() -> None:
@@ -115,7 +112,7 @@ def test_several_tokens_per_step_shows_in_s() -> None:
 def test_disagreement_names_a_cause_by_direction() -> None:
     w = _window(generated_tokens=1000, busy_slots_per_decode=4.0)
 
-    def check(t: float, c: float) -> dict[str, Agreement]:
+    def check(t: float, c: float) -> dict[str, EngineAgreement]:
         out = compare_client_engine(
             client_tokens_per_s=t, client_tau_s=0.02, replicas=1, window=w, tokens_per_chunk=c
         )
@@ -215,7 +212,7 @@ def test_scraper_over_http_detects_and_differences(server: tuple[str, _Counter])
     # every scrape adds 8: first to last is 8 × (scrapes − 1)
     assert w.generated_tokens == 8 * (w.scrapes - 1)
     assert w.running_mean == pytest.approx(3)
-    assert len(w.series_rows()) == w.scrapes
+    assert len(scraper.samples) == w.scrapes
 
 
 def test_server_without_metrics_says_so_once(server: tuple[str, _Counter]) -> None:

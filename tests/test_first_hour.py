@@ -238,6 +238,11 @@ def test_bench_with_flags_and_no_spec_against_the_simulator(sim_url: str, tmp_pa
     assert result["target"]["kind"] == "endpoint"  # a URL: not labelled simulated
     assert result["probes"], "no probe ran"
     assert "SIMULATED" not in run.stdout
+    # max_probes (2 here) is warned once, in the self-check's wording, never in result.warnings
+    assert not [w for w in result["warnings"] if "max_probes" in w]
+    said = " ".join(run.stdout.split())
+    if result["search"]["stop_reason"] == "max_probes":
+        assert said.count("the search stopped (max_probes)") == 1
     mode = stat.S_IMODE((out / "result.json").stat().st_mode)
     assert mode == stat.S_IMODE((out / "requests-01.jsonl").stat().st_mode)
 

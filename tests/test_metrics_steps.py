@@ -133,13 +133,13 @@ def test_probe_view_shows_steps_only_when_a_step_is_not_one_token() -> None:
     from rich.table import Table
 
     from tokenwatt.cli.probe import _step_rows
-    from tokenwatt.load.speculation import step_summary
 
     def render(records: list[RequestRecord], engine: float | None = None) -> str:
         t = Table()
         t.add_column("figure")
         t.add_column("value")
-        _step_rows(t, step_summary(step_figures(records), engine).model_dump(mode="json"))
+        steps = step_figures(records).model_copy(update={"engine_acceptance_length": engine})
+        _step_rows(t, steps.model_dump(mode="json"))
         console = Console(width=200, record=True)
         console.print(t)
         return console.export_text()

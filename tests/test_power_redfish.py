@@ -374,9 +374,9 @@ def test_redirect_within_the_same_origin_is_followed(creds: dict[str, str]) -> N
 def test_an_oversized_answer_is_refused_not_buffered(
     creds: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tokenwatt.power import _http
+    from tokenwatt import httpget
 
-    monkeypatch.setattr(_http, "MAX_BODY_BYTES", 10)  # the document is ~30 bytes
+    monkeypatch.setattr(httpget, "MAX_BODY_BYTES", 10)  # the document is ~30 bytes
     bmc, _ = _recorder(None)
     try:
         src = RedfishPower(

@@ -74,6 +74,9 @@ def test_probe_writes_results(spec_file: Path, tmp_path: Path) -> None:
     assert inputs["output_tokens_per_s"] == pytest.approx(m["output_tokens_per_s"])
     assert inputs["itl_token_weighted_s"] == pytest.approx(m["itl_token_weighted_s"])
     assert "output tokens/s (T)" in res.stdout and "MBU" in res.stdout
+    # a simulated probe says so, above and on its table, and beside its modelled power
+    assert "SIMULATED: served by tokenwatt's built-in simulator" in res.stdout
+    assert "probe · SIMULATED (tokenwatt sim)" in res.stdout
     # the key never reaches a file or the terminal
     for blob in ((out / "probe.json").read_text(), (out / "requests.jsonl").read_text()):
         assert SECRET not in blob

@@ -241,7 +241,7 @@ def test_client_and_llama_server_counters_agree(llama_url: str) -> None:
 
     start = min(r.sent_ns for r in records if r.sent_ns is not None)
     end = max(r.end_ns for r in records if r.end_ns is not None)
-    window = summarize(clip_samples(whole.series, start, end), engine="llamacpp", url="")
+    window = summarize(clip_samples(scraper.samples, start, end), engine="llamacpp", url="")
     t_client = tokens / ((end - start) / 1e9)
     decode_ns = sum((r.end_ns or 0) - (r.first_token_ns or 0) for r in records)
     tau_s = decode_ns / 1e9 / sum(r.output_tokens - 1 for r in records)

@@ -5,6 +5,7 @@ The ``browser`` test renders the file in Debian's headless chromium (`.ci/setup-
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -105,7 +106,7 @@ def test_headline_and_tables_carry_the_figures() -> None:
     )
     assert "2,368 <small>tok/s</small>" in headline
     assert "1,184 tok/s per GPU · at 9.25 req/s" in headline
-    assert "1.93 tok/J" in headline and "41.0%" in headline
+    assert "1.93 <small>tok/J simulated</small>" in headline and "41.0%" in headline
     assert "weights 36.9% + KV 4.1%" in headline
     probes = text[text.index('id="probes"') : text.index('id="single-stream"')]
     assert probes.count("<tr") == 11  # header + 10 probes
@@ -151,6 +152,88 @@ def test_dense_model_without_power_or_boundary() -> None:
     assert "Dense model: every weight is read every step" in text
     assert "Not measured: no power samples" in text
     assert "SLO not met" in text
+
+
+class _Marks(HTMLParser):
+    """Each card, table, figure and svg of the page with the text inside it (nested ones
+    included), for the simulated mark's checks."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.done: list[tuple[str, str]] = []
+        self._stack: list[tuple[str, str | None, list[str]]] = []  # tag, kind, texts
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        card = tag == "div" and "card" in (dict(attrs).get("class") or "").split()
+        kind = "card" if card else tag if tag in ("table", "figure", "svg") else None
+        self._stack.append((tag, kind, []))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._stack:
+            open_tag, kind, texts = self._stack.pop()
+            if kind is not None:
+                self.done.append((kind, " ".join(texts)))
+            if open_tag == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        for _, kind, texts in self._stack:
+            if kind is not None:
+                texts.append(data)
+
+
+def _marks(text: str) -> list[tuple[str, str]]:
+    body = text.split('<script type="application/json"', 1)[0]
+    m = _Marks()
+    m.feed(body)
+    m.close()
+    return m.done
+
+
+def test_a_simulated_run_is_marked_on_every_card_chart_and_table() -> None:
+    """A card, chart or table copied out of the page alone still says SIMULATED; the
+    simulator's power is marked beside its watts (issue 21)."""
+    data = _data()  # served by the simulator (endpoint url: sim)
+    text = render_html(BenchResult.model_validate(data))
+    found = _marks(text)
+    kinds = [k for k, _ in found]
+    assert kinds.count("card") == 3 and kinds.count("svg") == 5 and kinds.count("figure") == 5
+    assert kinds.count("table") >= 5  # probes, MBU inputs, single stream, model, node
+    unmarked = [(k, t[:60]) for k, t in found if "SIMULATED" not in t]
+    assert not unmarked, unmarked
+    headline = text[text.index('id="headline"') : text.index('id="checks"')]
+    assert "W mean (simulated)" in headline
+    assert "modelled power over each probe's window: not a measurement" in html.unescape(text)
+
+
+def test_a_measured_run_carries_no_simulated_mark() -> None:
+    data = _data()
+    data["spec"]["endpoint"]["url"] = "http://127.0.0.1:8000/v1"
+    data["target"] = {"kind": "endpoint", "base_url": "http://127.0.0.1:8000/v1"}
+    for p in [*data["probes"], data["single_stream"], data["boundary"]]:
+        if p.get("energy"):
+            p["energy"]["source"] = "nvml"
+    text = render_html(BenchResult.model_validate(data))
+    page = text.split('<script type="application/json"', 1)[0]
+    assert "SIMULATED" not in page and "(simulated)" not in page
+    assert "Sampled power over each probe" in page
+
+
+def test_goodput_chart_plots_achieved_rate() -> None:
+    """A probe that achieved more than a higher offered one sits to its right, not as a dip."""
+    from tokenwatt.report.plots import goodput_plot, goodput_probes
+
+    data = _data()
+    first, second = data["probes"][0], data["probes"][1]
+    first["rate_rps"], first["achieved_rate_rps"] = 8.0, 12.0
+    second["rate_rps"], second["achieved_rate_rps"] = 10.0, 9.0
+    result = BenchResult.model_validate(data)
+    order = [p.index for p in goodput_probes(result)]
+    assert order.index(second["index"]) < order.index(first["index"])
+    assert [p.achieved_rate_rps for p in goodput_probes(result)] == sorted(
+        p.achieved_rate_rps for p in result.probes if p.rate_rps is not None
+    )
+    assert "achieved rate (req/s)" in goodput_plot(result)
 
 
 def _chromium() -> str | None:

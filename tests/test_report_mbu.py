@@ -84,10 +84,42 @@ def test_above_rated_bandwidth_is_a_refusal_everywhere() -> None:
     assert d.mbu is None and d.flags.above_rated_bandwidth
     result = _result(d)
     text = _terminal(result)
-    assert "MBU refused: above the rated bandwidth (an input is wrong, see note)" in text
+    assert "MBU refused: above the rated bandwidth (an input is wrong: see the self-checks)" in text
     assert "MBU refused: the derived traffic is" in text and "hardware.gpus" in text
     assert "(weights" not in text  # no split, no figure
     warnings = [c.message for c in self_checks(result) if c.level == "warning"]
     assert any(w.startswith("MBU refused at probe") and "hardware.gpus" in w for w in warnings)
     html = render_html(result)
     assert "refused: above the rated bandwidth" in html and "hardware.gpus" in html
+
+
+def _page_text(html: str) -> str:
+    """The HTML's visible text: the embedded result JSON and the tags left out."""
+    import re
+
+    body = html.split('<script type="application/json"', 1)[0]
+    return " ".join(re.sub(r"<[^>]+>", " ", body).split())
+
+
+def test_each_mbu_line_and_note_is_said_once() -> None:
+    """The figure once (the headline), each flag once with its direction, each note once:
+    no note restated by its flag's line, none again among the self-checks (issue 21)."""
+    d = _mbu(3.35e12)
+    d.notes.append("a note no flag restates")
+    result = _result(d)
+    assert d.mbu_decode_only is not None
+    for text in (_terminal(result), _page_text(render_html(result))):
+        assert text.count(f"decode-only {fmt_pct(d.mbu_decode_only)}") == 1
+        assert text.count("a note no flag restates") == 1
+        for flag_prose in d.flags.notes():  # said by the flag's line, not again as prose
+            assert " ".join(flag_prose.split()) not in text
+        assert text.count("reads high if routing is skewed") == 1
+
+
+def test_a_refusal_is_said_once() -> None:
+    d = _mbu(3.35e10)
+    result = _result(d)
+    reason = " ".join(d.notes[0].split())
+    for text in (_terminal(result), _page_text(render_html(result))):
+        assert text.count(reason) == 1  # the self-checks' warning
+        assert text.count("refused: above the rated bandwidth") == 1  # the headline's MBU

@@ -49,7 +49,9 @@ def test_headline_leads_with_goodput_then_energy_then_mbu() -> None:
     assert rows == [
         "SLO goodput       2,368 output tok/s  ·  1,184 per GPU  ·  "
         "at 9.25 req/s offered, 9.30 achieved",
-        "Tokens per joule  1.93 tok/J  (0.518 J/token; 1,233 W mean; sim, gpu)",
+        # the simulator's power model: marked beside tok/J and beside the watts
+        "Tokens per joule  1.93 tok/J simulated  (0.518 J/token; 1,233 W mean (simulated); "
+        "sim, gpu)",
         "MBU               41.0%  (weights 36.9% + KV 4.1%)",
     ]
 
@@ -224,3 +226,34 @@ def test_probe_table_fits_80_columns_with_every_verdict() -> None:
     ]
     wide = _render(probe_table(result), width=100).splitlines()[1].split()
     assert "B" in wide and "tok/J" in wide
+
+
+def test_simulated_mark_on_every_section_and_none_on_a_measured_run() -> None:
+    data = _data()  # served by the simulator
+    text = _render(ResultView(BenchResult.model_validate(data)), width=140)
+    for title in ("MBU inputs at the boundary", "Probes (rates in req/s", "Single stream ("):
+        line = next(x for x in text.splitlines() if x.startswith(title))
+        assert line.rstrip().endswith("· SIMULATED"), line
+    assert "SIMULATED Qwen3-30B-A3B" in text.splitlines()[0]
+    assert "W mean (simulated)" in text
+    data["spec"]["endpoint"]["url"] = "http://127.0.0.1:8000/v1"
+    for p in [*data["probes"], data["single_stream"], data["boundary"]]:
+        if p.get("energy"):
+            p["energy"]["source"] = "nvml"
+    text = _render(ResultView(BenchResult.model_validate(data)), width=140)
+    assert "SIMULATED" not in text and "simulated" not in text
+
+
+def test_max_probes_is_warned_once_in_one_wording() -> None:
+    """The search ran out of probes: one warning, the self-check's, with its remedy (the
+    bench no longer adds a second wording of it to result.warnings)."""
+    data = _data()
+    data["search"].update(stop_reason="max_probes", precision_reached=0.12)
+    result = BenchResult.model_validate(data)
+    text = _render(ResultView(result), width=200)
+    assert len([c for c in self_checks(result) if "max_probes" in c.message]) == 1
+    assert len([x for x in text.splitlines() if "max_probes" in x]) == 1
+    assert (
+        "the search stopped (max_probes) before the bracket closed to 5% (reached 12.0%): "
+        "raise search.max_probes" in text
+    )

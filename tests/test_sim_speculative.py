@@ -153,7 +153,7 @@ def test_engine_witness_agrees_on_acceptance_length_steps_and_batch() -> None:
     assert whole.engine == "vllm" and whole.spec_drafts and whole.acceptance_length
     start = min(r.sent_ns for r in records if r.sent_ns is not None)
     end = max(r.end_ns for r in records if r.end_ns is not None)
-    window = summarize(clip_samples(whole.series, start, end), engine="vllm", url="sim")
+    window = summarize(clip_samples(scraper.samples, start, end), engine="vllm", url="sim")
     fig = step_figures(records)
     assert fig.speculation == "detected" and fig.acceptance_length and fig.itl_chunk_s
     tokens = sum(r.output_tokens for r in records)

@@ -26,9 +26,9 @@ from tokenwatt.hardware import get_accelerator
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import StepRegime
 from tokenwatt.metrics.spec_mbu import Drafter, StepBasis
-from tokenwatt.metrics.steps import StepFigures, step_figures
+from tokenwatt.metrics.steps import step_figures
 from tokenwatt.records import RequestRecord
-from tokenwatt.result import Mbu
+from tokenwatt.result import Mbu, StepSummary
 from tokenwatt.sim import SimConfig, VirtualSim
 
 
@@ -59,7 +59,7 @@ class Truth:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    steps: StepFigures
+    steps: StepSummary
     mbu: Mbu
     seed: Mbu  # today's formula: s = 1/τ, B = T·τ/R, no drafter bytes
     truth: Truth

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokenwatt.engine import ClientMechanisms, EngineWindow, compare_client_engine
+from tokenwatt.engine import ClientMechanisms, compare_client_engine, window_figures
 from tokenwatt.engine.align import count_on_engine_clock
 from tokenwatt.engine.compare import (
     IDLE_EXPLAINED,
@@ -18,12 +18,13 @@ from tokenwatt.engine.compare import (
     UNEXPLAINED,
     counter_resolution,
 )
+from tokenwatt.result import EngineFigures
 
 S = 1_000_000_000
 
 
-def _window(**kw: float) -> EngineWindow:
-    return EngineWindow("vllm", "u", duration_s=10.0, **kw)  # type: ignore[arg-type]
+def _window(**kw: float) -> EngineFigures:
+    return window_figures("vllm", "u", duration_s=10.0, **kw)
 
 
 def test_tolerance_is_the_counters_resolution() -> None:

@@ -10,3 +10,9 @@ from __future__ import annotations
 import time
 
 now_ns = time.perf_counter_ns
+
+
+def stamp_between(t0_ns: int, t1_ns: int) -> int:
+    """The stamp of a reading taken by a call that ran from t0 to t1: its midpoint (power
+    sources and Prometheus scrapes alike)."""
+    return (t0_ns + t1_ns) // 2

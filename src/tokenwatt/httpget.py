@@ -1,28 +1,46 @@
-"""One blocking HTTP GET bounded in total time and in bytes, for the scraping threads.
+"""The one blocking HTTP GET of the scraping threads, bounded in total time and in bytes, with
+its guards.
 
-Why: urllib's ``timeout`` bounds each socket operation, not the request. A server that
+Why bounded: urllib's ``timeout`` bounds each socket operation, not the request. A server that
 trickles one byte a second never trips it, and a scrape that waits on it holds the thread
 that a probe's start and end wait for (and, at interpreter exit, the executor that Ctrl-C
 waits for). Here a timer shuts the request's socket down at the deadline, whatever phase it
 is in (status line, headers, body), so the GET returns within ``timeout_s`` plus one socket
 operation; the body is read in pieces and refused past ``max_bytes``, never buffered whole.
 
-Used by the engine's ``/metrics`` scrape and the power sources' HTTP (Redfish, Prometheus);
-imports nothing of tokenwatt, so both may use it.
+Why the guards (``get``): redirects are followed only within the same origin (scheme, host
+and port), since urllib would otherwise replay the ``Authorization`` header, a BMC's login, to
+whatever host a redirect names, even from https to plain http; a loopback URL never goes
+through a proxy; every failure is one ``HttpError`` whose reason never carries credentials.
+
+Used by the engine's ``/metrics`` scrape and the power sources' HTTP (Redfish, Prometheus),
+through ``tokenwatt.promscrape`` for Prometheus pages; imports only ``tokenwatt.spec``'s
+redaction, so ``engine`` and ``power`` may both use it.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import socket
 import ssl
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
+from http.client import HTTPMessage
+from typing import IO, Any
+from urllib.parse import urljoin, urlsplit
 
-__all__ = ["BoundError", "get_bounded"]
+from tokenwatt.spec import redact_text
+
+__all__ = ["MAX_BODY_BYTES", "BoundError", "HttpError", "basic_auth", "get", "get_bounded"]
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# a metrics page or a Redfish document is kilobytes (dcgm-exporter on 8 GPUs: ~100 KB); a
+# scraping thread must not buffer whatever a misbehaving endpoint sends
+MAX_BODY_BYTES = 16 << 20
 
 _PIECE_BYTES = 1 << 16
 
@@ -141,3 +159,96 @@ def get_bounded(
     if len(body) > max_bytes:
         raise BoundError(f"answer larger than {max_bytes} bytes")
     return bytes(body)
+
+
+class HttpError(Exception):
+    """The URL did not answer, or answered with an error status."""
+
+    def __init__(self, reason: str, *, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+def basic_auth(user: str, password: str) -> str:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return f"Basic {token}"
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    default = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to the same origin; anywhere else is a one-line error."""
+
+    def redirect_request(  # noqa: PLR0917 (urllib's signature)
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        target = urljoin(req.full_url, newurl)
+        if _origin(target) != _origin(req.full_url):
+            raise HttpError(
+                f"HTTP {code}: redirects to {redact_text(target)}, another origin, where "
+                "credentials are never sent; use that URL in the spec if you trust it",
+                status=code,
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _handlers(url: str) -> list[urllib.request.BaseHandler]:
+    handlers: list[urllib.request.BaseHandler] = [_SameOriginRedirects()]
+    if (urlsplit(url).hostname or "") in _LOOPBACK:
+        handlers.append(urllib.request.ProxyHandler({}))  # never send loopback via a proxy
+    return handlers
+
+
+def _context(url: str, verify_tls: bool) -> ssl.SSLContext | None:
+    if not url.startswith("https://"):
+        return None
+    ctx = ssl.create_default_context()
+    if not verify_tls:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def get(
+    url: str,
+    *,
+    timeout_s: float,
+    max_bytes: int | None = None,
+    headers: dict[str, str] | None = None,
+    verify_tls: bool = True,
+) -> bytes:
+    """GET ``url`` with the guards (module doc) and return the body; raise ``HttpError`` on
+    anything but a complete 2xx answer within ``timeout_s`` (the whole answer, not each socket
+    read) and ``max_bytes`` (default ``MAX_BODY_BYTES``)."""
+    try:
+        return get_bounded(
+            url,
+            timeout_s=timeout_s,
+            max_bytes=MAX_BODY_BYTES if max_bytes is None else max_bytes,
+            headers=headers,
+            handlers=_handlers(url),
+            ssl_context=_context(url, verify_tls),
+        )
+    except urllib.error.HTTPError as exc:
+        raise HttpError(f"HTTP {exc.code} {exc.reason}", status=exc.code) from None
+    except BoundError as exc:
+        raise HttpError(str(exc)) from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        text = getattr(reason, "strerror", None) or str(reason)
+        raise HttpError(redact_text(text)) from None
+    except TimeoutError:
+        raise HttpError(f"no answer within {timeout_s:g} s") from None
+    except OSError as exc:
+        raise HttpError(redact_text(exc.strerror or str(exc))) from None

@@ -73,6 +73,8 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         interval); search phases ``fit`` and ``check``, stop reason ``changed``, ``drift``
         (the confirmation and re-test after the search) and ``start`` (how the first rate
         was found).
+        (issue 21, additive, optional) probe ``steps.tokens``: all tokens of the stepped
+        requests, first chunks included (what MBU from steps divides by); None before.
         (issue 21, additive, optional) ``load_generator.per_worker[].exit_code``: a worker
         process's exit status (the sender returns this type directly; None before).
 
@@ -107,6 +109,7 @@ from tokenwatt.geometry.model import ModelGeometry, upgrade_geometry_dict
 from tokenwatt.hardware import Accelerator
 from tokenwatt.simsettings import SimSettings
 from tokenwatt.spec import BenchSpec, redact
+from tokenwatt.spec.slo import SLO
 
 __all__ = [
     "RESULT_FILE",
@@ -717,6 +720,9 @@ class StepSummary(_Strict):
     engine_acceptance_length: float | None = Field(
         None, description="the engine's own: 1 + accepted ÷ drafts over the window"
     )
+    tokens: int | None = Field(
+        None, description="all tokens of these requests, first chunks included (None: older)"
+    )
 
 
 class ProbeSummary(_Strict):
@@ -858,17 +864,8 @@ class SearchSummary(_Strict):
     start: str | None = Field(None, description="how the first rate was found, one line")
 
 
-class SloSettings(_Strict):
-    """The SLO the run was judged against (the spec's, presets resolved)."""
-
-    kind: Literal["percentile", "attainment"] = "percentile"
-    preset: str | None = None
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-    percentile: float = 0.99
-    attainment: float = 0.9
-    max_error_rate: float = 0.05
+# The SLO the run was judged against is the spec's own model (presets resolved), not a copy.
+SloSettings = SLO
 
 
 class MachineInfo(_Strict):
@@ -998,7 +995,7 @@ class BenchResult(_Strict):
             accelerator=accelerator,
             gpus=spec.hardware.gpus,
             replicas=spec.hardware.replicas,
-            slo=SloSettings(**spec.slo.model_dump()),
+            slo=spec.slo,
             machine=MachineInfo.collect(timestamp_source=timestamp_source),
             started_at=started_at,
         )

@@ -63,6 +63,16 @@ OutOption = Annotated[
     ),
 ]
 
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="no progress display: only the headline (goodput, tokens per joule, MBU), the "
+        "report's path and errors",
+    ),
+]
+
 
 def default_out_dir(name: str, root: Path = Path("results")) -> Path:
     """A new folder ``results/<name>-YYYYmmdd-HHMMSS`` (suffixed if it exists already)."""
@@ -76,13 +86,15 @@ def _fmt_rate(r: float | None) -> str:
 
 
 class _Display:
-    """Rich progress: the probe in flight (index, phase, rate, how far along) and the bracket."""
+    """Rich progress: the probe in flight (index, rate, time left in it and in the whole bench,
+    ``load.eta``; its phase and how far along) and the bracket. ``quiet``: nothing at all."""
 
-    def __init__(self, console: Console, spec: BenchSpec) -> None:
+    def __init__(self, console: Console, spec: BenchSpec, *, quiet: bool = False) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console = console
         self.spec = spec
+        self.quiet = quiet
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(bar_width=30),
@@ -90,10 +102,20 @@ class _Display:
             TimeElapsedColumn(),
             console=console,
             transient=False,
+            disable=quiet,
         )
         self.task: int | None = None
         self.lo: float | None = None
         self.hi: float | None = None
+        self.started_ns = 0  # the probe in flight
+        self.warmup_s = 0.0
+        self.durations_s: list[float] = []  # finished probes after the single stream, wall time
+        self.checks_started = 0
+        self.drain_s = 0.0  # the latest probe's E2E p99: the drain's tail
+
+    def print(self, text: str, style: str | None = None) -> None:
+        if not self.quiet:
+            self.progress.console.print(text, style=style, highlight=False)
 
     def __call__(self, ev: BenchEvent) -> None:
         if ev.kind == "started":
@@ -102,55 +124,120 @@ class _Display:
                 if self.spec.endpoint.is_sim
                 else ""
             )
-            self.console.print(f"target: {ev.message}{sim}", highlight=False)
+            self.print(f"target: {ev.message}{sim}")
         elif ev.kind == "probe_start":
-            if ev.index is None:  # a closed-loop stage that finds the start rate
-                name = f"start · {ev.phase}"
-            elif ev.index == 0:
-                name = "single stream"
-            else:
-                bound = self.spec.search.max_probes
-                name = f"probe {ev.index} of ≤ {bound} · {ev.phase} · {_fmt_rate(ev.rate_rps)}"
-            if self.task is not None:
-                self.progress.remove_task(self.task)  # type: ignore[arg-type]
-            self.task = self.progress.add_task(name, total=1.0, detail="starting")
+            self._start(ev)
         elif ev.kind == "probe_progress" and ev.progress is not None and self.task is not None:
             done, detail = self._fraction(ev)
-            self.progress.update(self.task, completed=done, detail=detail)  # type: ignore[arg-type]
+            self.progress.update(
+                self.task,  # type: ignore[arg-type]
+                completed=done,
+                detail=detail,
+                description=self._eta_text(ev),
+            )
         elif ev.kind == "probe_done" and ev.summary is not None:
-            s = ev.summary
-            verdict = "[green]pass[/]" if s.slo_passed else "[red]fail[/]"
-            why = "" if s.slo_passed else f"; {s.slo_detail.reason}"
-            mbu = "n/a" if s.mbu is None else f"{s.mbu:.1%}"
-            label = (
-                "single stream"
-                if ev.index == 0
-                else f"probe {ev.index} at {_fmt_rate(ev.rate_rps)} "
-                f"({s.achieved_rate_rps:.3g} achieved)"
-            )
-            if self.task is not None:
-                self.progress.remove_task(self.task)  # type: ignore[arg-type]
-                self.task = None
-            self.progress.console.print(
-                f"{label}: {verdict}  {s.output_tokens_per_s:,.0f} tok/s, "
-                f"goodput {s.goodput_output_tokens_per_s:,.0f} tok/s, MBU {mbu}{why}",
-                highlight=False,
-            )
+            self._done(ev)
         elif ev.kind == "search_step":
             self.lo, self.hi = ev.lo_rps, ev.hi_rps
             interval = f"; {ev.message}" if ev.message else ""
-            self.progress.console.print(
+            self.print(
                 f"  bracket: passes at {_fmt_rate(self.lo)}, fails at {_fmt_rate(self.hi)}"
                 f"{interval}",
                 style="dim",
-                highlight=False,
             )
         elif ev.kind == "search_done":
             b = ev.summary
             at = _fmt_rate(ev.lo_rps)
             if b is not None and b.rate_rps is not None:
                 at = f"{_fmt_rate(b.rate_rps)} offered, {b.achieved_rate_rps:.3g} achieved"
-            self.progress.console.print(f"search: {ev.message}; boundary {at}", highlight=False)
+            self.print(f"search: {ev.message}; boundary {at}")
+
+    def _start(self, ev: BenchEvent) -> None:
+        from tokenwatt.clock import now_ns
+
+        self.started_ns = now_ns()
+        self.warmup_s = ev.warmup_s or 0.0
+        if ev.phase == "check":
+            self.checks_started += 1
+        if ev.index is None:  # a closed-loop stage that finds the start rate
+            name = f"start · {ev.phase}"
+        elif ev.index == 0:
+            name = "single stream"
+        else:
+            name = self._eta_text(ev)
+        if self.task is not None:
+            self.progress.remove_task(self.task)  # type: ignore[arg-type]
+        self.task = self.progress.add_task(name, total=1.0, detail="starting")
+
+    def _eta_text(self, ev: BenchEvent) -> str:
+        """``probe 3 of ≤ 10 · 12.5 req/s · 40 s left in this probe · about 3 min to go``;
+        the single stream and the start stages: the time left in them only."""
+        from tokenwatt.load.eta import (
+            Eta,
+            bound_probes,
+            duration_text,
+            full_probe_s,
+            probe_left_s,
+            probes_to_come,
+            progress_text,
+        )
+
+        search = self.spec.search
+        p = ev.progress
+        left = (
+            full_probe_s(search.probe.model_copy(update={"warmup_s": self.warmup_s}),
+                         ev.rate_rps, self.drain_s)
+            if p is None
+            else probe_left_s(p, warmup_s=self.warmup_s, rate_rps=ev.rate_rps,
+                              drain_s=self.drain_s, drain_timeout_s=search.probe.drain_timeout_s)
+        )  # fmt: skip
+        if ev.index is None or ev.index == 0:
+            name = "single stream" if ev.index == 0 else f"start · {ev.phase}"
+            if left is None or p is None:  # a closed loop: no rate to go by yet
+                return name
+            return f"{name} · {duration_text(left)} left"
+        if left is None:
+            left = 0.0
+        to_come = probes_to_come(
+            search, index=ev.index, checks_started=self.checks_started, lo_rps=self.lo,
+            hi_rps=self.hi,
+        )  # fmt: skip
+        per_probe = (
+            sum(self.durations_s) / len(self.durations_s)
+            if self.durations_s
+            else full_probe_s(search.probe, ev.rate_rps, self.drain_s)
+        )
+        eta = Eta.of(
+            index=ev.index, bound=bound_probes(search), rate_rps=ev.rate_rps, left_s=left,
+            to_come=to_come, per_probe_s=per_probe,
+        )  # fmt: skip
+        return progress_text(eta)
+
+    def _done(self, ev: BenchEvent) -> None:
+        from tokenwatt.clock import now_ns
+
+        s = ev.summary
+        assert s is not None
+        if ev.index:
+            self.durations_s.append((now_ns() - self.started_ns) / 1e9)
+        if s.e2e_s.p99 is not None:
+            self.drain_s = s.e2e_s.p99
+        verdict = "[green]pass[/]" if s.slo_passed else "[red]fail[/]"
+        why = "" if s.slo_passed else f"; {s.slo_detail.reason}"
+        mbu = "n/a" if s.mbu is None else f"{s.mbu:.1%}"
+        label = (
+            "single stream"
+            if ev.index == 0
+            else f"probe {ev.index} at {_fmt_rate(ev.rate_rps)} "
+            f"({s.achieved_rate_rps:.3g} achieved)"
+        )
+        if self.task is not None:
+            self.progress.remove_task(self.task)  # type: ignore[arg-type]
+            self.task = None
+        self.print(
+            f"{label}: {verdict}  {s.output_tokens_per_s:,.0f} tok/s, "
+            f"goodput {s.goodput_output_tokens_per_s:,.0f} tok/s, MBU {mbu}{why}"
+        )
 
     def _fraction(self, ev: BenchEvent) -> tuple[float, str]:
         p = ev.progress
@@ -177,12 +264,12 @@ class _Display:
         )
 
 
-def _run(spec: BenchSpec, out: Path, console: Console) -> BenchResult | None:
+def _run(spec: BenchSpec, out: Path, console: Console, *, quiet: bool) -> BenchResult | None:
     from tokenwatt.cli._loop import run_async
     from tokenwatt.load.bench import run_bench
 
-    display = _Display(console, spec)
-    console.print(f"writing to {out}", highlight=False)
+    display = _Display(console, spec, quiet=quiet)
+    display.print(f"writing to {out}")
     with display.progress:
         try:
             # The simulator in its own process: in a thread of this one it shared the GIL
@@ -192,7 +279,9 @@ def _run(spec: BenchSpec, out: Path, console: Console) -> BenchResult | None:
             return None
 
 
-def _report(out: Path, console: Console) -> BenchResult | None:
+def _report(out: Path, console: Console, *, quiet: bool = False) -> BenchResult | None:
+    """The terminal report and the files beside ``result.json``; ``quiet``: the headline
+    only (goodput with its interval, tokens per joule, MBU) and the report's path."""
     from tokenwatt.result import RESULT_FILE, load_result
 
     if not (out / RESULT_FILE).exists():
@@ -202,7 +291,12 @@ def _report(out: Path, console: Console) -> BenchResult | None:
     from tokenwatt.report.html import write_html
     from tokenwatt.report.terminal import ResultView
 
-    console.print(ResultView(result))
+    if quiet:
+        from tokenwatt.report.terminal import headline
+
+        console.print(headline(result))
+    else:
+        console.print(ResultView(result))
     try:
         path = write_html(result, out)
         console.print(f"\nreport: {path}", highlight=False, soft_wrap=True)
@@ -222,7 +316,9 @@ def _write_exports(result: BenchResult, out: Path, console: Console) -> None:
         console.print(f"could not write br02/probes.csv: {exc}", highlight=False, markup=False)
 
 
-def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = False) -> None:
+def _bench_and_report(
+    spec: BenchSpec, out: Path | None, *, overwrite: bool = False, quiet: bool = False
+) -> None:
     from rich.console import Console
 
     from tokenwatt.cli.outdir import choose_out_dir, remove_stale
@@ -230,10 +326,10 @@ def _bench_and_report(spec: BenchSpec, out: Path | None, *, overwrite: bool = Fa
     console = Console()
     out_dir = choose_out_dir(out, spec.name, overwrite=overwrite)
     started_ns = time.time_ns()
-    finished = _run(spec, out_dir, console)
+    finished = _run(spec, out_dir, console, quiet=quiet)
     if overwrite and out_dir.is_dir():
         remove_stale(out_dir, started_ns)
-    result = _report(out_dir, console)
+    result = _report(out_dir, console, quiet=quiet)
     if finished is None or (result is not None and result.interrupted):
         from tokenwatt.cli._loop import stop_exit_code
 
@@ -283,6 +379,7 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     dataset: DatasetOption = None,
     price: PriceOption = None,
     kwh: KwhOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Find the SLO boundary and report goodput, tokens per joule and MBU there.
 
@@ -317,23 +414,27 @@ def bench(  # noqa: PLR0917 - one parameter per flag
             max_requests=max_requests,
             out=out,
             overwrite=overwrite,
+            quiet=quiet,
         )
         return
-    _bench_and_report(spec, out, overwrite=overwrite)
+    _bench_and_report(spec, out, overwrite=overwrite, quiet=quiet)
 
 
 def demo_spec_text() -> str:
     return (importlib.resources.files("tokenwatt.examples") / DEMO_SPEC).read_text("utf-8")
 
 
-def demo(out: OutOption = None, overwrite: OverwriteOption = False) -> None:
-    """Run the bundled demo: Qwen3-30B-A3B (MoE) on a simulated H100, about two minutes."""
+def demo(
+    out: OutOption = None, overwrite: OverwriteOption = False, quiet: QuietOption = False
+) -> None:
+    """Run the bundled demo: Qwen3-30B-A3B (MoE) on a simulated H100, about a minute and a
+    half."""
     import yaml
 
     from tokenwatt.spec import parse_spec
 
     spec = parse_spec(yaml.safe_load(demo_spec_text()), source=f"bundled {DEMO_SPEC}")
-    _bench_and_report(spec, out, overwrite=overwrite)
+    _bench_and_report(spec, out, overwrite=overwrite, quiet=quiet)
 
 
 def register(app: typer.Typer) -> None:

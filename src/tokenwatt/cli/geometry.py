@@ -233,19 +233,23 @@ def _measure(as_json: bool) -> None:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if as_json:
         data = {"bandwidth_bytes_per_s": m.bandwidth_bytes_per_s, "nbytes": m.nbytes,
-                "repeats": m.repeats, "best_s": m.best_s, "memory_bytes": memory}  # fmt: skip
+                "repeats": m.repeats, "best_s": m.best_s, "times_s": list(m.times_s),
+                "spread": m.spread, "measured_at": m.measured_at, "method": m.method,
+                "memory_bytes": memory}  # fmt: skip
         typer.echo(json.dumps(data, indent=2))
         return
     typer.echo(
         f"measured streaming-read bandwidth: {m.bandwidth_bytes_per_s / 1e9:.2f} GB/s "
-        f"({m.bandwidth_bytes_per_s:.4g} B/s; numpy sum over {m.nbytes / 2**20:.0f} MiB, "
-        f"best of {m.repeats}, one thread)"
+        f"({m.bandwidth_bytes_per_s:.4g} B/s; {m.method}; at {m.measured_at}; the slowest "
+        f"run {m.spread:.1%} below the best)"
     )
     typer.echo("to use it as the accelerator, in the spec:")
     typer.echo(
         "hardware:\n  accelerator: null\n  custom:\n"
         f"    bandwidth_bytes_per_s: {m.bandwidth_bytes_per_s:.4g}\n"
-        f"    memory_bytes: {memory:.4g}\n    measured: true"
+        f"    memory_bytes: {memory:.4g}\n    measured: true\n"
+        f"    measured_at: '{m.measured_at}'\n    measured_method: '{m.method}'\n"
+        f"    measured_spread: {m.spread:.4f}"
     )
 
 

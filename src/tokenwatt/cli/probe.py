@@ -111,7 +111,7 @@ def warnings_for(m: ProbeMetrics) -> list[str]:
 
 def summary_table(data: dict[str, Any]) -> Table:
     m = data["metrics"]
-    t = Table(title="probe", show_header=True, header_style="bold")
+    t = Table(title=_title(data), show_header=True, header_style="bold")
     t.add_column("figure")
     t.add_column("value", justify="right")
     probe = data["probe"]
@@ -164,6 +164,17 @@ def summary_table(data: dict[str, Any]) -> Table:
     return t
 
 
+def _simulated(data: dict[str, Any]) -> bool:
+    return (data.get("target") or {}).get("kind") == "sim"
+
+
+def _title(data: dict[str, Any]) -> str:
+    """The table's title: a simulated probe says so on the table itself."""
+    from tokenwatt.report.labels import SIMULATED
+
+    return f"probe · [bold magenta]{SIMULATED}[/] (tokenwatt sim)" if _simulated(data) else "probe"
+
+
 def _energy_rows(t: Table, summary: dict[str, Any]) -> None:
     """Tokens per joule (or why not), both J-per-token figures, each source's audit verdict
     and $/Mtok: the rows ``bench``'s report has, from the same ``EnergySummary``."""
@@ -171,10 +182,14 @@ def _energy_rows(t: Table, summary: dict[str, Any]) -> None:
     if not e:
         t.add_row("tokens per joule", "not measured (no power source in the spec)")
     else:
+        from tokenwatt.report.labels import power_mark
+        from tokenwatt.result import EnergySummary
+
+        mark = power_mark(EnergySummary.model_validate(e))
         t.add_row(
             "tokens per joule",
             f"{_num(e['tokens_per_joule'], '.3g')} ({e['scope']} scope, {e['source']}, "
-            f"{e['kind']}{', modelled' if e['modelled'] else ''})",
+            f"{e['kind']}{f', {mark}' if mark else ''})",
         )
         t.add_row(
             "J per output / total token",
@@ -558,7 +573,7 @@ def _print_engine(data: dict[str, Any]) -> None:
     from tokenwatt.report.terminal import engine_table
     from tokenwatt.result import ProbeSummary
 
-    table = engine_table(ProbeSummary.model_validate(data["summary"]))
+    table = engine_table(ProbeSummary.model_validate(data["summary"]), simulated=_simulated(data))
     if table is not None:
         console.print(table)
 
@@ -595,6 +610,10 @@ def _check_flags(
 
 
 def _show(data: dict[str, Any], folder: Path) -> None:
+    if _simulated(data):
+        from tokenwatt.report.labels import SIMULATED_NOTE
+
+        console.print(f"[bold magenta]{escape(SIMULATED_NOTE)}[/]", highlight=False)
     console.print(summary_table(data))
     _print_engine(data)
     for w in data["warnings"]:

@@ -47,7 +47,7 @@ def compare(
     from rich.console import Console
 
     from tokenwatt.report.compare import compare_results, load_runs
-    from tokenwatt.report.terminal import comparison_view
+    from tokenwatt.report.compare_view import comparison_view
 
     comparison = compare_results(load_runs(runs))
     Console(width=width).print(comparison_view(comparison))

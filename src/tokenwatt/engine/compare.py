@@ -1,6 +1,7 @@
 """Client against engine for one probe: T, B and s side by side, with a likely cause.
 
-Why: the derivation (B = T·τ/R, s = 1/τ) is an inference from client timing; an engine that
+Why: the derivation (B = T·τ/R, s = 1/τ, ``tokenwatt.batch_steps``, the one the client's MBU
+uses) is an inference from client timing; an engine that
 counts its own tokens and batch is a second witness. Where both sides agree within the
 stated tolerance the derived MBU rests on measured ground; where they do not, the check says
 which way they part and what usually causes it, instead of silently reporting one of them.
@@ -13,16 +14,15 @@ running requests ÷ R (``engine_batch_and_steps``); s is engine steps per second
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
-from tokenwatt.engine.window import EngineWindow
+from tokenwatt.batch_steps import batch_and_steps
+from tokenwatt.result import EngineAgreement, EngineFigures
 
 __all__ = [
     "AGREEMENT_TOLERANCES",
     "IDLE_EXPLAINED",
     "PREEMPTION_EXPLAINED",
-    "Agreement",
     "ClientMechanisms",
     "compare_client_engine",
     "counter_resolution",
@@ -55,24 +55,8 @@ _CAUSES: dict[tuple[str, bool], str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Agreement:
-    """One figure on both sides. ``ok`` is None where the engine does not count it."""
-
-    figure: str
-    client: float
-    engine: float | None
-    rel_diff: float | None
-    tolerance: float
-    ok: bool | None
-    cause: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def engine_batch_and_steps(
-    window: EngineWindow, replicas: int
+    window: EngineFigures, replicas: int
 ) -> tuple[float | None, float | None]:
     """(B, s) per replica from the engine alone, for a second MBU next to the client's.
 
@@ -98,17 +82,21 @@ def engine_batch_and_steps(
     return batch, (rate / r if rate is not None else None)
 
 
-def _one(figure: str, client: float, engine: float | None, tol: float, extra: str) -> Agreement:
+def _one(
+    figure: str, client: float, engine: float | None, tol: float, extra: str
+) -> EngineAgreement:
     if engine is None or engine <= 0:
-        return Agreement(figure, client, engine, None, tol, None)
+        return EngineAgreement(figure=figure, client=client, engine=engine, tolerance=tol)
     rel = (client - engine) / engine
     ok = abs(rel) <= tol
     cause = None if ok else _CAUSES[(figure, rel > 0)] + extra + UNEXPLAINED
-    return Agreement(figure, client, engine, rel, tol, ok, cause)
+    return EngineAgreement(
+        figure=figure, client=client, engine=engine, rel_diff=rel, tolerance=tol, ok=ok, cause=cause
+    )
 
 
 def counter_resolution(
-    window: EngineWindow, requests_in_window: int | None = None
+    window: EngineFigures, requests_in_window: int | None = None
 ) -> dict[str, float]:
     """The counters' own resolution over the window: ±1 count of N is 1/N of a figure (T
     from generated tokens; s from steps; B from both); a counter that moves in whole requests
@@ -149,7 +137,7 @@ def compare_client_engine(
     client_tokens_per_s: float,
     client_tau_s: float,
     replicas: int,
-    window: EngineWindow,
+    window: EngineFigures,
     tokens_per_chunk: float = 1.0,
     tolerances: Mapping[str, float] = AGREEMENT_TOLERANCES,
     client_decode_share: float | None = None,
@@ -157,7 +145,7 @@ def compare_client_engine(
     mechanisms: ClientMechanisms | None = None,
     client_steps: tuple[float, float] | None = None,
     requests_in_window: int | None = None,
-) -> list[Agreement]:
+) -> list[EngineAgreement]:
     """T, B = T·τ/R and s = 1/τ from the client against the engine's counts over the window.
 
     Tolerance: ``tolerances`` plus the counters' resolution (``counter_resolution``), never
@@ -179,13 +167,11 @@ def compare_client_engine(
     res = counter_resolution(window, requests_in_window)
     tol = {k: tolerances[k] + res[k] for k in ("T", "B", "s")}
     b_engine, s_engine = engine_batch_and_steps(window, r)
-    client_b = client_tokens_per_s * client_tau_s / r
-    client_s = 1.0 / client_tau_s if client_tau_s > 0 else 0.0
-    alpha: list[Agreement] = []
+    client_b, client_s = batch_and_steps(client_tokens_per_s, client_tau_s, r)
+    alpha: list[EngineAgreement] = []
     if client_steps is not None:  # speculative decoding: steps and sequences, not tokens
         client_alpha, itl_chunk_s = client_steps
-        client_s = 1.0 / itl_chunk_s
-        client_b = client_tokens_per_s / client_alpha * itl_chunk_s / r
+        client_b, client_s = batch_and_steps(client_tokens_per_s / client_alpha, itl_chunk_s, r)
         tol_alpha = tolerances.get("alpha", AGREEMENT_TOLERANCES["alpha"])
         alpha = [_one("alpha", client_alpha, window.acceptance_length, tol_alpha, "")]
     t = _one("T", client_tokens_per_s, window.generated_tokens_per_s, tol["T"], extra)
@@ -200,7 +186,9 @@ def compare_client_engine(
     return [t, b, s, *alpha]
 
 
-def _on_engine_clock(t: Agreement, aligned: float, engine: float | None, extra: str) -> Agreement:
+def _on_engine_clock(
+    t: EngineAgreement, aligned: float, engine: float | None, extra: str
+) -> EngineAgreement:
     """T against the client's tokens counted the way the engine counts them; the edge effect
     (aligned − window count) is stated with its size."""
     edge = aligned / t.client - 1.0
@@ -213,12 +201,16 @@ def _on_engine_clock(t: Agreement, aligned: float, engine: float | None, extra: 
         f"window's edges): the edge effect is {edge:+.1%} of the client's window count"
     )
     cause = note if ok else f"{_CAUSES[('T', rel > 0)]}{extra}{UNEXPLAINED}; {note}"
-    return Agreement("T", t.client, engine, rel, t.tolerance, ok, cause)
+    return t.model_copy(update={"engine": engine, "rel_diff": rel, "ok": ok, "cause": cause})
 
 
 def _explained(
-    t: Agreement, b: Agreement, s: Agreement, mech: ClientMechanisms, replicas: int
-) -> tuple[Agreement, Agreement]:
+    t: EngineAgreement,
+    b: EngineAgreement,
+    s: EngineAgreement,
+    mech: ClientMechanisms,
+    replicas: int,
+) -> tuple[EngineAgreement, EngineAgreement]:
     """B and s off by a mechanism the client measured, with its size: not a disagreement.
 
     Time nothing decoded (idle, prompts alone; one replica): the client's B = T·τ/R and s = 1/τ
@@ -259,7 +251,5 @@ def _explained(
         )
     if cause is None:
         return b, s
-    return (
-        Agreement(b.figure, b.client, b.engine, b.rel_diff, b.tolerance, True, cause),
-        Agreement(s.figure, s.client, s.engine, s.rel_diff, s.tolerance, True, cause),
-    )
+    explained = {"ok": True, "cause": cause}
+    return b.model_copy(update=explained), s.model_copy(update=explained)

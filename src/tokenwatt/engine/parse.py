@@ -1,15 +1,14 @@
 """Prometheus text → one engine sample of the canonical figures (``engine.names``).
 
-Parsed with prometheus-client's own parser, so exposition quirks (escapes, ``_total``
-suffixes, histograms) are read the way Prometheus reads them.
+Parsed by ``tokenwatt.promscrape`` (prometheus-client's own parser, the one the power
+sources' Prometheus reader uses), so exposition quirks (escapes, ``_total`` suffixes,
+histograms) are read the way Prometheus reads them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from tokenwatt.engine.names import (
     COUNTERS,
@@ -19,14 +18,12 @@ from tokenwatt.engine.names import (
     EngineName,
     Source,
 )
+from tokenwatt.promscrape import PromTextError, Series, parse_page
 
 __all__ = ["EngineSample", "MetricsParseError", "parse_samples", "sample_from_text"]
 
-Series = list[tuple[dict[str, str], float]]
-
-
-class MetricsParseError(ValueError):
-    """The text is not Prometheus exposition format."""
+# the one "not exposition format" error (``promscrape``), under the name engine callers use
+MetricsParseError = PromTextError
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,14 +38,7 @@ class EngineSample:
 
 def parse_samples(text: str) -> dict[str, Series]:
     """Every sample in ``text`` by its exposition name, with its labels and value."""
-    out: dict[str, Series] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
-    except (ValueError, TypeError, IndexError) as exc:
-        raise MetricsParseError(f"not Prometheus text format ({exc})") from None
-    return out
+    return parse_page(text).series
 
 
 def _value(samples: Mapping[str, Series], src: Source) -> float | None:

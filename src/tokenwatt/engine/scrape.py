@@ -8,9 +8,10 @@ the client window share one time base.
     scraper = EngineScraper("http://127.0.0.1:8080/metrics", "auto", interval_s=1.0)
     scraper.start()          # first scrape, blocking but bounded (detects the engine)
     ...                      # the probe runs
-    window = scraper.stop()  # last scrape, blocking -> EngineWindow
+    window = scraper.stop()  # last scrape, blocking -> result.EngineFigures
 
-A server without metrics is not an error: the window says so once in ``unavailable``. Every
+A server without metrics is not an error: the window says so once in ``unavailable``; the
+scrapes stay in ``samples`` and the run's warnings in ``warnings``. Every
 scrape is bounded in total time (``timeout_s``, not per socket read: a /metrics that trickles
 one byte a second once held the probe's start forever) and in bytes (``MAX_METRICS_BYTES``); a
 slow or huge answer is dropped with one warning and the probe goes on. Values that cannot be
@@ -20,20 +21,18 @@ counts (NaN, negative) are refused by name (``engine.checks``).
 from __future__ import annotations
 
 import threading
-import urllib.request
-from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
-from tokenwatt.clock import now_ns
 from tokenwatt.engine.checks import checked_sample
 from tokenwatt.engine.names import ENGINES, EngineName, detect_engine
 from tokenwatt.engine.parse import EngineSample, MetricsParseError, parse_samples, sample_from_text
-from tokenwatt.engine.window import EngineWindow, clip_samples, summarize
-from tokenwatt.httpget import get_bounded
+from tokenwatt.engine.window import clip_samples, summarize
+from tokenwatt.httpget import HttpError
+from tokenwatt.promscrape import scrape_text
+from tokenwatt.result import EngineFigures
 
 __all__ = ["MAX_METRICS_BYTES", "EngineScraper", "fetch_text", "metrics_url_for"]
 
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # a vLLM /metrics page with every histogram is ~100-300 KB; 8 MB is far above any engine's and
 # far below what parsing costs to be felt (100 MB took > 150 s and 1 GB before this bound)
 MAX_METRICS_BYTES = 8 << 20
@@ -51,13 +50,10 @@ def metrics_url_for(endpoint_url: str) -> str:
 
 
 def fetch_text(url: str, timeout_s: float, max_bytes: int = MAX_METRICS_BYTES) -> str:
-    """GET ``url`` as text, complete within ``timeout_s`` (total, not per socket read) and at
-    most ``max_bytes`` long; raises OSError (URLError, HTTPError, ``BoundError``) on failure."""
-    handlers: list[urllib.request.BaseHandler] = []
-    if (urlsplit(url).hostname or "") in _LOOPBACK:
-        handlers.append(urllib.request.ProxyHandler({}))
-    data = get_bounded(url, timeout_s=timeout_s, max_bytes=max_bytes, handlers=handlers)
-    return data.decode("utf-8", errors="replace")
+    """GET ``url`` as text through the one guarded, bounded GET (``promscrape.scrape_text``):
+    complete within ``timeout_s`` (total, not per socket read) and at most ``max_bytes`` long;
+    raises ``httpget.HttpError`` on failure."""
+    return scrape_text(url, timeout_s=timeout_s, max_bytes=max_bytes)[1]
 
 
 class EngineScraper:
@@ -81,17 +77,16 @@ class EngineScraper:
         self._lock = threading.Lock()
 
     def _scrape(self) -> None:
-        t0 = now_ns()
         try:
-            text = fetch_text(self.url, self.timeout_s)
-        except (OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", None) or exc
+            t_ns, text = scrape_text(
+                self.url, timeout_s=self.timeout_s, max_bytes=MAX_METRICS_BYTES
+            )
+        except (HttpError, ValueError) as reason:
             if not self.samples and self.unavailable is None:
                 self.unavailable = f"no engine metrics at {self.url} ({reason})"
             else:
                 self._warn(f"an engine /metrics scrape was dropped ({reason})")
             return
-        t_ns = (t0 + now_ns()) // 2
         try:
             if self.engine is None:
                 self.engine = detect_engine(set(parse_samples(text)))
@@ -127,19 +122,19 @@ class EngineScraper:
             self._thread.start()
         return self
 
-    def stop(self, window_ns: tuple[int, int] | None = None) -> EngineWindow:
+    def stop(self, window_ns: tuple[int, int] | None = None) -> EngineFigures:
         """Take the last scrape now and summarize the window; with ``window_ns`` (the client's
-        window on ``tokenwatt.clock``) the counters are interpolated to its edges."""
+        window on ``tokenwatt.clock``) the counters are interpolated to its edges. A restart
+        read in the window joins ``warnings``."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timeout_s + self.interval_s)
         if self.unavailable is None:
             self._scrape()
         if self.unavailable is not None and len(self.samples) < 2:
-            return EngineWindow(self.engine, self.url, unavailable=self.unavailable)
+            return EngineFigures(engine=self.engine, url=self.url, unavailable=self.unavailable)
         with self._lock:
             samples = sorted(self.samples, key=lambda s: s.t_ns)
         if window_ns is not None:
             samples = clip_samples(samples, *window_ns)
-        window = summarize(samples, engine=self.engine, url=self.url)
-        return replace(window, warnings=(*self.warnings, *window.warnings))
+        return summarize(samples, engine=self.engine, url=self.url, warnings=self.warnings)

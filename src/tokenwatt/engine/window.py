@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from tokenwatt.engine.checks import SEVERAL_ENGINES, counter_shape
 from tokenwatt.engine.names import COUNTERS, GAUGES, SPEC_COUNTERS
 from tokenwatt.engine.parse import EngineSample
+from tokenwatt.result import EngineFigures
 
-__all__ = ["EngineWindow", "clip_samples", "counter_delta", "summarize", "time_weighted_mean"]
+__all__ = [
+    "clip_samples",
+    "counter_delta",
+    "summarize",
+    "time_weighted_mean",
+    "window_figures",
+]
 
 
 def counter_delta(values: Sequence[float]) -> float:
@@ -41,76 +47,39 @@ def time_weighted_mean(times_s: Sequence[float], values: Sequence[float]) -> flo
     return area / (times_s[-1] - times_s[0])
 
 
-@dataclass(frozen=True, slots=True)
-class EngineWindow:
-    """What the engine counted between the first and the last scrape of a probe.
-
-    Figures the engine does not expose are None (and named in ``missing``); ``unavailable``
-    says once why there are no engine figures at all (no /metrics, unknown names).
-    """
-
-    engine: str | None
-    url: str
-    duration_s: float = 0.0
-    scrapes: int = 0
-    requests_finished: float | None = None
-    prompt_tokens: float | None = None
-    generated_tokens: float | None = None
-    decode_steps: float | None = None
-    preemptions: float | None = None
-    busy_slots_per_decode: float | None = None
-    running_mean: float | None = None
-    waiting_mean: float | None = None
-    kv_usage_mean: float | None = None
-    kv_usage_max: float | None = None
-    spec_drafts: float | None = None  # speculative decoding: sequences verified (vLLM, llama.cpp)
-    spec_accepted_tokens: float | None = None
-    missing: tuple[str, ...] = ()
-    unavailable: str | None = None
-    series: tuple[EngineSample, ...] = field(default=(), repr=False)
-    warnings: tuple[str, ...] = ()  # refused values, restarts: for the run's warnings
-
-    @property
-    def generated_tokens_per_s(self) -> float | None:
-        """Engine-side T: generated tokens ÷ window."""
-        if self.generated_tokens is None or self.duration_s <= 0:
-            return None
-        return self.generated_tokens / self.duration_s
-
-    @property
-    def acceptance_length(self) -> float | None:
-        """The engine's: 1 + accepted draft tokens ÷ drafts over the window."""
-        if not self.spec_drafts or self.spec_accepted_tokens is None:
-            return None
-        return 1.0 + self.spec_accepted_tokens / self.spec_drafts
-
-    @property
-    def decode_steps_per_s(self) -> float | None:
-        """Engine steps per second over the window (all replicas this /metrics covers)."""
-        if self.decode_steps is None or self.duration_s <= 0:
-            return None
-        return self.decode_steps / self.duration_s
-
-    def to_dict(self) -> dict[str, Any]:
-        """The figures for result.json (the time series goes to the probe's files)."""
-        keys = (
-            "engine", "url", "duration_s", "scrapes", "requests_finished", "prompt_tokens",
-            "generated_tokens", "decode_steps", "preemptions", "busy_slots_per_decode",
-            "running_mean", "waiting_mean", "kv_usage_mean", "kv_usage_max", "unavailable",
-            "spec_drafts", "spec_accepted_tokens", "acceptance_length",
-        )  # fmt: skip
-        out: dict[str, Any] = {k: getattr(self, k) for k in keys}
-        out["generated_tokens_per_s"] = self.generated_tokens_per_s
-        out["decode_steps_per_s"] = self.decode_steps_per_s
-        out["missing"] = list(self.missing)
-        return out
-
-    def series_rows(self) -> list[dict[str, float]]:
-        """One row per scrape: seconds since the first scrape, then every figure read."""
-        if not self.series:
-            return []
-        t0 = self.series[0].t_ns
-        return [{"t_s": (s.t_ns - t0) / 1e9, **s.counters, **s.gauges} for s in self.series]
+def window_figures(
+    engine: str | None,
+    url: str,
+    *,
+    duration_s: float,
+    generated_tokens: float | None = None,
+    decode_steps: float | None = None,
+    spec_drafts: float | None = None,
+    spec_accepted_tokens: float | None = None,
+    **counted: Any,
+) -> EngineFigures:
+    """What the engine counted over a window, as the result's ``EngineFigures``, with the
+    rates derived once here: T = generated tokens ÷ window, steps/s = steps ÷ window, the
+    acceptance length 1 + accepted draft tokens ÷ drafts. ``counted``: the other counts and
+    means (``EngineFigures``' fields). Figures the engine does not expose stay None."""
+    per_s = duration_s if duration_s > 0 else None
+    return EngineFigures(
+        engine=engine,
+        url=url,
+        duration_s=duration_s,
+        generated_tokens=generated_tokens,
+        generated_tokens_per_s=generated_tokens / per_s
+        if generated_tokens is not None and per_s
+        else None,
+        decode_steps=decode_steps,
+        decode_steps_per_s=decode_steps / per_s if decode_steps is not None and per_s else None,
+        spec_drafts=spec_drafts,
+        spec_accepted_tokens=spec_accepted_tokens,
+        acceptance_length=1.0 + spec_accepted_tokens / spec_drafts
+        if spec_drafts and spec_accepted_tokens is not None
+        else None,
+        **counted,
+    )
 
 
 def _at(a: EngineSample, b: EngineSample, t_ns: int) -> EngineSample:
@@ -142,13 +111,23 @@ def clip_samples(samples: Sequence[EngineSample], start_ns: int, end_ns: int) ->
     return [out[0], *inside, out[1]]
 
 
-def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) -> EngineWindow:
-    """The window between the first and last of ``samples`` (at least two for counters)."""
+def summarize(
+    samples: Sequence[EngineSample],
+    *,
+    engine: str | None,
+    url: str,
+    warnings: list[str] | None = None,
+) -> EngineFigures:
+    """The window between the first and last of ``samples`` (at least two for counters).
+
+    A counter read as an engine restart is appended to ``warnings`` (for the run's warnings;
+    the figures stay as the result stores them)."""
     if not samples:
-        return EngineWindow(engine, url, unavailable="no scrape of the engine's /metrics")
+        return EngineFigures(
+            engine=engine, url=url, unavailable="no scrape of the engine's /metrics"
+        )
     times = [(s.t_ns - samples[0].t_ns) / 1e9 for s in samples]
     delta: dict[str, float | None] = {}
-    warnings: list[str] = []
     for key in COUNTERS:
         vals = [s.counters.get(key) for s in samples]
         ok = len(samples) >= 2 and all(v is not None for v in vals)
@@ -156,8 +135,8 @@ def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) 
         shape = counter_shape(known) if ok else "rising"
         if shape == "several":
             why = f"{SEVERAL_ENGINES} (counter {key} went up and down over {len(known)} scrapes)"
-            return EngineWindow(engine, url, unavailable=why, series=tuple(samples))
-        if shape == "restart":
+            return EngineFigures(engine=engine, url=url, unavailable=why)
+        if shape == "restart" and warnings is not None:
             warnings.append(f"engine counter {key} fell once: read as an engine restart")
         delta[key] = counter_delta(known) if ok else None
     means: dict[str, float | None] = {}
@@ -178,9 +157,9 @@ def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) 
     missing = tuple(
         k for k in (*COUNTERS[:-1], *GAUGES) if (delta.get(k) if k in delta else means[k]) is None
     )
-    return EngineWindow(
-        engine=engine,
-        url=url,
+    return window_figures(
+        engine,
+        url,
         duration_s=times[-1],
         scrapes=len(samples),
         requests_finished=delta["requests_finished"],
@@ -195,7 +174,5 @@ def summarize(samples: Sequence[EngineSample], *, engine: str | None, url: str) 
         kv_usage_max=max(kv) if kv else None,
         spec_drafts=delta["spec_drafts"],
         spec_accepted_tokens=delta["spec_accepted_tokens"],
-        missing=missing,
-        series=tuple(samples),
-        warnings=tuple(warnings),
+        missing=list(missing),
     )

@@ -89,6 +89,7 @@ class BenchEvent:
     hi_rps: float | None = None
     message: str | None = None
     result: BenchResult | None = None
+    warmup_s: float | None = None  # probe_start: this probe's warm-up (``_Run.settings_for``)
 
 
 OnEvent = Callable[[BenchEvent], None]
@@ -171,7 +172,15 @@ class _Run:
                 )
             )
 
-        self.emit(BenchEvent("probe_start", index=index, rate_rps=rate_rps, phase=phase))
+        self.emit(
+            BenchEvent(
+                "probe_start",
+                index=index,
+                rate_rps=rate_rps,
+                phase=phase,
+                warmup_s=probe_settings.warmup_s,
+            )
+        )
         scraper = None if self.witness is None else await self.witness.start()
         run = await run_probe(
             spec,
@@ -632,11 +641,8 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
             f"the SLO still held at search.max_rate_rps = {spec.search.max_rate_rps:g}: "
             "the boundary is above it"
         )
-    elif out.stop_reason == "max_probes" and out.steps:
-        result.warnings.append(
-            f"search.max_probes = {spec.search.max_probes} reached before the boundary's "
-            f"interval narrowed to ±{spec.search.precision:.0%}"
-        )
+    # max_probes: no warning here; the self-check (report.checks._search) says it once,
+    # from result.search, with its remedy.
     bench.emit(
         BenchEvent(
             "search_done",

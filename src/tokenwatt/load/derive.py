@@ -18,20 +18,20 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
 from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
-from tokenwatt.load.speculation import probe_steps, step_basis, step_summary
+from tokenwatt.load.speculation import probe_steps, step_basis
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
-from tokenwatt.metrics.steps import StepFigures
 from tokenwatt.result import (
     EnergySummary,
     EngineFigures,
     Mbu,
     ProbeSummary,
     SloDetail,
+    StepSummary,
 )
 from tokenwatt.simsettings import SpeculativeSettings
 from tokenwatt.spec import BenchSpec, EngineSection, ProbeSettings
@@ -123,7 +123,7 @@ def probe_mbu(
     return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw)
 
 
-def _coalesced(mbu: Mbu, figures: StepFigures) -> Mbu:
+def _coalesced(mbu: Mbu, figures: StepSummary) -> Mbu:
     """Flag ``coalesced_chunks`` when the engine sent several steps in one chunk."""
     if not figures.coalesced:
         return mbu
@@ -325,8 +325,10 @@ def summarize_probe(
         tpot_s=m.tpot_s,
         itl_s=m.itl_chunk_s,
         e2e_s=m.e2e_s,
-        steps=step_summary(
-            probe_steps(run.counted, declared), None if engine is None else engine.acceptance_length
+        steps=probe_steps(run.counted, declared).model_copy(
+            update={
+                "engine_acceptance_length": None if engine is None else engine.acceptance_length
+            }
         ),
         send_lateness_s=m.send_lateness_s,
         requests_ok=m.requests_ok,

@@ -91,7 +91,7 @@ async def probe_energy(
         report,
         run.metrics.output_tokens,
         input_tokens=in_window_prompt_tokens(run.records, a, b),
-        audit=[x.to_dict() for x in audit],
+        audit=audit,
     )
     if summary.primary is None or summary.energy_j is None:
         return None, None

@@ -1,7 +1,8 @@
 """The engine as witness in every probe: scrape its /metrics around the window, compare.
 
 Why here: ``tokenwatt probe`` and ``tokenwatt bench`` both measure probes; both open one
-``EngineWitness`` per run and hand each probe's ``EngineWindow`` to ``summarize_probe``, so the
+``EngineWitness`` per run and hand each probe's engine window (``result.EngineFigures``) to
+``summarize_probe``, so the
 engine's figures, the client-vs-engine agreements and the second MBU are derived one way.
 
 A server without /metrics is normal (many deployments hide it): the witness says so once per
@@ -22,7 +23,6 @@ from tokenwatt.engine import (
     ClientMechanisms,
     EngineSample,
     EngineScraper,
-    EngineWindow,
     compare_client_engine,
     engine_batch_and_steps,
     metrics_url_for,
@@ -37,7 +37,7 @@ from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import idle_fraction_from_intervals
 from tokenwatt.metrics.prompt_phase import prompt_phase
 from tokenwatt.metrics.steps import step_figures
-from tokenwatt.result import EngineAgreement, EngineFigures
+from tokenwatt.result import EngineFigures
 from tokenwatt.spec import BenchSpec, redact_text
 from tokenwatt.spec.server_metrics import ServerMetricsSection
 
@@ -96,7 +96,7 @@ class EngineWitness:
         if window.unavailable is not None and self.unavailable is None:
             self.unavailable = window.unavailable
             self.warnings.append(f"engine figures not measured: {redact_text(window.unavailable)}")
-        for text in window.warnings:  # refused values, dropped scrapes, restarts: once a run
+        for text in scraper.warnings:  # refused values, dropped scrapes, restarts: once a run
             line = redact_text(text)
             if line not in self.warnings:
                 self.warnings.append(line)
@@ -108,7 +108,7 @@ class EngineWitness:
 class ProbeEngine:
     """A probe's engine window and how finely the scrapes resolve its edges."""
 
-    window: EngineWindow
+    window: EngineFigures
     edge_fraction: float
     scrape_ns: tuple[int, ...] = ()  # every scrape's time: T compared on the engine's clock
 
@@ -192,38 +192,32 @@ def engine_figures(
 ) -> EngineFigures:
     """The window's engine figures, the T/B/s agreements and the engine-side MBU."""
     window, edge = probe_engine.window, probe_engine.edge_fraction  # edge: reported only
-    data = window.to_dict()
-    data["url"] = redact_text(window.url)  # a /metrics URL may carry user:pass@ or a token
+    # a /metrics URL may carry user:pass@ or a token
+    redacted: dict[str, object] = {"url": redact_text(window.url)}
     if window.unavailable is not None:
-        data["unavailable"] = redact_text(window.unavailable)
-    figures = EngineFigures(**data)
-    if window.unavailable is not None:
-        return figures
+        redacted["unavailable"] = redact_text(window.unavailable)
+        return window.model_copy(update=redacted)
     m = run.metrics
     replicas = spec.hardware.replicas
     batch, steps = engine_batch_and_steps(window, replicas)
-    agreements: list[EngineAgreement] = []
+    agreements = []
     if m.output_tokens_per_s is not None and m.itl_token_weighted_s:
-        agreements = [
-            EngineAgreement(**a.to_dict())
-            for a in compare_client_engine(
-                client_tokens_per_s=m.output_tokens_per_s,
-                client_tau_s=m.itl_token_weighted_s,
-                replicas=replicas,
-                window=window,
-                tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
-                tolerances=AGREEMENT_TOLERANCES,
-                client_tokens_per_s_engine_clock=_tokens_on_engine_clock(run, probe_engine),
-                mechanisms=_mechanisms(run, replicas),
-                client_steps=_client_steps(run),
-                requests_in_window=sum(
-                    1
-                    for r in run.records
-                    if r.done_ns is not None
-                    and run.window_start_ns <= r.done_ns < run.window_end_ns
-                ),
-            )
-        ]
+        agreements = compare_client_engine(
+            client_tokens_per_s=m.output_tokens_per_s,
+            client_tau_s=m.itl_token_weighted_s,
+            replicas=replicas,
+            window=window,
+            tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
+            tolerances=AGREEMENT_TOLERANCES,
+            client_tokens_per_s_engine_clock=_tokens_on_engine_clock(run, probe_engine),
+            mechanisms=_mechanisms(run, replicas),
+            client_steps=_client_steps(run),
+            requests_in_window=sum(
+                1
+                for r in run.records
+                if r.done_ns is not None and run.window_start_ns <= r.done_ns < run.window_end_ns
+            ),
+        )
     mbu = None
     if geometry is not None and accelerator is not None and batch and steps:
         mbu = _engine_mbu(
@@ -234,8 +228,9 @@ def engine_figures(
             batch=batch,
             steps_per_s=steps,
         )
-    return figures.model_copy(
+    return window.model_copy(
         update={
+            **redacted,
             "batch_per_replica": batch,
             "steps_per_s_per_replica": steps,
             "mbu": mbu,

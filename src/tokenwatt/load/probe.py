@@ -60,6 +60,7 @@ from typing import Any, Literal
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
+from tokenwatt.load.heap import frozen_heap
 from tokenwatt.load.schedule import (
     OpenLoopSource,
     RateUnit,
@@ -614,7 +615,8 @@ async def run_probe(
         sender=open_sender(spec, client, schedule, settings),
         should_close=should_close,
     )
-    records, w1, end = await probe.run()
+    with frozen_heap():  # no full collection pauses the sender (load.heap)
+        records, w1, end = await probe.run()
     records.sort(key=lambda r: r.request_id)
     return _probe_run(
         probe, records, w1, end, schedule=schedule, stated_rate=stated_rate, spec=spec,

@@ -22,16 +22,17 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tokenwatt import httpget
 
 __all__ = ["LOG_TAIL_LINES", "ServerFailedError", "ServerProcess", "group_alive"]
 
 LOG_TAIL_LINES = 5
 _HEALTH_POLL_S = 0.2
 _HEALTH_REQUEST_S = 2.0
+_HEALTH_MAX_BYTES = 1 << 20  # a health answer is bytes; a server streaming more is not ready
 
 
 class ServerFailedError(Exception):
@@ -67,11 +68,13 @@ def _live_member(d: Path, pgid: int) -> bool:
 
 
 def _health_ok(url: str) -> bool:
+    """A 2xx answer within the bound (``httpget.get``: a trickling health URL cannot hold the
+    wait past its deadline)."""
     try:
-        with urllib.request.urlopen(url, timeout=_HEALTH_REQUEST_S) as r:
-            return bool(r.status == 200)
-    except (OSError, urllib.error.URLError, ValueError):
+        httpget.get(url, timeout_s=_HEALTH_REQUEST_S, max_bytes=_HEALTH_MAX_BYTES)
+    except (httpget.HttpError, ValueError):
         return False
+    return True
 
 
 @dataclass(slots=True)

@@ -15,23 +15,23 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mbu import kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import StepRegime
 from tokenwatt.metrics.spec_mbu import Drafter, StepBasis
-from tokenwatt.metrics.steps import StepFigures, step_figures
+from tokenwatt.metrics.steps import step_figures
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import StepSummary
 from tokenwatt.simsettings import SpeculativeSettings
 
-__all__ = ["probe_steps", "step_basis", "step_summary"]
+__all__ = ["probe_steps", "step_basis"]
 
 
 def probe_steps(
     counted: Sequence[RequestRecord], declared: SpeculativeSettings | None
-) -> StepFigures:
+) -> StepSummary:
     """The counted requests' steps (``declared``: the spec's speculation, if any)."""
     return step_figures(counted, declared_k=None if declared is None else declared.num_tokens)
 
 
 def step_basis(
-    figures: StepFigures,
+    figures: StepSummary,
     declared: SpeculativeSettings | None,
     pairs: Sequence[tuple[int, int]],
     regime: StepRegime | None,
@@ -52,22 +52,3 @@ def step_basis(
         return StepBasis(figures, drafter, draft_kv, regime)
     k = max(1, figures.max_chunk_tokens - 1)
     return StepBasis(figures, Drafter("unknown", k, source="detected"), 0.0, regime)
-
-
-def step_summary(figures: StepFigures, engine_alpha: float | None = None) -> StepSummary:
-    """The figures for result.json; ``engine_alpha``: the engine's own acceptance length."""
-    f = figures
-    return StepSummary(
-        requests=f.requests,
-        decode_steps=f.decode_steps,
-        decode_tokens=f.decode_tokens,
-        acceptance_length=f.acceptance_length,
-        acceptance_length_p50=f.acceptance_length_p50,
-        itl_chunk_s=f.itl_chunk_s,
-        itl_token_s=f.itl_token_s,
-        steps_per_s=f.steps_per_s,
-        max_chunk_tokens=f.max_chunk_tokens,
-        speculation=f.speculation,
-        coalesced=f.coalesced,
-        engine_acceptance_length=engine_alpha,
-    )

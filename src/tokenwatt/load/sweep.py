@@ -18,14 +18,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import socket
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tokenwatt import __version__
+from tokenwatt import __version__, httpget
 from tokenwatt.errors import TokenwattError
 from tokenwatt.load.bench import BenchEvent, run_bench
 from tokenwatt.load.server_proc import ServerFailedError, ServerProcess
@@ -92,10 +91,10 @@ def _is_simulator(health_url: str) -> bool:
     base = health_url.split("://", 1)[-1].split("/", 1)[0]
     scheme = health_url.split("://", 1)[0]
     try:
-        with urllib.request.urlopen(f"{scheme}://{base}/version", timeout=2) as r:
-            return SIM_VERSION_PREFIX in r.read(512).decode("utf-8", "replace")
-    except (OSError, ValueError):
+        body = httpget.get(f"{scheme}://{base}/version", timeout_s=2.0, max_bytes=1 << 16)
+    except (httpget.HttpError, ValueError):
         return False
+    return SIM_VERSION_PREFIX in body[:512].decode("utf-8", "replace")
 
 
 @dataclass(slots=True)

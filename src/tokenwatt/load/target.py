@@ -97,8 +97,8 @@ def resolve_accelerator(hw: HardwareSection) -> Accelerator:
         fp8_dense_flops=c.fp8_dense_flops,
         base=base,
     )
-    if c.measured:  # not a rated figure: say where it came from
-        return replace(acc, source="measured (tokenwatt hardware --measure)", confidence="measured")
+    if c.measured:  # not a rated figure: say where, when and how it came, and how it varied
+        return replace(acc, source=c.measured_source(), confidence="measured")
     return acc
 
 

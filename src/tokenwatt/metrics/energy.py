@@ -18,7 +18,7 @@ not depend on ``power`` (docs/architecture.md).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from tokenwatt.result import EnergyAudit, EnergySummary, ScopeEnergy
 
@@ -82,7 +82,7 @@ def energy_metrics(
     output_tokens: int,
     *,
     input_tokens: int | None = None,
-    audit: Sequence[Mapping[str, Any]] = (),
+    audit: Sequence[EnergyAudit] = (),
 ) -> EnergySummary:
     """Efficiency per scope from an ``EnergyReport`` and the output tokens of its window, as
     the result's ``EnergySummary``: the headline fields are the primary scope's, and
@@ -100,7 +100,7 @@ def energy_metrics(
         "scopes": scopes,
         "warnings": list(report.warnings),
         "input_tokens": input_tokens,
-        "audit": [EnergyAudit.model_validate(dict(x)) for x in audit],
+        "audit": list(audit),
     }
     if head is None:
         return EnergySummary(measured=False, **common)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
-from dataclasses import asdict
 
+from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.geometry.model import ModelGeometry
-from tokenwatt.metrics.mixed_steps import MixedSteps, StepRegime, estimate_mixed_steps
+from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
 from tokenwatt.metrics.routing_band import routing_band, routing_band_note
 from tokenwatt.metrics.spec_mbu import StepBasis, geometry_fields, speculative_mbu, step_flags
 from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
@@ -182,8 +182,7 @@ def _seed_terms(
     the idle estimate e^(−B); all None when nothing was decoded."""
     if not (_positive(t) and _positive(tau)):
         return None, None, None, None, None, None, None
-    s = 1.0 / tau
-    b = t * tau / replicas
+    b, s = batch_and_steps(t, tau, replicas)
     distinct = geometry.expected_unique_experts(b) if geometry.is_moe else None
     w = geometry.weight_bytes_per_step(b)
     w_per_s = replicas * s * w
@@ -297,7 +296,7 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
             "prefill_only": (regime.prefill_only_fraction or 0.0) > IDLE_NOTE_FRACTION,
         }
     )
-    inputs = i.model_copy(update={"mixed_steps": MbuMixedSteps(**asdict(mix))})
+    inputs = i.model_copy(update={"mixed_steps": mix})
     update: dict[str, object] = {"flags": flags, "inputs": inputs, "notes": notes + flags.notes()}
     if mix.over_slot_limit:
         update.update(mbu=None, mbu_weights=None, mbu_kv=None)
@@ -341,7 +340,7 @@ def _with_routing_band(result: Mbu, geometry: ModelGeometry, regime: StepRegime)
 def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a figure
     geometry: ModelGeometry,
     regime: StepRegime,
-    mix: MixedSteps,
+    mix: MbuMixedSteps,
     mbu: float,
     dec: float,
     node: float,

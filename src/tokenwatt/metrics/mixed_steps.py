@@ -34,11 +34,11 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad, FloatArray, GeneratingFunction
 from tokenwatt.metrics.prompt_phase import prompt_phase
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import MbuMixedSteps
 from tokenwatt.spec.engine import DEFAULT_CHUNK_BUDGET_TOKENS
 
 __all__ = [
     "DEFAULT_CHUNK_BUDGET_TOKENS",
-    "MixedSteps",
     "StepRegime",
     "decode_batch_from_intervals",
     "estimate_mixed_steps",
@@ -69,29 +69,6 @@ class StepRegime:
     # and the share of prompt time a decode was in flight; None: not measured (0 and 1)
     prefill_only_fraction: float | None = None
     prompt_mixing_share: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MixedSteps:
-    """Every number of the mixed-step estimate (per replica), so that it can be redone."""
-
-    batch_counted: float  # B·(1 − 1/n̄) from T·τ/R of the counted requests
-    batch_decode: float  # B_dec: from decode intervals when measured, else batch_counted
-    busy_fraction: float  # 1 − φ
-    batch_busy: float  # B_busy
-    prompts_per_step: float  # m
-    uncached_prompt_tokens: float  # L
-    mixed_step_fraction: float  # f: share of decode steps that carry prompt tokens
-    prompt_tokens_per_mixed_step: float
-    distinct_experts_decode_only: float | None  # per MoE layer, batch law, no prompts
-    distinct_experts_mixed_step: float | None  # per MoE layer, in a step with prompt tokens
-    weight_bytes_decode_only: float  # mean per decode step, decode tokens only
-    weight_bytes_mixed_step: float  # mean per step that carries prompt tokens
-    weight_bytes_mean_step: float  # W̄: what an average decode step reads
-    weight_bytes_per_s: float  # R · s · (1 − φ) · W̄
-    decode_only_weight_bytes_per_s: float  # R · s · (1 − φ) · W_dec
-    routing: str  # "uniform" or the expert-load source
-    over_slot_limit: bool  # B_dec above the engine's slot limit: the window was not steady
 
 
 def idle_fraction_from_intervals(
@@ -181,7 +158,7 @@ def estimate_mixed_steps(
     replicas: int,
     regime: StepRegime,
     kv_bytes_per_output_token: float = 0.0,
-) -> MixedSteps:
+) -> MbuMixedSteps:
     """The mixed-step estimate (module doc) from B = T·τ/R, s = 1/τ and the measured regime.
 
     B = T·τ/R is the *time*-averaged decode batch (τ weights each step by its batch), so the
@@ -224,7 +201,7 @@ def estimate_mixed_steps(
     rate = replicas * busy * steps_busy
     w_dec_mean = float((step_w * w_dec).sum())
     w_avg_mean = float((step_w * w_avg).sum())
-    return MixedSteps(
+    return MbuMixedSteps(
         batch_counted=b_counted,
         batch_decode=b_dec,
         busy_fraction=busy,

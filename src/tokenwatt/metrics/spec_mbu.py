@@ -28,11 +28,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.geometry.drafts import mtp_pass_bytes
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mixed_steps import StepRegime
-from tokenwatt.metrics.steps import StepFigures
-from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuSpeculation
+from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuSpeculation, StepSummary
 
 __all__ = ["Drafter", "StepBasis", "speculative_mbu"]
 
@@ -59,7 +59,7 @@ class Drafter:
 class StepBasis:
     """What ``compute_mbu`` needs to count steps instead of tokens (its ``steps`` hook)."""
 
-    steps: StepFigures
+    steps: StepSummary
     drafter: Drafter
     draft_kv_bytes_per_output_token: float = 0.0
     regime: StepRegime | None = None  # request rate and prompt lengths: mixed steps
@@ -85,7 +85,7 @@ def step_flags(spec: Mbu, base: MbuFlags) -> Mbu:
 def speculative_mbu(
     geometry: ModelGeometry,
     *,
-    steps: StepFigures,
+    steps: StepSummary,
     drafter: Drafter,
     output_tokens_per_s: float,
     itl_token_weighted_s: float,
@@ -103,9 +103,8 @@ def speculative_mbu(
     if tau_c is None or not tau_c > 0 or not steps_n or not tokens or not t > 0:
         return None
     k = drafter.num_tokens
-    s = 1.0 / tau_c
     d_rate = t * steps_n / tokens
-    b = d_rate * tau_c / replicas
+    b, s = batch_and_steps(d_rate, tau_c, replicas)
     m, prompt = 0.0, 0.0
     if regime is not None:
         m = regime.request_rate_rps / replicas * tau_c

@@ -34,9 +34,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from tokenwatt.metrics.stats import interpolated_quantile
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import StepSummary
 
-__all__ = ["RequestSteps", "StepFigures", "request_steps", "step_figures"]
+__all__ = ["RequestSteps", "request_steps", "step_figures"]
 
 Speculation = Literal["none", "detected", "declared"]
 
@@ -95,30 +97,12 @@ def _bursts(
     return out_ns, out_tokens
 
 
-@dataclass(frozen=True, slots=True)
-class StepFigures:
-    """A probe's step figures over its counted requests (None: no decode step seen)."""
-
-    requests: int  # requests with at least one decode step
-    tokens: int  # all their tokens, first chunks included
-    decode_steps: int
-    decode_tokens: int
-    acceptance_length: float | None  # decode tokens ÷ decode steps
-    itl_chunk_s: float | None  # Σ decode time ÷ Σ decode steps
-    itl_token_s: float | None  # Σ decode time ÷ Σ decode tokens (TPOT)
-    steps_per_s: float | None  # per sequence: 1 ÷ ITL per chunk
-    max_chunk_tokens: int
-    speculation: Speculation  # none, detected from varying chunk sizes, or declared
-    coalesced: bool  # chunks are not steps: equal multi-token chunks, or above k + 1
-    acceptance_length_p50: float | None = None  # median over requests
-
-
 def step_figures(
     records: Iterable[RequestRecord],
     *,
     declared_k: int | None = None,
     burst_ns: int | None = None,
-) -> StepFigures:
+) -> StepSummary:
     """Steps, acceptance length and ITL per chunk and per token over ``records`` (the ok
     ones). ``declared_k``: tokens the engine proposes per step, when the spec says;
     ``burst_ns``: group per-token events into steps (module doc)."""
@@ -139,7 +123,7 @@ def step_figures(
         kind = "detected" if multi and len(sizes) > 1 else "none"
         coalesced = multi and len(sizes) == 1
     alphas = sorted(a for p in per if (a := p.acceptance_length) is not None)
-    return StepFigures(
+    return StepSummary(
         requests=len(per),
         tokens=total,
         decode_steps=steps,
@@ -151,12 +135,5 @@ def step_figures(
         max_chunk_tokens=biggest,
         speculation=kind,
         coalesced=coalesced,
-        acceptance_length_p50=_median(alphas),
+        acceptance_length_p50=interpolated_quantile(alphas, 0.5, presorted=True),
     )
-
-
-def _median(xs: list[float]) -> float | None:
-    if not xs:
-        return None
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2

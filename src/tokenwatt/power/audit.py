@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from statistics import median
-from typing import Any, Literal
+from typing import Literal
 
 from tokenwatt.power.integrate import integrate
+from tokenwatt.result import EnergyAudit, EnergyCheck
 
 __all__ = [
     "CEILING_FACTOR",
@@ -43,9 +44,7 @@ __all__ = [
     "GPU_SCOPES",
     "IDLE_FLOOR_FRACTION",
     "MIN_SAMPLES",
-    "AuditCheck",
     "ChannelData",
-    "SourceAudit",
     "audit_scope",
     "clip_union",
     "subtract",
@@ -67,13 +66,6 @@ COUNTER_SPAN_NS = 250_000_000
 
 
 @dataclass(frozen=True, slots=True)
-class AuditCheck:
-    name: str
-    passed: bool | None  # None: not checkable for this source or scope
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class ChannelData:
     """One device's de-duplicated readings (J or W) and its counter modulus."""
 
@@ -82,42 +74,6 @@ class ChannelData:
     values: Sequence[float]
     change_t_ns: Sequence[int]  # stamps of value changes only (no repeated tail)
     wrap_j: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SourceAudit:
-    """The audit of one (source, scope) over a window: ``to_dict`` is ``result.EnergyAudit``."""
-
-    source: str
-    scope: str
-    method: Method
-    gpus_only: bool
-    devices: list[str]
-    window_s: float
-    samples_in_window: int
-    expected_period_s: float
-    achieved_period_s: float | None
-    min_power_w: float | None
-    max_power_w: float | None
-    tdp_w: float | None
-    checks: list[AuditCheck]
-    valid: bool
-    verdict: str
-    busy_s: float | None = None
-    idle_s: float | None = None
-    busy_energy_j: float | None = None
-    idle_energy_j: float | None = None
-    prefill_s: float | None = None
-    decode_s: float | None = None
-    prefill_energy_j: float | None = None
-    decode_energy_j: float | None = None
-    split_note: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("notes")
-        return d
 
 
 def clip_union(intervals: Sequence[Interval], a: int, b: int) -> list[Interval]:
@@ -194,6 +150,10 @@ def _period_s(chans: Sequence[ChannelData], a: int, b: int) -> float | None:
     return median(steps) / 1e9 if steps else None
 
 
+def _check(name: str, passed: bool | None, detail: str) -> EnergyCheck:
+    return EnergyCheck(name=name, passed=passed, detail=detail)
+
+
 def _checks(
     *,
     flags: Sequence[str],
@@ -202,20 +162,20 @@ def _checks(
     gpu_scope: bool,
     tdp_w: float | None,
     powers: tuple[float | None, float | None],
-) -> list[AuditCheck]:
+) -> list[EnergyCheck]:
     """The five checks; ``flags`` are the monitor's for the same window (one definition of a
     gap, a reset, a short window: ``power.results``)."""
     lo, hi = powers
     short = "window_short" in flags
     holes = sorted(set(flags) & {"gap", "partial", "missing_device", "no_samples"})
     out = [
-        AuditCheck(
+        _check(
             "enough_samples",
             samples >= MIN_SAMPLES and not short,
             f"{samples} readings in the window (≥ {MIN_SAMPLES})"
             + ("; the window is under 10 refresh periods" if short else ""),
         ),
-        AuditCheck(
+        _check(
             "monotone_counter",
             "counter_reset" not in flags if counter else None,
             (
@@ -226,7 +186,7 @@ def _checks(
             if counter
             else "a power sampler has no counter",
         ),
-        AuditCheck("no_gaps", not holes, ", ".join(holes) or "reads covered the window"),
+        _check("no_gaps", not holes, ", ".join(holes) or "reads covered the window"),
     ]
     if not gpu_scope or tdp_w is None or lo is None or hi is None:
         why = (
@@ -236,12 +196,12 @@ def _checks(
             if tdp_w is None
             else "no power readings"
         )
-        out += [AuditCheck("idle_floor", None, why), AuditCheck("ceiling", None, why)]
+        out += [_check("idle_floor", None, why), _check("ceiling", None, why)]
         return out
     floor, ceiling = IDLE_FLOOR_FRACTION * tdp_w, CEILING_FACTOR * tdp_w
     out += [
-        AuditCheck("idle_floor", lo >= floor, f"lowest {lo:.1f} W per device (≥ {floor:.1f} W)"),
-        AuditCheck("ceiling", hi <= ceiling, f"highest {hi:.1f} W per device (≤ {ceiling:.1f} W)"),
+        _check("idle_floor", lo >= floor, f"lowest {lo:.1f} W per device (≥ {floor:.1f} W)"),
+        _check("ceiling", hi <= ceiling, f"highest {hi:.1f} W per device (≤ {ceiling:.1f} W)"),
     ]
     return out
 
@@ -277,7 +237,7 @@ def _split(
 
 
 def _verdict(
-    checks: Sequence[AuditCheck], *, measured: bool, counter: bool, energy_j: float | None
+    checks: Sequence[EnergyCheck], *, measured: bool, counter: bool, energy_j: float | None
 ) -> tuple[Method, bool, str]:
     """The method's name, whether the figure is valid, and the verdict line."""
     failed = [c for c in checks if c.passed is False]
@@ -307,7 +267,7 @@ def audit_scope(
     busy: Sequence[Interval] = (),
     prefill: Sequence[Interval] = (),
     tdp_w: float | None = None,
-) -> SourceAudit:
+) -> EnergyAudit:
     """Method, checks, verdict and the busy/idle and prefill/decode split of one scope.
 
     ``busy`` and ``prefill`` are raw per-request intervals (run clock, ns); they are united and
@@ -340,7 +300,7 @@ def audit_scope(
     pre_j, dec_j, note2 = _split(
         chans, (pre_iv, dec_iv), counter=counter, period_s=period, energy_j=busy_j
     )
-    return SourceAudit(
+    return EnergyAudit(
         source=source,
         scope=scope,
         method=method,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
 
-from tokenwatt.clock import now_ns
+from tokenwatt.clock import now_ns, stamp_between
 from tokenwatt.spec.power import Scope
 
 __all__ = ["Channel", "PowerSource", "Sample", "Scope", "SourceKind", "now_ns", "stamp_between"]
@@ -41,11 +41,6 @@ class Sample:
     channel: int
     t_ns: int
     value: float
-
-
-def stamp_between(t0_ns: int, t1_ns: int) -> int:
-    """The stamp of a reading taken by a call that ran from t0 to t1: its midpoint."""
-    return (t0_ns + t1_ns) // 2
 
 
 class PowerSource(ABC):

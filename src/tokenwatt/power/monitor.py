@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from tokenwatt.clock import now_ns
-from tokenwatt.power.audit import ChannelData, SourceAudit, audit_scope
+from tokenwatt.power.audit import ChannelData, audit_scope
 from tokenwatt.power.base import PowerSource
 from tokenwatt.power.integrate import integrate, observed_period_ns
 from tokenwatt.power.results import (
@@ -32,6 +32,7 @@ from tokenwatt.power.results import (
     PowerSeries,
     ScopeEnergy,
 )
+from tokenwatt.result import EnergyAudit
 
 __all__ = ["GAP_POLLS", "NOT_MEASURED", "PowerMonitor"]
 
@@ -344,7 +345,7 @@ class PowerMonitor:
         busy: Sequence[tuple[int, int]] = (),
         prefill: Sequence[tuple[int, int]] = (),
         tdp_w: float | None = None,
-    ) -> list[SourceAudit]:
+    ) -> list[EnergyAudit]:
         """Every (source, scope)'s method record, validity verdict and energy split over the
         window (``power.audit``), from the same readings and flags as ``energy``. Call after
         ``energy`` for the same window (it does not wait for late readings)."""

@@ -10,12 +10,11 @@ same way (``kind: sim``).
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from tokenwatt.clock import now_ns
 from tokenwatt.errors import PowerSourceError
-from tokenwatt.power import _http
-from tokenwatt.power.base import Channel, PowerSource, Sample, Scope, SourceKind, stamp_between
+from tokenwatt.httpget import HttpError
+from tokenwatt.power.base import Channel, PowerSource, Sample, Scope, SourceKind
+from tokenwatt.promscrape import parse_page, scrape_text
+from tokenwatt.spec import redact_text
 
 __all__ = ["SIM_ENERGY_METRIC", "PrometheusPower"]
 
@@ -85,7 +84,7 @@ class PrometheusPower(PowerSource):
         self.poll_interval_s = interval_s
         self.update_period_s = interval_s
         self.timeout_s = min(max(2 * interval_s, 1.0), 10.0)
-        self.detail = f"{metric} @ {_http.safe_url(url)}"
+        self.detail = f"{metric} @ {redact_text(url)}"
         if self.labels:
             self.detail += " " + ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
         self.slow_hint = _DCGM_HINT if metric.upper().startswith("DCGM_") else ""
@@ -98,31 +97,27 @@ class PrometheusPower(PowerSource):
     def _series(self, text: str) -> tuple[str | None, list[tuple[dict[str, str], float]]]:
         """The family type and every matching (labels, value) of ``metric`` in ``text``."""
         want = _base(self.metric)
-        # Parse only the lines about this metric: pages with hundreds of series stay cheap.
-        lines = [ln for ln in text.splitlines() if want in ln]
+        page = parse_page(text, only=want)  # only the lines about this metric
         fam_type: str | None = None
         found: list[tuple[dict[str, str], float]] = []
-        for fam in text_string_to_metric_families("\n".join(lines) + "\n"):
-            for s in fam.samples:
-                if _base(s.name) != want:
+        for name, series in page.series.items():
+            if _base(name) != want:
+                continue
+            for labels, value in series:
+                if any(labels.get(k) != v for k, v in self.labels.items()):
                     continue
-                if any(s.labels.get(k) != v for k, v in self.labels.items()):
-                    continue
-                fam_type = fam.type
-                found.append((dict(s.labels), float(s.value)))
+                fam_type = page.types[name]
+                found.append((labels, value))
         return fam_type, found
 
     def _scrape(self) -> tuple[int, str]:
-        t0 = now_ns()
-        body = _http.get(self.url, timeout_s=self.timeout_s)
-        t1 = now_ns()
-        return stamp_between(t0, t1), body.decode("utf-8", errors="replace")
+        return scrape_text(self.url, timeout_s=self.timeout_s)
 
     def open(self) -> None:
-        safe = _http.safe_url(self.url)
+        safe = redact_text(self.url)
         try:
             _, text = self._scrape()
-        except _http.HttpError as exc:
+        except HttpError as exc:
             raise self._fail(
                 f"{safe} did not answer ({exc}); check that the exporter is running and the URL"
             ) from None

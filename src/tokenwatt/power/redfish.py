@@ -14,10 +14,11 @@ import json
 import os
 from typing import Any
 
+from tokenwatt import httpget
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import PowerSourceError
-from tokenwatt.power import _http
 from tokenwatt.power.base import Channel, PowerSource, Sample, Scope, SourceKind, stamp_between
+from tokenwatt.spec import redact_text
 
 __all__ = ["RedfishPower"]
 
@@ -85,7 +86,7 @@ class RedfishPower(PowerSource):
         self.poll_interval_s = interval_s
         self.update_period_s = interval_s  # the BMC may be slower: the monitor measures it
         self.timeout_s = min(max(2 * interval_s, 2.0), 10.0)
-        self.detail = f"{_http.safe_url(self.base)} {', '.join(self.paths)}"
+        self.detail = f"{redact_text(self.base)} {', '.join(self.paths)}"
         self.slow_hint = "BMCs refresh their sensors about once a second or slower"
 
     def _fail(self, what: str) -> PowerSourceError:
@@ -102,11 +103,11 @@ class RedfishPower(PowerSource):
         password = os.environ.get(self._password_env)
         if not password:
             raise self._fail(f"environment variable {self._password_env} is not set; export it")
-        self._headers["Authorization"] = _http.basic_auth(user, password)
+        self._headers["Authorization"] = httpget.basic_auth(user, password)
 
     def _get(self, path: str) -> tuple[int, Any]:
         t0 = now_ns()
-        body = _http.get(
+        body = httpget.get(
             self.base + path,
             timeout_s=self.timeout_s,
             headers=self._headers,
@@ -119,10 +120,10 @@ class RedfishPower(PowerSource):
         self._credentials()
         docs: list[Any] = []
         for path in self.paths:
-            where = f"{_http.safe_url(self.base)}{path}"
+            where = f"{redact_text(self.base)}{path}"
             try:
                 _, doc = self._get(path)
-            except _http.HttpError as exc:
+            except httpget.HttpError as exc:
                 if exc.status in (401, 403):
                     env = self._username_env or "username_env/password_env"
                     raise self._fail(
@@ -164,7 +165,7 @@ class RedfishPower(PowerSource):
         for i, path in enumerate(self.paths):
             try:
                 t, doc = self._get(path)
-            except (_http.HttpError, ValueError) as exc:
+            except (httpget.HttpError, ValueError) as exc:
                 failures.append(f"{path}: {exc}")
                 continue
             v = _value(doc, self._prop)

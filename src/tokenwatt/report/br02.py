@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokenwatt import __version__
 from tokenwatt.metrics.latency import counted_records, e2e_s, tpot_s, ttft_s
+from tokenwatt.metrics.stats import interpolated_quantile
 from tokenwatt.records import RequestRecord
 
 __all__ = [
@@ -299,10 +300,12 @@ def _stats(values: Sequence[float] | np.ndarray, units: str) -> dict[str, Any] |
     a = np.asarray(values, dtype=float)
     if a.size == 0:
         return None
-    q = np.percentile(a, list(PERCENTILES.values()))
+    xs = sorted(a.tolist())  # the result's quantile rule (metrics.stats), not numpy's own
     out: dict[str, Any] = {"units": units, "mean": float(a.mean()), "stddev": float(a.std())}
     out["min"] = float(a.min())
-    out.update({k: float(v) for k, v in zip(PERCENTILES, q, strict=True)})
+    out.update(
+        {k: interpolated_quantile(xs, pct / 100, presorted=True) for k, pct in PERCENTILES.items()}
+    )
     out["max"] = float(a.max())
     return out
 

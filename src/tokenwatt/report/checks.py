@@ -287,13 +287,7 @@ def self_checks(result: BenchResult) -> list[Check]:
         *_energy(result),
         *(Check("warning", w) for w in result.warnings),
     ]
-    if result.boundary is not None and result.boundary.mbu_detail is not None:
-        multi = bool(_multi_token(result))  # already a warning: skip MBU's own note on it
-        checks += [
-            Check("note", f"MBU: {n}")
-            for n in result.boundary.mbu_detail.notes
-            if not (multi and "tokens per chunk" in n)
-        ]
+    # MBU's own flags and notes are the MBU section's (``mbu_text.mbu_notes``), said there once.
     seen: set[str] = set()
     unique: list[Check] = []
     for c in sorted(checks, key=lambda c: c.level != "warning"):

@@ -2,8 +2,10 @@
 and the Pareto view of every probe: output tokens/s per GPU against per-user interactivity.
 
 A comparison is only as fair as its runs are alike, so the things that make figures
-incomparable (model, precision, accelerator, GPU count, replicas, SLO, workload) are checked
-and every difference is returned as a warning; the figures are still shown.
+incomparable (model, precision, accelerator, GPU count, replicas, SLO, and every other
+setting of the spec: workload, search, power, engine, the simulator's settings) are checked
+and every difference is returned as a warning; the figures are still shown. Only the server
+under test (the spec's ``endpoint``) may differ without one: it is what a comparison compares.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any, Literal
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.format import fmt_quantile, rel_change
+from tokenwatt.report.labels import describe_slo
 from tokenwatt.report.pareto import pareto_mask
-from tokenwatt.report.terminal import describe_slo
 from tokenwatt.result import BenchResult, load_result
 
 __all__ = [
@@ -50,6 +52,7 @@ class Comparison:
     rows: tuple[MetricRow, ...]
     warnings: tuple[str, ...]
     pareto: tuple[ParetoPoint, ...] = ()  # every measured probe of every run
+    simulated: tuple[bool, ...] = ()  # per run: served by the built-in simulator
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,9 @@ class ParetoPoint:
     """One probe as buyers compare systems: throughput per GPU against what each user sees.
 
     ``interactivity_tok_s_per_user`` = 1 / median TPOT (the per-request TPOT of
-    ``metrics.request``): the decode speed one stream gets. ``on_frontier``: no probe of any
-    run is at least as good on both axes and better on one (the Pareto frontier)."""
+    ``metrics.request``): the decode speed one stream gets. ``on_frontier``: the probe met
+    the SLO and no passing probe of any run is at least as good on both axes and better on
+    one (the Pareto frontier): a point that failed the SLO is no operating point to buy."""
 
     label: str
     probe_index: int
@@ -71,7 +75,8 @@ class ParetoPoint:
 
 def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint, ...]:
     """Every probe (single stream included) with output tokens/s and a median TPOT, marked
-    on or off the frontier across all runs; sorted by interactivity, highest first."""
+    on or off the frontier of the passing probes of all runs; sorted by interactivity,
+    highest first."""
     pts: list[ParetoPoint] = []
     for label, r in runs:
         probes = ([r.single_stream] if r.single_stream is not None else []) + list(r.probes)
@@ -90,7 +95,12 @@ def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint,
                 )
             )
 
-    mask = pareto_mask([(p.output_tok_s_per_gpu, p.interactivity_tok_s_per_user) for p in pts])
+    passing = [p for p in pts if p.slo_passed]
+    on_front = pareto_mask(
+        [(p.output_tok_s_per_gpu, p.interactivity_tok_s_per_user) for p in passing]
+    )
+    front_ids = {id(p) for p, on in zip(passing, on_front, strict=True) if on}
+    mask = [id(p) in front_ids for p in pts]
     marked = [
         ParetoPoint(
             p.label,
@@ -160,30 +170,107 @@ def _slo_key(r: BenchResult) -> str:
     return describe_slo(r.slo)
 
 
-def _workload_key(r: BenchResult) -> str:
-    return json.dumps(r.spec.workload.model_dump(mode="json"), sort_keys=True)
-
-
 _CHECKED: tuple[tuple[str, Callable[[BenchResult], str]], ...] = (
     ("models", _model_key),
     ("accelerators", lambda r: r.accelerator.name),
     ("GPU counts", lambda r: str(r.gpus)),
     ("replicas", lambda r: str(r.replicas)),
     ("SLOs", _slo_key),
-    ("workloads", _workload_key),
 )
+
+# The spec's sections compared key by key, with the words a warning names them by. Not
+# compared: ``endpoint`` (the server under test: what a comparison is for), ``name``, and
+# ``server_metrics`` (how the engine's witness is read; no figure of the headline moves).
+_SPEC_SECTIONS: tuple[tuple[str, str], ...] = (
+    ("model", "model settings"),
+    ("hardware", "hardware settings"),
+    ("workload", "workloads"),
+    ("slo", "SLO settings"),
+    ("search", "search settings"),
+    ("power", "power settings"),
+    ("engine", "engine settings"),
+    ("sim", "simulator settings"),
+)
+# Keys the checks above already name in their own words (the resolved model, accelerator,
+# GPU count, replicas and SLO): one warning per difference, never two.
+_NAMED_ABOVE = frozenset(
+    {"model.weight_dtype", "model.kv_dtype", "hardware.accelerator", "hardware.gpus"}
+    | {"hardware.replicas", "slo.kind", "slo.preset", "slo.ttft_ms", "slo.tpot_ms"}
+    | {"slo.e2e_ms", "slo.percentile", "slo.attainment"}
+)
+_SHOWN_KEYS = 4  # differing keys named per section; the rest counted
+_SHOWN_VALUE = 40  # characters of one value shown
+
+
+def _flat(prefix: str, value: Any) -> dict[str, str]:
+    """Dotted key → compact JSON of each leaf (lists are leaves)."""
+    if isinstance(value, dict):
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            out |= _flat(f"{prefix}.{k}", v)
+        return out
+    return {prefix: json.dumps(value, sort_keys=True, separators=(",", ":"))}
+
+
+def _spec_sections(r: BenchResult) -> dict[str, dict[str, str]]:
+    """Each compared section of the run's spec, flattened; the simulator's settings only
+    for a simulated run (an endpoint run's ``sim`` section served nothing)."""
+    spec = r.spec.model_dump(mode="json")
+    sim = None
+    if r.simulated:
+        sim = r.target.sim if r.target is not None and r.target.sim is not None else r.spec.sim
+    spec["sim"] = None if sim is None else sim.model_dump(mode="json")
+    return {name: _flat(name, spec.get(name)) for name, _ in _SPEC_SECTIONS}
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _SHOWN_VALUE else text[: _SHOWN_VALUE - 1] + "…"
+
+
+def _spec_differences(labels: Sequence[str], results: Sequence[BenchResult]) -> list[str]:
+    """One warning per spec section whose settings differ between the runs, naming the
+    keys and each run's value: the spec diff behind "not like for like"."""
+    flat = [_spec_sections(r) for r in results]
+    all_simulated = all(r.simulated for r in results)
+    out = []
+    for section, words in _SPEC_SECTIONS:
+        if section == "sim" and not all_simulated:
+            continue  # a simulated run beside a measured one: ``_served_by`` says so
+        keys = sorted(set().union(*(f[section] for f in flat)) - _NAMED_ABOVE)
+        differ = [k for k in keys if len({f[section].get(k, "—") for f in flat}) > 1]
+        if not differ:
+            continue
+        shown = [
+            f"{k}: "
+            + "; ".join(
+                f"{lab} {_cut(f[section].get(k, '—'))}" for lab, f in zip(labels, flat, strict=True)
+            )
+            for k in differ[:_SHOWN_KEYS]
+        ]
+        more = f"; and {len(differ) - _SHOWN_KEYS} more" if len(differ) > _SHOWN_KEYS else ""
+        out.append(
+            f"runs differ in {words} ({' | '.join(shown)}{more}): differences are not like for like"
+        )
+    return out
+
+
+def _served_by(labels: Sequence[str], results: Sequence[BenchResult]) -> list[str]:
+    """A simulated run beside a measured one: the difference is the simulator's model."""
+    kinds = ["tokenwatt simulator" if r.simulated else "an endpoint" for r in results]
+    if len(set(kinds)) < 2:
+        return []
+    shown = "; ".join(f"{lab}: {k}" for lab, k in zip(labels, kinds, strict=True))
+    return [f"runs differ in what served them ({shown}): simulated figures are not measured"]
 
 
 def _differences(labels: Sequence[str], results: Sequence[BenchResult]) -> list[str]:
-    out = []
+    out = _served_by(labels, results)
     for what, key in _CHECKED:
         values = [key(r) for r in results]
         if len(set(values)) > 1:
-            if what == "workloads":
-                shown = "see each run's spec.workload"
-            else:
-                shown = "; ".join(f"{lab}: {v}" for lab, v in zip(labels, values, strict=True))
+            shown = "; ".join(f"{lab}: {v}" for lab, v in zip(labels, values, strict=True))
             out.append(f"runs differ in {what} ({shown}): differences are not like for like")
+    out += _spec_differences(labels, results)
     for lab, r in zip(labels, results, strict=True):
         if r.boundary is None:
             out.append(f"{lab}: no boundary (the SLO failed at every probed rate)")
@@ -206,7 +293,11 @@ def compare_results(runs: Sequence[tuple[str, BenchResult]]) -> Comparison:
         changes = (None, *(rel_change(v, base) for v in values[1:]))
         rows.append(MetricRow(name, unit, kind, better, values, changes))
     return Comparison(
-        labels, tuple(rows), tuple(_differences(labels, results)), pareto_points(runs)
+        labels,
+        tuple(rows),
+        tuple(_differences(labels, results)),
+        pareto_points(runs),
+        tuple(r.simulated for r in results),
     )
 
 

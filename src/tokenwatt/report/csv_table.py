@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenwatt.metrics.stats import interpolated_quantile
 from tokenwatt.report.br02 import ProbeFigures
 
 __all__ = ["PROBE_COLUMNS", "ProbeRow", "probe_row", "probe_table_csv", "write_probe_csv"]
@@ -59,8 +60,8 @@ PROBE_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ProbeR
 
 
 def _pct(values: Sequence[float] | np.ndarray, q: float) -> float | None:
-    a = np.asarray(values, dtype=float)
-    return float(np.percentile(a, q)) if a.size else None
+    """The q-th percentile by the result's one rule (``metrics.stats.interpolated_quantile``)."""
+    return interpolated_quantile(np.asarray(values, dtype=float).tolist(), q / 100)
 
 
 def probe_row(

@@ -31,8 +31,21 @@ from tokenwatt.report.format import (
     no_boundary_text,
     no_failure_seen,
 )
-from tokenwatt.report.mbu_text import mbu_figures_text, mbu_missing_reason, raised_flags
-from tokenwatt.report.terminal import cost_text, describe_run, describe_slo, energy_text
+from tokenwatt.report.labels import (
+    SIMULATED,
+    SIMULATED_NOTE,
+    bandwidth_provenance,
+    describe_run,
+    describe_slo,
+    power_mark,
+)
+from tokenwatt.report.mbu_text import (
+    mbu_figures_text,
+    mbu_missing_reason,
+    mbu_notes,
+    raised_flags,
+)
+from tokenwatt.report.terminal import cost_text, energy_text
 from tokenwatt.result import BenchResult, ProbeSummary
 
 __all__ = ["REPORT_FILE", "SECTION_IDS", "render_html", "write_html"]
@@ -91,11 +104,23 @@ pre { background: var(--bg); border: 1px solid var(--line); border-radius: 6px; 
 .grid2 { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
 @media (max-width: 760px) { .cards, .grid2 { grid-template-columns: 1fr; } }
 footer { color: var(--muted); font-size: 12px; text-align: center; }
+.sim { display: inline-block; background: #8e44ad; color: #fff; font-weight: 700;
+       font-size: 11px; letter-spacing: .06em; border-radius: 4px; padding: 0 6px;
+       margin-left: 6px; text-transform: none; vertical-align: middle; }
+caption { caption-side: top; text-align: left; padding: 0 0 4px; }
 """
 
 
 def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
+
+
+def _mark(r: BenchResult) -> str:
+    """The SIMULATED badge of a simulated run ('' otherwise), on every card, figure and
+    table: each can be copied out of the page alone (``labels.SIMULATED_NOTE`` on hover)."""
+    if not r.simulated:
+        return ""
+    return f'<span class="sim" title="{_e(SIMULATED_NOTE)}">{SIMULATED}</span>'
 
 
 def _table(
@@ -105,8 +130,10 @@ def _table(
     left: Iterable[int] = (0,),
     row_classes: Iterable[str] | None = None,
     cls: str = "",
+    mark: str = "",
 ) -> str:
-    """A table of already-escaped cells; columns numbered in ``left`` align left."""
+    """A table of already-escaped cells; columns numbered in ``left`` align left; ``mark``
+    (the simulated badge) as its caption."""
     hs = list(headers)
     lefts = set(left)
     head = "".join(f'<th class="{"l" if i in lefts else ""}">{h}</th>' for i, h in enumerate(hs))
@@ -119,15 +146,20 @@ def _table(
         )
         body.append(f"<tr{cls}>{cells}</tr>")
     attr = f' class="{cls}"' if cls else ""
-    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    caption = f"<caption>{mark}</caption>" if mark else ""
+    return (
+        f"<table{attr}>{caption}<thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def _section(sid: str, title: str, body: str) -> str:
     return f'<section id="{sid}"><h2>{_e(title)}</h2>{body}</section>'
 
 
-def _figure(svg: str, caption: str) -> str:
-    return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
+def _figure(svg: str, caption: str, mark: str = "") -> str:
+    text = f"{mark} {_e(caption)}" if mark else _e(caption)
+    return f"<figure>{svg}<figcaption>{text}</figcaption></figure>"
 
 
 def _headline(r: BenchResult) -> str:
@@ -167,15 +199,17 @@ def _headline(r: BenchResult) -> str:
             )
         else:
             tpj, _, rest = energy_text(b).partition("  ")
+            figure, _, mark = tpj.partition(" tok/J")  # "1.93", " simulated" or ""
             energy = (
-                f'<div class="value">{_e(tpj)}</div><div class="detail">'
-                f"{_e(rest.strip('()'))}</div>"
+                f'<div class="value">{_e(figure)} <small>tok/J{_e(mark)}</small></div>'
+                f'<div class="detail">{_e(rest.strip("()"))}</div>'
             )
         mbu = _mbu_card(b)
+    m = _mark(r)
     cards = (
-        f'<div class="card first"><div class="label">SLO goodput</div>{first}</div>'
-        f'<div class="card"><div class="label">Tokens per joule</div>{energy}</div>'
-        f'<div class="card"><div class="label">MBU (decode bandwidth)</div>{mbu}</div>'
+        f'<div class="card first"><div class="label">SLO goodput{m}</div>{first}</div>'
+        f'<div class="card"><div class="label">Tokens per joule{m}</div>{energy}</div>'
+        f'<div class="card"><div class="label">MBU (decode bandwidth){m}</div>{mbu}</div>'
     )
     return f'<section id="headline"><div class="cards">{cards}</div></section>'
 
@@ -242,7 +276,7 @@ def _probes(r: BenchResult) -> str:
         "window s",
         "SLO",
     ]
-    table = _table(headers, rows, left=(0, len(headers) - 1), row_classes=classes)
+    table = _table(headers, rows, left=(0, len(headers) - 1), row_classes=classes, mark=_mark(r))
     note = '<p class="sub">★ the boundary: the highest rate that met the SLO.</p>'
     return _section("probes", "Probes", table + note)
 
@@ -251,12 +285,9 @@ def _mbu_card(b: ProbeSummary) -> str:
     """The headline MBU card: the figure, its split and the decode-only figure, or the reason
     there is none (an MBU above 100 % is refused, never shown)."""
     d = b.mbu_detail
-    if b.mbu is None:
-        note = d.notes[0] if d is not None and d.notes else ""
-        return (
-            f'<div class="value none">{_e(mbu_missing_reason(d))}</div>'
-            f'<div class="detail">{_e(note)}</div>'
-        )
+    if b.mbu is None:  # a refusal's detail is the self-checks' warning, said once there
+        return f'<div class="value none">{_e(mbu_missing_reason(d))}</div>'
+
     figures = mbu_figures_text(b.mbu, d).split("  ", 1)
     split = figures[1].strip() if len(figures) > 1 else "split not available"
     return (
@@ -265,7 +296,7 @@ def _mbu_card(b: ProbeSummary) -> str:
     )
 
 
-def _mbu_inputs(p: ProbeSummary) -> str:
+def _mbu_inputs(r: BenchResult, p: ProbeSummary) -> str:
     if p.mbu_detail is None:
         return "<p>MBU inputs not available.</p>"
     i = p.mbu_detail.inputs
@@ -285,19 +316,24 @@ def _mbu_inputs(p: ProbeSummary) -> str:
         ("context", f"{fmt_float(i.mean_context_per_token, 4)} tok", "mean per output token"),
         ("KV/token", fmt_bytes(i.kv_bytes_per_output_token), "KV bytes read per output token"),
         ("KV/s", fmt_bytes_per_s(i.kv_bytes_per_s), "KV traffic"),
-        ("N·BW", fmt_bytes_per_s(i.node_bandwidth_bytes_per_s), f"{i.gpus} GPU(s), rated"),
+        (
+            "N·BW",
+            fmt_bytes_per_s(i.node_bandwidth_bytes_per_s),
+            f"{i.gpus} GPU(s), {bandwidth_provenance(r.accelerator)}",
+        ),
     ]
     table = _table(
         ["input", "value", "meaning"],
         [[_e(a), _e(b), _e(c)] for a, b, c in rows],
         left=(0, 2),
         cls="inputs",
+        mark=_mark(r),
     )
+    # The figure and its split are the headline card's; here the inputs, flags and notes.
     flags = "".join(f"<li>flag {_e(f)}</li>" for f in raised_flags(p.mbu_detail))
-    notes = "".join(f"<li>{_e(n)}</li>" for n in p.mbu_detail.notes)
-    figures = f"<p>MBU: {_e(mbu_figures_text(p.mbu, p.mbu_detail))}</p>"
+    notes = "".join(f"<li>{_e(n)}</li>" for n in mbu_notes(p.mbu_detail))
     listed = flags + notes
-    return figures + table + (f'<ul class="checks">{listed}</ul>' if listed else "")
+    return table + (f'<ul class="checks">{listed}</ul>' if listed else "")
 
 
 def _single_stream(r: BenchResult) -> str:
@@ -317,7 +353,7 @@ def _single_stream(r: BenchResult) -> str:
     body = (
         f"<p>{n} requests one at a time: "
         f"{_e(fmt_tokens_per_s(s.output_tokens_per_s))} output tok/s.</p>"
-        + _table(["latency", "mean", "p50", "p90", "p99"], rows, cls="inputs")
+        + _table(["latency", "mean", "p50", "p90", "p99"], rows, cls="inputs", mark=_mark(r))
     )
     return _section("single-stream", "Single stream (latency floor)", body)
 
@@ -347,7 +383,10 @@ def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
     node = _kv_rows(
         [
             ("accelerator", acc.display_name or acc.name),
-            ("rated bandwidth / GPU", fmt_bytes_per_s(acc.bandwidth_bytes_per_s)),
+            (
+                f"{'measured' if acc.confidence == 'measured' else 'rated'} bandwidth / GPU",
+                fmt_bytes_per_s(acc.bandwidth_bytes_per_s),
+            ),
             ("source", acc.source),
             ("N_GPU, R", f"{r.gpus}, {r.replicas}"),
             ("SLO", describe_slo(r.slo)),
@@ -364,9 +403,9 @@ def _inputs(r: BenchResult, geometry: ModelGeometry) -> str:
     )
     body = (
         '<div class="grid2"><div>'
-        + _table(["model", ""], model, left=(0, 1))
+        + _table(["model", ""], model, left=(0, 1), mark=_mark(r))
         + "</div><div>"
-        + _table(["node and run", ""], node, left=(0, 1))
+        + _table(["node and run", ""], node, left=(0, 1), mark=_mark(r))
         + "</div></div>"
     )
     return _section("inputs", "Inputs", body)
@@ -385,6 +424,7 @@ def _engine(result: BenchResult) -> str:
         [[_e(c) for c in r] for r in rows],
         left=(0, 4),
         row_classes=classes,
+        mark=_mark(result),
     )
     return _section("engine", f"Client vs engine /metrics ({label})", body)
 
@@ -400,6 +440,7 @@ def render_html(result: BenchResult) -> str:
     geometry = result.geometry
     q = fmt_quantile(result.slo.percentile)
     b = result.boundary
+    m = _mark(result)
     parts = [_headline(result), _checks(result)]
     parts.append(
         _section(
@@ -409,22 +450,25 @@ def render_html(result: BenchResult) -> str:
                 plots.latency_plot(result),
                 f"TTFT and TPOT {q} per probe against output tokens/s; dashed: the SLO; "
                 "green passed, red failed, star: the boundary.",
+                m,
             ),
         )
     )
     parts.append(
         _section(
             "goodput",
-            "Goodput and attainment against offered rate",
+            "Goodput and attainment against achieved rate",
             _figure(
                 plots.goodput_plot(result),
                 "SLO goodput (output tokens/s of the requests that met every limit) and "
-                "attainment (the fraction of requests that did); dotted: all output tokens/s, T. "
-                "Green probes passed the SLO, red failed; star: the boundary.",
+                "attainment (the fraction of requests that did) against each probe's achieved "
+                "rate; dotted: all output tokens/s, T. Green probes passed the SLO, red failed; "
+                "star: the boundary.",
+                m,
             ),
         )
     )
-    mbu_title = f"MBU at the boundary: {fmt_pct(b.mbu)}" if b is not None else "MBU (no boundary)"
+    mbu_title = "MBU at the boundary" if b is not None else "MBU (no boundary)"
     parts.append(
         _section(
             "mbu",
@@ -433,8 +477,9 @@ def render_html(result: BenchResult) -> str:
                 plots.mbu_plot(result, geometry),
                 "MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth). Left: per probe, shaded "
                 "bar = weights part. Right: W(B) from the geometry, probes marked.",
+                m,
             )
-            + (_mbu_inputs(b) if b is not None else ""),
+            + (_mbu_inputs(result, b) if b is not None else ""),
         )
     )
     if geometry.is_moe:
@@ -442,13 +487,14 @@ def render_html(result: BenchResult) -> str:
             plots.experts_plot(result, geometry),
             "Uniform routing is an upper bound on distinct experts: real, skewed routing "
             "touches fewer at small batch, so MBU reads high there.",
+            m,
         )
     else:
         experts = "<p>Dense model: every weight is read every step, W(B) is constant.</p>"
     parts.append(_section("experts", "Expected distinct experts against batch", experts))
     power_svg = plots.power_plot(result)
     power = (
-        _figure(power_svg, "Sampled power over each probe's measurement window.")
+        _figure(power_svg, _power_caption(result), m)
         if power_svg
         else "<p>Not measured: no power samples in this result.</p>"
     )
@@ -462,12 +508,23 @@ def render_html(result: BenchResult) -> str:
     return _page(result, parts)
 
 
+def _power_caption(result: BenchResult) -> str:
+    """The power figure's caption: sampled, or the simulator's or a stated model."""
+    probes = [*([result.single_stream] if result.single_stream else []), *result.probes]
+    mark = next((w for p in probes if (w := power_mark(p.energy))), "")
+    if mark == "simulated":
+        return "The simulator's modelled power over each probe's window: not a measurement."
+    if mark == "modelled":
+        return "Modelled power (a stated wattage) over each probe's window: not a measurement."
+    return "Sampled power over each probe's measurement window."
+
+
 def _page(result: BenchResult, parts: list[str]) -> str:
     """The document around the sections: title, header, footer and the embedded result."""
     title = f"TokenWatt Bench · {describe_run(result)}"
     header = (
         f"<header><h1>{_e(result.name)}</h1>"
-        f'<p class="sub">{_e(describe_run(result))}</p>'
+        f'<p class="sub">{_e(describe_run(result))}{_mark(result)}</p>'
         f'<p class="sub">SLO: {_e(describe_slo(result.slo))} · started '
         f"{_e(result.started_at.strftime('%Y-%m-%d %H:%M:%S %Z').strip())}"
         f"{' · INTERRUPTED' if result.interrupted else ''}</p></header>"

@@ -10,7 +10,13 @@ from __future__ import annotations
 from tokenwatt.report.format import fmt_pct
 from tokenwatt.result import Mbu
 
-__all__ = ["FLAG_DIRECTION", "mbu_figures_text", "mbu_missing_reason", "raised_flags"]
+__all__ = [
+    "FLAG_DIRECTION",
+    "mbu_figures_text",
+    "mbu_missing_reason",
+    "mbu_notes",
+    "raised_flags",
+]
 
 # Each MbuFlags field and which way it moves the printed figure (or why there is none).
 FLAG_DIRECTION: dict[str, str] = {
@@ -50,7 +56,7 @@ def mbu_missing_reason(detail: Mbu | None) -> str:
         return "not derived"
     f = detail.flags
     if f.above_rated_bandwidth:
-        return "refused: above the rated bandwidth (an input is wrong, see note)"
+        return "refused: above the rated bandwidth (an input is wrong: see the self-checks)"
     if f.over_slot_limit:
         return "not derived (batch above the engine's slot limit)"
     return "not derived (no decode measured)"
@@ -73,3 +79,14 @@ def mbu_figures_text(mbu: float | None, detail: Mbu | None) -> str:
             f"({detail.routing_reference} to uniform)"
         )
     return text
+
+
+def mbu_notes(detail: Mbu | None) -> list[str]:
+    """The notes a view lists beside MBU's inputs and flags, each said once: less the prose
+    of a raised flag (its flag line says it, with its direction) and less the refusal's
+    reason (the self-checks' warning, ``checks._above_rated``, carries it)."""
+    if detail is None:
+        return []
+    restated = set(detail.flags.notes())
+    refused = detail.flags.above_rated_bandwidth
+    return [n for i, n in enumerate(detail.notes) if n not in restated and not (refused and i == 0)]

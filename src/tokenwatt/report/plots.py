@@ -20,6 +20,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.report.format import fmt_quantile
+from tokenwatt.report.labels import SIMULATED, power_mark
 from tokenwatt.result import BenchResult, ProbeSummary
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ __all__ = [
     "batch_axis_range",
     "experts_plot",
     "goodput_plot",
+    "goodput_probes",
     "latency_plot",
     "mbu_plot",
     "power_plot",
@@ -39,6 +41,7 @@ FAIL = "#d1495b"
 BOUNDARY = "#1d3557"
 ACCENT = "#e09f3e"
 MUTED = "#6c757d"
+SIM = "#8e44ad"  # the simulated mark, the same colour as the HTML's badge
 
 _RC: dict[Any, Any] = {
     "svg.fonttype": "none",  # text stays text: small, crisp, selectable
@@ -83,8 +86,31 @@ _SVG_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
 _SVG_XMLNS = re.compile(r'\s+xmlns(:xlink)?="[^"]*"')
 
 
-def _to_svg(fig: Figure, label: str) -> str:
-    """The figure as an inline ``<svg>`` element: no XML prolog, no DOCTYPE, no metadata."""
+def _stamp(fig: Figure, result: BenchResult) -> None:
+    """SIMULATED across a simulated run's figure, in the figure itself: a chart copied out
+    of the report must not read like a measurement on the hardware it names."""
+    if result.simulated:
+        fig.text(
+            0.5,
+            0.5,
+            f"{SIMULATED} · tokenwatt sim",
+            ha="center",
+            va="center",
+            fontsize=26,
+            fontweight="bold",
+            color=SIM,
+            alpha=0.16,
+            rotation=12,
+            zorder=10,
+        )
+
+
+def _to_svg(fig: Figure, label: str, result: BenchResult | None = None) -> str:
+    """The figure as an inline ``<svg>`` element: no XML prolog, no DOCTYPE, no metadata;
+    a simulated run's figure stamped SIMULATED (``_stamp``) and its label saying so."""
+    if result is not None:
+        _stamp(fig, result)
+        label = f"{SIMULATED}: {label}" if result.simulated else label
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
@@ -145,32 +171,39 @@ def latency_plot(result: BenchResult) -> str:
         ax.set_xlabel("output tokens/s (node)")
         ax.set_ylabel("ms")
         ax.legend(loc="upper left")
-    return _to_svg(fig, "latency against throughput")
+    return _to_svg(fig, "latency against throughput", result)
+
+
+def goodput_probes(result: BenchResult) -> list[ProbeSummary]:
+    """The goodput chart's points: the open-loop probes, in order of achieved rate (its x)."""
+    return sorted(
+        (p for p in result.probes if p.rate_rps is not None), key=lambda p: p.achieved_rate_rps
+    )
 
 
 @_styled
 def goodput_plot(result: BenchResult) -> str:
-    """Goodput (and raw throughput) and attainment against the offered rate."""
+    """Goodput (and raw throughput) and attainment against the achieved rate of each
+    open-loop probe: against the offered rate, a probe that achieved more than a higher
+    offered one (Poisson noise, an early stop) drew as a dip in goodput."""
     fig = _figure(ncols=1)
     ax = fig.axes[0]
-    probes = sorted(
-        (p for p in result.probes if p.rate_rps is not None), key=lambda p: p.rate_rps or 0.0
-    )
-    rates = [p.rate_rps or 0.0 for p in probes]
+    probes = goodput_probes(result)
+    rates = [p.achieved_rate_rps for p in probes]
     ax.plot(rates, [p.output_tokens_per_s for p in probes], color=MUTED, lw=1, ls=":", label="T")
     ax.plot(rates, [p.goodput_output_tokens_per_s for p in probes], color=PASS, lw=1.2)
     _mark_points(ax, rates, [p.goodput_output_tokens_per_s for p in probes], probes)
     ax.plot([], [], color=PASS, marker="o", lw=1.2, label="SLO goodput")
     b = result.boundary
     if b is not None and b.rate_rps is not None:
-        ax.axvline(b.rate_rps, color=BOUNDARY, lw=1, ls="--")
-        _mark_boundary(ax, b.rate_rps, b.goodput_output_tokens_per_s)
-    ax.set_xlabel("offered rate (req/s)")
+        ax.axvline(b.achieved_rate_rps, color=BOUNDARY, lw=1, ls="--")
+        _mark_boundary(ax, b.achieved_rate_rps, b.goodput_output_tokens_per_s)
+    ax.set_xlabel("achieved rate (req/s)")
     ax.set_ylabel("output tokens/s")
     ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
     ax2.grid(False)
-    att = [(p.rate_rps or 0.0, p.attainment * 100) for p in probes if p.attainment is not None]
+    att = [(p.achieved_rate_rps, p.attainment * 100) for p in probes if p.attainment is not None]
     ax2.plot([a for a, _ in att], [v for _, v in att], color=ACCENT, marker="s", ms=4, lw=1)
     if result.slo.kind == "attainment":
         ax2.axhline(result.slo.attainment * 100, color=ACCENT, ls="--", lw=1)
@@ -179,7 +212,7 @@ def goodput_plot(result: BenchResult) -> str:
     ax2.spines["right"].set_visible(True)
     ax.plot([], [], color=ACCENT, marker="s", ms=4, lw=1, label="attainment")
     ax.legend(loc="lower right")
-    return _to_svg(fig, "goodput and attainment against offered rate")
+    return _to_svg(fig, "goodput and attainment against achieved rate", result)
 
 
 def batch_axis_range(result: BenchResult) -> tuple[float, float]:
@@ -269,7 +302,7 @@ def mbu_plot(result: BenchResult, geometry: ModelGeometry) -> str:
     axw.set_ylabel("GB per decode step")
     axw.set_title("W(B): weight bytes per step")
     axw.legend(loc="lower right")
-    return _to_svg(fig, "MBU against batch size, and W(B)")
+    return _to_svg(fig, "MBU against batch size, and W(B)", result)
 
 
 @_styled
@@ -291,7 +324,7 @@ def experts_plot(result: BenchResult, geometry: ModelGeometry) -> str:
     ax.set_ylabel("distinct experts per layer")
     ax.set_title(f"Expected distinct experts, E·(1−(1−k/E)^B), {geometry.moe_layers} MoE layers")
     ax.legend(loc="center right")
-    return _to_svg(fig, "expected distinct experts against batch")
+    return _to_svg(fig, "expected distinct experts against batch", result)
 
 
 @_styled
@@ -317,7 +350,8 @@ def power_plot(result: BenchResult) -> str | None:
         ax.text(offset + width / 2, top * 1.04, label, ha="center", fontsize=8, color=MUTED)
         offset += width + gap
     scope = next((p.energy.scope for p, _ in series if p.energy is not None), "")
+    mark = next((m for p, _ in series if (m := power_mark(p.energy))), "")
     ax.set_ylim(0, top * 1.12)
     ax.set_xlabel("time in measurement windows, s (probes end to end)")
-    ax.set_ylabel(f"W{f' ({scope})' if scope else ''}")
-    return _to_svg(fig, "power over time")
+    ax.set_ylabel(f"W{f' ({scope})' if scope else ''}{f', {mark}' if mark else ''}")
+    return _to_svg(fig, "power over time", result)

@@ -27,25 +27,28 @@ from tokenwatt.report.format import (
     fmt_pct,
     fmt_quantile,
     fmt_rate,
-    fmt_signed_pct,
     fmt_tokens_per_s,
     goodput_headline,
     no_boundary_text,
     no_failure_seen,
 )
-from tokenwatt.report.mbu_text import mbu_figures_text, raised_flags
-from tokenwatt.result import BenchResult, ProbeSummary, SloSettings
+from tokenwatt.report.labels import (
+    SIMULATED,
+    bandwidth_provenance,
+    describe_run,
+    describe_slo,
+    power_mark,
+)
+from tokenwatt.report.mbu_text import mbu_figures_text, mbu_notes, raised_flags
+from tokenwatt.result import BenchResult, ProbeSummary
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
-
-    from tokenwatt.report.compare import Comparison, MetricRow
 
 __all__ = [
     "ProbeTable",
     "ResultView",
     "checks_block",
-    "comparison_view",
     "cost_text",
     "describe_run",
     "describe_slo",
@@ -57,32 +60,6 @@ __all__ = [
     "probe_table",
     "single_stream_block",
 ]
-
-
-def describe_slo(slo: SloSettings) -> str:
-    """The SLO in one line, e.g. ``p99 TTFT ≤ 500 ms, p99 TPOT ≤ 60 ms``."""
-    limits = [
-        (name, ms)
-        for name, ms in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms))
-        if ms is not None
-    ]
-    if slo.kind == "attainment":
-        each = " and ".join(f"{name} ≤ {ms:g} ms" for name, ms in limits)
-        return f"≥ {fmt_pct(slo.attainment, 0)} of requests with {each}"
-    q = fmt_quantile(slo.percentile)
-    return ", ".join(f"{q} {name} ≤ {ms:g} ms" for name, ms in limits)
-
-
-def describe_run(result: BenchResult) -> str:
-    """``name · model on N × accelerator (R replicas)``, and ``SIMULATED`` where the built-in
-    simulator served it: a screenshot must not read like a real H100 measurement."""
-    model = result.geometry.name
-    acc = result.accelerator.display_name or result.accelerator.name
-    replicas = "1 replica" if result.replicas == 1 else f"{result.replicas} replicas"
-    if result.simulated:
-        node = f"{result.gpus} × {acc} ({replicas}, tokenwatt sim)"
-        return f"{result.name} · SIMULATED {model} on {node}"
-    return f"{result.name} · {model} on {result.gpus} × {acc} ({replicas})"
 
 
 def rate_text(p: ProbeSummary) -> str:
@@ -106,13 +83,13 @@ def energy_text(p: ProbeSummary) -> str:
         parts.append(f"{fmt_float(e.joules_per_output_token)} J/token")
     if e.joules_per_total_token is not None:
         parts.append(f"{fmt_float(e.joules_per_total_token)} J/total token")
-    parts.append(f"{fmt_float(e.mean_power_w)} W mean")
+    mark = power_mark(e)  # beside the watts too: "398 W" alone reads like a meter
+    parts.append(f"{fmt_float(e.mean_power_w)} W mean{f' ({mark})' if mark else ''}")
     parts.append(f"{e.source}, {e.scope}")
     bad = [a for a in e.audit if not a.valid]
     if e.audit:
         parts.append("audit valid" if not bad else f"audit INVALID: {bad[0].verdict}")
-    modelled = e.is_modelled
-    return f"{text}{' modelled' if modelled else ''}  ({'; '.join(parts)})"
+    return f"{text}{f' {mark}' if mark else ''}  ({'; '.join(parts)})"
 
 
 def cost_text(p: ProbeSummary) -> str | None:
@@ -161,15 +138,27 @@ def _goodput_row(result: BenchResult, b: ProbeSummary, *, probe_only: bool) -> t
     return "SLO goodput", text + (f"  ·  {detail}" if detail else "")
 
 
+def _headline_probe(result: BenchResult) -> tuple[ProbeSummary | None, bool]:
+    """The probe the headline speaks for: the boundary, or in ``tokenwatt probe``'s folder
+    (one probe, no search) that probe, with its own verdict; and whether it is the latter."""
+    probe_only = result.boundary is None and result.search is None and len(result.probes) == 1
+    return (result.probes[0] if probe_only else result.boundary), probe_only
+
+
+def _sim_mark(result: BenchResult, text: str) -> Text:
+    """A section title, with the SIMULATED mark on a simulated run's."""
+    title = Text(text, "bold")
+    if result.simulated:
+        title.append(f" · {SIMULATED}", "bold magenta")
+    return title
+
+
 def headline(result: BenchResult) -> RenderableType:
     """SLO goodput, tokens per joule and MBU at the boundary, in that order."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    b = result.boundary
-    probe_only = b is None and result.search is None and len(result.probes) == 1
-    if probe_only:  # `tokenwatt probe`'s folder: its one probe, with its own verdict
-        b = result.probes[0]
+    b, probe_only = _headline_probe(result)
     if b is None:
         grid.add_row("SLO goodput", Text(no_boundary_text(result), "bold red"))
         grid.add_row("Tokens per joule", Text(DASH))
@@ -182,18 +171,18 @@ def headline(result: BenchResult) -> RenderableType:
         cost = cost_text(b)
         if cost is not None:
             grid.add_row("Cost", Text(cost))
+        # A refusal's reason is the self-checks' warning, said once there.
         refused = b.mbu_detail is not None and b.mbu_detail.flags.above_rated_bandwidth
         grid.add_row("MBU", Text(_mbu_text(b), "bold red" if refused else ""))
-        if refused and b.mbu_detail is not None and b.mbu_detail.notes:
-            grid.add_row("", Text(b.mbu_detail.notes[0], "red"))
     title = Text(describe_run(result), "bold")
     slo = Text(f"SLO: {describe_slo(result.slo)}", "dim")
     return Group(title, slo, Text(""), grid)
 
 
 def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableType:
-    """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth), every input beside the result."""
-    p = p if p is not None else result.boundary
+    """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth): every input, each raised flag
+    and each note, once; the figure itself is the headline's row, not repeated here."""
+    p = p if p is not None else _headline_probe(result)[0]
     if p is None or p.mbu_detail is None:
         return Text("MBU inputs: not available (no boundary)", "dim")
     i = p.mbu_detail.inputs
@@ -237,15 +226,16 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
         (
             "N·BW",
             fmt_bytes_per_s(i.node_bandwidth_bytes_per_s),
-            f"{i.gpus} GPU × {fmt_bytes_per_s(i.bandwidth_bytes_per_s_per_gpu)} rated",
+            f"{i.gpus} GPU × {fmt_bytes_per_s(i.bandwidth_bytes_per_s_per_gpu)} "
+            + bandwidth_provenance(result.accelerator),
         ),
     ]
     for name, value, meaning in rows:
         t.add_row(Text(name), Text(value), Text(meaning))
     label = "boundary" if p is result.boundary else f"probe {p.index}"
-    title = Text(f"MBU at the {label}: {_mbu_text(p)}", "bold")
+    title = _sim_mark(result, f"MBU inputs at the {label}")
     lines = [Text(f"flag {f}", "yellow") for f in raised_flags(p.mbu_detail)]
-    lines += [Text(f"note: {n}", "dim") for n in p.mbu_detail.notes]
+    lines += [Text(f"note: {n}", "dim") for n in mbu_notes(p.mbu_detail)]
     return Group(title, t, *lines)
 
 
@@ -305,7 +295,7 @@ class ProbeTable:
         self.result = result
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield Text("Probes (rates in req/s; * = boundary)", "bold")
+        yield _sim_mark(self.result, "Probes (rates in req/s; * = boundary)")
         yield _probe_grid(self.result, wide=options.max_width >= WIDE_TABLE_MIN_WIDTH)
 
 
@@ -329,16 +319,19 @@ def single_stream_block(result: BenchResult) -> RenderableType:
         f"{fmt_tokens_per_s(s.output_tokens_per_s)} tok/s",
     )
     n = s.requests_ok + s.requests_failed
-    return Group(Text(f"Single stream (latency floor, {n} requests one at a time)", "bold"), grid)
+    title = _sim_mark(result, f"Single stream (latency floor, {n} requests one at a time)")
+    return Group(title, grid)
 
 
-def engine_table(p: ProbeSummary) -> Table | None:
-    """Client beside engine for one probe; None when the engine was not scraped."""
+def engine_table(p: ProbeSummary, *, simulated: bool = False) -> Table | None:
+    """Client beside engine for one probe (the simulated mark on the simulator's); None
+    when the engine was not scraped."""
     rows = engine_rows(p)
     if not rows:
         return None
     label = "single stream" if p.index == 0 else f"probe {p.index}"
-    t = Table(title=f"Client vs engine /metrics ({label})", box=box.SIMPLE_HEAD)
+    mark = f" · [bold magenta]{SIMULATED}[/]" if simulated else ""
+    t = Table(title=f"Client vs engine /metrics ({label}){mark}", box=box.SIMPLE_HEAD)
     for i, h in enumerate(ENGINE_HEADER):
         t.add_column(h, justify="left" if i in (0, 4) else "right")
     for row in rows:
@@ -350,7 +343,7 @@ def engine_table(p: ProbeSummary) -> Table | None:
 def engine_block(result: BenchResult) -> Iterator[RenderableType]:
     """The boundary's (else the last scraped probe's) client-vs-engine table, if any."""
     p = engine_probe(result)
-    table = None if p is None else engine_table(p)
+    table = None if p is None else engine_table(p, simulated=result.simulated)
     if table is not None:
         yield table
 
@@ -386,68 +379,3 @@ class ResultView:
             if i:
                 yield Text("")
             yield section
-
-
-def _metric_value(row: MetricRow, v: float | None) -> str:
-    if row.kind == "tokens_per_s":
-        return fmt_tokens_per_s(v)
-    if row.kind == "fraction":
-        return fmt_pct(v)
-    if row.kind == "seconds":
-        return fmt_ms(v)
-    return fmt_float(v)
-
-
-def _change_style(row: MetricRow, change: float | None) -> str:
-    if change is None or row.better == "neither" or round(change * 100, 1) == 0:
-        return "dim"
-    good = change > 0 if row.better == "higher" else change < 0
-    return "green" if good else "red"
-
-
-def comparison_view(comparison: Comparison) -> RenderableType:
-    """Figures per run, each later run with its change against the first (green: better)."""
-    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    t.add_column("at the boundary", no_wrap=True)
-    for i, label in enumerate(comparison.labels):
-        t.add_column(Text(label if i else f"{label} (base)"), justify="right", overflow="fold")
-    for row in comparison.rows:
-        cells: list[Text] = [Text(f"{row.name} ({row.unit})" if row.unit else row.name)]
-        for i, (v, change) in enumerate(zip(row.values, row.changes, strict=True)):
-            cell = Text(_metric_value(row, v))
-            if i and change is not None:
-                cell.append(f" {fmt_signed_pct(change)}", _change_style(row, change))
-            cells.append(cell)
-        t.add_row(*cells)
-    parts: list[RenderableType] = [t]
-    if comparison.pareto:
-        parts += [Text(""), pareto_view(comparison)]
-    if comparison.warnings:
-        parts.append(Text(""))
-        parts += [Text(f"! {w}", "yellow") for w in comparison.warnings]
-    return Group(*parts)
-
-
-def pareto_view(comparison: Comparison) -> RenderableType:
-    """Every probe of every run: output tokens/s per GPU against per-user interactivity
-    (1/median TPOT), highest interactivity first; ★ marks the Pareto frontier."""
-    t = Table(
-        title="throughput vs interactivity (★ Pareto frontier)",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-    )
-    for name in ("run", "probe", "rate (req/s)", "tok/s per user", "output tok/s per GPU", "SLO"):
-        t.add_column(name, justify="left" if name == "run" else "right", no_wrap=True)
-    for p in comparison.pareto:
-        star = "★ " if p.on_frontier else ""
-        rate = "single stream" if p.rate_rps is None else f"{p.rate_rps:.3g}"
-        t.add_row(
-            Text(f"{star}{p.label}", "bold" if p.on_frontier else ""),
-            str(p.probe_index),
-            rate,
-            f"{p.interactivity_tok_s_per_user:.1f}",
-            f"{p.output_tok_s_per_gpu:.1f}",
-            Text("pass", "green") if p.slo_passed else Text("fail", "red"),
-        )
-    return t

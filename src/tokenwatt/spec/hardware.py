@@ -33,6 +33,32 @@ class CustomAccelerator(Section):
         description="the bandwidth was measured (`tokenwatt hardware --measure`), not rated: "
         "the result labels the accelerator measured",
     )
+    measured_at: str | None = Field(
+        None, max_length=64, description="measured: when (UTC, as `hardware --measure` printed)"
+    )
+    measured_method: str | None = Field(
+        None, max_length=200, description="measured: how (what was read, runs, threads)"
+    )
+    measured_spread: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="measured: how much the runs varied (the slowest run's shortfall against "
+        "the figure, a fraction)",
+    )
+
+    def measured_source(self) -> str:
+        """``measured (tokenwatt hardware --measure at WHEN; HOW; the slowest run X % below
+        the best)``: the provenance a measured bandwidth carries into the result's
+        accelerator and every view of it."""
+        parts = ["tokenwatt hardware --measure"]
+        if self.measured_at:
+            parts[0] += f" at {self.measured_at}"
+        if self.measured_method:
+            parts.append(self.measured_method)
+        if self.measured_spread is not None:
+            parts.append(f"the slowest run {self.measured_spread:.1%} below the best")
+        return f"measured ({'; '.join(parts)})"
 
 
 class HardwareSection(Section):

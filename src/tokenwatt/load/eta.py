@@ -1,0 +1,176 @@
+"""How long a bench has left: the probe in flight and the probes still to come.
+
+Pure arithmetic over what the search already knows, for the live progress line
+("probe 3 of ≤ 10 · 12.5 req/s · 40 s left in this probe · about 3 min to go"):
+
+* **This probe.** Its window closes when it is ``min_duration_s`` long *and* holds
+  ``min_requests`` counted requests (or ``max_requests``, or at ``max_duration_s``): at
+  ``rate`` requests per second the window still needs
+  ``max(min_duration_s − elapsed, (min_requests − counted) / rate)``, capped by what is left of
+  ``max_duration_s``; a warm-up adds what is left of it; the drain adds the tail of a request's
+  lifetime (the latest probe's E2E p99, within ``drain_timeout_s``), less the time already
+  drained. A sequential verdict may close the window sooner: the figure is an upper estimate.
+* **The probes to come.** Once a failure brackets the boundary, ``lo`` and ``hi`` shrink by
+  about half (in log rate) per probe until the width reaches the search's precision
+  (``ln(1 + 2·precision)`` for the interval's half width, ``ln(1 + precision)`` for the
+  bracket's width): ``⌈log2(ln(hi/lo) / width)⌉`` probes, the one in flight among them. While
+  the search still grows or descends, the probe in flight is assumed to be the one that
+  brackets it, leaving ``⌈log2(ln(growth) / width)⌉``. Then the drift checks (a re-test and a
+  confirmation) in sequential mode. Never more than ``max_probes`` allows.
+* **Each probe to come** lasts as long as the finished search probes did on average (their
+  wall time, sequential early stops included); before any finished, a full-length probe at
+  the current rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tokenwatt.load.probe import ProbeProgress
+from tokenwatt.spec import ProbeSettings, SearchSettings
+
+__all__ = [
+    "DRIFT_CHECKS",
+    "Eta",
+    "bound_probes",
+    "duration_text",
+    "full_probe_s",
+    "probe_left_s",
+    "probes_to_come",
+    "progress_text",
+]
+
+DRIFT_CHECKS = 2  # sequential mode: the re-test and the confirmation after the search
+
+
+def _window_s(
+    min_duration_s: float,
+    min_requests: int,
+    max_requests: int | None,
+    max_duration_s: float,
+    rate_rps: float | None,
+    *,
+    elapsed_s: float = 0.0,
+    counted: int = 0,
+) -> float:
+    """The rest of a window ``elapsed_s`` long holding ``counted`` requests."""
+    by_time = min_duration_s - elapsed_s
+    if max_requests is not None:
+        by_time = 0.0  # the window is N requests, not a duration
+    wanted = max_requests if max_requests is not None else min_requests
+    by_count = 0.0
+    if rate_rps is not None and rate_rps > 0:
+        by_count = (wanted - counted) / rate_rps
+    left = max(by_time, by_count, 0.0)
+    return min(left, max(max_duration_s - elapsed_s, 0.0))
+
+
+def full_probe_s(settings: ProbeSettings, rate_rps: float | None, drain_s: float) -> float:
+    """A whole probe at ``rate_rps``: warm-up, a full window, the drain."""
+    window = _window_s(
+        settings.min_duration_s,
+        settings.min_requests,
+        None,
+        settings.max_duration_s,
+        rate_rps,
+    )
+    return settings.warmup_s + window + min(drain_s, settings.drain_timeout_s)
+
+
+def probe_left_s(
+    p: ProbeProgress,
+    *,
+    warmup_s: float,
+    rate_rps: float | None,
+    drain_s: float,
+    drain_timeout_s: float,
+) -> float | None:
+    """What is left of the probe in flight (see the module doc); ``rate_rps`` None (closed
+    loop): the rate counted so far in the window; None while there is none to go by."""
+    drain = min(drain_s, drain_timeout_s)
+    if rate_rps is None:
+        if p.phase != "drain" and not (p.window_elapsed_s > 0 and p.counted > 0):
+            return None
+        rate_rps = p.counted / p.window_elapsed_s if p.window_elapsed_s > 0 else None
+    if p.phase == "drain":
+        drained = p.elapsed_s - warmup_s - p.window_elapsed_s
+        return max(drain - drained, 0.0)
+    window_args = (p.min_duration_s, p.min_requests, p.max_requests, p.max_duration_s, rate_rps)
+    if p.phase == "warmup":
+        return max(warmup_s - p.elapsed_s, 0.0) + _window_s(*window_args) + drain
+    left = _window_s(*window_args, elapsed_s=p.window_elapsed_s, counted=p.counted)
+    return left + drain
+
+
+def bound_probes(search: SearchSettings) -> int:
+    """The most probes a bench runs after its single-stream point: the search's
+    ``max_probes`` and, in sequential mode, the drift checks."""
+    return search.max_probes + (DRIFT_CHECKS if search.sequential else 0)
+
+
+def probes_to_come(
+    search: SearchSettings,
+    *,
+    index: int,
+    checks_started: int,
+    lo_rps: float | None,
+    hi_rps: float | None,
+) -> int:
+    """Probes after the one in flight (number ``index``, 1-based; ``checks_started`` of
+    them drift checks), as the module doc estimates them."""
+    checks = DRIFT_CHECKS if search.sequential else 0
+    if checks_started > 0:
+        return max(checks - checks_started, 0)
+    width = math.log1p(2 * search.precision if search.sequential else search.precision)
+    if lo_rps is not None and hi_rps is not None and hi_rps > lo_rps > 0:
+        span = math.log(hi_rps / lo_rps)
+        left = max(math.ceil(math.log2(span / width)) - 1, 0)
+    else:
+        left = max(math.ceil(math.log2(math.log(search.growth) / width)), 0)
+    left = min(left, max(search.max_probes - index, 0))
+    return left + checks
+
+
+@dataclass(frozen=True, slots=True)
+class Eta:
+    """The progress line's figures."""
+
+    index: int
+    bound: int
+    rate_rps: float | None
+    left_s: float  # in the probe in flight
+    to_go_s: float | None  # the whole bench; None: not estimable yet
+
+    @staticmethod
+    def of(
+        *,
+        index: int,
+        bound: int,
+        rate_rps: float | None,
+        left_s: float,
+        to_come: int,
+        per_probe_s: float,
+    ) -> Eta:
+        return Eta(index, bound, rate_rps, left_s, left_s + to_come * per_probe_s)
+
+
+def duration_text(s: float) -> str:
+    """Seconds under 100 s, whole minutes under 100 min, hours and minutes beyond."""
+    if s < 99.5:
+        return f"{max(s, 0.0):.0f} s"
+    minutes = round(s / 60)
+    if minutes < 100:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def progress_text(eta: Eta) -> str:
+    """``probe 3 of ≤ 10 · 12.5 req/s · 40 s left in this probe · about 3 min to go``."""
+    parts = [f"probe {eta.index} of ≤ {eta.bound}"]
+    if eta.rate_rps is not None:
+        parts.append(f"{eta.rate_rps:.3g} req/s")
+    parts.append(f"{duration_text(eta.left_s)} left in this probe")
+    if eta.to_go_s is not None:
+        parts.append(f"about {duration_text(eta.to_go_s)} to go")
+    return " · ".join(parts)
