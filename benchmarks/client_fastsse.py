@@ -372,7 +372,7 @@ async def run_pool(args: argparse.Namespace, port: int) -> dict[str, Any]:
             {
                 "core": w.core,
                 "busy": round(w.busy_fraction or float("nan"), 3),
-                "lateness_ms_p99": (w.send_lateness_p99_ns or 0) / 1e6,
+                "lateness_ms_p99": (w.send_lateness_p99_s or 0) * 1e3,
                 "exact_share": round(w.exact_share or float("nan"), 4),
                 "coalesced_reads": w.coalesced_reads,
                 "events": w.events,

@@ -225,3 +225,55 @@ def test_no_import_circle() -> None:
 def test_the_circle_checker_sees_a_circle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# ---------------------------------------------------------------------- the sender seam
+SEND = SRC / "load" / "send"
+# the seam itself: the protocol and its shared parts, the figures, and the one opener
+SEAM = {"__init__", "base", "figures", "opening"}
+
+
+def _modules_imported(path: Path) -> set[str]:
+    """Every tokenwatt module ``path`` imports, dotted (``from a.b import c`` gives ``a.b``
+    and ``a.b.c``, since ``c`` may be a module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in found if m.startswith("tokenwatt.")}
+
+
+def _sender_implementations() -> set[str]:
+    """The ways requests leave: every module of ``load.send`` beyond the seam, and the
+    fixed-schedule pools (``load.workers``, ``load.ray_workers``) they build on."""
+    found = {f"tokenwatt.load.send.{p.stem}" for p in SEND.glob("*.py") if p.stem not in SEAM}
+    return found | {"tokenwatt.load.workers", "tokenwatt.load.ray_workers"}
+
+
+def test_the_probe_knows_no_sender_implementation() -> None:
+    """``load.probe`` keeps the window and the schedule; how requests leave is behind
+    ``load.send.base.Sender``, opened by ``load.send.opening`` (docs/architecture.md)."""
+    impls = _sender_implementations()
+    assert {"tokenwatt.load.send.local", "tokenwatt.load.send.processes"} <= impls
+    imported = _modules_imported(SRC / "load" / "probe.py")
+    bad = {m for m in imported if m in impls or m == "tokenwatt.client"}
+    assert not bad, f"load/probe.py imports sender implementations {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", sorted(SEND.glob("*.py")), ids=lambda p: p.name)
+def test_the_sender_package_imports_no_metrics(path: Path) -> None:
+    """A sender sends and times; what the records mean is the metrics' business."""
+    assert "metrics" not in _imports(path), f"load/send/{path.name} imports tokenwatt.metrics"
+
+
+def test_the_seam_checker_sees_a_from_import(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text("from tokenwatt.load.send import local\nimport tokenwatt.load.workers\n")
+    assert _modules_imported(sample) == {
+        "tokenwatt.load.send",
+        "tokenwatt.load.send.local",
+        "tokenwatt.load.workers",
+    }

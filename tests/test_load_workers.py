@@ -23,21 +23,21 @@ from hypothesis import strategies as st
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.load.arrivals import OpenLoopSchedule
+from tokenwatt.load.keepup import KEEP_UP_LATENESS_P99_S, client_bound, keep_up_problems
+from tokenwatt.load.send.figures import worker_stats
 from tokenwatt.load.wire import WireError, pack_records, unpack_records
 from tokenwatt.load.workers import (
-    KEEP_UP_LATENESS_P99_NS,
     ClientConfig,
     PoolResult,
     ScheduledRequest,
     WorkerPool,
-    WorkerStats,
     deal,
     draw_schedule,
     merge_records,
-    worker_stats,
 )
 from tokenwatt.load.workload import WorkloadGenerator
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import WorkerKeepUp
 from tokenwatt.sim import RunningSim, SimConfig, start_sim_thread
 from tokenwatt.spec.endpoint import Timeouts
 from tokenwatt.spec.workload import Workload
@@ -213,24 +213,33 @@ def test_worker_stats_by_hand() -> None:
         RequestRecord(1, 200, 1, 2, sent_ns=6_000_300, chunk_ns=[30, 40], chunk_tokens=[1, 1]),
     ]
     s = worker_stats(0, recs, dealt=2, busy_fraction=0.5)
-    assert (s.events, s.exact_events, s.coalesced_reads) == (5, 3, 1)
-    assert s.exact_share == pytest.approx(0.6)
-    assert s.send_lateness_p50_ns == 6_000_100 and s.send_lateness_p99_ns == 6_000_100
-    problems = s.problems()
+    assert (s.events, s.coalesced_reads) == (5, 1)
+    assert s.exact_share == pytest.approx(3 / 5)  # 3 of the 5 events alone in their read
+    # the lateness in the result's own unit (s), straight from the sender: 6_000_100 ns
+    assert s.send_lateness_p50_s == s.send_lateness_p99_s == pytest.approx(6_000_100e-9)
+    problems = keep_up_problems(s)
     assert len(problems) == 2  # lateness 6 ms > the 5 ms floor, exact share 60% < 80%
     # half a core used: the worker was held up by something else, more workers would not help
-    assert not s.client_bound
+    assert not client_bound(s)
     assert all("CPU to spare" in p and "more workers" not in p for p in problems)
     busy = worker_stats(0, recs, dealt=2, busy_fraction=0.95)
-    assert busy.client_bound and len(busy.problems()) == 3
-    assert all("more workers" in p for p in busy.problems())
+    assert client_bound(busy) and len(keep_up_problems(busy)) == 3
+    assert all("more workers" in p for p in keep_up_problems(busy))
 
 
 def test_keep_up_verdict() -> None:
-    ok = WorkerStats(0, 1, 10, 0, 1000, KEEP_UP_LATENESS_P99_NS, 0.5, 0, 100, 95)
-    assert ok.problems() == []
-    busy = WorkerStats(1, 0, 10, 0, 1000, 1000, 0.97, 0, 100, 100)
-    dead = WorkerStats(2, 0, 10, 4, None, None, None, 0, 0, 0, exit_code=-9)
+    def keep_up(
+        worker: int, lost: int, p99_s: float | None, busy: float | None, **kw: Any
+    ) -> WorkerKeepUp:
+        return WorkerKeepUp(
+            worker=worker, core=0, dealt=10, lost=lost, send_lateness_p99_s=p99_s,
+            busy_fraction=busy, events=100, exact_share=kw.pop("exact_share", 1.0), **kw,
+        )  # fmt: skip
+
+    ok = keep_up(0, 0, KEEP_UP_LATENESS_P99_S, 0.5, exact_share=0.95)
+    assert keep_up_problems(ok) == []
+    busy = keep_up(1, 0, 1e-6, 0.97)
+    dead = keep_up(2, 4, None, None, exact_share=None, exit_code=-9)
     res = PoolResult([], [ok, busy, dead], 0)
     assert not res.kept_up
     lines = res.keep_up_problems()

@@ -472,34 +472,28 @@ def test_probe_settings_default_from_spec() -> None:
 
 def test_request_cancelled_before_its_first_step_is_recorded() -> None:
     """A send task cancelled before it ever ran (Ctrl-C in the same loop turn) still leaves a
-    cancelled record, so the scheduled request is not lost from the count."""
-    from tokenwatt.load.arrivals import OpenLoopSchedule
-    from tokenwatt.load.probe import _Probe
-    from tokenwatt.load.workload import RequestPlan, WorkloadGenerator
+    cancelled record, so the scheduled request is not lost from the count (the in-process
+    sender, ``load.send.local``)."""
+    from tokenwatt.load.send.local import LocalSender
+    from tokenwatt.load.workload import RequestPlan
 
     class NeverRuns:
         async def stream(self, **kw: Any) -> RequestRecord:
             raise AssertionError("the task must be cancelled before it runs")
 
-    spec = sim_spec()
+    got: list[RequestRecord] = []
 
-    async def main() -> _Probe:
-        probe = _Probe(
-            spec=spec,
-            client=NeverRuns(),  # type: ignore[arg-type]
-            schedule=OpenLoopSchedule("poisson", 5.0, 0),
-            plans=iter(WorkloadGenerator(spec.workload, prompt_format="token_ids", seed=0)),
-            settings=spec.search.probe,
-            max_requests=None,
-            on_progress=None,
-            should_stop=None,
-        )
-        probe._launch(RequestPlan(0, [1000], 1, 2), 123, True)
-        await probe._shutdown([])
-        return probe
+    async def main() -> LocalSender:
+        sender = LocalSender(NeverRuns(), ignore_eos=True)
+        await sender.start(got.append, lambda: None)
+        sender.send(RequestPlan(0, [1000], 1, 2), 123)
+        assert sender.in_flight() == 1
+        keep_up = await sender.finish(cancel=True)
+        assert [w.dealt for w in keep_up] == [0]  # never sent: no send to time
+        return sender
 
-    probe = asyncio.run(main())
-    assert [(r.request_id, r.scheduled_ns, r.status, r.error_kind) for r in probe.records] == [
+    sender = asyncio.run(main())
+    assert [(r.request_id, r.scheduled_ns, r.status, r.error_kind) for r in got] == [
         (0, 123, "cancelled", "cancelled")
     ]
-    assert not probe.counted_ids_in_flight
+    assert sender.in_flight() == 0

@@ -1,4 +1,4 @@
-"""A probe sent by Ray actors fed live (``search.probe.ray`` / ``--ray``, ``load.ray_live``).
+"""A probe sent by Ray actors fed live (``search.probe.ray`` / ``--ray``, ``load.send.ray_actors``).
 
 The truths: the in-process probe of the same seed (the same requests at the same offsets, the
 same counted set, tokens per request, T within noise at a rate one process handles); on one
@@ -25,6 +25,7 @@ import pytest
 
 from test_probe_workers import _CLI, SPEC, _spec, ctrl_c_keeps_every_request
 from tokenwatt.load.derive import probe_verdict
+from tokenwatt.load.keepup import keep_up_problems
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.target import open_target
 from tokenwatt.spec import BenchSpec
@@ -110,7 +111,7 @@ def test_an_actor_killed_mid_probe_counts_its_requests_as_worker_lost(cluster: A
     dead = [w for w in run.keep_up if w.lost]
     assert [w.worker for w in dead] == [1] and dead[0].lost == len(lost)
     assert dead[0].cause is not None and "Ray actor lost" in dead[0].cause
-    assert any("ended early (Ray actor lost" in p for p in dead[0].problems())
+    assert any("ended early (Ray actor lost" in p for p in keep_up_problems(dead[0]))
     assert run.metrics.errors_by_kind.get("worker_lost", 0) == sum(
         1 for r in run.counted if r.error_kind == "worker_lost"
     )

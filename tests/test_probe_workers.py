@@ -22,12 +22,11 @@ import orjson
 import pytest
 
 from tokenwatt.load.derive import probe_verdict
-from tokenwatt.load.keepup import load_generator_summary
+from tokenwatt.load.keepup import keep_up_problems, load_generator_summary
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.target import open_target
-from tokenwatt.load.workers import WorkerStats
 from tokenwatt.report.checks import client_bound_probes, self_checks
-from tokenwatt.result import BenchResult
+from tokenwatt.result import BenchResult, WorkerKeepUp
 from tokenwatt.spec import BenchSpec, parse_spec
 
 pytestmark = pytest.mark.timeout(180)
@@ -142,7 +141,7 @@ def test_a_worker_killed_mid_probe_counts_as_failures() -> None:
     stats = {w.worker: w for w in run.keep_up}
     dead = [w for w in stats.values() if w.lost]
     assert len(dead) == 1 and dead[0].lost == len(lost)
-    assert any("ended early" in p for p in dead[0].problems())
+    assert any("ended early" in p for p in keep_up_problems(dead[0]))
     # the client broke, not the server: "load generator failed", no SLO verdict
     verdict = probe_verdict(run, spec, None)
     assert verdict.failed[0] == "load_generator_failed" and not verdict.passed
@@ -203,18 +202,18 @@ def test_a_killed_worker_process_fails_the_load_generator_not_the_server(
     assert sum(w["lost"] for w in per_worker) == len(lost)
 
 
-def _stats(busy: float) -> WorkerStats:
-    return WorkerStats(
+def _stats(busy: float) -> WorkerKeepUp:
+    return WorkerKeepUp(
         worker=0,
         core=1,
         dealt=100,
         lost=0,
-        send_lateness_p50_ns=100_000,
-        send_lateness_p99_ns=400_000,
+        send_lateness_p50_s=100e-6,
+        send_lateness_p99_s=400e-6,
         busy_fraction=busy,
         coalesced_reads=0,
         events=1000,
-        exact_events=1000,
+        exact_share=1.0,
     )
 
 
@@ -315,11 +314,13 @@ def ctrl_c_keeps_every_request(
 def test_generator_failure_names_each_broken_worker() -> None:
     """Hand-built keep-up figures: a healthy pool is no failure; a dead process, a lost Ray
     actor and a refused clock each get their line, in worker order."""
-    from dataclasses import replace
-
     from tokenwatt.load.keepup import generator_failure
 
     ok = _stats(0.3)
+
+    def replace(w: WorkerKeepUp, **changes: Any) -> WorkerKeepUp:
+        return w.model_copy(update=changes)
+
     assert generator_failure([ok, replace(ok, worker=1)]) is None
     dead = replace(ok, worker=1, lost=7, exit_code=-9, cause="pid 42 killed by SIGKILL")
     actor = replace(ok, worker=2, lost=3, node_id="abcdef0123456789", cause="Ray actor lost: X")

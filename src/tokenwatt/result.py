@@ -88,8 +88,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         seed's decode-only one; the engine table sets ``EngineFigures.mbu`` beside
         ``bytes_per_s`` ÷ ``node_bandwidth_bytes_per_s``, the same literal formula). Versions
         1 and 2 still load, and a folder holding only an old ``probe.json`` loads as a
-        one-probe result; probe ``steps.tokens``: all tokens of
-        the stepped requests, first chunks included (what MBU from steps divides by).
+        one-probe result. Added beside: probe ``steps.tokens`` (all tokens of the stepped
+        requests, first chunks included: what MBU from steps divides by) and
+        ``load_generator.per_worker[].exit_code`` (a worker process's exit status; the
+        sender returns this type directly).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -595,7 +597,7 @@ class SessionStats(_Strict):
 
 
 class WorkerKeepUp(_Strict):
-    """One sending process's keep-up over a probe (``load.workers.WorkerStats``)."""
+    """One sending process's keep-up over a probe (``load.send.figures.worker_stats``)."""
 
     worker: int
     core: int | None = Field(None, description="the core it was pinned to")
@@ -608,6 +610,9 @@ class WorkerKeepUp(_Strict):
     events: int = 0
     exact_share: float | None = Field(None, description="events alone in their read")
     cause: str | None = Field(None, description="why it ended early, if it did")
+    exit_code: int | None = Field(
+        None, description="its process's exit status (None: still running, or a Ray actor)"
+    )
     node_id: str | None = Field(None, description="a Ray actor's node (None: a local process)")
     clock_offset_ns: int | None = Field(
         None,

@@ -16,16 +16,79 @@ with the worker named and why (``load.derive.probe_verdict`` applies it).
 
 from __future__ import annotations
 
-from tokenwatt.load.workers import WorkerStats
+from tokenwatt.metrics.latency import LATENESS_FLOOR_S
 from tokenwatt.result import LoadGenerator, WorkerKeepUp
 
-__all__ = ["LOAD_GENERATOR_FAILED", "generator_failure", "load_generator_summary"]
+__all__ = [
+    "KEEP_UP_BUSY_MAX",
+    "KEEP_UP_EXACT_MIN",
+    "KEEP_UP_LATENESS_P99_S",
+    "LOAD_GENERATOR_FAILED",
+    "client_bound",
+    "generator_failure",
+    "keep_up_problems",
+    "load_generator_summary",
+]
 
-_NS = 1e9
 LOAD_GENERATOR_FAILED = "load generator failed"  # the verdict's name, first in its reason
+# Keep-up self-checks (one definition, see docs/methodology.md "Workers and clocks"):
+# a worker whose p99 send lateness exceeds the one lateness floor (metrics.latency) no longer
+# sends on the schedule;
+KEEP_UP_LATENESS_P99_S = LATENESS_FLOOR_S
+# a worker whose process used more than 90% of a core has no slack left to read on time;
+KEEP_UP_BUSY_MAX = 0.90
+# when fewer than 80% of events had a read to themselves, most stamps are those of a late read.
+KEEP_UP_EXACT_MIN = 0.80
 
 
-def generator_failure(keep_up: list[WorkerStats]) -> str | None:
+def client_bound(w: WorkerKeepUp) -> bool:
+    """The worker's own process used more of its core than the keep-up limit allows."""
+    return w.busy_fraction is not None and w.busy_fraction > KEEP_UP_BUSY_MAX
+
+
+def keep_up_problems(w: WorkerKeepUp) -> list[str]:
+    """One line per keep-up self-check this worker failed, each naming the remedy.
+
+    Late sends and shared reads have several causes; the worker's busy fraction tells them
+    apart: a saturated worker needs more workers, one with CPU to spare was held up by
+    something else (other processes on its core, a full connection pool, or a server that
+    falls behind and then sends several events of a stream at once).
+    """
+    if client_bound(w):
+        fix = "the load generator was the bottleneck: use more workers (workers: N)"
+    else:
+        fix = (
+            "its process had CPU to spare: look at other processes on its core, "
+            "max_connections, or a server sending events in bursts"
+        )
+    out: list[str] = []
+    if w.lost:
+        cause = w.cause or f"exit status {w.exit_code}"
+        out.append(
+            f"worker {w.worker} ended early ({cause}) with {w.lost} requests "
+            "unreported; they count as failures (worker_lost)"
+        )
+    p99 = w.send_lateness_p99_s
+    if p99 is not None and p99 > KEEP_UP_LATENESS_P99_S:
+        out.append(
+            f"worker {w.worker}: p99 send lateness {p99 * 1e3:.2f} ms > "
+            f"{KEEP_UP_LATENESS_P99_S * 1e3:g} ms; {fix}"
+        )
+    if client_bound(w):
+        out.append(
+            f"worker {w.worker}: its core was {w.busy_fraction:.0%} busy > "
+            f"{KEEP_UP_BUSY_MAX:.0%}; {fix}"
+        )
+    share = w.exact_share
+    if share is not None and share < KEEP_UP_EXACT_MIN:
+        out.append(
+            f"worker {w.worker}: only {share:.0%} of events had a read to themselves "
+            f"(< {KEEP_UP_EXACT_MIN:.0%}); the rest carry a late read's stamp; {fix}"
+        )
+    return out
+
+
+def generator_failure(keep_up: list[WorkerKeepUp]) -> str | None:
     """The reason line when a sending worker died before reporting everything it was dealt
     (None: every worker ended normally). Names each dead worker, its node and its cause."""
     dead = [w for w in keep_up if w.lost or w.cause is not None or w.exit_code not in (None, 0)]
@@ -45,38 +108,16 @@ def generator_failure(keep_up: list[WorkerStats]) -> str | None:
     )
 
 
-def _keep_up(w: WorkerStats) -> WorkerKeepUp:
-    p50, p99 = w.send_lateness_p50_ns, w.send_lateness_p99_ns
-    return WorkerKeepUp(
-        worker=w.worker,
-        core=w.core,
-        dealt=w.dealt,
-        lost=w.lost,
-        send_lateness_p50_s=None if p50 is None else p50 / _NS,
-        send_lateness_p99_s=None if p99 is None else p99 / _NS,
-        busy_fraction=w.busy_fraction,
-        coalesced_reads=w.coalesced_reads,
-        events=w.events,
-        exact_share=w.exact_share,
-        cause=w.cause,
-        node_id=w.node_id,
-        clock_offset_ns=w.clock_offset_ns,
-        clock_uncertainty_ns=w.clock_uncertainty_ns,
-        clock_drift_ppm=w.clock_drift_ppm,
-        clock_samples=w.clock_samples,
-    )
-
-
 def load_generator_summary(
-    workers: int, keep_up: list[WorkerStats], *, saturated: bool
+    workers: int, keep_up: list[WorkerKeepUp], *, saturated: bool
 ) -> LoadGenerator:
     """The result's ``load_generator`` for one probe from its senders' keep-up figures."""
-    problems = [p for w in keep_up for p in w.problems()]
+    problems = [p for w in keep_up for p in keep_up_problems(w)]
     if saturated:
         problems.insert(0, "the sender fell behind its schedule and the probe stopped (saturated)")
     return LoadGenerator(
         workers=workers,
-        bottleneck=saturated or any(w.client_bound for w in keep_up),
+        bottleneck=saturated or any(client_bound(w) for w in keep_up),
         problems=problems,
-        per_worker=[_keep_up(w) for w in keep_up],
+        per_worker=list(keep_up),
     )

@@ -34,7 +34,9 @@ Timeline (monotonic ns)::
   ``_SATURATED_MIN_LATE`` late sends or while held at the cap, cannot offer the load asked
   for (one stall of the whole process is caught up on instead): the probe stops there,
   marked ``saturated`` (the load generator's limit, not the server's; the
-  SLO judge never calls that a pass or an SLO failure).
+  SLO judge never calls that a pass or an SLO failure). The cap and that rule belong to the
+  sender (``load.send.base``: one rule for this process, worker processes and Ray actors);
+  the probe hands each request over at its slot and stops when the sender says so.
 * A broken endpoint stops the probe too: once at least ``_ERROR_STOP_MIN`` requests have
   ended and their transport/server errors (``metrics.slo.BROKEN_ENDPOINT_KINDS``) are clearly
   over ``slo.max_error_rate`` (the early stop's binomial test), the window closes there
@@ -55,36 +57,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
 from tokenwatt.load.heap import frozen_heap
-from tokenwatt.load.live_pool import LiveDealer, LivePool
 from tokenwatt.load.schedule import (
     OpenLoopSource,
     RateUnit,
     ScheduleSource,
-    SessionSource,
     closed_loop_plans,
     make_source,
 )
-from tokenwatt.load.window import WindowRules
-from tokenwatt.load.workers import (
-    ClientConfig,
-    ScheduledRequest,
+from tokenwatt.load.send.base import (
+    LATE_SEND_S,
+    MAX_PENDING_SENDS,
+    MAX_SEND_LAG_S,
+    Sender,
     Streamer,
-    WorkerStats,
-    cpu_seconds,
     sleep_until,
-    stream_one,
-    worker_stats,
 )
+from tokenwatt.load.send.opening import open_sender
+from tokenwatt.load.window import WindowRules
 from tokenwatt.load.workload import PromptFormat, RequestPlan
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
 from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
 from tokenwatt.records import RequestPhase, RequestRecord, write_requests
+from tokenwatt.result import WorkerKeepUp
 from tokenwatt.spec import BenchSpec, ProbeSettings
 
 __all__ = [
@@ -101,13 +100,6 @@ _NS = 1_000_000_000
 _LEAD_NS = 20_000_000  # first arrival slot this long after run_probe starts (set-up time)
 _POLL_S = 0.5  # progress and should_stop cadence
 _SPIN_NS = 1_500_000  # wait for a source change until this close to a send time
-# The most open-loop requests in flight at once. Far above any engine's running batch
-# (vLLM's max_num_seqs is 256-1024 per replica), low enough that 8192 tasks, records and
-# prompts stay within tens of MB. At the cap the sender waits, and its sends turn late.
-MAX_PENDING_SENDS = 8192
-LATE_SEND_S = 0.05  # a send this long after its slot is late (asyncio jitter is ~1 ms)
-MAX_SEND_LAG_S = 1.0  # a sender this far behind schedule is saturated: the probe stops
-_SATURATED_MIN_LATE = 20  # late sends before a lag past MAX_SEND_LAG_S means saturation
 _YIELD_EVERY = 64  # sends between forced yields to the loop, however late the sender is
 _ERROR_STOP_MIN = 20  # ended requests before a broken endpoint may stop the probe
 Phase = Literal["warmup", "window", "drain"]
@@ -164,7 +156,7 @@ class ProbeRun:
     rate_unit: RateUnit = "requests"  # what rate_rps counts: requests, sessions or turns /s
     sessions_completed: frozenset[int] = frozenset()  # conversations with every turn answered
     workers: int = 1  # processes that sent the load (1: this one)
-    keep_up: list[WorkerStats] = field(default_factory=list)  # per sending process
+    keep_up: list[WorkerKeepUp] = field(default_factory=list)  # per sending process
     sender_error: str | None = None  # an exception ended the sender: an error probe
     stray_answers: int = 0  # answers nobody asked for (late or stale), connection closed
 
@@ -206,6 +198,9 @@ class ProbeRun:
 
 
 class _Probe:
+    """One probe's window rules and schedule; how its requests leave is the ``sender``'s
+    (``load.send``), so nothing here depends on processes, actors or tasks."""
+
     def __init__(
         self,
         *,
@@ -218,16 +213,13 @@ class _Probe:
         on_progress: Callable[[ProbeProgress], None] | None,
         should_stop: Callable[[Sequence[RequestRecord]], bool] | None,
         on_record: Callable[[RequestRecord], None] | None = None,
-        pool: LiveDealer[Any] | None = None,
+        sender: Sender,
         should_close: Callable[[Sequence[RequestRecord]], bool] | None = None,
     ) -> None:
         self.spec = spec
-        self.pool = pool
-        self.pool_counted: dict[int, bool] = {}  # dealt to a worker, not yet recorded
-        self.worker_late = 0  # the workers' late sends (their own clocks of the same slots)
-        self.keep_up: list[WorkerStats] = []
+        self.sender = sender
+        self.keep_up: list[WorkerKeepUp] = []
         self.on_record = on_record
-        self.client = client
         self.stray0 = getattr(client, "stray_answers", 0)  # the client counts over its life
         if isinstance(schedule, OpenLoopSchedule):
             schedule = OpenLoopSource(schedule, plans)
@@ -239,7 +231,6 @@ class _Probe:
         # a window of exactly max_requests is not cut short (an early stop would end it sooner)
         self.should_stop = should_stop if max_requests is None else None
         self.should_close = should_close if max_requests is None else None
-        self.ignore_eos = spec.workload.ignore_eos
         self.window = WindowRules(
             min_duration_ns=round(settings.min_duration_s * _NS),
             max_duration_ns=round(settings.max_duration_s * _NS),
@@ -251,11 +242,10 @@ class _Probe:
         self.t0 = 0
         self.drain_deadline: int | None = None
         self.records: list[RequestRecord] = []
-        self.recorded: set[int] = set()
+        self.waiters: dict[int, asyncio.Future[None]] = {}  # closed-loop streams' requests
         self.counted_done: list[RequestRecord] = []
         self.counted_failed = 0
         self.counted_tokens = 0
-        self.tasks: set[asyncio.Task[None]] = set()  # open-loop requests in flight
         self.counted_ids_in_flight: set[int] = set()
         self.sent = 0
         self.stop_dispatch = False
@@ -264,14 +254,10 @@ class _Probe:
         self.timed_out_ids: set[int] = set()
         self.interrupted = False
         self.stopped_early = False
-        self.saturated = False
         self.error_stopped = False
         self.sender_error: str | None = None
         self.judged_total = 0  # ended, not cancelled (every phase)
         self.broken_total = 0  # of which transport/server errors
-        self.late_sends = 0
-        self.max_lag_ns = 0
-        self.slot_free = asyncio.Event()
 
     # ------------------------------------------------------------------ window bookkeeping
     @property
@@ -318,77 +304,19 @@ class _Probe:
             self.counted_ids_in_flight.add(plan.index)
         self.sent += 1
 
-    def _launch(self, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
-        if self.pool is not None:
-            self._deal(self.pool, plan, sched_ns, counted)
-            return
-        self._begin(plan, counted)
-        task = asyncio.get_running_loop().create_task(self._run_one(plan, sched_ns, counted))
-        self.tasks.add(task)
-
-        def finished(t: asyncio.Task[None]) -> None:
-            self.tasks.discard(t)
-            self.slot_free.set()
-            if plan.index not in self.recorded:
-                # cancelled before its first step: the request was never sent, but it was
-                # scheduled, so it is recorded (and counted, if in the window) as cancelled
-                self._done(
-                    self._bare(plan, sched_ns, "cancelled", "cancelled before sending"), counted
-                )
-
-        task.add_done_callback(finished)
-
-    async def _run_one(self, plan: RequestPlan, sched_ns: int, counted: bool) -> None:
-        # The client fills this record in place, so a cancelled stream (Ctrl-C, early stop,
-        # drain timeout) keeps the chunks that had arrived.
-        rec = RequestRecord(
-            request_id=plan.index,
-            scheduled_ns=sched_ns,
-            prompt_tokens_client=plan.prompt_tokens_client,
-            max_tokens=plan.max_tokens,
-        )
-        try:
-            rec = await stream_one(
-                self.client, plan, sched_ns, ignore_eos=self.ignore_eos, record=rec
-            )
-        except asyncio.CancelledError:
-            if rec.status == "ok":  # cancelled before the client could mark it
-                rec.error_kind = "cancelled"
-                rec.error_message = rec.error_message or "cancelled"
-                rec.done_ns = rec.done_ns or now_ns()
-            self._done(rec, counted)
-            raise
-        except Exception as exc:  # a client bug must not lose the probe: record it as a failure
-            msg = f"client raised {type(exc).__name__}: {exc}"
-            rec = self._bare(plan, sched_ns, "protocol", msg)
-        self._done(rec, counted)
-
-    def _bare(self, plan: RequestPlan, sched_ns: int, kind: Any, msg: str) -> RequestRecord:
-        return RequestRecord(
-            request_id=plan.index,
-            scheduled_ns=sched_ns,
-            prompt_tokens_client=plan.prompt_tokens_client,
-            max_tokens=plan.max_tokens,
-            status="error",
-            error_kind=kind,
-            error_message=msg,
-            done_ns=now_ns(),
-        )
-
-    def _done(self, rec: RequestRecord, counted: bool) -> None:
-        if rec.error_kind == "cancelled":
-            # The client ended it, not the server: its own kind, not a failure.
-            rec.status = "cancelled"
+    def _done(self, rec: RequestRecord) -> None:
+        """A request ended (any sender reports here once): the window's tallies."""
         self._report_back(rec)
         self.records.append(rec)
-        self.recorded.add(rec.request_id)
         if not rec.cancelled:
             self.judged_total += 1
             if rec.failed and rec.error_kind in BROKEN_ENDPOINT_KINDS:
                 self.broken_total += 1
         if self.on_record is not None:
             self.on_record(rec)
-        if counted:
+        if (waiter := self.waiters.pop(rec.request_id, None)) is not None and not waiter.done():
+            waiter.set_result(None)
+        if rec.request_id in self.counted_ids_in_flight:
             self.counted_ids_in_flight.discard(rec.request_id)
             self.counted_done.append(rec)
             self.counted_tokens += rec.output_tokens
@@ -397,41 +325,7 @@ class _Probe:
             if self.w1 is not None and not self.counted_ids_in_flight:
                 self.wake.set()
 
-    # ------------------------------------------------------------------ worker processes
-    def _deal(self, pool: LiveDealer[Any], plan: RequestPlan, sched_ns: int, counted: bool) -> None:
-        """Hand the request to a worker, which sends it at ``sched_ns`` (``load.live_pool``)."""
-        self._begin(plan, counted)
-        self.pool_counted[plan.index] = counted
-        pool.submit(
-            ScheduledRequest(
-                plan.index, sched_ns, plan.prompt, plan.prompt_tokens_client, plan.max_tokens
-            )
-        )
-
-    def _pool_record(self, rec: RequestRecord) -> None:
-        counted = self.pool_counted.pop(rec.request_id, False)
-        self._done(rec, counted)
-        self.slot_free.set()
-
-    def _pool_figures(self) -> None:
-        """The workers' sender figures, under the same saturation rule as in-process."""
-        if self.pool is None:
-            return
-        f = self.pool.figures
-        self.worker_late = f.late_sends
-        self.max_lag_ns = max(self.max_lag_ns, f.max_lag_ns)
-        late = self.late_sends + self.worker_late
-        if f.lag_ns > MAX_SEND_LAG_S * _NS and late >= _SATURATED_MIN_LATE:
-            self.saturated = True
-            self.wake.set()
-
-    def _in_flight(self) -> int:
-        return len(self.tasks) if self.pool is None else len(self.pool_counted)
-
     # ------------------------------------------------------------------ dispatch
-    async def _sleep_until(self, t_ns: int) -> None:
-        await sleep_until(t_ns)
-
     def _report_back(self, rec: RequestRecord) -> None:
         """The hook where a finished request reports to its schedule (a conversation's next
         turn becomes due when this answer ended: ``done_ns``, the response complete)."""
@@ -454,8 +348,8 @@ class _Probe:
                 await self.source_changed.wait()
                 continue
             t = self.t0 + off
-            # with workers the coordinator deals ahead; the worker sends at t itself
-            slot = t if self.pool is None else t - self.pool.lead_ns
+            # a sender with a lead (workers) is handed the request ahead; it sends at t itself
+            slot = t - self.sender.lead_ns
             self.source_changed.clear()
             if slot - now_ns() > _SPIN_NS:
                 with contextlib.suppress(TimeoutError):
@@ -464,7 +358,7 @@ class _Probe:
                     )
                 if self.source_changed.is_set():
                     continue
-            await self._sleep_until(slot)
+            await sleep_until(slot)
             return t
         return None
 
@@ -483,39 +377,16 @@ class _Probe:
             counted = self._admit(t)
             if self.w1 is not None and self.counted_in_flight == 0 and not counted:
                 # Nothing counted is running: no load is needed to drain; wait for w1 to pass.
-                await self._sleep_until(self.w1)
+                await sleep_until(self.w1)
                 self.wake.set()
                 return
-            if not await self._room_for_one(t) or self.stop_dispatch:
-                return
-            self._launch(plan, t, counted)
+            if not await self.sender.ready(t) or self.stop_dispatch:
+                return  # saturated (the sender woke the probe) or stopped
+            self._begin(plan, counted)
+            self.sender.send(plan, t)
             sent += 1
             if sent % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # however late: let Ctrl-C, replies and polls run
-
-    async def _room_for_one(self, slot_ns: int) -> bool:
-        """Wait for a free slot under MAX_PENDING_SENDS and note how late this send is; False
-        (and ``saturated``) once the sender is MAX_SEND_LAG_S behind its schedule."""
-        while True:
-            lag = now_ns() - slot_ns
-            self.max_lag_ns = max(self.max_lag_ns, lag)
-            at_cap = self._in_flight() >= MAX_PENDING_SENDS
-            # One stall of the whole process (a GC pause, a busy machine) is caught up on;
-            # a sender that stays behind, sending late after late, or is held at the cap, is not.
-            if lag > MAX_SEND_LAG_S * _NS and (at_cap or self.late_sends >= _SATURATED_MIN_LATE):
-                self.saturated = True
-                self.wake.set()
-                return False
-            if not at_cap:
-                break
-            self.slot_free.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.slot_free.wait(), timeout=0.05)
-            if self.stop_dispatch:
-                return False
-        if lag > LATE_SEND_S * _NS:
-            self.late_sends += 1
-        return True
 
     def _ran_out(self, source: ScheduleSource) -> None:
         """A finite schedule (a trace) ended before the window closed: close it where the
@@ -526,7 +397,7 @@ class _Probe:
         self.wake.set()
 
     async def _closed_loop_worker(self) -> None:
-        await self._sleep_until(self.t0)
+        await sleep_until(self.t0)
         while not self.stop_dispatch:
             t = now_ns()
             counted = self._admit(t)
@@ -538,9 +409,11 @@ class _Probe:
                 self.wake.set()
                 return
             plan = next(self.plans)
+            ended = self.waiters[plan.index] = asyncio.get_running_loop().create_future()
             self._begin(plan, counted)
+            self.sender.send(plan, t)
             try:
-                await self._run_one(plan, t, counted)
+                await ended  # this stream's next request follows this one's end
             except asyncio.CancelledError:
                 return
 
@@ -570,71 +443,28 @@ class _Probe:
             counted_output_tokens=self.counted_tokens,
         )
 
+    @property
+    def saturated(self) -> bool:
+        return self.sender.pace.saturated
+
     async def run(self) -> tuple[list[RequestRecord], int, int]:
-        loop = asyncio.get_running_loop()
-        if self.pool is not None:
-            try:
-                await self.pool.start(self._pool_record, self._pool_figures)
-            except BaseException:  # Ctrl-C or a broken worker while starting: none left behind
-                await self.pool.finish(cancel=True)
-                raise
-        cpu0, wall0 = cpu_seconds(), now_ns()
-        # with workers, the first request is dealt its pool's lead before its slot
-        self.t0 = now_ns() + max(_LEAD_NS, self.pool.lead_ns if self.pool else 0)
+        try:
+            await self.sender.start(self._done, self.wake.set)
+        except BaseException:  # Ctrl-C or a broken worker while starting: none left behind
+            await self.sender.finish(cancel=True)
+            raise
+        # a sender with a lead (workers) is handed the first request that long before its slot
+        self.t0 = now_ns() + max(_LEAD_NS, self.sender.lead_ns)
         self.window.w0 = self.t0 + round(self.settings.warmup_s * _NS)
+        loop = asyncio.get_running_loop()
         workers: list[asyncio.Task[None]] = []
         if isinstance(self.schedule, ClosedLoop):
             for _ in range(self.schedule.concurrency):
                 workers.append(loop.create_task(self._closed_loop_worker()))
         else:
             workers.append(loop.create_task(self._open_loop(self.schedule)))
-        last_poll = 0
         try:
-            while True:
-                now = now_ns()
-                self._close_on_time(now)
-                if now - last_poll >= _POLL_S * _NS:
-                    last_poll = now
-                    if self.on_progress is not None:
-                        self.on_progress(self._progress(now))
-                    if (
-                        self.should_stop is not None
-                        and self.w1 is None
-                        and now >= self.w0
-                        and self.should_stop(self.counted_done)
-                    ):
-                        self.stopped_early = True
-                        self._close(now)
-                        break
-                    if (
-                        self.should_close is not None
-                        and self.w1 is None
-                        and now >= self.w0
-                        and self.should_close(self.counted_done)
-                    ):
-                        self._close(now)  # a decided verdict: the window ends, counted drain
-                    if self.w1 is None and self._endpoint_broken():
-                        self.error_stopped = self.stopped_early = True
-                        if now < self.w0:
-                            self.window.w0 = self.t0  # stopped in warm-up: judge all sent
-                        self._close(now)
-                        break
-                if self.saturated:
-                    self._close(max(now, self.w0))
-                    break
-                if (failed := _sender_failure(workers)) is not None:
-                    self.sender_error = failed  # never a silent short window
-                    self._close(max(now, self.w0))
-                    break
-
-                if self._finished(now):
-                    break
-                if self.drain_deadline is not None and now >= self.drain_deadline:
-                    self.timed_out_ids = set(self.counted_ids_in_flight)
-                    break
-                self.wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), timeout=_POLL_S)
+            await self._watch(workers)
         except asyncio.CancelledError:
             self.interrupted = True
             task = asyncio.current_task()
@@ -643,10 +473,6 @@ class _Probe:
         finally:
             await self._shutdown(workers)
         end = now_ns()
-        if self.pool is None:  # this process sent: its keep-up, as one worker's
-            busy = (cpu_seconds() - cpu0) / max(1e-9, (end - wall0) / _NS)
-            sent = [r for r in self.records if r.sent_ns is not None]
-            self.keep_up = [worker_stats(0, sent, dealt=len(sent), busy_fraction=busy)]
         w1 = self.w1 if self.w1 is not None else end
         if self.interrupted or self.stopped_early or self.saturated or self.sender_error:
             w1 = min(w1, end)
@@ -654,15 +480,62 @@ class _Probe:
             self.on_progress(self._progress(end))
         return self.records, w1, end
 
+    async def _watch(self, workers: list[asyncio.Task[None]]) -> None:
+        """Until the window has closed and its counted requests have ended, or a rule stops
+        the probe (the module doc)."""
+        last_poll = 0
+        while True:
+            now = now_ns()
+            self._close_on_time(now)
+            if now - last_poll >= _POLL_S * _NS:
+                last_poll = now
+                if self._poll(now):
+                    return
+            if self.saturated:
+                self._close(max(now, self.w0))
+                return
+            if (failed := _sender_failure(workers)) is not None:
+                self.sender_error = failed  # never a silent short window
+                self._close(max(now, self.w0))
+                return
+            if self._finished(now):
+                return
+            if self.drain_deadline is not None and now >= self.drain_deadline:
+                self.timed_out_ids = set(self.counted_ids_in_flight)
+                return
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=_POLL_S)
+
+    def _poll(self, now: int) -> bool:
+        """Every ``_POLL_S``: progress, the early stop, a decided verdict, a broken endpoint;
+        True when the probe stops here."""
+        if self.on_progress is not None:
+            self.on_progress(self._progress(now))
+        deciding = self.w1 is None and now >= self.w0
+        if deciding and self.should_stop is not None and self.should_stop(self.counted_done):
+            self.stopped_early = True
+            self._close(now)
+            return True
+        if deciding and self.should_close is not None and self.should_close(self.counted_done):
+            self._close(now)  # a decided verdict: the window ends, counted drain
+        if self.w1 is None and self._endpoint_broken():
+            self.error_stopped = self.stopped_early = True
+            if now < self.w0:
+                self.window.w0 = self.t0  # stopped in warm-up: judge all sent
+            self._close(now)
+            return True
+        return False
+
     async def _shutdown(self, workers: list[asyncio.Task[None]]) -> None:
         self.stop_dispatch = True
-        pending = set(workers) | set(self.tasks)
-        for t in pending:
+        for t in workers:
             t.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        if self.pool is not None:
-            self.keep_up = await self.pool.finish(cancel=True)
+        try:
+            self.keep_up = await self.sender.finish(cancel=True)
+        finally:
+            if workers:
+                await asyncio.gather(*workers, return_exceptions=True)
         for rec in self.records:
             if rec.request_id in self.timed_out_ids and rec.cancelled:
                 # cut at the drain timeout: the server did not finish it in time, a failure
@@ -726,7 +599,6 @@ async def run_probe(
     schedule, stated_rate = make_source(
         spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format
     )
-    pool = _pool_for(spec, client, schedule, settings)
     probe = _Probe(
         spec=spec,
         client=client,
@@ -740,7 +612,7 @@ async def run_probe(
         on_progress=on_progress,
         should_stop=should_stop,
         on_record=on_record,
-        pool=pool,
+        sender=open_sender(spec, client, schedule, settings),
         should_close=should_close,
     )
     with frozen_heap():  # no full collection pauses the sender (load.heap)
@@ -748,7 +620,7 @@ async def run_probe(
     records.sort(key=lambda r: r.request_id)
     return _probe_run(
         probe, records, w1, end, schedule=schedule, stated_rate=stated_rate, spec=spec,
-        client=client, seed=seed, settings=settings, prompt_format=prompt_format, pool=pool,
+        client=client, seed=seed, settings=settings, prompt_format=prompt_format,
     )  # fmt: skip
 
 
@@ -765,7 +637,6 @@ def _probe_run(
     seed: int,
     settings: ProbeSettings,
     prompt_format: PromptFormat,
-    pool: LiveDealer[Any] | None,
 ) -> ProbeRun:
     """What a finished probe measured: its records, window and figures."""
     closed = isinstance(schedule, ClosedLoop)
@@ -801,11 +672,11 @@ def _probe_run(
         error_stopped=probe.error_stopped,
         sender_error=probe.sender_error,
         stray_answers=getattr(client, "stray_answers", 0) - probe.stray0,
-        late_sends=probe.late_sends + probe.worker_late,
-        max_send_lag_s=max(0, probe.max_lag_ns) / _NS,
+        late_sends=probe.sender.pace.late_sends,
+        max_send_lag_s=max(0, probe.sender.pace.max_lag_ns) / _NS,
         clock=clock_dict,
         client_stats=stats,
-        workers=pool.n if pool else 1,
+        workers=probe.sender.n,
         keep_up=probe.keep_up,
     )
 
@@ -816,38 +687,3 @@ def _check_args(rate_rps: float | None, max_requests: int | None) -> None:
         raise ValueError("max_requests must be >= 1")
     if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
         raise SpecError(f"rate must be a positive number of requests/s, got {rate_rps}")
-
-
-def _pool_for(
-    spec: BenchSpec,
-    client: StreamingClient,
-    schedule: ScheduleSource | ClosedLoop,
-    settings: ProbeSettings,
-) -> LiveDealer[Any] | None:
-    """The senders of an open-loop probe: worker processes with ``search.probe.workers`` > 1,
-    Ray actors (``workers`` of them) with ``search.probe.ray``; None: this process sends.
-
-    Closed loop (the single-stream point) stays in this process: one stream needs no help.
-    Conversations stay too: a next turn needs the previous answer's text, which the workers'
-    compact records do not carry.
-    """
-    n, ray = settings.workers, settings.ray
-    if (n == 1 and ray is None) or isinstance(schedule, ClosedLoop):
-        return None
-    field = "search.probe.ray" if ray is not None else "search.probe.workers > 1"
-    fix = "drop ray" if ray is not None else "set workers: 1"
-    if isinstance(schedule, SessionSource):
-        raise SpecError(
-            f"{field} cannot send conversations (workload.sessions): a next turn needs the "
-            f"previous answer; {fix}"
-        )
-    if not isinstance(client, StreamClient):
-        raise SpecError(f"{field} needs the HTTP StreamClient; {fix}")
-    cfg = ClientConfig.from_client(client, ignore_eos=spec.workload.ignore_eos)
-    if ray is not None:
-        from tokenwatt.load.ray_live import RayLivePool, clock_limit_ns  # noqa: PLC0415
-
-        limit = clock_limit_ns([spec.slo.ttft_ms, spec.slo.tpot_ms])
-        return RayLivePool(n, cfg, address=ray, late_send_s=LATE_SEND_S, clock_limit_ns=limit)
-    pool = LivePool(n, cfg, late_send_s=LATE_SEND_S)
-    return None if pool.n == 1 else pool

@@ -16,7 +16,7 @@ A :class:`WorkerPool` removes that ceiling without giving up the timing guarante
   the coordinator merges them by request id. A request dealt to a worker that died before
   reporting it becomes a failure (``error_kind="worker_lost"``, the exit status in the
   message): nothing dealt is lost, nothing is counted twice (a duplicate id is an error).
-* Each worker's keep-up figures (:class:`WorkerStats`) say whether the load generator, not the
+* Each worker's keep-up figures (``result.WorkerKeepUp``) say whether the load generator, not the
   server, was the bottleneck; :meth:`PoolResult.keep_up_problems` names the remedy.
 """
 
@@ -26,12 +26,10 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
-import resource
-from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import orjson
 
@@ -39,42 +37,30 @@ from tokenwatt.client import StreamClient
 from tokenwatt.client.openai import Prompt
 from tokenwatt.clock import now_ns
 from tokenwatt.load.arrivals import OpenLoopSchedule
+from tokenwatt.load.keepup import client_bound, keep_up_problems
+from tokenwatt.load.send.base import cpu_seconds, sleep_until, stream_one
+from tokenwatt.load.send.figures import worker_stats
 from tokenwatt.load.wire import pack_records, unpack_records
 from tokenwatt.load.workload import RequestPlan
-from tokenwatt.metrics.latency import LATENESS_FLOOR_S
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import WorkerKeepUp
 from tokenwatt.spec.endpoint import Timeouts
 
 __all__ = [
-    "KEEP_UP_BUSY_MAX",
-    "KEEP_UP_EXACT_MIN",
-    "KEEP_UP_LATENESS_P99_NS",
     "ClientConfig",
     "PoolResult",
     "ScheduledRequest",
     "WorkerPool",
-    "WorkerStats",
     "auto_workers",
     "deal",
     "draw_schedule",
     "merge_records",
     "send_share",
-    "worker_stats",
 ]
 
 _NS = 1_000_000_000
-_SPIN_NS = 1_500_000  # sleep until this close to a send time, then yield-spin to it
 _LEAD_NS = 50_000_000  # the common start is this long after the last worker said ready
 _TAG_READY, _TAG_BATCH, _TAG_END = b"R", b"B", b"E"
-
-# Keep-up self-checks (one definition, see docs/methodology.md "Workers and clocks"):
-# a worker whose p99 send lateness exceeds the one lateness floor (metrics.latency) no longer
-# sends on the schedule;
-KEEP_UP_LATENESS_P99_NS = round(LATENESS_FLOOR_S * 1e9)
-# a worker whose process used more than 90% of a core has no slack left to read on time;
-KEEP_UP_BUSY_MAX = 0.90
-# when fewer than 80% of events had a read to themselves, most stamps are those of a late read.
-KEEP_UP_EXACT_MIN = 0.80
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,56 +72,6 @@ class ScheduledRequest:
     prompt: Prompt  # text, token ids or a chat history
     prompt_tokens_client: int
     max_tokens: int
-
-
-class Sendable(Protocol):
-    """A request to send: a ``ScheduledRequest`` or a probe's ``RequestPlan``."""
-
-    @property
-    def index(self) -> int: ...
-    @property
-    def prompt(self) -> Prompt: ...
-    @property
-    def prompt_tokens_client(self) -> int: ...
-    @property
-    def max_tokens(self) -> int: ...
-
-
-class Streamer(Protocol):
-    """What a sender needs of ``tokenwatt.client.StreamClient``."""
-
-    async def stream(
-        self,
-        *,
-        request_id: int,
-        scheduled_ns: int,
-        prompt: Prompt,
-        max_tokens: int,
-        prompt_tokens_client: int,
-        ignore_eos: bool = True,
-        record: RequestRecord | None = None,
-    ) -> RequestRecord: ...
-
-
-async def stream_one(
-    client: Streamer,
-    req: Sendable,
-    sched_ns: int,
-    *,
-    ignore_eos: bool,
-    record: RequestRecord | None = None,
-) -> RequestRecord:
-    """Send ``req`` (scheduled at ``sched_ns``) and stream its answer into ``record``: the one
-    send call of every sender (in-process probe, live and fixed-schedule workers)."""
-    return await client.stream(
-        request_id=req.index,
-        scheduled_ns=sched_ns,
-        prompt=req.prompt,
-        max_tokens=req.max_tokens,
-        prompt_tokens_client=req.prompt_tokens_client,
-        ignore_eos=ignore_eos,
-        record=record,
-    )
 
 
 def worker_count(n: int | Literal["auto"]) -> int:
@@ -233,89 +169,16 @@ def _cores() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerStats:
-    """Whether one worker kept up (figures over the records it sent back)."""
-
-    worker: int
-    core: int | None
-    dealt: int  # requests dealt to it
-    lost: int  # of those, never reported (the worker died first)
-    send_lateness_p50_ns: int | None
-    send_lateness_p99_ns: int | None
-    busy_fraction: float | None  # process CPU time ÷ wall time of its run (None: it died)
-    coalesced_reads: int  # reads that returned more than one content event
-    events: int  # content events received
-    exact_events: int  # events alone in their read: their stamp is the arrival time
-    exit_code: int | None = None
-    cause: str | None = None  # why it ended early (exit status, actor death), if it did
-    node_id: str | None = None  # a Ray actor's node
-    clock_offset_ns: int | None = None  # a Ray actor's clock minus the coordinator's
-    clock_uncertainty_ns: int | None = None  # ± of that offset (half the exchange's round trip)
-    clock_drift_ppm: float | None = None  # a Ray actor's offset drift over the probe, µs/s
-    clock_samples: int | None = None  # how often that offset was measured
-
-    @property
-    def exact_share(self) -> float | None:
-        return self.exact_events / self.events if self.events else None
-
-    @property
-    def client_bound(self) -> bool:
-        """The worker's own process used more of its core than the keep-up limit allows."""
-        return self.busy_fraction is not None and self.busy_fraction > KEEP_UP_BUSY_MAX
-
-    def problems(self) -> list[str]:
-        """One line per keep-up self-check this worker failed, each naming the remedy.
-
-        Late sends and shared reads have several causes; the worker's busy fraction tells them
-        apart: a saturated worker needs more workers, one with CPU to spare was held up by
-        something else (other processes on its core, a full connection pool, or a server that
-        falls behind and then sends several events of a stream at once).
-        """
-        if self.client_bound:
-            fix = "the load generator was the bottleneck: use more workers (workers: N)"
-        else:
-            fix = (
-                "its process had CPU to spare: look at other processes on its core, "
-                "max_connections, or a server sending events in bursts"
-            )
-        out: list[str] = []
-        if self.lost:
-            cause = self.cause or f"exit status {self.exit_code}"
-            out.append(
-                f"worker {self.worker} ended early ({cause}) with {self.lost} requests "
-                "unreported; they count as failures (worker_lost)"
-            )
-        p99 = self.send_lateness_p99_ns
-        if p99 is not None and p99 > KEEP_UP_LATENESS_P99_NS:
-            out.append(
-                f"worker {self.worker}: p99 send lateness {p99 / 1e6:.2f} ms > "
-                f"{KEEP_UP_LATENESS_P99_NS / 1e6:g} ms; {fix}"
-            )
-        if self.client_bound:
-            out.append(
-                f"worker {self.worker}: its core was {self.busy_fraction:.0%} busy > "
-                f"{KEEP_UP_BUSY_MAX:.0%}; {fix}"
-            )
-        share = self.exact_share
-        if share is not None and share < KEEP_UP_EXACT_MIN:
-            out.append(
-                f"worker {self.worker}: only {share:.0%} of events had a read to themselves "
-                f"(< {KEEP_UP_EXACT_MIN:.0%}); the rest carry a late read's stamp; {fix}"
-            )
-        return out
-
-
 @dataclass(slots=True)
 class PoolResult:
     """A pool run: every dealt request's record (by request id) and each worker's keep-up."""
 
     records: list[RequestRecord]
-    workers: list[WorkerStats]
+    workers: list[WorkerKeepUp]
     start_ns: int  # the common start: request k was scheduled at start_ns + offset_ns
 
     def keep_up_problems(self) -> list[str]:
-        return [p for w in self.workers for p in w.problems()]
+        return [p for w in self.workers for p in keep_up_problems(w)]
 
     @property
     def kept_up(self) -> bool:
@@ -324,58 +187,7 @@ class PoolResult:
     @property
     def client_bound(self) -> bool:
         """Some worker saturated its core: the load generator, not the server, was the limit."""
-        return any(w.client_bound for w in self.workers)
-
-
-def _pct(xs: list[int], q: float) -> int | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-def worker_stats(
-    worker: int,
-    records: Sequence[RequestRecord],
-    *,
-    dealt: int,
-    lost: int = 0,
-    core: int | None = None,
-    busy_fraction: float | None = None,
-    exit_code: int | None = None,
-    cause: str | None = None,
-    clock: tuple[str, int, int] | None = None,
-) -> WorkerStats:
-    """Keep-up figures of one worker from its records.
-
-    An event is exact when no other event of its stream carries the same stamp: every event of
-    one read gets that read's stamp, so equal stamps within a stream mean a shared read.
-    ``clock``: a Ray actor's (node id, clock offset, its uncertainty), ns.
-    """
-    node, offset, uncertainty = clock if clock is not None else (None, None, None)
-    late = [r.sent_ns - r.scheduled_ns for r in records if r.sent_ns is not None]
-    events = exact = 0
-    for r in records:
-        per_stamp = Counter(r.chunk_ns)
-        events += len(r.chunk_ns)
-        exact += sum(1 for c in per_stamp.values() if c == 1)
-    return WorkerStats(
-        worker=worker,
-        core=core,
-        dealt=dealt,
-        lost=lost,
-        send_lateness_p50_ns=_pct(late, 0.5),
-        send_lateness_p99_ns=_pct(late, 0.99),
-        busy_fraction=busy_fraction,
-        coalesced_reads=sum(r.coalesced_reads for r in records),
-        events=events,
-        exact_events=exact,
-        exit_code=exit_code,
-        cause=cause,
-        node_id=node,
-        clock_offset_ns=offset,
-        clock_uncertainty_ns=uncertainty,
-    )
+        return any(client_bound(w) for w in self.workers)
 
 
 def merge_records(
@@ -429,7 +241,7 @@ def collect_share(
     start_ns: int,
     lost_message: str,
     **stats: Any,
-) -> tuple[list[RequestRecord], WorkerStats]:
+) -> tuple[list[RequestRecord], WorkerKeepUp]:
     """One worker's merged records (lost ones as failures) and its keep-up figures: the end
     of a run for process and Ray workers alike."""
     merged, lost = merge_records(
@@ -439,26 +251,6 @@ def collect_share(
 
 
 # ---------------------------------------------------------------------- worker process
-def cpu_seconds() -> float:
-    """CPU time (user + system) this process has used, s: a worker's busy fraction."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-async def sleep_until(t_ns: int) -> None:
-    """Sleep until monotonic ``t_ns``: a coarse sleep to within ``_SPIN_NS``, then yields.
-
-    The one send-timing rule of every sender (in-process probe, process and Ray workers)."""
-    while True:
-        d = t_ns - now_ns()
-        if d <= 0:
-            return
-        if d > _SPIN_NS:
-            await asyncio.sleep((d - _SPIN_NS + 500_000) / _NS)
-        else:
-            await asyncio.sleep(0)
-
-
 async def send_share(
     client: StreamClient,
     requests: Sequence[ScheduledRequest],
@@ -644,7 +436,7 @@ class WorkerPool:
 
     def _collect(self, handles: list[_Handle], start_ns: int) -> PoolResult:
         records: list[RequestRecord] = []
-        stats: list[WorkerStats] = []
+        stats: list[WorkerKeepUp] = []
         for h in handles:
             code = h.proc.exitcode
             msg = (

@@ -7,14 +7,14 @@ keeps the probe's own loop (``load.probe``) as the one place where those rules r
 only moves the *sending* out of the process:
 
 * The probe draws request k exactly as with one process (same seed, same schedule) and
-  deals it ``_LEAD_NS`` before its slot to worker k mod N (:meth:`LivePool.submit`). The
+  deals it ``LEAD_NS`` before its slot to worker k mod N (:meth:`LivePool.submit`). The
   slot is an absolute CLOCK_MONOTONIC time: on one machine every process reads the same
   clock, so the worker sends at that very instant and its stamps need no conversion.
 * Each worker (its own process, event loop and ``StreamClient``, optionally pinned to a
   core) sleeps until the slot, sends, and returns finished records in compact batches
   (``load.wire``) every ``interval_s``, with its sender figures: late sends, its current
-  and worst lag. The probe adds these to its own ``late_sends``/``max_send_lag_s`` and
-  applies the same saturation rule as in-process.
+  and worst lag. They join the coordinator's own in the pool's ``Pace``
+  (``load.send.base``): the same saturation rule as in-process.
 * :meth:`LivePool.finish` ends the run: ``cancel=True`` (the probe is done) cancels what is
   in flight, whose records come back ``cancelled`` with the chunks received so far; requests
   whose slot had not come are reported unsent and dropped, exactly as an in-process sender
@@ -24,8 +24,9 @@ only moves the *sending* out of the process:
 
 The coordinator's half that does not depend on how a worker is reached (dealing k mod N, the
 figures, records reported once, lost requests as failures, the keep-up figures) is
-:class:`LiveDealer`; the sending half is :class:`Sender`. ``load.ray_live`` uses both for
-Ray actors; only the transport differs (a pipe here, actor calls there).
+:class:`LiveDealer`, a ``load.send.base.Sender``; the sending half is :class:`SlotSender`.
+``load.send.ray_actors`` uses both for Ray actors; only the transport differs (a pipe here,
+actor calls there).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import contextlib
 import multiprocessing as mp
 import signal
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Generic, Literal, TypeVar
@@ -44,32 +44,28 @@ import orjson
 
 from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
+from tokenwatt.load.send.base import (
+    Sendable,
+    SenderBase,
+    SenderFigures,
+    cpu_seconds,
+    sleep_until,
+    stream_one,
+)
+from tokenwatt.load.send.figures import worker_stats
 from tokenwatt.load.wire import pack_records, unpack_records
 from tokenwatt.load.workers import (
     ClientConfig,
     ScheduledRequest,
-    WorkerStats,
-    cpu_seconds,
     lost_record,
     pinned_core,
     run_loop,
-    sleep_until,
-    stream_one,
     worker_count,
-    worker_stats,
 )
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import WorkerKeepUp
 
-__all__ = [
-    "FINISH_S",
-    "LEAD_NS",
-    "LiveDealer",
-    "LivePool",
-    "Sender",
-    "SenderFigures",
-    "Share",
-    "fields",
-]
+__all__ = ["FINISH_S", "LEAD_NS", "LiveDealer", "LivePool", "Share", "SlotSender", "fields"]
 
 _NS = 1_000_000_000
 LEAD_NS = 100_000_000  # a request is dealt this long before its slot
@@ -77,18 +73,9 @@ FINISH_S = 30.0  # after a stop, the longest wait for a worker's last records
 _READY, _BATCH, _FIGS, _END = b"R", b"B", b"L", b"E"
 
 
-@dataclass(slots=True)
-class SenderFigures:
-    """One worker's sender so far: what the probe's saturation rule reads."""
-
-    late_sends: int = 0
-    lag_ns: int = 0  # lag of its latest send
-    max_lag_ns: int = 0
-
-
 # ---------------------------------------------------------------------- worker side
 @dataclass(slots=True)
-class Sender:
+class SlotSender:
     """A worker's sending half: each request sent at its slot (this worker's clock), finished
     records kept for the next :meth:`take`; used by worker processes and Ray actors alike."""
 
@@ -172,7 +159,7 @@ def _inbox_reader(conn: Connection, loop: asyncio.AbstractEventLoop, q: asyncio.
 
 
 async def _live_drive(conn: Connection, cfg: ClientConfig, late_ns: int, interval_s: float) -> None:
-    s = Sender(cfg.make_client(), cfg.ignore_eos, late_ns)
+    s = SlotSender(cfg.make_client(), cfg.ignore_eos, late_ns)
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[Any] = asyncio.Queue()
     threading.Thread(target=_inbox_reader, args=(conn, loop, inbox), daemon=True).start()
@@ -230,10 +217,11 @@ class Share:
 H = TypeVar("H", bound=Share)
 
 
-class LiveDealer(Generic[H]):
-    """What every live pool does the same way, whatever carries its messages.
+class LiveDealer(SenderBase, Generic[H]):
+    """What every live pool does the same way, whatever carries its messages: a
+    ``load.send.base.Sender`` that deals request k to worker k mod N.
 
-    A subclass fills ``handles`` in ``start``, sends one request in :meth:`_send` (False: the
+    A subclass fills ``handles`` in ``_open``, sends one request in :meth:`_send` (False: the
     worker is unreachable), names a lost worker in :meth:`_lost_message` and ends in
     ``finish``. ``lead_ns`` is how long before its slot the probe deals a request.
     """
@@ -241,25 +229,24 @@ class LiveDealer(Generic[H]):
     lead_ns: int = LEAD_NS
 
     def __init__(self, n: int) -> None:
+        super().__init__()
         self.n = n
         self.handles: list[H] = []
         self._next = 0
-        self._on_record: Callable[[RequestRecord], None] = lambda _r: None
-        self._on_figures: Callable[[], None] = lambda: None
-
-    async def start(
-        self, on_record: Callable[[RequestRecord], None], on_figures: Callable[[], None]
-    ) -> None:
-        raise NotImplementedError
-
-    async def finish(self, *, cancel: bool) -> list[WorkerStats]:
-        raise NotImplementedError
 
     def _send(self, h: H, req: ScheduledRequest) -> bool:
         raise NotImplementedError
 
     def _lost_message(self, h: H) -> str:
         raise NotImplementedError
+
+    def _dispatch(self, plan: Sendable, slot_ns: int) -> None:
+        """Deal the request to a worker, which sends it at ``slot_ns`` itself."""
+        self.submit(
+            ScheduledRequest(
+                plan.index, slot_ns, plan.prompt, plan.prompt_tokens_client, plan.max_tokens
+            )
+        )
 
     def submit(self, req: ScheduledRequest) -> None:
         """Deal one request (``offset_ns`` = its absolute monotonic slot) to the next worker."""
@@ -282,14 +269,14 @@ class LiveDealer(Generic[H]):
 
     def _set_figures(self, h: H, figs: list[int]) -> None:
         h.figs = SenderFigures(*figs)
-        self._on_figures()
+        self._reported(self.figures)
 
     def _got(self, h: H, recs: list[RequestRecord]) -> None:
         for r in recs:
             if h.dealt.pop(r.request_id, None) is None:
                 raise RuntimeError(f"worker {h.worker} reported request {r.request_id} twice")
             h.reported.append(r)
-            self._on_record(r)
+            self._record(r)
 
     def _lose(self, h: H, unsent: set[int]) -> None:
         """The worker is gone: drop what it never sent, fail what it never reported."""
@@ -301,10 +288,10 @@ class LiveDealer(Generic[H]):
         msg, at = self._lost_message(h), now_ns()
         for req in list(h.dealt.values()):
             h.lost += 1
-            self._on_record(lost_record(req, start_ns=0, message=msg, at_ns=at))
+            self._record(lost_record(req, start_ns=0, message=msg, at_ns=at))
         h.dealt.clear()
 
-    def _stats(self, h: H, **extra: Any) -> WorkerStats:
+    def _stats(self, h: H, **extra: Any) -> WorkerKeepUp:
         """One worker's keep-up over the records it reported (``extra``: ``worker_stats``)."""
         dealt = len(h.reported) + h.lost
         return worker_stats(
@@ -342,11 +329,8 @@ class LivePool(LiveDealer[_Live]):
     def pids(self) -> list[int]:
         return [h.proc.pid for h in self.handles]
 
-    async def start(
-        self, on_record: Callable[[RequestRecord], None], on_figures: Callable[[], None]
-    ) -> None:
+    async def _open(self) -> None:
         """Spawn the workers and wait until each has built its client (or died trying)."""
-        self._on_record, self._on_figures = on_record, on_figures
         ctx = mp.get_context("spawn")
         loop = asyncio.get_running_loop()
         for i in range(self.n):
@@ -397,7 +381,7 @@ class LivePool(LiveDealer[_Live]):
                 loop.call_soon_threadsafe(self._lose, h, set(end["unsent"]))
                 return
 
-    async def finish(self, *, cancel: bool) -> list[WorkerStats]:
+    async def finish(self, *, cancel: bool) -> list[WorkerKeepUp]:
         """End the run (``cancel``: stop what is in flight) and return each worker's keep-up."""
         for h in self.handles:
             with contextlib.suppress(OSError):

@@ -1,7 +1,7 @@
 """A probe's workers as Ray actors, fed live (``search.probe.ray`` / ``--ray``; extra
 ``tokenwatt[ray]``).
 
-The same division of work as ``load.live_pool`` (the probe keeps its window rules and deals
+The same division of work as ``load.send.processes`` (the probe keeps its window rules and deals
 request k to worker k mod N ahead of its slot; the workers only send), with Ray actors instead
 of local processes: one CPU each, spread over the cluster's nodes, never restarted. What
 differs is the transport and the clock:
@@ -13,10 +13,10 @@ differs is the transport and the clock:
   offset, so the actor sleeps until that instant on its own clock; every stamp of its records
   is shifted back by the latest offset as they arrive (``ray_workers.shift_stamps``), so the
   probe's window rules read one clock, and at the end by the offset interpolated at the
-  request's send time (drift corrected). Each actor's node, offset, uncertainty and drift land
-  in the keep-up figures (``WorkerStats``) and the result's ``load_generator``; a clock known
-  worse than the SLO allows (``clock_track.clock_limit_ns``) makes the probe "load generator
-  failed", as a lost actor does.
+  request's send time (drift corrected). Each actor's node, offset, uncertainty and drift
+  land in the keep-up figures (``result.WorkerKeepUp``) and the result's ``load_generator``;
+  a clock known worse than the SLO allows (``clock_track.clock_limit_ns``) makes the probe
+  "load generator failed", as a lost actor does.
 * **Transport.** An actor cannot push to the coordinator, so one task per actor (the pump)
   makes one call at a time: ``exchange(requests dealt since the last call)`` returns the
   records finished since then and the sender figures. A dealt request waits ``_FLUSH_S``
@@ -44,14 +44,12 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.clock_track import RECLOCK_S, OffsetTrack, clock_limit_ns
-from tokenwatt.load.live_pool import FINISH_S, LiveDealer, Sender, Share, fields
 from tokenwatt.load.ray_workers import (
     ClockActor,
     ClockOffset,
@@ -61,9 +59,11 @@ from tokenwatt.load.ray_workers import (
     shift_stamps,
     spread_actors,
 )
+from tokenwatt.load.send.processes import FINISH_S, LiveDealer, Share, SlotSender, fields
 from tokenwatt.load.wire import unpack_records
-from tokenwatt.load.workers import ClientConfig, ScheduledRequest, WorkerStats
+from tokenwatt.load.workers import ClientConfig, ScheduledRequest
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import WorkerKeepUp
 
 __all__ = ["RAY_LEAD_NS", "RayLivePool", "clock_limit_ns", "lead_ns", "ray_worker_count"]
 
@@ -75,17 +75,18 @@ _START_S = 120.0  # the longest wait for every actor to be placed and to build i
 
 
 class _LiveActor(ClockActor):
-    """One worker on Ray: a :class:`Sender` on the actor's loop, driven by the pump's calls."""
+    """One worker on Ray: a :class:`SlotSender` on the actor's loop, driven by the pump's
+    calls."""
 
     def __init__(self, cfg: ClientConfig, late_ns: int) -> None:
         self.cfg = cfg
         self.late_ns = late_ns
-        self.sender: Sender | None = None
+        self.sender: SlotSender | None = None
 
     async def begin(self) -> None:
-        self.sender = Sender(self.cfg.make_client(), self.cfg.ignore_eos, self.late_ns)
+        self.sender = SlotSender(self.cfg.make_client(), self.cfg.ignore_eos, self.late_ns)
 
-    def _launch(self, batch: list[tuple[Any, ...]]) -> Sender:
+    def _launch(self, batch: list[tuple[Any, ...]]) -> SlotSender:
         assert self.sender is not None, "begin() first"
         for body in batch:
             self.sender.launch(ScheduledRequest(*body))
@@ -160,11 +161,8 @@ class RayLivePool(LiveDealer[_OnRay]):
         self.name = f"tokenwatt-{uuid.uuid4().hex[:8]}"  # actor i: {name}-{i}
         self.actors: list[Any] = []
 
-    async def start(
-        self, on_record: Callable[[RequestRecord], None], on_figures: Callable[[], None]
-    ) -> None:
+    async def _open(self) -> None:
         """Place the actors, wait for their clients, measure their clocks, start the pumps."""
-        self._on_record, self._on_figures = on_record, on_figures
         ray = ray_session(self.address)
         if self.requested == "auto":
             self.n = ray_worker_count(ray)
@@ -284,7 +282,7 @@ class RayLivePool(LiveDealer[_OnRay]):
         if refusal is not None and h.cause is None:
             h.cause = refusal
 
-    async def finish(self, *, cancel: bool) -> list[WorkerStats]:
+    async def finish(self, *, cancel: bool) -> list[WorkerKeepUp]:
         """End the run (``cancel``: stop what is in flight) and return each actor's keep-up."""
         for h in self.handles:
             h.closing, h.cancel = True, cancel
@@ -297,10 +295,8 @@ class RayLivePool(LiveDealer[_OnRay]):
                 with contextlib.suppress(Exception):  # already dead: nothing to kill
                     ray.kill(a, no_restart=True)
         return [
-            dataclasses.replace(
-                self._stats(h, cause=h.cause, clock=_clock(h)),
-                clock_drift_ppm=h.track.drift_ppm(),
-                clock_samples=h.track.measured,
+            self._stats(h, cause=h.cause, clock=_clock(h)).model_copy(
+                update={"clock_drift_ppm": h.track.drift_ppm(), "clock_samples": h.track.measured}
             )
             for h in self.handles
         ]
