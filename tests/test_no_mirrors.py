@@ -37,8 +37,6 @@ KNOWN: dict[str, str] = {
     "outcome (generic over the probe callable's result); result.SearchStep is its record",
     "load/target.py:Target ~ RunTarget": "the opened endpoint holds the live client and the "
     "running simulator; result.RunTarget is what the run drove, credentials removed",
-    "load/workers.py:WorkerStats ~ WorkerKeepUp": "the sender seam (issue 21 item 1, helper "
-    "s21a) replaces it: remove this line when that lands",
 }
 
 
