@@ -15,20 +15,15 @@ import asyncio
 
 import pytest
 
+from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import BoundarySearch, SearchOutcome
-from tokenwatt.metrics.sequential import Sprt
-from virtual_probe import CASES, VirtualRun, reference_boundary, run_window, sequential_outcome
+from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
 
 PRECISION = 0.05
 
 
 def search(case_name: str, seed: int) -> SearchOutcome[VirtualRun]:
-    case, test = CASES[case_name], Sprt(0.01)
-
-    async def probe(rate: float, s: int):  # type: ignore[no-untyped-def]
-        run = run_window(case, rate, s, window_requests=max(200, int(rate * 60)), warmup_s=15)
-        return sequential_outcome(run, test)
-
+    probe = VirtualProbe(CASES[case_name], lifetimes=WARMUP_LIFETIMES)
     s = BoundarySearch(
         probe, start_rate_rps=2.0, allowed=0.01, precision=PRECISION, seed=seed, max_probes=30
     )
