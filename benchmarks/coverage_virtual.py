@@ -1,6 +1,7 @@
 """Coverage of the boundary's 95 % interval, in virtual time on the simulator (no wall clock).
 
-    python benchmarks/coverage_virtual.py --case dense --searches 200 --design-effect 1 4
+    python benchmarks/coverage_virtual.py --case dense --searches 200 --dump dense.jsonl
+    python benchmarks/coverage_virtual.py --summarize *.jsonl --design-effect 1 2 3 4 6
 
 For a case (``tests/virtual_probe.CASES``: dense, moe, prefill) it finds the reference boundary
 (``virtual_probe.reference_boundary``: the rate where each limit's miss fraction, pooled over
@@ -8,7 +9,10 @@ six 3000-request windows after a 60 s warm-up, reaches 1 %), then runs ``--searc
 sequential searches (the bench's warm-up rule, ``--lifetimes`` request lifetimes) and counts
 how often each design effect's interval holds the reference. Prints one row per design
 effect: coverage, mean half width, mean probes and requests per search, converged searches,
-and the load average (virtual time does not feel it; it says what else ran).
+and the load average (virtual time does not feel it; it says what else ran). ``--dump``
+appends each search's probes (rate, counts, miss flags in send order) to a JSON-lines file;
+``--summarize`` prints the table (with how many misses fell below the interval) from dumps,
+so several processes can share the searches of one case (``--first-seed``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import BoundarySearch, SearchOutcome
-from tokenwatt.metrics.boundary import fit_boundary
+from tokenwatt.metrics.boundary import Evidence, fit_boundary
 from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
 
 
@@ -50,6 +54,39 @@ def _dump(path: Path, case: str, ref: float | None, out: SearchOutcome[VirtualRu
         f.write(json.dumps(line) + "\n")
 
 
+def summarize(paths: list[Path], design_effects: list[float]) -> None:
+    """The coverage table from dumps (several processes may have appended to one file): per
+    case and design effect, coverage, where the misses fell, mean half width."""
+    lines = []
+    for p in paths:
+        for raw in p.read_text().splitlines():
+            try:
+                lines.append(json.loads(raw))
+            except json.JSONDecodeError:
+                print(f"skipped a torn line in {p}", file=sys.stderr)
+    for case in sorted({x["case"] for x in lines}):
+        mine = [x for x in lines if x["case"] == case]
+        conv = sum(x["stop"] == "converged" for x in mine)
+        probes = np.mean([len(x["probes"]) for x in mine])
+        reqs = np.mean([sum(p["n"] for p in x["probes"]) for x in mine])
+        for d in design_effects:
+            held = below = 0
+            halves = []
+            for x in mine:
+                ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
+                fit = fit_boundary(ev, 0.01, 0.95, d)
+                lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
+                held += lo <= x["reference"] <= hi
+                below += x["reference"] < lo
+                halves.append(fit.relative_half_width or float("nan"))
+            n = len(mine)
+            print(
+                f"| {case} ({mine[0]['reference']:.2f} req/s) | {d:g} | {held} of {n} "
+                f"({held / n:.0%}) | {below} | {np.nanmean(halves):.1%} | {probes:.1f} | "
+                f"{reqs:.0f} | {conv} of {n} |"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", default="dense", choices=sorted(CASES))
@@ -59,12 +96,14 @@ def main() -> None:
     ap.add_argument("--lifetimes", type=float, default=WARMUP_LIFETIMES, help="warm-up rule")
     ap.add_argument("--reference", type=float, default=None, help="skip computing it")
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
+    ap.add_argument("--summarize", type=Path, nargs="+", help="print the table from dumps")
     args = ap.parse_args()
+    if args.summarize:
+        summarize(args.summarize, args.design_effect)
+        return
     c = CASES[args.case]
     ref = args.reference
-    rows: dict[float, list[tuple[bool, float, int, int, str]]] = {
-        d: [] for d in args.design_effect
-    }
+    rows: dict[float, list[tuple[bool, float, int, int, str]]] = {d: [] for d in args.design_effect}
     for k in range(args.searches):
         probe = VirtualProbe(c, lifetimes=args.lifetimes)
         s = BoundarySearch(
