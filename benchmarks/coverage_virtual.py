@@ -34,7 +34,9 @@ from tokenwatt.metrics.boundary import Evidence, fit_boundary
 from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
 
 
-def _dump(path: Path, case: str, ref: float | None, out: SearchOutcome[VirtualRun]) -> None:
+def _dump(
+    path: Path, case: str, seed: int, ref: float | None, out: SearchOutcome[VirtualRun]
+) -> None:
     """One line per search: the reference, and per probe its rate, counts and miss flags in
     send order (what a dependence estimate needs)."""
     probes = []
@@ -49,7 +51,7 @@ def _dump(path: Path, case: str, ref: float | None, out: SearchOutcome[VirtualRu
         e2e = float(np.median(np.subtract(run.done_s, run.sent_s)))
         probes.append({"rate": ev.rate_rps, "n": ev.judged, "misses": ev.misses,
                        "flags": flags, "e2e_s": e2e, "passed": st.passed})  # fmt: skip
-    line = {"case": case, "reference": ref, "stop": out.stop_reason, "probes": probes}
+    line = {"case": case, "seed": seed, "reference": ref, "stop": out.stop_reason, "probes": probes}
     with path.open("a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -64,6 +66,15 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
                 lines.append(json.loads(raw))
             except json.JSONDecodeError:
                 print(f"skipped a torn line in {p}", file=sys.stderr)
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for x in lines:  # a seed run twice (overlapping --first-seed ranges) counts once: a
+        # search is deterministic, so the same seed gives the same probes
+        key = (x["case"], json.dumps(x["probes"], sort_keys=True))
+        if key not in seen:
+            seen.add(key)
+            unique.append(x)
+    lines = unique
     for case in sorted({x["case"] for x in lines}):
         mine = [x for x in lines if x["case"] == case]
         conv = sum(x["stop"] == "converged" for x in mine)
@@ -116,7 +127,7 @@ def main() -> None:
             print(f"{args.case}: reference boundary {ref:.3f} req/s", flush=True)
         n_req = sum(e.judged for e in out.evidence)
         if args.dump is not None:
-            _dump(args.dump, args.case, ref, out)
+            _dump(args.dump, args.case, args.first_seed + k, ref, out)
         for d in args.design_effect:
             fit = fit_boundary(out.evidence, 0.01, 0.95, d)
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
