@@ -1,18 +1,25 @@
 """Coverage of the boundary's 95 % interval, in virtual time on the simulator (no wall clock).
 
-    python benchmarks/coverage_virtual.py --case dense --searches 30 --design-effect 1 4
+    python benchmarks/coverage_virtual.py --case dense --searches 200 --dump dense.jsonl
+    python benchmarks/coverage_virtual.py --summarize *.jsonl --design-effect 1 2 3 4 6
 
 For a case (``tests/virtual_probe.CASES``: dense, moe, prefill) it finds the reference boundary
-by bisection on long windows (4000 requests after a 30 s warm-up: the rate where the p99 of
-TTFT and TPOT meets the limits), then runs ``--searches`` seeded sequential searches and counts
-how often each design effect's interval holds the reference. Prints one line per design
-effect: coverage, mean half width, mean number of probes, and the load average.
+(``virtual_probe.reference_boundary``: the rate where each limit's miss fraction, pooled over
+six 3000-request windows after a 60 s warm-up, reaches 1 %), then runs ``--searches`` seeded
+sequential searches (the bench's warm-up rule, ``--lifetimes`` request lifetimes) and counts
+how often each design effect's interval holds the reference. Prints one row per design
+effect: coverage, mean half width, mean probes and requests per search, converged searches,
+and the load average (virtual time does not feel it; it says what else ran). ``--dump``
+appends each search's probes (rate, counts, miss flags in send order) to a JSON-lines file;
+``--summarize`` prints the table (with how many misses fell below the interval) from dumps,
+so several processes can share the searches of one case (``--first-seed``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -21,58 +28,121 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from tokenwatt.load.search import BoundarySearch
-from tokenwatt.metrics.boundary import fit_boundary
-from tokenwatt.metrics.sequential import Sprt
-from virtual_probe import CASES, reference_boundary, run_window, sequential_outcome
+from tokenwatt.load.bench import WARMUP_LIFETIMES
+from tokenwatt.load.search import BoundarySearch, SearchOutcome
+from tokenwatt.metrics.boundary import Evidence, fit_boundary
+from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
+
+
+def _dump(
+    path: Path, case: str, seed: int, ref: float | None, out: SearchOutcome[VirtualRun]
+) -> None:
+    """One line per search: the reference, and per probe its rate, counts and miss flags in
+    send order (what a dependence estimate needs)."""
+    probes = []
+    for st in out.steps:
+        run, ev = st.outcome.payload, st.outcome.evidence
+        if run is None or ev is None:
+            continue
+        flags = "".join(
+            "1" if (r.ttft_s or 0) > 0.5 or (r.tpot_s or 0) > 0.05 else "0"
+            for r in run.lats[: ev.judged]
+        )
+        e2e = float(np.median(np.subtract(run.done_s, run.sent_s)))
+        probes.append({"rate": ev.rate_rps, "n": ev.judged, "misses": ev.misses,
+                       "flags": flags, "e2e_s": e2e, "passed": st.passed})  # fmt: skip
+    line = {"case": case, "seed": seed, "reference": ref, "stop": out.stop_reason, "probes": probes}
+    with path.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def summarize(paths: list[Path], design_effects: list[float]) -> None:
+    """The coverage table from dumps (several processes may have appended to one file): per
+    case and design effect, coverage, where the misses fell, mean half width."""
+    lines = []
+    for p in paths:
+        for raw in p.read_text().splitlines():
+            try:
+                lines.append(json.loads(raw))
+            except json.JSONDecodeError:
+                print(f"skipped a torn line in {p}", file=sys.stderr)
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for x in lines:  # a seed run twice (overlapping --first-seed ranges) counts once: a
+        # search is deterministic, so the same seed gives the same probes
+        key = (x["case"], json.dumps(x["probes"], sort_keys=True))
+        if key not in seen:
+            seen.add(key)
+            unique.append(x)
+    lines = unique
+    for case in sorted({x["case"] for x in lines}):
+        mine = [x for x in lines if x["case"] == case]
+        conv = sum(x["stop"] == "converged" for x in mine)
+        probes = np.mean([len(x["probes"]) for x in mine])
+        reqs = np.mean([sum(p["n"] for p in x["probes"]) for x in mine])
+        for d in design_effects:
+            held = below = 0
+            halves = []
+            for x in mine:
+                ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
+                fit = fit_boundary(ev, 0.01, 0.95, d)
+                lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
+                held += lo <= x["reference"] <= hi
+                below += x["reference"] < lo
+                halves.append(fit.relative_half_width or float("nan"))
+            n = len(mine)
+            print(
+                f"| {case} ({mine[0]['reference']:.2f} req/s) | {d:g} | {held} of {n} "
+                f"({held / n:.0%}) | {below} | {np.nanmean(halves):.1%} | {probes:.1f} | "
+                f"{reqs:.0f} | {conv} of {n} |"
+            )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", default="dense")
-    ap.add_argument("--searches", type=int, default=30)
+    ap.add_argument("--case", default="dense", choices=sorted(CASES))
+    ap.add_argument("--searches", type=int, default=200)
+    ap.add_argument("--first-seed", type=int, default=1000)
     ap.add_argument("--design-effect", type=float, nargs="+", default=[1.0])
-    ap.add_argument("--search-design-effect", type=float, default=1.0, help="the search's own")
+    ap.add_argument("--lifetimes", type=float, default=WARMUP_LIFETIMES, help="warm-up rule")
+    ap.add_argument("--reference", type=float, default=None, help="skip computing it")
+    ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
+    ap.add_argument("--summarize", type=Path, nargs="+", help="print the table from dumps")
     args = ap.parse_args()
-    c, test = CASES[args.case], Sprt(0.01)
-
-    async def probe(rate: float, s: int):  # type: ignore[no-untyped-def]
-        run = run_window(c, rate, s, window_requests=max(200, int(rate * 60)), warmup_s=15)
-        return sequential_outcome(run, test)
-
-    ref = None
-    rows = {d: [0, 0, [], []] for d in args.design_effect}
-    for seed in range(args.searches):
+    if args.summarize:
+        summarize(args.summarize, args.design_effect)
+        return
+    c = CASES[args.case]
+    ref = args.reference
+    rows: dict[float, list[tuple[bool, float, int, int, str]]] = {d: [] for d in args.design_effect}
+    for k in range(args.searches):
+        probe = VirtualProbe(c, lifetimes=args.lifetimes)
         s = BoundarySearch(
-            probe,
-            start_rate_rps=2.0,
-            allowed=0.01,
-            seed=1000 + seed,
-            max_probes=30,
-            design_effect=args.search_design_effect,
+            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30
         )
         out = asyncio.run(s.run())
-        if ref is None and out.fit and out.fit.rate_rps:
-            ref = reference_boundary(
-                c, out.fit.rate_rps * 0.6, out.fit.rate_rps * 1.4, requests=4000, steps=8, seed=7
-            )
+        if ref is None and out.fit is not None and out.fit.rate_rps:
+            r0 = out.fit.rate_rps
+            ref = reference_boundary(c, r0 * 0.7, r0 * 1.3)
             print(f"{args.case}: reference boundary {ref:.3f} req/s", flush=True)
+        n_req = sum(e.judged for e in out.evidence)
+        if args.dump is not None:
+            _dump(args.dump, args.case, args.first_seed + k, ref, out)
         for d in args.design_effect:
-            fit = fit_boundary(s._evidence, 0.01, 0.95, d)
-            lo = fit.low_rps or 0.0
-            hi = fit.high_rps or float("inf")
-            r = rows[d]
-            r[0] += 1
-            r[1] += int(ref is not None and lo <= ref <= hi)
-            r[2].append(fit.relative_half_width or float("nan"))
-            r[3].append(len(out.steps))
-            r.append(out.stop_reason)
-    for d, (n, k, hw, steps, *stops) in rows.items():
+            fit = fit_boundary(out.evidence, 0.01, 0.95, d)
+            lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
+            held = ref is not None and lo <= ref <= hi
+            half = fit.relative_half_width or float("nan")
+            rows[d].append((held, half, len(out.steps), n_req, out.stop_reason))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    for d, rs in rows.items():
+        k, n = sum(r[0] for r in rs), len(rs)
+        conv = sum(r[4] == "converged" for r in rs)
         print(
-            f"{args.case} D={d:g}: coverage {k}/{n} = {k / n:.0%}, mean half width "
-            f"{np.nanmean(hw):.1%}, mean probes {np.mean(steps):.1f}, converged "
-            f"{stops.count('converged')}/{n}; "
-            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+            f"| {args.case} ({ref:.2f} req/s) | {d:g} | {k} of {n} ({k / n:.0%}) | "
+            f"{np.nanmean([r[1] for r in rs]):.1%} | {np.mean([r[2] for r in rs]):.1f} | "
+            f"{np.mean([r[3] for r in rs]):.0f} | {conv} of {n} |  load average {load}",
+            flush=True,
         )
 
 

@@ -114,8 +114,8 @@ def _spec(url: str) -> BenchSpec:
                 "probe": {
                     "warmup_s": 0.5,
                     "min_duration_s": 1.5,
-                    "min_requests": 15,
-                    "max_duration_s": 4,
+                    "min_requests": 40,  # the checks read 40 as 10 independent (D = 4)
+                    "max_duration_s": 6,
                     "drain_timeout_s": 10,
                 },
             },

@@ -2,33 +2,32 @@
 
 Each probe is the simulator stepped in virtual time (``virtual_probe``): no wall clock, so a
 whole search takes seconds. The search must stop on its own rule (the boundary's 95 %
-interval within ± precision of its point). Against the boundary that long windows find (the
-rate where the p99 of 3000-request windows meets the limits, by bisection) the interval is
-known to sit high: short windows rarely see the slow fluctuations of the batch that make the
-long-run p99 (docs/methodology.md, "What it does not yet do, measured"); the slow test bounds
-that bias (the reference at most 15 % below the interval's low end, never above its high end).
+interval within ± precision of its point). The long-run boundary (``virtual_probe.
+reference_boundary``: where the miss fraction pooled over long windows reaches 1 %) sits below
+that interval more often than 5 %: misses come in bursts lasting many request lifetimes, which
+short windows often miss. The reported interval reads the counts through a design effect
+(``metrics.boundary.REPORTED_DESIGN_EFFECT``); its coverage is measured by
+``benchmarks/coverage_virtual.py`` (docs/methodology.md), and the slow test runs six of
+those searches per case.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
+from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import BoundarySearch, SearchOutcome
-from tokenwatt.metrics.sequential import Sprt
-from virtual_probe import CASES, VirtualRun, reference_boundary, run_window, sequential_outcome
+from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, fit_boundary
+from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
 
 PRECISION = 0.05
 
 
 def search(case_name: str, seed: int) -> SearchOutcome[VirtualRun]:
-    case, test = CASES[case_name], Sprt(0.01)
-
-    async def probe(rate: float, s: int):  # type: ignore[no-untyped-def]
-        run = run_window(case, rate, s, window_requests=max(200, int(rate * 60)), warmup_s=15)
-        return sequential_outcome(run, test)
-
+    probe = VirtualProbe(CASES[case_name], lifetimes=WARMUP_LIFETIMES)
     s = BoundarySearch(
         probe, start_rate_rps=2.0, allowed=0.01, precision=PRECISION, seed=seed, max_probes=30
     )
@@ -40,8 +39,9 @@ def _check(out: SearchOutcome[VirtualRun]) -> None:
     fit = out.fit
     assert fit is not None and fit.relative_half_width is not None
     assert fit.relative_half_width <= PRECISION
-    # no rate is re-measured except as a "confirm" (the fit's candidates all measured)
-    fresh = [s.rate_rps for s in out.steps if s.phase != "confirm"]
+    # no rate is re-measured except as a "confirm" (the fit's candidates all measured); a rate
+    # is where its verdict was placed (a failure decided on 3 requests may sit far above)
+    fresh = [s.placed_rps for s in out.steps if s.phase != "confirm"]
     assert len(set(fresh)) == len(fresh)
 
 
@@ -51,11 +51,22 @@ def test_dense_converges_within_precision() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["dense", "moe", "prefill"])
-def test_converges_and_holds_the_long_window_boundary(case: str) -> None:
-    out = search(case, 2)
-    _check(out)
-    fit = out.fit
-    assert fit is not None and fit.low_rps is not None and fit.high_rps is not None
-    ref = reference_boundary(CASES[case], fit.low_rps * 0.7, fit.high_rps * 1.3)
-    # biased upward, by a bounded amount; the reference's own bisection step is ≈ 0.5 %
-    assert fit.low_rps * 0.85 <= ref <= fit.high_rps * 1.01, (fit, ref)
+def test_converges_and_the_reported_interval_covers(case: str) -> None:
+    """Six of the coverage benchmark's seeded searches per case (``benchmarks/
+    coverage_virtual.py`` runs 200): every one converges within the precision, and the reported
+    interval (design effect ``REPORTED_DESIGN_EFFECT``) holds the long-run boundary in at
+    least five. The reference here is cheaper than the benchmark's (three 2000-request windows
+    per rate, six bisection steps)."""
+    outs = [search(case, 1000 + k) for k in range(6)]
+    for out in outs:
+        _check(out)
+    first = outs[0].fit
+    assert first is not None and first.rate_rps is not None
+    ref = reference_boundary(
+        CASES[case], first.rate_rps * 0.7, first.rate_rps * 1.3, requests=2000, steps=6, seeds=3
+    )
+    held = 0
+    for out in outs:
+        fit = fit_boundary(out.evidence, 0.01, design_effect=REPORTED_DESIGN_EFFECT)
+        held += (fit.low_rps or 0.0) <= ref <= (fit.high_rps or math.inf)
+    assert held >= 5, (case, ref, held)

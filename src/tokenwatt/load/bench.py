@@ -94,7 +94,7 @@ class BenchEvent:
 
 OnEvent = Callable[[BenchEvent], None]
 # A probe's warm-up lasts at least this many request lifetimes (see _Run.settings_for).
-WARMUP_LIFETIMES = 1.5
+WARMUP_LIFETIMES = 3.0
 
 
 class _InterruptedError(Exception):

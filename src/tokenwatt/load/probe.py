@@ -304,6 +304,18 @@ class _Probe:
             self.counted_ids_in_flight.add(plan.index)
         self.sent += 1
 
+    def _settled_in_send_order(self) -> list[RequestRecord]:
+        """The counted requests sent before the oldest counted one still in flight (request
+        ids are the send order). A pass read from every finished request would read the fast
+        ones first: near saturation the sequential test passed on 194 quick requests while
+        the slow ones, the misses, were still running (a virtual-time probe closed that way
+        judged 105 misses of 335 once they had drained). A prefix in send order is chosen
+        by the schedule, not by latency."""
+        if not self.counted_ids_in_flight:
+            return self.counted_done
+        first = min(self.counted_ids_in_flight)
+        return [r for r in self.counted_done if r.request_id < first]
+
     def _done(self, rec: RequestRecord) -> None:
         """A request ended (any sender reports here once): the window's tallies."""
         self._report_back(rec)
@@ -517,7 +529,8 @@ class _Probe:
             self.stopped_early = True
             self._close(now)
             return True
-        if deciding and self.should_close is not None and self.should_close(self.counted_done):
+        closing = self.should_close
+        if deciding and closing is not None and closing(self._settled_in_send_order()):
             self._close(now)  # a decided verdict: the window ends, counted drain
         if self.w1 is None and self._endpoint_broken():
             self.error_stopped = self.stopped_early = True

@@ -118,7 +118,11 @@ def decide_probe(test: Sprt, misses: dict[str, int], n: int) -> Decision | None:
 class SequentialStop:
     """A probe's two hooks: ``should_stop`` (decided fail: stop now, as the early stop does)
     and ``should_close`` (decided pass: close the window; the counted requests drain and the
-    verdict is taken over all of them). Both look at the counted requests finished so far."""
+    verdict is taken over all of them). ``should_stop`` looks at every counted request
+    finished so far (a miss seen is a fact); ``load.probe`` hands ``should_close`` only those
+    sent before the oldest one still running, a prefix in send order: read in order of
+    completion the fast requests come first, and near saturation a pass was decided on them
+    while the misses were still in flight."""
 
     limits: Limits
     confidence: float = SEQUENTIAL_CONFIDENCE
