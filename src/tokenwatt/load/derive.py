@@ -16,6 +16,7 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import load_expert_load
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
+from tokenwatt.load.intervals import probe_intervals
 from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import probe_steps, step_basis, step_summary
@@ -29,6 +30,7 @@ from tokenwatt.metrics.steps import StepFigures
 from tokenwatt.result import (
     EnergySummary,
     EngineFigures,
+    FigureIntervals,
     Mbu,
     ProbeSummary,
     SloDetail,
@@ -279,6 +281,36 @@ def _run_figures(run: ProbeRun) -> dict[str, Any]:
     }
 
 
+def _intervals(
+    run: ProbeRun,
+    spec: BenchSpec,
+    mbu: Mbu | None,
+    energy: EnergySummary | None,
+    power_series: list[tuple[float, float]] | None,
+    *,
+    model: tuple[ModelGeometry | None, Accelerator | None, SpeculativeSettings | None],
+) -> FigureIntervals | None:
+    """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
+    with the probe's geometry, accelerator and declared drafter (``model``)."""
+    geometry, accelerator, declared = model
+
+    def mbu_of(sub: ProbeRun) -> Mbu | None:
+        if geometry is None or accelerator is None:
+            return None
+        return probe_mbu(
+            sub, geometry, spec.hardware, accelerator, spec.engine, speculative=declared
+        )
+
+    return probe_intervals(
+        run,
+        spec.slo,
+        mbu=mbu,
+        mbu_of=mbu_of,
+        tokens_per_joule=None if energy is None else energy.tokens_per_joule,
+        power_series=power_series,
+    )
+
+
 def summarize_probe(
     *,
     index: int,
@@ -351,4 +383,7 @@ def summarize_probe(
             price_per_kwh=spec.hardware.price_per_kwh,
         ),
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
+        intervals=_intervals(
+            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared)
+        ),
     )
