@@ -23,6 +23,7 @@ from tokenwatt.load.intervals import (
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.intervals import (
     MIN_BLOCKS,
+    autocorrelation_factor,
     batch_means,
     block_count,
     quantile_interval,
@@ -51,23 +52,58 @@ def test_t_quantile_refuses_what_it_cannot_give() -> None:
         t_quantile(0.2, 5)
 
 
-def test_batch_means_is_the_textbook_formula() -> None:
+def _geyer(blocks: np.ndarray) -> float:
+    """Geyer's initial positive sequence, the long way: NumPy autocovariances, pairs summed."""
+    d = blocks - blocks.mean()
+    k = len(d)
+    acov = np.correlate(d, d, mode="full")[k - 1 :] / k
+    rho = acov / acov[0]
+    f, j = 1.0, 1
+    while j + 1 < k:
+        if rho[j] + rho[j + 1] <= 0:
+            break
+        f += 2 * (rho[j] + rho[j + 1])
+        j += 2
+    return max(1.0, f)
+
+
+def _brute_batch_means(point: float, blocks: np.ndarray) -> tuple[float, float]:
+    k, f = len(blocks), _geyer(blocks)
+    dof = max(1, round(k / f) - 1)
+    half = stats.t.ppf(0.975, dof) * np.std(blocks, ddof=1) * math.sqrt(f / k)
+    return point - half, point + half
+
+
+def test_batch_means_against_brute_force() -> None:
     rng = np.random.default_rng(3)
     for k in (4, 7, 10):
-        blocks = rng.normal(5.0, 2.0, size=k)
-        point = float(blocks.mean()) + 0.1
-        span = batch_means(point, list(blocks))
-        assert span is not None
-        half = stats.t.ppf(0.975, k - 1) * np.std(blocks, ddof=1) / math.sqrt(k)
-        assert span.low == pytest.approx(point - half)
-        assert span.high == pytest.approx(point + half)
+        for trend in (0.0, 0.5):  # independent blocks, and blocks drifting together
+            blocks = rng.normal(5.0, 2.0, size=k) + trend * np.arange(k)
+            point = float(blocks.mean()) + 0.1
+            span = batch_means(point, list(blocks))
+            assert span is not None
+            assert (span.low, span.high) == pytest.approx(_brute_batch_means(point, blocks))
+            assert autocorrelation_factor(list(blocks)) == pytest.approx(_geyer(blocks))
+
+
+def test_autocorrelation_factor_widens_for_blocks_that_move_together() -> None:
+    """An AR(1) series with ρ = 0.8 has 1 + 2Σρʲ = (1 + ρ)/(1 − ρ) = 9 in the long run; over 10
+    blocks the estimate is well above 1, and for alternating blocks it stays at 1."""
+    rng = np.random.default_rng(8)
+    x, series = 0.0, []
+    for _ in range(10):
+        x = 0.8 * x + rng.normal()
+        series.append(x)
+    assert autocorrelation_factor(series) > 2.0
+    assert autocorrelation_factor([1.0, -1.0] * 5) == 1.0
+    assert autocorrelation_factor([3.0] * 6) == 1.0
 
 
 def test_batch_means_skips_missing_blocks_and_needs_enough() -> None:
     vals = [1.0, 2.0, None, 3.0, math.nan, 4.0]
     span = batch_means(2.5, vals)
-    ref = stats.t.ppf(0.975, 3) * np.std([1, 2, 3, 4], ddof=1) / 2
-    assert span is not None and span.high == pytest.approx(2.5 + ref)
+    assert span is not None
+    assert span.high == pytest.approx(_brute_batch_means(2.5, np.array([1.0, 2, 3, 4]))[1])
     assert batch_means(2.5, [1.0, 2.0, 3.0]) is None  # fewer than MIN_BLOCKS
     assert batch_means(None, [1.0] * 10) is None
 
@@ -218,15 +254,14 @@ def test_probe_intervals_by_hand() -> None:
 
     iv = probe_intervals(run, slo, mbu=_fake_mbu(0.30), mbu_of=mbu_of)
     assert iv is not None and iv.blocks == 5 and iv.block_s == pytest.approx(2.0)
-    t5 = stats.t.ppf(0.975, 4)
-    own = [
-        sum(r.output_tokens for r in recs if 2 * b <= r.scheduled_ns / S < 2 * b + 2) / 2.0
+    received = [  # T per block: the tokens received in it, as for the window
+        sum(1 for r in recs for t in r.chunk_ns if 2 * b * S <= t < (2 * b + 2) * S) / 2.0
         for b in range(5)
     ]
-    half = t5 * np.std(own, ddof=1) / math.sqrt(5)
     t_point = run.metrics.output_tokens_per_s
     assert t_point is not None and iv.output_tokens_per_s is not None
-    assert iv.output_tokens_per_s[0] == pytest.approx(t_point - half)
+    t_lo, t_hi = _brute_batch_means(t_point, np.array(received))
+    assert iv.output_tokens_per_s == pytest.approx((t_lo, t_hi))
     taus = []
     for b in range(5):
         mine = [r for r in recs if 2 * b <= r.scheduled_ns / S < 2 * b + 2]
@@ -237,12 +272,11 @@ def test_probe_intervals_by_hand() -> None:
         )
     tau = run.metrics.itl_token_weighted_s
     assert tau is not None and iv.itl_token_weighted_s is not None
-    assert iv.itl_token_weighted_s[1] == pytest.approx(
-        tau + t5 * np.std(taus, ddof=1) / math.sqrt(5)
-    )
-    mhalf = t5 * np.std(mbu_by_block, ddof=1) / math.sqrt(5)
+    assert iv.itl_token_weighted_s == pytest.approx(_brute_batch_means(tau, np.array(taus)))
+    mhalf = 0.30 - _brute_batch_means(0.30, np.array(mbu_by_block))[0]
     assert iv.mbu == pytest.approx((0.30 - mhalf, 0.30 + mhalf))
-    assert iv.mbu_decode_only == pytest.approx((0.15 - mhalf / 2, 0.15 + mhalf / 2))
+    dec = _brute_batch_means(0.15, np.array(mbu_by_block) / 2)
+    assert iv.mbu_decode_only == pytest.approx(dec)
     # ±1.9 pt > ±1 pt: the note, with the window that would bring it under
     assert mhalf > MBU_HALF_WIDTH_NOTE
     need = 10.0 * (mhalf / 0.01) ** 2
@@ -255,7 +289,7 @@ def test_probe_intervals_by_hand() -> None:
         run, slo, mbu=None, mbu_of=None, tokens_per_joule=t_point / 200.0, power_series=series
     )
     assert iv2 is not None and iv2.tokens_per_joule is not None and iv2.mbu is None
-    assert iv2.tokens_per_joule[0] == pytest.approx((t_point - half) / 200.0)
+    assert iv2.tokens_per_joule[0] == pytest.approx(t_lo / 200.0)
 
 
 def test_probe_with_too_few_requests_states_no_interval() -> None:

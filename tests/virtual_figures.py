@@ -60,13 +60,15 @@ def _arrivals(rate: float, until_s: float, seed: int) -> Iterator[float]:
         yield t
 
 
-def simulate(case: Case, rate: float, seed: int, span_s: float) -> tuple[VirtualSim, list[Any]]:
+def simulate(
+    case: Case, rate: float, seed: int, span_s: float, warmup_s: float = WARMUP_S
+) -> tuple[VirtualSim, list[Any]]:
     """Poisson arrivals for warm-up + ``span_s`` + a tail that keeps the load on while the
     window's last requests finish (as the real probe's drain does); run to completion."""
     sim = VirtualSim(sim_config(case, seed))
     reqs = [
         sim.submit(t, case.prompt_tokens, case.output_tokens)
-        for t in _arrivals(rate, WARMUP_S + span_s + 30.0, seed)
+        for t in _arrivals(rate, warmup_s + span_s + 15.0, seed)
     ]
     sim.run()
     return sim, reqs
@@ -91,13 +93,15 @@ def records(sim: VirtualSim, reqs: list[Any], case: Case) -> list[RequestRecord]
     return out
 
 
-def probe_summary(case: Case, rate: float, seed: int, window_s: float) -> ProbeSummary:
-    """One virtual probe of ``window_s`` at ``rate``, summarized as ``bench`` summarizes."""
+def probe_run(
+    case: Case, rate: float, seed: int, window_s: float, warmup_s: float = WARMUP_S
+) -> ProbeRun:
+    """One virtual probe of ``window_s`` at ``rate`` after ``warmup_s``, as ``ProbeRun``."""
     spec = spec_for(case)
-    sim, reqs = simulate(case, rate, seed, window_s)
+    sim, reqs = simulate(case, rate, seed, window_s, warmup_s)
     recs = records(sim, reqs, case)
-    w0, w1 = round(WARMUP_S * 1e9), round((WARMUP_S + window_s) * 1e9)
-    run = ProbeRun(
+    w0, w1 = round(warmup_s * 1e9), round((warmup_s + window_s) * 1e9)
+    return ProbeRun(
         records=recs, window_start_ns=w0, window_end_ns=w1,
         metrics=compute_probe_metrics(
             recs, window_start_ns=w0, window_end_ns=w1, slo=spec.slo, target_rate_rps=rate
@@ -106,9 +110,18 @@ def probe_summary(case: Case, rate: float, seed: int, window_s: float) -> ProbeS
         settings=ProbeSettings(), prompt_format="token_ids", started_ns=0,
         ended_ns=max(r.done_ns or 0 for r in recs),
     )  # fmt: skip
-    geom = load_geometry(case.model)
+
+
+def probe_summary(
+    case: Case, rate: float, seed: int, window_s: float, warmup_s: float = WARMUP_S
+) -> ProbeSummary:
+    """One virtual probe summarized as ``bench`` summarizes it (``load.derive``)."""
     return summarize_probe(
-        index=1, run=run, spec=spec, geometry=geom, accelerator=get_accelerator(case.accelerator)
+        index=1,
+        run=probe_run(case, rate, seed, window_s, warmup_s),
+        spec=spec_for(case),
+        geometry=load_geometry(case.model),
+        accelerator=get_accelerator(case.accelerator),
     )
 
 
@@ -120,14 +133,22 @@ class Truth:
     mbu_decode_only: float
 
 
-def long_run_truth(case: Case, rate: float, span_s: float, seeds: int = 1) -> Truth:
+def long_run_truth(
+    case: Case,
+    rate: float,
+    span_s: float,
+    *,
+    seeds: int = 1,
+    first_seed: int = 10_000,
+    warmup_s: float = 60.0,
+) -> Truth:
     """The simulator's own figures over ``span_s`` after the warm-up (mean over ``seeds``)."""
     taus, mbus, decs = [], [], []
     geom = load_geometry(case.model)
     acc = get_accelerator(case.accelerator)
-    for seed in range(10_000, 10_000 + seeds):
-        sim, reqs = simulate(case, rate, seed, span_s)
-        w0, w1 = round(WARMUP_S * 1e9), round((WARMUP_S + span_s) * 1e9)
+    for seed in range(first_seed, first_seed + seeds):
+        sim, reqs = simulate(case, rate, seed, span_s, warmup_s)
+        w0, w1 = round(warmup_s * 1e9), round((warmup_s + span_s) * 1e9)
         counted = [r for r in reqs if w0 <= r.arrival_ns < w1]
         dec = sum(sim.token_ns[r.rid][-1] - sim.token_ns[r.rid][0] for r in counted)
         taus.append(dec / 1e9 / sum(len(sim.token_ns[r.rid]) - 1 for r in counted))

@@ -5,14 +5,15 @@ derivation (``metrics.latency.compute_probe_metrics`` and the caller's MBU funct
 block's T, τ, goodput and MBU are the same definitions over a shorter span, and
 ``metrics.intervals`` turns their spread into intervals around the whole window's figures.
 
-Blocks are by **send time** (a request belongs to the block its schedule put it in), and a
-block's T and goodput are the tokens of its own requests ÷ its length: Poisson arrivals in
-disjoint blocks are independent, so the blocks' spread is the window's. Tokens *received*
-in a block would mix the requests of its neighbour (a request lives about as long as a
-block), correlating adjacent blocks and narrowing the interval below its confidence.
-Tokens per joule per block divide that T by the block's mean power from the probe's power
-series; with no series (or too few bins) its interval is T's, scaled (the energy taken as
-exact, a note says so).
+A block's requests are those *sent* in it (τ, the p99s, MBU's context) and its T the tokens
+*received* in it, as for the window: the block T's add up to the window's exactly. Adjacent
+blocks share requests in flight, which the autocorrelation factor of ``metrics.intervals``
+accounts for. (T from the tokens of the block's own requests instead, independent Poisson
+counts, over-covered: the server's feedback, a larger batch stepping slower, damps the
+delivered tokens below the arrivals' spread; measured, docs/methodology.md.) Tokens per
+joule per block divide the block's T by its mean power from the probe's power series; with
+no series (or too few bins) its interval is T's, scaled (the energy taken as exact, a note
+says so).
 """
 
 from __future__ import annotations
@@ -63,18 +64,6 @@ def block_runs(run: ProbeRun, slo: SLO | None, k: int) -> list[ProbeRun]:
 
 def _pair(span: Span | None) -> Pair | None:
     return None if span is None else (span.low, span.high)
-
-
-def _own_tokens_per_s(sub: ProbeRun) -> float:
-    m = sub.metrics
-    return m.counted_output_tokens / m.window_s if m.window_s > 0 else math.nan
-
-
-def _own_goodput(sub: ProbeRun) -> float | None:
-    m = sub.metrics
-    if m.goodput_output_tokens_per_s is None or not m.output_tokens_per_s:
-        return None
-    return _own_tokens_per_s(sub) * m.goodput_output_tokens_per_s / m.output_tokens_per_s
 
 
 def _p99_spans(run: ProbeRun, k: int) -> tuple[Pair | None, Pair | None]:
@@ -155,7 +144,7 @@ def probe_intervals(
     if k == 0 or m.window_s <= 0 or m.output_tokens_per_s is None:
         return None
     subs = block_runs(run, slo, k)
-    t_blocks = [_own_tokens_per_s(s) for s in subs]
+    t_blocks = [math.nan if (t := s.metrics.output_tokens_per_s) is None else t for s in subs]
     t_span = batch_means(m.output_tokens_per_s, t_blocks)
     block_mbu = [None if mbu is None or mbu_of is None else mbu_of(s) for s in subs]
     mbu_point = None if mbu is None else mbu.mbu
@@ -184,7 +173,9 @@ def probe_intervals(
         ttft_p99_s=ttft,
         tpot_p99_s=tpot,
         goodput_output_tokens_per_s=_pair(
-            batch_means(m.goodput_output_tokens_per_s, [_own_goodput(s) for s in subs])
+            batch_means(
+                m.goodput_output_tokens_per_s, [s.metrics.goodput_output_tokens_per_s for s in subs]
+            )
         ),
         mbu=mbu_span,
         mbu_decode_only=_pair(dec_span),

@@ -6,12 +6,13 @@ window is cut into k equal blocks by send time (``load.intervals`` computes each
 each block exactly as over the whole window); the spread of the k block values is the
 spread of the window's own figure times √k, so the interval is
 
-    point ± t_{k−1}(c) · sd(block values) / √k
+    point ± t_{k/f−1}(c) · sd(block values) · √(f / k)
 
 centred on the whole-window figure (batch means; Law & Kelton; the block figures of a ratio
-are slightly biased, the window's is not). Blocks longer than the requests' correlation make
-the block values nearly independent; coverage is measured, not assumed (docs/methodology.md,
-*Intervals on every figure*).
+are slightly biased, the window's is not). f ≥ 1 widens it for blocks that move together (a
+request lives about as long as a block; the batch drifts over several): Geyer's initial
+positive sequence over the block series' autocorrelations. Coverage is measured, not assumed
+(docs/methodology.md, *Intervals on every figure*).
 
 A p99 is no mean: its interval is Woodruff's, the quantiles of the sample at q ± t·se, where se
 is the batch-means standard error of the share of requests at or below the point (floored at
@@ -34,6 +35,7 @@ __all__ = [
     "MIN_BLOCKS",
     "REQUESTS_PER_BLOCK",
     "Span",
+    "autocorrelation_factor",
     "batch_means",
     "block_count",
     "quantile_interval",
@@ -99,16 +101,40 @@ def _sd(xs: Sequence[float]) -> float:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
+def autocorrelation_factor(blocks: Sequence[float]) -> float:
+    """1 + 2 Σ ρ_j over the block series, summed by Geyer's initial positive sequence (pairs
+    of lags while their sum stays positive), at least 1: how much adjacent blocks that move
+    together widen the variance of their mean (Geyer 1992, the MCMC standard error)."""
+    k = len(blocks)
+    m = sum(blocks) / k
+    d = [b - m for b in blocks]
+    c0 = sum(x * x for x in d) / k
+    if c0 <= 0:
+        return 1.0
+    rho = [sum(d[i] * d[i + j] for i in range(k - j)) / k / c0 for j in range(1, k)]
+    factor = 1.0
+    for j in range(0, len(rho) - 1, 2):
+        pair = rho[j] + rho[j + 1]
+        if pair <= 0:
+            break
+        factor += 2 * pair
+    return max(1.0, factor)
+
+
 def batch_means(
     point: float | None, blocks: Sequence[float | None], confidence: float = FIGURE_CONFIDENCE
 ) -> Span | None:
-    """point ± t_{k−1} · sd(blocks)/√k over the finite block values; None with no point or
-    fewer than ``MIN_BLOCKS`` of them."""
+    """point ± t · sd(blocks) · √(f/k) over the finite block values, f the blocks'
+    ``autocorrelation_factor`` and t Student's with k/f − 1 degrees of freedom (k/f blocks'
+    worth of independent evidence, at least 1); None with no point or fewer than
+    ``MIN_BLOCKS`` of them."""
     vals = [float(b) for b in blocks if b is not None and math.isfinite(b)]
     if point is None or not math.isfinite(point) or len(vals) < MIN_BLOCKS:
         return None
     k = len(vals)
-    half = t_quantile(0.5 + confidence / 2, k - 1) * _sd(vals) / math.sqrt(k)
+    f = autocorrelation_factor(vals)
+    dof = max(1, round(k / f) - 1)  # k/f effectively independent blocks
+    half = t_quantile(0.5 + confidence / 2, dof) * _sd(vals) * math.sqrt(f / k)
     return Span(point - half, point + half)
 
 
