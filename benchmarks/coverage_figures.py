@@ -72,8 +72,14 @@ def main() -> None:
     ]
     spans: dict[str, list[dict[str, tuple[float, float] | None]]] = {c: [] for c in args.cases}
     with Pool(args.workers) as pool:
-        for name, out in pool.imap_unordered(_one, jobs, chunksize=4):
+        for i, (name, out) in enumerate(pool.imap_unordered(_one, jobs, chunksize=4), 1):
             spans[name].append(out)
+            if i % 25 == 0:
+                print(
+                    f"{i} of {len(jobs)} probes, {time.perf_counter() - t0:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     print(
         f"window {args.window_s:g} s, {args.probes} probes per case, truth over "
         f"{args.truth_seeds} × {args.truth_span_s:g} s; {time.perf_counter() - t0:.0f} s wall, "
