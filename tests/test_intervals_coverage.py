@@ -39,7 +39,7 @@ def test_intervals_cover_the_simulators_truth(case: str) -> None:
         small = s.mbu_detail is not None and s.mbu_detail.flags.small_batch
     print(case, truth, hits, stated, f"MBU error mean {np.mean(mbu_error):+.4f}")
     assert stated == dict.fromkeys(FIGURES, PROBES)
-    checked = FIGURES
+    checked: tuple[str, ...] = FIGURES
     if case == "prefill":
         # B ≈ 4: the derivation's flagged small-batch regime, where the point itself reads low
         # (docs/methodology.md, coverage table); the interval is a sampling interval and does

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from test_validation_single_stream import step_records
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.load.derive import summarize_probe
@@ -153,7 +154,7 @@ def long_run_truth(
         dec = sum(sim.token_ns[r.rid][-1] - sim.token_ns[r.rid][0] for r in counted)
         taus.append(dec / 1e9 / sum(len(sim.token_ns[r.rid]) - 1 for r in counted))
         w_of_batch = partial(_w_of_batch, geom, sim.node.replicas[0])
-        ft = figure_truth(_steps(sim), w0, w1, acc.bandwidth_bytes_per_s, w_of_batch)
+        ft = figure_truth(step_records(sim), w0, w1, acc.bandwidth_bytes_per_s, w_of_batch)
         mbus.append(ft.all_bytes)
         decs.append(ft.decode_only)
     return Truth(
@@ -166,15 +167,6 @@ def _w_of_batch(geom: Any, rep: Any, b: int) -> float:
         geom.dense_weight_bytes
         + geom.moe_layers * rep.routing.expected_per_layer(b) * geom.expert_bytes
     )
-
-
-def _steps(sim: VirtualSim) -> Iterator[dict[str, Any]]:
-    for s in sim.steps:
-        yield {
-            "sched_start_ns": s.t_start_ns, "deadline_ns": s.t_end_ns, "batch": s.batch,
-            "prefill_tokens": s.prefill_tokens, "weight_bytes": s.weight_bytes,
-            "kv_bytes": s.kv_bytes, "memory_s": s.memory_s,
-        }  # fmt: skip
 
 
 FIGURES = ("output_tokens_per_s", "itl_token_weighted_s", "mbu")

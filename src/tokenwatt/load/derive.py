@@ -61,13 +61,15 @@ def probe_mbu(
     engine: EngineSection | None = None,
     *,
     speculative: SpeculativeSettings | None = None,
+    kv_stalls: bool = True,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
     so T and the context sum no longer describe one steady state. The measured regime
     (request rate, prompt lengths, idle share) and the spec's ``engine`` limits feed the
     mixed-step term (``metrics.mixed_steps``). Speculative decoding (``speculative`` declared,
-    or detected from the chunks) counts s and B from steps (``load.speculation``)."""
+    or detected from the chunks) counts s and B from steps (``load.speculation``).
+    ``kv_stalls=False`` does not look for preempted streams (a block of a window without any)."""
     m = run.metrics
     if run.stopped_early or run.interrupted or run.saturated:
         return None
@@ -109,6 +111,8 @@ def probe_mbu(
         steps=step_basis(figures, speculative, pairs, regime),
     )
     raw = _coalesced(mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures)
+    if not kv_stalls:  # the caller knows there are none to correct (``_intervals``' blocks)
+        return raw
     stalls = stream_stalls(
         run.records, run.counted, run.window_start_ns, run.window_end_ns, hardware.replicas
     )
@@ -293,12 +297,20 @@ def _intervals(
     """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
     with the probe's geometry, accelerator and declared drafter (``model``)."""
     geometry, accelerator, declared = model
+    # blocks take the window's corrections: stalls are looked for only where the window saw them
+    stalled = mbu is not None and mbu.flags.kv_pressure
 
     def mbu_of(sub: ProbeRun) -> Mbu | None:
         if geometry is None or accelerator is None:
             return None
         return probe_mbu(
-            sub, geometry, spec.hardware, accelerator, spec.engine, speculative=declared
+            sub,
+            geometry,
+            spec.hardware,
+            accelerator,
+            spec.engine,
+            speculative=declared,
+            kv_stalls=stalled,
         )
 
     return probe_intervals(

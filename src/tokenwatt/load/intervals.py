@@ -34,6 +34,7 @@ from tokenwatt.metrics.intervals import (
 )
 from tokenwatt.metrics.latency import compute_probe_metrics
 from tokenwatt.metrics.request import tpot_s, ttft_s
+from tokenwatt.records import RequestRecord
 from tokenwatt.result import FigureIntervals, Mbu
 from tokenwatt.spec.slo import SLO
 
@@ -51,14 +52,27 @@ def block_edges(start_ns: int, end_ns: int, k: int) -> list[tuple[int, int]]:
     return list(pairwise(cuts))
 
 
+def _overlapping(run: ProbeRun, a: int, b: int) -> list[RequestRecord]:
+    """The records that lived during [a, b): scheduled before b and not over before a. No
+    figure of the block reads any other (each counts sends, tokens or busy time inside it);
+    leaving them out makes k blocks cost about (block + lifetime)/window of k windows."""
+    out = []
+    for r in run.records:
+        last = max(r.done_ns or 0, r.end_ns or 0, r.chunk_ns[-1] if r.chunk_ns else 0)
+        if r.scheduled_ns < b and (last >= a or (r.done_ns is None and r.end_ns is None)):
+            out.append(r)
+    return out
+
+
 def block_runs(run: ProbeRun, slo: SLO | None, k: int) -> list[ProbeRun]:
-    """The probe seen over each of k blocks: the same records, a block for a window."""
+    """The probe seen over each of k blocks: its records alive then, a block for a window."""
     out = []
     for a, b in block_edges(run.window_start_ns, run.window_end_ns, k):
+        recs = _overlapping(run, a, b)
         metrics = compute_probe_metrics(
-            run.records, window_start_ns=a, window_end_ns=b, slo=slo, target_rate_rps=run.rate_rps
+            recs, window_start_ns=a, window_end_ns=b, slo=slo, target_rate_rps=run.rate_rps
         )
-        out.append(replace(run, window_start_ns=a, window_end_ns=b, metrics=metrics))
+        out.append(replace(run, records=recs, window_start_ns=a, window_end_ns=b, metrics=metrics))
     return out
 
 
