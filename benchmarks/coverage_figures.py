@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from tokenwatt.metrics import intervals
 from virtual_figures import CASES, FIGURES, RATES, Truth, long_run_truth, probe_summary
 
 ROW = "| {case} ({rate:g} req/s) | {fig} | {truth} | {k} of {n} ({share}) | {hw} | {none} |"
@@ -59,7 +60,10 @@ def main() -> None:
     ap.add_argument("--truth-span-s", type=float, default=600.0)
     ap.add_argument("--truth-seeds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--max-blocks", type=int, help="try another metrics.intervals.MAX_BLOCKS")
     args = ap.parse_args()
+    if args.max_blocks:
+        intervals.MAX_BLOCKS = args.max_blocks  # the workers fork after this
     t0 = time.perf_counter()
     truths = {
         c: long_run_truth(CASES[c], RATES[c], args.truth_span_s, seeds=args.truth_seeds)
