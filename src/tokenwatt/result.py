@@ -92,6 +92,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         requests, first chunks included: what MBU from steps divides by) and
         ``load_generator.per_worker[].exit_code`` (a worker process's exit status; the
         sender returns this type directly).
+        (issue 22 item 3, optional) probe ``intervals`` (``FigureIntervals``): T, τ, the
+        p99s of TTFT and TPOT, goodput, MBU (headline and decode-only) and tokens per joule
+        as ``[low, high]`` at ``confidence`` (batch means over time blocks of the window,
+        ``metrics.intervals``), and ``mbu_window_for_1pt_s``; absent in older files (None).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -141,6 +145,7 @@ __all__ = [
     "EnergySummary",
     "EngineAgreement",
     "EngineFigures",
+    "FigureIntervals",
     "Latency",
     "LoadGenerator",
     "MachineInfo",
@@ -808,6 +813,30 @@ class ProbeDetail(_Strict):
     )
 
 
+class FigureIntervals(_Strict):
+    """A probe's figures as intervals at ``confidence`` (``metrics.intervals``): batch means
+    over ``blocks`` equal time blocks of the window by send time, Woodruff's interval for the
+    p99s. Each is ``[low, high]``; a None end is open (the window does not bound it), a None
+    interval: not stated (the figure is absent, or too few blocks held it)."""
+
+    confidence: float = Field(description="of every interval here, e.g. 0.95")
+    method: Literal["batch_means"] = "batch_means"
+    blocks: int = Field(description="time blocks the window was cut into")
+    block_s: float = Field(description="each block's length in seconds")
+    output_tokens_per_s: tuple[float | None, float | None] | None = None
+    itl_token_weighted_s: tuple[float | None, float | None] | None = None
+    ttft_p99_s: tuple[float | None, float | None] | None = None
+    tpot_p99_s: tuple[float | None, float | None] | None = None
+    goodput_output_tokens_per_s: tuple[float | None, float | None] | None = None
+    mbu: tuple[float | None, float | None] | None = None
+    mbu_decode_only: tuple[float | None, float | None] | None = None
+    tokens_per_joule: tuple[float | None, float | None] | None = None
+    mbu_window_for_1pt_s: float | None = Field(
+        None, description="the window that would bring MBU's interval within ±1 pt"
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
 class ProbeSummary(_Strict):
     """One probe (one offered rate) or the single-stream point, over its measurement window.
 
@@ -909,6 +938,9 @@ class ProbeSummary(_Strict):
         None, description="boundary only: the rate interval scaled the same way"
     )
     confidence: float | None = Field(None, description="boundary only: of the intervals")
+    intervals: FigureIntervals | None = Field(
+        None, description="the probe's figures as intervals (None: not computed, older file)"
+    )
 
     run: ProbeDetail | None = Field(
         None, description="the probe's own run record (None: a file older than version 3)"

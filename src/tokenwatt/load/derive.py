@@ -16,6 +16,7 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import load_expert_load
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
+from tokenwatt.load.intervals import probe_intervals
 from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import probe_steps, step_basis
@@ -29,6 +30,7 @@ from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
     EnergySummary,
     EngineFigures,
+    FigureIntervals,
     Mbu,
     ProbeDetail,
     ProbeSummary,
@@ -68,13 +70,15 @@ def probe_mbu(
     engine: EngineSection | None = None,
     *,
     speculative: SpeculativeSettings | None = None,
+    kv_stalls: bool = True,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
     so T and the context sum no longer describe one steady state. The measured regime
     (request rate, prompt lengths, idle share) and the spec's ``engine`` limits feed the
     mixed-step term (``metrics.mixed_steps``). Speculative decoding (``speculative`` declared,
-    or detected from the chunks) counts s and B from steps (``load.speculation``)."""
+    or detected from the chunks) counts s and B from steps (``load.speculation``).
+    ``kv_stalls=False`` does not look for preempted streams (a block of a window without any)."""
     m = run.metrics
     if run.stopped_early or run.interrupted or run.saturated:
         return None
@@ -116,6 +120,8 @@ def probe_mbu(
         steps=step_basis(figures, speculative, pairs, regime),
     )
     raw = _coalesced(mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures)
+    if not kv_stalls:  # the caller knows there are none to correct (``_intervals``' blocks)
+        return raw
     stalls = stream_stalls(
         run.records, run.counted, run.window_start_ns, run.window_end_ns, hardware.replicas
     )
@@ -312,6 +318,44 @@ def probe_detail(run: ProbeRun, *, max_requests: int | None = None) -> ProbeDeta
     )
 
 
+def _intervals(
+    run: ProbeRun,
+    spec: BenchSpec,
+    mbu: Mbu | None,
+    energy: EnergySummary | None,
+    power_series: list[tuple[float, float]] | None,
+    *,
+    model: tuple[ModelGeometry | None, Accelerator | None, SpeculativeSettings | None],
+) -> FigureIntervals | None:
+    """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
+    with the probe's geometry, accelerator and declared drafter (``model``)."""
+    geometry, accelerator, declared = model
+    # blocks take the window's corrections: stalls are looked for only where the window saw them
+    stalled = mbu is not None and mbu.flags.kv_pressure
+
+    def mbu_of(sub: ProbeRun) -> Mbu | None:
+        if geometry is None or accelerator is None:
+            return None
+        return probe_mbu(
+            sub,
+            geometry,
+            spec.hardware,
+            accelerator,
+            spec.engine,
+            speculative=declared,
+            kv_stalls=stalled,
+        )
+
+    return probe_intervals(
+        run,
+        spec.slo,
+        mbu=mbu,
+        mbu_of=mbu_of,
+        tokens_per_joule=None if energy is None else energy.tokens_per_joule,
+        power_series=power_series,
+    )
+
+
 def summarize_probe(
     *,
     index: int,
@@ -389,4 +433,7 @@ def summarize_probe(
         ),
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
         run=probe_detail(run, max_requests=max_requests),
+        intervals=_intervals(
+            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared)
+        ),
     )

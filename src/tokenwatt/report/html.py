@@ -32,6 +32,7 @@ from tokenwatt.report.format import (
     no_boundary_text,
     no_failure_seen,
 )
+from tokenwatt.report.intervals_text import interval_caption, interval_rows
 from tokenwatt.report.labels import (
     SIMULATED,
     SIMULATED_NOTE,
@@ -213,7 +214,20 @@ def _headline(r: BenchResult) -> str:
         f'<div class="card"><div class="label">Tokens per joule{m}</div>{energy}</div>'
         f'<div class="card"><div class="label">MBU (decode bandwidth){m}</div>{mbu}</div>'
     )
-    return f'<section id="headline"><div class="cards">{cards}</div></section>'
+    return f'<section id="headline"><div class="cards">{cards}</div>{_intervals(b)}</section>'
+
+
+def _intervals(b: ProbeSummary | None) -> str:
+    """The headline probe's figures with their intervals, under the cards."""
+    rows = [] if b is None else interval_rows(b)
+    if b is None or not rows:
+        return ""
+    body = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in rows)
+    notes = "".join(
+        f'<div class="detail">{_e(n)}</div>' for n in (b.intervals.notes if b.intervals else [])
+    )
+    caption = _e(interval_caption(b) or "")
+    return f'<div class="intervals"><p>{caption}</p><table>{body}</table>{notes}</div>'
 
 
 def _checks(r: BenchResult) -> str:

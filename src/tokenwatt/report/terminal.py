@@ -32,6 +32,7 @@ from tokenwatt.report.format import (
     no_boundary_text,
     no_failure_seen,
 )
+from tokenwatt.report.intervals_text import interval_caption, interval_rows
 from tokenwatt.report.labels import (
     SIMULATED,
     bandwidth_provenance,
@@ -61,6 +62,7 @@ __all__ = [
     "engine_block",
     "engine_table",
     "headline",
+    "intervals_block",
     "mbu_block",
     "probe_table",
     "single_stream_block",
@@ -188,6 +190,24 @@ def headline(result: BenchResult) -> RenderableType:
     title = Text(describe_run(result), "bold")
     slo = Text(f"SLO: {describe_slo(result.slo)}", "dim")
     return Group(title, slo, Text(""), grid)
+
+
+def intervals_block(result: BenchResult) -> RenderableType | None:
+    """The headline probe's figures with their intervals (``report.intervals_text``); None
+    when it has none (an older file, too few requests, no boundary)."""
+    b = result.boundary
+    if b is None and result.search is None and len(result.probes) == 1:
+        b = result.probes[0]
+    rows = [] if b is None else interval_rows(b)
+    if b is None or not rows:
+        return None
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for label, text in rows:
+        grid.add_row(label, text)
+    notes = [Text(f"note: {n}", "yellow") for n in (b.intervals.notes if b.intervals else [])]
+    return Group(Text(interval_caption(b) or "", "dim"), grid, *notes)
 
 
 def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableType:
@@ -381,6 +401,8 @@ class ResultView:
     def sections(self) -> Iterator[RenderableType]:
         r = self.result
         yield headline(r)
+        if (intervals := intervals_block(r)) is not None:
+            yield intervals
         yield mbu_block(r)
         yield probe_table(r)
         yield single_stream_block(r)
