@@ -294,21 +294,7 @@ class StreamInterpreter:
                         self.error = shorten(msg)
                     continue
             usage = obj.get("usage")
-            delta_tokens = -1
-            if isinstance(usage, dict):
-                cum = usage.get("completion_tokens")
-                if isinstance(cum, int):
-                    self.completion_tokens = cum
-                    delta_tokens = max(0, cum - self.prev_cum)
-                    self.prev_cum = max(self.prev_cum, cum)
-                pt = usage.get("prompt_tokens")
-                if isinstance(pt, int):
-                    self.prompt_tokens = pt
-                details = usage.get("prompt_tokens_details")
-                if isinstance(details, dict):
-                    ct = details.get("cached_tokens")
-                    if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
-                        self.cached_tokens = ct
+            delta_tokens = self._read_usage(usage) if isinstance(usage, dict) else -1
             choices = obj.get("choices")
             content = False
             if isinstance(choices, list):
@@ -339,6 +325,25 @@ class StreamInterpreter:
                     self.carried = 0
             elif delta_tokens > 0:
                 self.carried += delta_tokens
+
+    def _read_usage(self, usage: dict[str, Any]) -> int:
+        """Take a chunk's usage block; the tokens it adds to the running completion count
+        (-1: it states no completion count, so this chunk's tokens are unknown)."""
+        delta_tokens = -1
+        cum = usage.get("completion_tokens")
+        if isinstance(cum, int):
+            self.completion_tokens = cum
+            delta_tokens = max(0, cum - self.prev_cum)
+            self.prev_cum = max(self.prev_cum, cum)
+        pt = usage.get("prompt_tokens")
+        if isinstance(pt, int):
+            self.prompt_tokens = pt
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            ct = details.get("cached_tokens")
+            if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
+                self.cached_tokens = ct
+        return delta_tokens
 
     def fill(self, rec: RequestRecord) -> None:
         """Flush and write the token, usage and finish fields; mark in-stream failures.

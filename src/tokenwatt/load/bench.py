@@ -214,20 +214,25 @@ class _Run:
             engine_series_file=series_file,
         )
         _add_counts(summary, run, spec)
-        self.summaries[index] = summary
-        if index == 0:
-            self.result.single_stream = summary
-        else:
-            self.result.probes.append(summary)
-        if run.interrupted:
-            self.result.interrupted = True
-        self.write()
+        self._record(summary, interrupted=run.interrupted)
         self.emit(
             BenchEvent("probe_done", index=index, rate_rps=rate_rps, phase=phase, summary=summary)
         )
         if run.interrupted:
             raise _InterruptedError
         return summary
+
+    def _record(self, summary: ProbeSummary, *, interrupted: bool) -> None:
+        """Keep the probe in the result and write the file now: a kill after this loses
+        nothing measured (index 0 is the single-stream point)."""
+        self.summaries[summary.index] = summary
+        if summary.index == 0:
+            self.result.single_stream = summary
+        else:
+            self.result.probes.append(summary)
+        if interrupted:
+            self.result.interrupted = True
+        self.write()
 
 
 def _stop_reason(seq: SequentialStop | None, stopper: EarlyStop | None) -> str | None:

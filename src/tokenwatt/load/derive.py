@@ -28,6 +28,7 @@ from tokenwatt.metrics.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
+    CostFigures,
     EnergySummary,
     EngineFigures,
     FigureIntervals,
@@ -356,6 +357,17 @@ def _intervals(
     )
 
 
+def _cost(spec: BenchSpec, goodput: float, energy: EnergySummary | None) -> CostFigures | None:
+    """$/Mtok at the probe's goodput, from the spec's prices (``metrics.cost``)."""
+    return cost_figures(
+        price_per_gpu_hour=spec.hardware.price_per_gpu_hour,
+        gpus=spec.hardware.gpus,
+        goodput_output_tokens_per_s=goodput,
+        joules_per_output_token=None if energy is None else energy.joules_per_output_token,
+        price_per_kwh=spec.hardware.price_per_kwh,
+    )
+
+
 def summarize_probe(
     *,
     index: int,
@@ -424,13 +436,7 @@ def summarize_probe(
         **_workload_figures(run),
         engine=engine,
         engine_series_file=engine_series_file,
-        cost=cost_figures(
-            price_per_gpu_hour=spec.hardware.price_per_gpu_hour,
-            gpus=spec.hardware.gpus,
-            goodput_output_tokens_per_s=goodput,
-            joules_per_output_token=None if energy is None else energy.joules_per_output_token,
-            price_per_kwh=spec.hardware.price_per_kwh,
-        ),
+        cost=_cost(spec, goodput, energy),
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
         run=probe_detail(run, max_requests=max_requests),
         intervals=_intervals(
