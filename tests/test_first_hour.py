@@ -297,12 +297,12 @@ def test_bracket_rate_moves_a_verdict_only_beyond_poisson_noise() -> None:
     """The issue's probe: offered 8.72, achieved 6.87 req/s. Two Poisson σ of the rate over
     n requests is 2 × 8.72 / √n: 2.25 req/s at n = 60 (6.87 is inside it, the offered rate
     stands) and 0.87 req/s at n = 400 (outside: the pass speaks for 6.87 only)."""
-    assert bracket_rate(8.72, ProbeOutcome(True, achieved_rps=6.87, requests=60)) == 8.72
-    assert bracket_rate(8.72, ProbeOutcome(True, achieved_rps=6.87, requests=400)) == 6.87
+    assert bracket_rate(8.72, ProbeOutcome(True, counted_rps=6.87, requests=60)) == 8.72
+    assert bracket_rate(8.72, ProbeOutcome(True, counted_rps=6.87, requests=400)) == 6.87
     # a pass is never moved up, a failure never down
-    assert bracket_rate(8.72, ProbeOutcome(True, achieved_rps=11.0, requests=400)) == 8.72
-    assert bracket_rate(8.72, ProbeOutcome(False, achieved_rps=6.87, requests=400)) == 8.72
-    assert bracket_rate(8.72, ProbeOutcome(False, achieved_rps=11.0, requests=400)) == 11.0
+    assert bracket_rate(8.72, ProbeOutcome(True, counted_rps=11.0, requests=400)) == 8.72
+    assert bracket_rate(8.72, ProbeOutcome(False, counted_rps=6.87, requests=400)) == 8.72
+    assert bracket_rate(8.72, ProbeOutcome(False, counted_rps=11.0, requests=400)) == 11.0
     assert bracket_rate(8.72, ProbeOutcome(True)) == 8.72  # nothing known: offered
 
 
@@ -313,7 +313,7 @@ def _search_with_short_passes(requests: int | None) -> float | None:
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[None]:
         achieved = 0.86 * rate if 10.0 < rate <= 12.0 else rate
-        return ProbeOutcome(achieved <= 10.0, achieved_rps=achieved, requests=requests)
+        return ProbeOutcome(achieved <= 10.0, counted_rps=achieved, requests=requests)
 
     search: BoundarySearch[None] = BoundarySearch(
         probe, start_rate_rps=11.0, precision=0.05, confirm=False

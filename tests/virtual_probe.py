@@ -150,7 +150,7 @@ def sequential_outcome(
     budget = violation_budget(len(judged), limits.percentile)
     passed = decision != "fail" and all(v <= budget for v in misses.values())
     ev = Evidence(achieved, len(judged), misses)
-    return ProbeOutcome(passed, payload=run, achieved_rps=achieved, requests=cut, evidence=ev)
+    return ProbeOutcome(passed, payload=run, counted_rps=achieved, requests=cut, evidence=ev)
 
 
 def reference_boundary(

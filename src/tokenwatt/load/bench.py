@@ -266,7 +266,7 @@ def outcome_of(s: ProbeSummary) -> ProbeOutcome[ProbeSummary]:
         d.reason,
         s,
         halt=_halt_of(s),
-        achieved_rps=s.counted_rate_rps,
+        counted_rps=s.counted_rate_rps,
         requests=n,
         evidence=evidence,
     )

@@ -13,13 +13,15 @@ HTTP, so it is tested in milliseconds against synthetic latency models and drive
    truth; if the rerun passes, it becomes the new ``lo`` and the search goes on above it
    (bisecting toward the next recorded failure, or growing if there is none).
 
-Rates as achieved: a Poisson schedule in a short window delivers more or fewer arrivals than
-offered (a probe offered 8.72 req/s once achieved 6.87), so a verdict speaks for the rate
-the server actually saw. ``bracket_rate`` places it: a pass counts at the achieved rate when
-that is lower than offered by more than Poisson noise explains (two standard deviations of a
-Poisson count, 2·r/√n for n requests), a failure at the achieved rate when it is that much
-higher; within the noise the offered rate stands (it is the better estimate of the load).
-A pass never moves up and a failure never moves down, so noise cannot widen the claim.
+Rates as counted: a Poisson schedule in a short window delivers more or fewer arrivals than
+offered (a probe offered 8.72 req/s once held 6.87 in its window), so a verdict speaks for the
+rate the server actually saw: the **counted** rate (requests scheduled in the window ÷ window;
+"achieved" names the successes alone). ``bracket_rate`` places it: a pass counts at the
+counted rate when that is lower than offered by more than Poisson noise explains (two
+standard deviations of a Poisson count, 2·r/√n for n requests), a failure at the counted
+rate when it is that much higher; within the noise the offered rate stands (it is the
+better estimate of the load). A pass never moves up and a failure never moves down, so noise
+cannot widen the claim.
 
 A probe whose outcome has ``halt`` set (an error probe: the endpoint is broken; or a
 saturated load generator: the load was not offered) is neither a pass nor a failure: it is
@@ -33,7 +35,7 @@ verdict at each rate, a newer verdict overriding older ones it contradicts (``_r
 Every probe gets a fresh schedule seed derived from the run's seed and the probe's index, so
 no two probes replay the same arrivals and a rerun replays them all.
 
-**Fit mode** (every outcome carries ``evidence``: its achieved rate, judged requests and misses
+**Fit mode** (every outcome carries ``evidence``: its counted rate, judged requests and misses
 per limit, as ``tokenwatt bench`` supplies). Once a failure brackets the boundary, the next
 rate comes from the measurements: ``metrics.boundary.fit_boundary`` fits each limit's miss
 fraction against rate (monotone) and gives the boundary with a confidence interval whose ends
@@ -99,23 +101,23 @@ class ProbeOutcome(Generic[P]):
     reason: str | None = None
     payload: P | None = None
     halt: Halt | None = None  # error probe or saturated sender: stop, judge nothing
-    achieved_rps: float | None = None  # arrivals per second the window really held
-    requests: int | None = None  # how many: the Poisson count behind ``achieved_rps``
-    evidence: Evidence | None = None  # misses per limit at the achieved rate (fit mode)
+    counted_rps: float | None = None  # requests scheduled in the window ÷ window (counted)
+    requests: int | None = None  # how many: the Poisson count behind ``counted_rps``
+    evidence: Evidence | None = None  # misses per limit at the counted rate (fit mode)
 
 
 class _HaltedError(Exception):
     """A probe said ``halt``: the search ends where it is."""
 
 
-NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) achieved may stray unremarked
+NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
 
 
 def bracket_rate(offered_rps: float, outcome: ProbeOutcome[P]) -> float:
     """The rate a verdict speaks for (see the module docstring): the offered rate, or the
-    achieved one where it differs beyond Poisson noise in the direction that weakens the
+    counted one where it differs beyond Poisson noise in the direction that weakens the
     verdict (a pass at a lower load, a failure at a higher one)."""
-    a, n = outcome.achieved_rps, outcome.requests
+    a, n = outcome.counted_rps, outcome.requests
     if a is None or not n or not math.isfinite(a) or a <= 0:
         return offered_rps
     noise = NOISE_SIGMAS * offered_rps / math.sqrt(n)
@@ -273,7 +275,7 @@ class BoundarySearch(Generic[P]):
 
     def _add_evidence(self, result: ProbeOutcome[P], placed_rps: float) -> None:
         """The probe's counts, at the rate its verdict is placed at (``bracket_rate``: the
-        achieved rate only where it differs beyond Poisson noise)."""
+        counted rate only where it differs beyond Poisson noise)."""
         if result.evidence is None:
             self._fit_mode = False  # one probe without counts: the plain bracket decides
             return
