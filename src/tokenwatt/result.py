@@ -993,7 +993,8 @@ class SearchSummary(_Strict):
     precision_target: float = Field(description="stop when (hi − lo)/lo is below this")
     precision_reached: float | None = Field(None, description="(hi − lo)/lo at the end")
     stop_reason: str = Field(
-        description="converged, max_probes, max_rate, failed_at_start, interrupted, error"
+        description="converged, max_probes, max_rate, failed_at_start, single_stream_fails, "
+        "interrupted, error, saturated, changed"
     )
     lo_rps: float | None = Field(None, description="the boundary: highest passing rate")
     hi_rps: float | None = Field(None, description="lowest failing rate above it")

@@ -500,12 +500,29 @@ async def _single_stream(bench: _Run) -> ProbeSummary | None:
         result.warnings.append(
             f"stopped at the single-stream point: {single.slo_detail.reason}; no boundary is called"
         )
+    elif _single_stream_fails(single):
+        result.search = SearchSummary(
+            history=[], precision_target=ss.precision, stop_reason="single_stream_fails"
+        )
+        result.warnings.append(
+            f"even one request at a time misses the SLO ({single.slo_detail.reason}): "
+            "no rate can pass; relax the SLO or fix the server"
+        )
     elif not single.slo_passed:
         result.warnings.append(
             "the SLO fails even one request at a time (single-stream point): "
             f"{single.slo_detail.reason}"
         )
     return single
+
+
+def _single_stream_fails(single: ProbeSummary) -> bool:
+    """The single-stream point is the latency floor (no queue, no batch to share): when the
+    sequential test decides its misses a failure at its confidence (with 10 requests, 3 over
+    a limit), more load only adds latency, so no rate can pass and the search would only
+    spend probes descending to the floor. One slow request (a cold start) fails the p99 of
+    10 but is not decided, so the search still runs then."""
+    return not single.slo_passed and single.slo_detail.sequential == "fail"
 
 
 async def _first_rate(bench: _Run, single: ProbeSummary | None) -> float:
@@ -538,7 +555,7 @@ async def _search(bench: _Run) -> None:
     spec, result = bench.spec, bench.result
     ss = spec.search
     single = await _single_stream(bench)
-    if single is not None and _halt_of(single) is not None:
+    if single is not None and (_halt_of(single) is not None or _single_stream_fails(single)):
         return
     bench.sequential = ss.sequential
     start = await _first_rate(bench, single)

@@ -147,8 +147,8 @@ def _search(result: BenchResult) -> list[Check]:
             )
         )
     s = result.search
-    if s is None or s.stop_reason in ("converged", "interrupted"):
-        return out
+    if s is None or s.stop_reason in ("converged", "interrupted", "single_stream_fails"):
+        return out  # single_stream_fails: its warning says why and what to do, once
     remedy = {
         "max_probes": "raise search.max_probes",
         "max_rate": "the SLO held up to search.max_rate_rps; raise it",

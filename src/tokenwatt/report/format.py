@@ -144,6 +144,8 @@ def no_boundary_text(result: BenchResult) -> str:
         return f"no boundary: the load generator could not offer the load{best}"
     if stop == "changed":
         return f"no boundary: the server changed during the run{best}"
+    if stop == "single_stream_fails":
+        return "no boundary: even one request at a time misses the SLO (no rate can pass)"
     if result.interrupted or stop == "interrupted":
         return f"no boundary: interrupted before one was measured{best}"
     if passed:
