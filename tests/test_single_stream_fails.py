@@ -19,22 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from test_bench import SPEC as BENCH_SPEC
 from tokenwatt.metrics.sequential import Sprt, decide_probe
 from tokenwatt.result import load_result
 
 SPEC = {
+    **BENCH_SPEC,  # its model and custom accelerator (1 TB/s)
     "name": "single-stream-fails",
     "endpoint": {"url": "sim"},
-    "model": {"source": "llama-3.1-8b"},
-    "hardware": {
-        "accelerator": None,
-        "custom": {
-            "bandwidth_bytes_per_s": 1e12,
-            "memory_bytes": 80e9,
-            "bf16_dense_flops": 1e15,
-            "tdp_w": 700,
-        },
-    },
     "sim": {"efficiency": 0.5, "prefill_cost": False},
     "workload": {"input_tokens": 64, "output_tokens": 8, "seed": 5},
     "slo": {"ttft_ms": 2000, "tpot_ms": 5},
