@@ -102,7 +102,9 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Captured:
     def fake_probe(spec: BenchSpec, **kw: Any) -> None:
         got.update(kw, spec=spec, ran="probe")
 
-    def fake_bench(spec: BenchSpec, out: Path | None, *, overwrite: bool = False) -> None:
+    def fake_bench(
+        spec: BenchSpec, out: Path | None, *, overwrite: bool = False, quiet: bool = False
+    ) -> None:
         got.update(spec=spec, ran="bench")
 
     monkeypatch.setattr(probe_cli, "run_probe_command", fake_probe)
