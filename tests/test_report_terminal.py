@@ -130,6 +130,18 @@ def test_check_too_few_requests_for_the_quantile() -> None:
     )
 
 
+def test_a_sequentially_decided_verdict_is_not_called_too_few_requests() -> None:
+    """README's flag form on a healthy simulator: probe 1 failed by the sequential test on 108
+    requests (4 over TPOT); the test decided it at its stated error rates, so the p99-count
+    warning, meant for a verdict read off the point estimate, must not name it."""
+    data = _data()
+    for p, n in zip(data["probes"][:2], (108, 150), strict=True):
+        p["ttft_s"]["count"] = n
+    data["probes"][0]["slo_detail"]["sequential"] = "fail"
+    (msg,) = [m for m in _messages(data) if "rests on" in m]
+    assert msg.startswith("probe 2: p99 rests on fewer than 2 requests beyond it (150 requests)")
+
+
 def test_check_send_lateness_is_relative_to_the_arrival_gap() -> None:
     data = _data()
     # Probe 4 at 7.78 req/s: mean gap 129 ms, 10% is 12.9 ms.

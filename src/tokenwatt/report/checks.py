@@ -54,12 +54,18 @@ def _all_probes(result: BenchResult) -> list[ProbeSummary]:
 
 
 def _few_requests(result: BenchResult) -> list[Check]:
+    """Probes whose verdict rests on a p99 with too few requests beyond it. A verdict the
+    sequential test decided (``slo_detail.sequential``) rests on that test's stated error
+    rates instead, not on the point estimate: a failure decided on 108 requests is the test
+    working, not a window too short, so it is not named here."""
     q = result.slo.percentile
     need = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
     short = [
         p
         for p in result.probes
-        if p.ttft_s.count is not None and p.ttft_s.count * (1.0 - q) < MIN_TAIL_SAMPLES - 1e-9
+        if p.ttft_s.count is not None
+        and p.ttft_s.count * (1.0 - q) < MIN_TAIL_SAMPLES - 1e-9
+        and p.slo_detail.sequential is None
     ]
     if not short:
         return []
