@@ -242,3 +242,53 @@ def test_running_out_of_probes_while_descending_is_max_probes() -> None:
     out = asyncio.run(BoundarySearch(never, start_rate_rps=1.0, growth=2.0, max_probes=3).run())
     assert out.stop_reason == "max_probes"
     assert len(out.steps) == 3 and out.lo_rps is None
+
+
+def test_step_factor_squares_from_the_first_step_up_to_growth() -> None:
+    from tokenwatt.load.search import step_factor
+
+    # by hand: 1.1, 1.1² = 1.21, 1.21² = 1.4641, 1.4641² = 2.1436 → capped at 2
+    assert [step_factor(k, 2.0, 1.1) for k in range(5)] == pytest.approx(
+        [1.1, 1.21, 1.4641, 2.0, 2.0]
+    )
+    assert step_factor(3, 2.0, None) == 2.0  # without a first step: growth every time
+    assert step_factor(10_000, 3.0, 1.01) == pytest.approx(3.0)  # no overflow on long walks
+
+
+def test_a_start_near_the_boundary_is_left_in_small_steps() -> None:
+    """Start 7.0 fails (boundary 5.92): down by 1.1 (6.364, fails), then 1.21 (5.259, passes),
+    then bisection; the classic walk would have probed 3.5 first."""
+    out = run(BoundarySearch(exact_probe, start_rate_rps=7.0, first_step=1.1))
+    rates = [s.rate_rps for s in out.steps]
+    assert rates[:3] == pytest.approx([7.0, 7.0 / 1.1, 7.0 / 1.1 / 1.21])
+    assert [s.phase for s in out.steps[:3]] == ["grow", "descend", "descend"]
+    assert out.stop_reason == "converged"
+    assert out.lo_rps is not None and out.lo_rps <= true_boundary() < (out.hi_rps or 0)
+    classic = run(BoundarySearch(exact_probe, start_rate_rps=7.0))
+    assert classic.steps[1].rate_rps == 3.5
+    assert len(out.steps) < len(classic.steps)
+
+
+def test_a_walk_that_turns_starts_its_steps_anew() -> None:
+    """Start 4.0 passes: up by 1.1, 1.21, 1.4641 (4.4, 5.324, 7.795: fails); the restart
+    below a failure that undercuts every pass begins again at 1.1."""
+    out = run(BoundarySearch(exact_probe, start_rate_rps=4.0, first_step=1.1))
+    assert [s.rate_rps for s in out.steps[:4]] == pytest.approx(
+        [4.0, 4.4, 4.4 * 1.21, 4.4 * 1.21 * 1.4641]
+    )
+    calls: list[float] = []
+
+    async def faster_later(rate: float, seed: int) -> ProbeOutcome[None]:
+        calls.append(rate)  # the server holds 5.9 req/s for three probes, then 100
+        return ProbeOutcome(rate <= (5.9 if len(calls) <= 3 else 100.0))
+
+    out2 = asyncio.run(
+        BoundarySearch(faster_later, start_rate_rps=7.0, first_step=1.1, max_probes=11).run()
+    )
+    phases = [st.phase for st in out2.steps]
+    # 7 F, 6.364 F, 5.259 P (the walk down), 5.785 P and 6.067 P (bisection), 6.364 P
+    # (confirmed: the failure goes), 6.675 P, 7.0 P (confirmed: no failure is left), then the
+    # walk up starts anew at ×1.1 (7.7), then ×1.21 and ×1.4641 (the walk down had taken two).
+    assert phases[7:] == ["confirm", "grow", "grow", "grow"]
+    assert out2.steps[7].rate_rps == pytest.approx(7.0)
+    assert [st.rate_rps for st in out2.steps[8:]] == pytest.approx([7.7, 9.317, 13.641], rel=1e-4)

@@ -33,7 +33,13 @@ from tokenwatt.load.energy_window import open_probe_power, power_warnings, probe
 from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
 from tokenwatt.load.fit import check_fits
 from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
-from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
+from tokenwatt.load.search import (
+    BoundarySearch,
+    ProbeOutcome,
+    SearchOutcome,
+    bracket_rate,
+    probe_seed,
+)
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
 from tokenwatt.metrics.boundary import (
@@ -592,6 +598,15 @@ async def _search(bench: _Run) -> None:
         seed=spec.workload.seed,
         allowed=limits.allowed_violation_fraction if bench.sequential else None,
         on_step=on_step,
+        # A start from the staircase or the spec is an estimate of the boundary: walk away
+        # from it in steps that begin at the width the search stops at (a pass and a failure
+        # that far apart bracket the boundary to ± precision), not at ×growth. The start from
+        # the single-stream point is far below the boundary: ×growth from there.
+        first_step=(
+            1 + 2 * ss.precision
+            if bench.start_note is not None or ss.start_rate_rps is not None
+            else None
+        ),
     )
     try:
         await search.run()
@@ -637,6 +652,20 @@ async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         if line is not None:
             out.stop_reason = "changed"
             return
+        _combine(out, s, rate, allowed)
+
+
+def _combine(
+    out: SearchOutcome[ProbeSummary], s: ProbeSummary, rate: float, allowed: float
+) -> None:
+    """A check that agrees measured the same curve once more: its counts join the evidence
+    the boundary is fitted on (two measurements near one rate are combined, never one taken
+    alone; a confirmation that fails clearly at the fitted point closes the interval there)."""
+    o = outcome_of(s)
+    if o.evidence is None:
+        return
+    out.evidence.append(Evidence(bracket_rate(rate, o), o.evidence.judged, o.evidence.misses))
+    out.fit = fit_boundary(out.evidence, allowed)
 
 
 def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:

@@ -5,7 +5,12 @@ HTTP, so it is tested in milliseconds against synthetic latency models and drive
 ``tokenwatt.load.bench``. Like MLPerf LoadGen's FindPeakPerformance it brackets, then bisects:
 
 1. grow: probe at the start rate and multiply by ``growth`` while the SLO holds
-   (if the start rate already fails, divide by ``growth`` until a rate passes);
+   (if the start rate already fails, divide by ``growth`` until a rate passes). With
+   ``first_step`` (a start estimated near the boundary: ``tokenwatt bench``'s closed-loop
+   staircase, or the spec's own start rate), the walk away from the start takes small steps
+   first, each the square of the last, up to ``growth`` (``step_factor``): a pass costs
+   ≥ 194 requests at any rate, so a probe far below the boundary is the expensive mistake,
+   and a start near it is most likely to be off by a little;
 2. bisect: probe the geometric mean of the highest passing rate ``lo`` and the lowest failing
    rate ``hi`` until (hi − lo)/lo < ``precision``;
 3. confirm: probe ``hi`` once more with a fresh seed. Bisection never looks above a failure
@@ -65,6 +70,7 @@ __all__ = [
     "StopReason",
     "bracket_rate",
     "probe_seed",
+    "step_factor",
 ]
 
 P = TypeVar("P")
@@ -111,6 +117,16 @@ class _HaltedError(Exception):
 
 
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
+
+
+def step_factor(k: int, growth: float, first_step: float | None) -> float:
+    """The k-th step's factor (k = 0, 1, …) of a walk from a rate: ``growth`` every time, or
+    with ``first_step`` f₀: f₀^(2^k), up to ``growth`` (1.1, 1.21, 1.46, 2, 2, … for f₀ = 1.1,
+    growth 2): a walk of n steps covers as much log rate as about n − log₂(ln g / ln f₀) steps
+    of ``growth``, and the first ones probe close to where it started."""
+    if first_step is None:
+        return growth
+    return math.exp(min(math.log(growth), math.log(first_step) * 2.0 ** min(k, 60)))
 
 
 def bracket_rate(offered_rps: float, outcome: ProbeOutcome[P]) -> float:
@@ -206,6 +222,7 @@ class BoundarySearch(Generic[P]):
         confidence: float = BOUNDARY_CONFIDENCE,
         design_effect: float = 1.0,
         on_step: Callable[[SearchStep[P]], None] | None = None,
+        first_step: float | None = None,
     ) -> None:
         if not (math.isfinite(start_rate_rps) and start_rate_rps > 0):
             raise ValueError(f"start_rate_rps must be > 0, got {start_rate_rps}")
@@ -213,6 +230,8 @@ class BoundarySearch(Generic[P]):
             raise ValueError(f"growth must be > 1, got {growth}")
         if not 0 < precision < 1:
             raise ValueError(f"precision must be in (0, 1), got {precision}")
+        if first_step is not None and first_step <= 1:
+            raise ValueError(f"first_step must be > 1, got {first_step}")
         self._probe = probe
         self.start_rate_rps = min(start_rate_rps, max_rate_rps)
         self.growth = growth
@@ -235,6 +254,16 @@ class BoundarySearch(Generic[P]):
         self._on_step = on_step
         self.outcome: SearchOutcome[P] = SearchOutcome(precision_target=precision)
         self.current_phase: Phase = "grow"  # of the probe in flight, for progress displays
+        self.first_step = first_step
+        self._walk: tuple[int, int] = (0, 0)  # (direction, steps taken in it)
+
+    def _factor(self, direction: int) -> float:
+        """The factor of the next step of a walk up (+1) or down (−1) from a rate:
+        ``step_factor`` of the steps already taken in this direction (a turn starts anew)."""
+        d, k = self._walk
+        k = k + 1 if d == direction else 0
+        self._walk = (direction, k)
+        return step_factor(k, self.growth, self.first_step)
 
     async def _run_one(self, rate: float, phase: Phase) -> bool:
         out = self.outcome
@@ -322,7 +351,7 @@ class BoundarySearch(Generic[P]):
         passed = await self._run_one(rate, "grow")
         # Descend while the start rate fails.
         while not passed:
-            rate /= self.growth
+            rate /= self._factor(-1)
             if not self._budget_left():
                 out.stop_reason = "max_probes"
                 return out
@@ -340,7 +369,7 @@ class BoundarySearch(Generic[P]):
             if lo >= self.max_rate_rps:
                 out.stop_reason = "max_rate"
                 return out
-            await self._run_one(min(lo * self.growth, self.max_rate_rps), "grow")
+            await self._run_one(min(lo * self._factor(+1), self.max_rate_rps), "grow")
             if out.lo_rps is None:  # a failure undercut the last pass: start over lower
                 return await self._restart_below()
         return await self._bisect()
@@ -351,7 +380,7 @@ class BoundarySearch(Generic[P]):
         assert hi is not None
         rate = hi
         while out.lo_rps is None:
-            rate /= self.growth
+            rate /= self._factor(-1)
             if not self._budget_left():
                 out.stop_reason = "max_probes"
                 return out
@@ -375,7 +404,7 @@ class BoundarySearch(Generic[P]):
                 if lo >= self.max_rate_rps:
                     out.stop_reason = "max_rate"
                     return out
-                await self._run_one(min(lo * self.growth, self.max_rate_rps), "grow")
+                await self._run_one(min(lo * self._factor(+1), self.max_rate_rps), "grow")
                 continue
             if self._fit_mode and out.fit is not None and out.fit.relative_half_width is not None:
                 nxt = self._fit_next()
