@@ -44,6 +44,11 @@ def _start_sim() -> tuple[subprocess.Popen[str], str]:
     return proc, m.group(1)
 
 
+def _verdict(passed: bool, interrupted: bool) -> str:
+    """An interrupted probe judged nothing: it is neither a pass nor a failure."""
+    return "interrupted" if interrupted else "pass" if passed else "fail"
+
+
 def _summary(out: Path) -> None:
     r = load_result(out)
     b, s = r.boundary, r.search
@@ -59,7 +64,7 @@ def _summary(out: Path) -> None:
         print(
             f"  probe {p.index} {p.phase}: {p.rate_rps:.3g} req/s, window {p.window_s:.1f} s, "
             f"{p.slo_detail.judged} judged, misses {p.slo_detail.misses}, "
-            f"{'pass' if p.slo_passed else 'fail'} ({p.slo_detail.sequential})"
+            f"{_verdict(p.slo_passed, p.interrupted)} ({p.slo_detail.sequential})"
         )
     for d in s.drift if s else []:
         print(f"  drift: {d}")
