@@ -39,19 +39,22 @@ from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
 def _dump(
     path: Path, case: str, seed: int, ref: float | None, out: SearchOutcome[VirtualRun]
 ) -> None:
-    """One line per search: the reference, and per probe its rate, counts and miss flags in
-    send order (what a dependence estimate needs)."""
+    """One line per search: the reference, and per probe the rate the fit placed it at
+    (``load.search.bracket_rate``: the offered rate unless the counted one differs beyond
+    Poisson noise), its counted rate, counts and miss flags in send order (what a dependence
+    estimate needs). Dumps before ``achieved`` held the counted rate as ``rate``."""
     probes = []
     for st in out.steps:
         run, ev = st.outcome.payload, st.outcome.evidence
         if run is None or ev is None:
             continue
+        at = st.bracket_rps if st.bracket_rps is not None else ev.rate_rps
         flags = "".join(
             "1" if (r.ttft_s or 0) > 0.5 or (r.tpot_s or 0) > 0.05 else "0"
             for r in run.lats[: ev.judged]
         )
         e2e = float(np.median(np.subtract(run.done_s, run.sent_s)))
-        probes.append({"rate": ev.rate_rps, "n": ev.judged, "misses": ev.misses,
+        probes.append({"rate": at, "achieved": ev.rate_rps, "n": ev.judged, "misses": ev.misses,
                        "flags": flags, "e2e_s": e2e, "passed": st.passed})  # fmt: skip
     line = {"case": case, "seed": seed, "reference": ref, "stop": out.stop_reason, "probes": probes}
     with path.open("a") as f:

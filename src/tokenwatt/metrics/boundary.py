@@ -63,10 +63,10 @@ __all__ = [
 BOUNDARY_CONFIDENCE = 0.95
 # The reported interval's low end reads n requests as n/D independent ones (the high end reads
 # D = 1: ``reported_boundary``). Misses come in bursts (the batch drifts high for a while;
-# one-minute windows catch a burst or not), and clean short windows are optimistic. Over the
-# same 200 seeded virtual-time searches per case, with ends between probes: D = 5 held the
-# long-run boundary in 96.5 % (dense) and 95.3 % (MoE), where it was chosen among 4–6, and in
-# 93.0 % (prefill-heavy, the check; 109 of its 200 intervals open below). docs/methodology.md,
+# one-minute windows catch a burst or not), and clean short windows are optimistic. Over 200
+# seeded virtual-time searches per case, with ends between probes: D = 5 held the long-run
+# boundary in 97.5 % (dense) and 97.0 % (MoE), where it was chosen among 4–6, and in 98.0 %
+# (prefill-heavy, the check; 114 of its 200 intervals open below). docs/methodology.md,
 # "Coverage of the boundary's interval". The search stops at D = 1 on probed ends.
 REPORTED_DESIGN_EFFECT = 5.0
 Point = tuple[float, int, int]  # (rate, judged, misses)
