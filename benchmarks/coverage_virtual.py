@@ -11,8 +11,10 @@ how often each design effect's interval holds the reference. Prints one row per 
 effect: coverage, mean half width, mean probes and requests per search, converged searches,
 and the load average (virtual time does not feel it; it says what else ran). ``--dump``
 appends each search's probes (rate, counts, miss flags in send order) to a JSON-lines file;
-``--summarize`` prints the table (with how many misses fell below the interval) from dumps,
-so several processes can share the searches of one case (``--first-seed``).
+``--summarize`` prints the table from dumps (how many references fell below and above the
+interval, how many intervals were open below and above),
+so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
+is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
 """
 
 from __future__ import annotations
@@ -30,26 +32,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import BoundarySearch, SearchOutcome
-from tokenwatt.metrics.boundary import Evidence, fit_boundary
+from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, reported_boundary
 from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
 
 
 def _dump(
     path: Path, case: str, seed: int, ref: float | None, out: SearchOutcome[VirtualRun]
 ) -> None:
-    """One line per search: the reference, and per probe its rate, counts and miss flags in
-    send order (what a dependence estimate needs)."""
+    """One line per search: the reference, and per probe the rate the fit placed it at
+    (``load.search.bracket_rate``: the offered rate unless the counted one differs beyond
+    Poisson noise), its counted rate, counts and miss flags in send order (what a dependence
+    estimate needs). Dumps before ``achieved`` held the counted rate as ``rate``."""
     probes = []
     for st in out.steps:
         run, ev = st.outcome.payload, st.outcome.evidence
         if run is None or ev is None:
             continue
+        at = st.bracket_rps if st.bracket_rps is not None else ev.rate_rps
         flags = "".join(
             "1" if (r.ttft_s or 0) > 0.5 or (r.tpot_s or 0) > 0.05 else "0"
             for r in run.lats[: ev.judged]
         )
         e2e = float(np.median(np.subtract(run.done_s, run.sent_s)))
-        probes.append({"rate": ev.rate_rps, "n": ev.judged, "misses": ev.misses,
+        probes.append({"rate": at, "achieved": ev.rate_rps, "n": ev.judged, "misses": ev.misses,
                        "flags": flags, "e2e_s": e2e, "passed": st.passed})  # fmt: skip
     line = {"case": case, "seed": seed, "reference": ref, "stop": out.stop_reason, "probes": probes}
     with path.open("a") as f:
@@ -81,20 +86,24 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
         probes = np.mean([len(x["probes"]) for x in mine])
         reqs = np.mean([sum(p["n"] for p in x["probes"]) for x in mine])
         for d in design_effects:
-            held = below = 0
+            held = below = above = open_low = open_high = 0
             halves = []
             for x in mine:
                 ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
-                fit = fit_boundary(ev, 0.01, 0.95, d)
+                fit = reported_boundary(ev, 0.01, 0.95, d)
                 lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
                 held += lo <= x["reference"] <= hi
                 below += x["reference"] < lo
+                above += x["reference"] > hi
+                open_low += fit.low_rps is None
+                open_high += fit.high_rps is None
                 halves.append(fit.relative_half_width or float("nan"))
             n = len(mine)
             print(
                 f"| {case} ({mine[0]['reference']:.2f} req/s) | {d:g} | {held} of {n} "
-                f"({held / n:.0%}) | {below} | {np.nanmean(halves):.1%} | {probes:.1f} | "
-                f"{reqs:.0f} | {conv} of {n} |"
+                f"({held / n:.1%}) | {below} | {above} | {open_low} | {open_high} | "
+                f"{np.nanmean(halves):.1%} | {probes:.1f} | {reqs:.0f} | {conv} of {n} |",
+                flush=True,
             )
 
 
@@ -103,7 +112,7 @@ def main() -> None:
     ap.add_argument("--case", default="dense", choices=sorted(CASES))
     ap.add_argument("--searches", type=int, default=200)
     ap.add_argument("--first-seed", type=int, default=1000)
-    ap.add_argument("--design-effect", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--design-effect", type=float, nargs="+", default=[REPORTED_DESIGN_EFFECT])
     ap.add_argument("--lifetimes", type=float, default=WARMUP_LIFETIMES, help="warm-up rule")
     ap.add_argument("--reference", type=float, default=None, help="skip computing it")
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
@@ -129,7 +138,7 @@ def main() -> None:
         if args.dump is not None:
             _dump(args.dump, args.case, args.first_seed + k, ref, out)
         for d in args.design_effect:
-            fit = fit_boundary(out.evidence, 0.01, 0.95, d)
+            fit = reported_boundary(out.evidence, 0.01, 0.95, d)
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
             held = ref is not None and lo <= ref <= hi
             half = fit.relative_half_width or float("nan")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from tokenwatt.metrics.boundary import (
     fit_limit,
     miss_fraction_upper,
     profile_threshold,
+    reported_boundary,
 )
 
 ALPHA = 0.01
@@ -119,3 +121,106 @@ def test_upper_miss_fraction_at_the_point_is_above_alpha_and_below_one() -> None
     # below the lowest probe, monotonicity bounds it by that probe's own upper bound: 0 of
     # 200 clean requests, 1 − 0.05^(1/200) = 1.49 %
     assert miss_fraction_upper(ALPHA, POINTS, 5.0) == pytest.approx(1 - 0.05 ** (1 / 200))
+
+
+# --- ends between probes: the profile of a crossing at ρ, against SLSQP on a fine grid ---
+
+LOGIT_ALPHA = math.log(ALPHA / (1 - ALPHA))
+PROFILE_SETS = [
+    POINTS,
+    [(5.0, 215, 0), (10.0, 236, 0), (12.1, 290, 1), (13.3, 300, 2), (15.9, 56, 3)],
+    [(8.0, 300, 2), (9.0, 200, 0), (10.0, 250, 4), (11.0, 120, 1), (12.0, 90, 30)],
+]
+
+
+def _neg_ll_logit(x: np.ndarray, pts: list[tuple[float, int, int]]) -> float:
+    """−log-likelihood with each probe's miss fraction as log-odds x (log σ(x) = −softplus(−x))."""
+    n = np.array([p[1] for p in pts], dtype=float)
+    v = np.array([p[2] for p in pts], dtype=float)
+    return float(np.sum(v * np.logaddexp(0.0, -x) + (n - v) * np.logaddexp(0.0, x)))
+
+
+def brute_profile(pts: list[tuple[float, int, int]], j: int, f: float) -> float:
+    """The best log-likelihood of a monotone curve whose log-odds, linear in log rate between
+    probes j and j + 1, cross logit α at the fraction f of that gap: SLSQP over every probe's
+    log-odds with the order constraints and the crossing written out, several feasible starts."""
+    m = len(pts)
+    cons = [{"type": "ineq", "fun": (lambda x, i=i: x[i + 1] - x[i])} for i in range(m - 1)]
+    cons.append({"type": "eq", "fun": lambda x: (1 - f) * x[j] + f * x[j + 1] - LOGIT_ALPHA})
+    best = math.inf
+    for spread in (0.5, 3.0):
+        x0 = np.array([LOGIT_ALPHA + spread * (i - j - f) for i in range(m)])
+        res = minimize(_neg_ll_logit, x0, args=(pts,), bounds=[(-30.0, 40.0)] * m,
+                       constraints=cons, method="SLSQP",
+                       options={"ftol": 1e-12, "maxiter": 1000})  # fmt: skip
+        best = min(best, float(res.fun))
+    return -best
+
+
+def _brute_losses(pts: list[tuple[float, int, int]]) -> list[tuple[float, float]]:
+    """(rate, loss) on a grid of 12 steps per gap in log rate."""
+    top = _best(pts, [(1e-9, 1 - 1e-9)] * len(pts))
+    out = []
+    for j in range(len(pts) - 1):
+        r0, r1 = pts[j][0], pts[j + 1][0]
+        for i in range(1, 12):
+            f = i / 12
+            out.append((r0 * (r1 / r0) ** f, top - brute_profile(pts, j, f)))
+    return out
+
+
+@pytest.mark.parametrize("pts", PROFILE_SETS)
+def test_profile_ends_match_a_brute_force_grid(pts: list[tuple[float, int, int]]) -> None:
+    """For D = 1, 2 and 4: every grid rate the brute force keeps lies inside [low, high], the
+    grid rate next outside each end is rejected, and at an end the brute-force loss is the
+    allowed drop (the end is where the profile crosses it, not a probed rate)."""
+    grid = _brute_losses(pts)
+    for d in (1.0, 2.0, 4.0):
+        drop = profile_threshold(0.95) * d
+        _, low, high = fit_limit(ALPHA, pts, design_effect=d, profile_ends=True)
+        kept = [r for r, loss in grid if loss <= drop]
+        assert kept, (d, grid)
+        if low is not None:
+            assert low <= min(kept) * (1 + 1e-9)
+            outside = [r for r, loss in grid if r < low and loss > drop]
+            assert all(r < min(kept) for r in outside)
+            _check_end(pts, low, drop)
+        if high is not None:
+            assert max(kept) <= high * (1 + 1e-9)
+            _check_end(pts, high, drop)
+
+
+def _check_end(pts: list[tuple[float, int, int]], end: float, drop: float) -> None:
+    """An end inside a gap sits where the brute-force loss equals the allowed drop."""
+    rates = [p[0] for p in pts]
+    if any(abs(end - r) < 1e-9 * r for r in rates):
+        return
+    j = max(i for i, r in enumerate(rates) if r < end)
+    f = math.log(end / rates[j]) / math.log(rates[j + 1] / rates[j])
+    top = _best(pts, [(1e-9, 1 - 1e-9)] * len(pts))
+    assert top - brute_profile(pts, j, f) == pytest.approx(drop, abs=2e-3)
+
+
+def test_profile_ends_move_continuously_with_the_design_effect() -> None:
+    """Probed ends jump from probe to probe as D grows (coverage moved in steps); the
+    profile's ends move a little for a little more D, and always within the probed ends."""
+    pts = PROFILE_SETS[1]
+    lows = []
+    for d in (1.0, 1.1, 1.2, 1.3, 1.4, 1.5):
+        point, low, high = fit_limit(ALPHA, pts, design_effect=d, profile_ends=True)
+        _, p_low, p_high = fit_limit(ALPHA, pts, design_effect=d)
+        assert point is not None and low is not None and p_low is not None
+        assert p_low <= low <= point
+        assert high is None or (p_high is not None and point <= high <= p_high)
+        lows.append(low)
+    steps = [a - b for a, b in itertools.pairwise(lows)]
+    assert all(s > 0 for s in steps) and max(steps) < 0.05 * lows[0], lows
+
+
+def test_reported_interval_reads_the_low_end_through_d_and_the_high_end_as_drawn() -> None:
+    ev = [Evidence(r, n, {"tpot_p99": v}) for r, n, v in PROFILE_SETS[1]]
+    rep = reported_boundary(ev, ALPHA, design_effect=4.0)
+    pts = PROFILE_SETS[1]
+    point, low4, _ = fit_limit(ALPHA, pts, design_effect=4.0, profile_ends=True)
+    _, _, high1 = fit_limit(ALPHA, pts, design_effect=1.0, profile_ends=True)
+    assert (rep.rate_rps, rep.low_rps, rep.high_rps) == (point, low4, high1)

@@ -43,11 +43,10 @@ from tokenwatt.load.search import (
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
 from tokenwatt.metrics.boundary import (
-    REPORTED_DESIGN_EFFECT,
     BoundaryFit,
     Evidence,
-    fit_boundary,
     miss_fraction_upper,
+    reported_boundary,
 )
 from tokenwatt.metrics.drift import changed_against, changed_since, effective_counts
 from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
@@ -677,7 +676,7 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
     reported = None
     if out.fit is not None and out.evidence:
         allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
-        reported = fit_boundary(out.evidence, allowed, design_effect=REPORTED_DESIGN_EFFECT)
+        reported = reported_boundary(out.evidence, allowed)
     result.boundary = _with_interval(payload, reported) if payload is not None else None
     if out.stop_reason in ("error", "saturated"):
         result.boundary = None
