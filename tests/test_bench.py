@@ -23,7 +23,7 @@ import yaml
 from tokenwatt.geometry import load_geometry
 from tokenwatt.load.bench import _combine, outcome_of
 from tokenwatt.load.search import SearchOutcome, bracket_rate
-from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, fit_boundary
+from tokenwatt.metrics.boundary import Evidence, fit_boundary, reported_boundary
 from tokenwatt.metrics.slo import EarlyStop, Limits
 from tokenwatt.records import RequestRecord
 from tokenwatt.report.exports import br02_name
@@ -130,7 +130,7 @@ def test_bench_writes_a_consistent_result(
     ]
     assert len(every) == len(r.probes)
     allowed = Limits.from_spec(r.spec.slo).allowed_violation_fraction
-    fit = fit_boundary(every, allowed, design_effect=REPORTED_DESIGN_EFFECT)
+    fit = reported_boundary(every, allowed)
     assert b.rate_interval_rps == (fit.low_rps, fit.high_rps)
     for p in [r.single_stream, *r.probes]:
         assert p is not None and p.requests_file is not None

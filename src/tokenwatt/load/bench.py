@@ -45,6 +45,7 @@ from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelera
 from tokenwatt.metrics.boundary import (
     BoundaryFit,
     Evidence,
+    fit_boundary,
     miss_fraction_upper,
     reported_boundary,
 )
