@@ -9,12 +9,10 @@ coverage table: the prefill-heavy case read 1.9 pt low before this).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from test_mbu import DENSE, H100_BW
-from tokenwatt.metrics.mbu import StepRegime, compute_mbu
+from test_mbu_mixed import _mbu
 from tokenwatt.metrics.mixed_steps import decode_step_from_gaps, regime_from_records
 from tokenwatt.records import RequestRecord
 
@@ -84,23 +82,11 @@ def test_the_regime_carries_it_and_the_weight_term_uses_it() -> None:
     regime = regime_from_records(recs, recs, 0, 100, replicas=1)
     assert regime is not None and regime.decode_step_s == pytest.approx(15e-9)
     # dense, no KV, no idle, no prompts: weight bytes/s = W ÷ the mean step, not W ÷ τ
-    tau, batch, step = 0.02, 8.0, 0.016
-    base = StepRegime(request_rate_rps=0.0, mean_prompt_tokens=0.0, mean_output_tokens=1e9)
-
-    def mbu(r: StepRegime) -> float | None:
-        return compute_mbu(
-            DENSE,
-            output_tokens_per_s=batch / tau,
-            itl_token_weighted_s=tau,
-            replicas=1,
-            gpus=1,
-            bandwidth_bytes_per_s=H100_BW,
-            mean_context_per_token=0.0,
-            kv_bytes_per_output_token=0.0,
-            regime=r,
-        ).mbu
-
+    tau, step = 0.02, 0.016
     w = 16e9  # test_mbu's DENSE: 16 GB read per step
-    assert mbu(base) == pytest.approx(w / tau / H100_BW, rel=1e-9)
-    counted = mbu(replace(base, decode_step_s=step))
-    assert counted == pytest.approx(w / step / H100_BW, rel=1e-9)
+    plain = _mbu(DENSE, batch=8.0, tau=tau, mean_prompt_tokens=0.0)
+    assert plain.mbu == pytest.approx(w / tau / H100_BW, rel=1e-9)
+    counted = _mbu(DENSE, batch=8.0, tau=tau, mean_prompt_tokens=0.0, decode_step_s=step)
+    assert counted.mbu == pytest.approx(w / step / H100_BW, rel=1e-9)
+    assert counted.inputs.mixed_steps is not None
+    assert counted.inputs.mixed_steps.decode_step_s == step  # recorded, to redo by hand
