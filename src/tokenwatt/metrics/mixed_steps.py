@@ -20,6 +20,9 @@ through the experts too, and reads the union: on many-expert models such a step 
 and the headline weight traffic R · s · (1 − φ) · W̄ (bytes per elapsed second). The same with
 J = 0 is the decode-only figure. A prompt longer than the step's free chunk budget
 (C − B_busy) is split: then a fraction min(1, m·L/(C − B)) of steps carry a full chunk.
+s, steps per busy second, is 1 over the mean decode step with each step counted once, from the
+token gaps (``decode_step_from_gaps``), where the records have them; else the byte law scaled
+to τ (τ weights each step by its batch).
 """
 
 from __future__ import annotations
