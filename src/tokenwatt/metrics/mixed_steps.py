@@ -20,9 +20,6 @@ through the experts too, and reads the union: on many-expert models such a step 
 and the headline weight traffic R · s · (1 − φ) · W̄ (bytes per elapsed second). The same with
 J = 0 is the decode-only figure. A prompt longer than the step's free chunk budget
 (C − B_busy) is split: then a fraction min(1, m·L/(C − B)) of steps carry a full chunk.
-s, steps per busy second, is 1 over the mean decode step with each step counted once, from the
-token gaps (``decode_step_from_gaps``), where the records have them; else the byte law scaled
-to τ (τ weights each step by its batch).
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ __all__ = [
     "DEFAULT_CHUNK_BUDGET_TOKENS",
     "StepRegime",
     "decode_batch_from_intervals",
-    "decode_step_from_gaps",
     "estimate_mixed_steps",
     "idle_fraction_from_intervals",
     "regime_from_records",
@@ -73,9 +69,6 @@ class StepRegime:
     # and the share of prompt time a decode was in flight; None: not measured (0 and 1)
     prefill_only_fraction: float | None = None
     prompt_mixing_share: float | None = None
-    # the mean decode step, each step once (``decode_step_from_gaps``); None: from the byte
-    # law scaled to τ, which weights each step by its batch (module doc)
-    decode_step_s: float | None = None
 
 
 def idle_fraction_from_intervals(
@@ -200,8 +193,6 @@ def estimate_mixed_steps(
         h = w_avg + kv_bytes_per_output_token * b
         scale = tau * float((pt * b / h).sum()) / float((pt * b).sum())  # seconds per byte
         steps_busy = float((pt / h).sum()) / scale  # decode steps per busy second
-        if regime.decode_step_s:  # each step once (decode_step_from_gaps)
-            steps_busy = 1.0 / regime.decode_step_s
         m = lam / (busy * steps_busy) if steps_busy > 0 else 0.0
     step_w = pt / h / float((pt / h).sum())  # step-weighted batch law
     d_dec_mean = float((step_w * d_dec).sum())
@@ -230,7 +221,6 @@ def estimate_mixed_steps(
         # T·τ/R of the counted requests, not the window's decode intervals: an engine never
         # decodes more than its slots, but a window that is not steady shows B above them
         over_slot_limit=regime.slot_limit is not None and b_counted > regime.slot_limit * 1.02,
-        decode_step_s=regime.decode_step_s or None,
     )
 
 
@@ -282,7 +272,6 @@ def regime_from_records(
             window_end_ns,
             replicas,
         ),
-        decode_step_s=decode_step_from_gaps(records, window_start_ns, window_end_ns, replicas),
     )
 
 
@@ -303,52 +292,3 @@ def decode_batch_from_intervals(
             continue
         total += max(0, min(b, window_end_ns) - max(a, window_start_ns))
     return total / span / replicas
-
-
-def _gaps(records: Sequence[RequestRecord]) -> tuple[FloatArray, ...]:
-    """(gap midpoints, gap lengths, tokens of the chunk each gap ends, first and last chunk
-    times sorted) over every request with two chunks or more."""
-    mids, lengths, tokens, firsts, lasts = [], [], [], [], []
-    for r in records:
-        if len(r.chunk_ns) < 2:
-            continue
-        c = np.asarray(r.chunk_ns, dtype=np.float64)
-        firsts.append(c[0])
-        lasts.append(c[-1])
-        mids.append((c[:-1] + c[1:]) / 2)
-        lengths.append(np.diff(c))
-        k = np.asarray(r.chunk_tokens, dtype=np.float64)
-        tokens.append(k[1:] if len(k) == len(c) else np.ones(len(c) - 1))
-    if not mids:
-        return (np.zeros(0),) * 5
-    cat = np.concatenate
-    return cat(mids), cat(lengths), cat(tokens), np.sort(firsts), np.sort(lasts)
-
-
-def decode_step_from_gaps(
-    records: Sequence[RequestRecord], window_start_ns: int, window_end_ns: int, replicas: int
-) -> float | None:
-    """The mean decode step, each step counted once, in seconds: Σ d/b ÷ Σ k/b over the token
-    gaps whose midpoint lies in the window (d the gap, k the tokens of the chunk that ends it,
-    b the requests decoding at the midpoint per replica, at least 1).
-
-    A step that decodes b sequences ends one gap in each of them, so weights 1/b count every
-    step once; τ = Σ d ÷ Σ k weights each step by its batch instead. The two differ when a
-    step's length goes with its batch: at small batch the steps that also carry a prompt's
-    chunk are long and not a random sample of steps, and 1/τ undercounted the decode steps by
-    9 % (prefill-heavy, B ≈ 3.4; docs/methodology.md). A weighted mean of the gaps, not a count
-    Σ 1/b: a client's stamps move b at the gaps a little, and a count would carry that noise
-    (1/b is convex) where a weighted mean mostly does not. Exact for R = 1 with stamps on the
-    step's clock, an estimate above. None without a gap in the window."""
-    if window_end_ns <= window_start_ns or replicas < 1:
-        return None
-    mid, length, tokens, firsts, lasts = _gaps(records)
-    inside = (mid >= window_start_ns) & (mid < window_end_ns)
-    if not inside.any():
-        return None
-    mid = mid[inside]
-    started = np.searchsorted(firsts, mid, side="right")
-    decoding = started - np.searchsorted(lasts, mid, side="right")
-    weight = 1.0 / np.maximum(1.0, decoding / replicas)
-    steps = float((weight * tokens[inside]).sum())
-    return float((weight * length[inside]).sum()) / 1e9 / steps if steps > 0 else None
