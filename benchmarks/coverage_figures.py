@@ -15,6 +15,7 @@ average (virtual time does not feel it).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -28,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from tokenwatt.metrics import intervals
 from virtual_figures import CASES, FIGURES, RATES, Truth, long_run_truth, probe_summary
 
-ROW = "| {case} ({rate:g} req/s) | {fig} | {truth} | {k} of {n} ({share}) | {hw} | {none} |"
+ROW = "| {case} ({rate:g} req/s) | {fig} | {truth} | {k} of {n} ({share}) | {hw} | {none} | {err} |"
 
 
 def _one(
     job: tuple[str, int, float, float],
-) -> tuple[str, dict[str, tuple[float, float] | None]]:
+) -> tuple[str, int, dict[str, tuple[float, float] | None], dict[str, float | None]]:
     name, seed, window_s, warmup_s = job
     s = probe_summary(CASES[name], RATES[name], seed, window_s, warmup_s)
     iv = s.intervals
@@ -42,7 +43,7 @@ def _one(
         span = None if iv is None else getattr(iv, f)
         ok = span is not None and span[0] is not None and span[1] is not None
         out[f] = (span[0], span[1]) if ok else None  # type: ignore[index]
-    return name, out
+    return name, seed, out, {f: getattr(s, f) for f in FIGURES}
 
 
 def _truth_of(truth: Truth, fig: str) -> float:
@@ -61,6 +62,7 @@ def main() -> None:
     ap.add_argument("--truth-seeds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--max-blocks", type=int, help="try another metrics.intervals.MAX_BLOCKS")
+    ap.add_argument("--save", type=Path, help="also write each probe's points and spans (JSONL)")
     args = ap.parse_args()
     if args.max_blocks:
         intervals.MAX_BLOCKS = args.max_blocks  # the workers fork after this
@@ -75,9 +77,16 @@ def main() -> None:
         for seed in range(1, args.probes + 1)
     ]
     spans: dict[str, list[dict[str, tuple[float, float] | None]]] = {c: [] for c in args.cases}
+    points: dict[str, list[dict[str, float | None]]] = {c: [] for c in args.cases}
+    save = args.save.open("w") if args.save else None
     with Pool(args.workers) as pool:
-        for i, (name, out) in enumerate(pool.imap_unordered(_one, jobs, chunksize=4), 1):
+        for i, (name, seed, out, pts) in enumerate(pool.imap_unordered(_one, jobs, chunksize=4), 1):
             spans[name].append(out)
+            points[name].append(pts)
+            if save is not None:
+                save.write(json.dumps({"case": name, "seed": seed, "spans": out, "points": pts}))
+                save.write("\n")
+                save.flush()
             if i % 25 == 0:
                 print(
                     f"{i} of {len(jobs)} probes, {time.perf_counter() - t0:.0f} s",
@@ -89,8 +98,8 @@ def main() -> None:
         f"{args.truth_seeds} × {args.truth_span_s:g} s; {time.perf_counter() - t0:.0f} s wall, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
-    print("| case | figure | truth | covered | mean half width | no interval |")
-    print("|---|---|---|---|---|---|")
+    print("| case | figure | truth | covered | mean half width | no interval | mean error |")
+    print("|---|---|---|---|---|---|---|")
     for c in args.cases:
         for f in FIGURES:
             truth = _truth_of(truths[c], f)
@@ -98,9 +107,11 @@ def main() -> None:
             k = sum(1 for lo, hi in got if lo <= truth <= hi)  # type: ignore[misc]
             n = len(got)
             hw = np.mean([(hi - lo) / 2 / truth for lo, hi in got]) if got else float("nan")  # type: ignore[misc]
+            err = [v / truth - 1 for p in points[c] if (v := p[f]) is not None]
             print(ROW.format(case=c, rate=RATES[c], fig=f, truth=f"{truth:.5g}", k=k, n=n,
                              share=f"{k / n:.1%}" if n else "-", hw=f"±{hw:.1%}",
-                             none=len(spans[c]) - n))  # fmt: skip
+                             none=len(spans[c]) - n,
+                             err=f"{np.mean(err):+.2%}" if err else "-"))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ A smaller count than ``benchmarks/coverage_figures.py`` (200 per case, the metho
 table): 30 seeded 60 s probes per case after a 60 s warm-up, each summarized by
 ``load.derive.summarize_probe``. The band is binomially sound: a coverage anywhere in
 [90 %, 98 %] gives a count inside it with probability ≥ 99.9 %, so a failure says the
-interval is off, not that the draw was unlucky. τ is held at its measured 84 % instead (it
-falls short of 90 %, see ``LOW_TAU``); the prefill-heavy case's MBU at its flagged bias.
+interval is off, not that the draw was unlucky. T and τ of every case and MBU of the dense
+and MoE cases are held to it (τ was held at its measured 84 % before the mean-corrected
+factor; docs/methodology.md); the prefill-heavy case's MBU at its flagged bias.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from virtual_figures import CASES, FIGURES, RATES, covers, long_run_truth, probe
 PROBES = 30
 LOW = int(stats.binom.ppf(0.0005, PROBES, 0.90))  # fewer only with probability < 0.05 %
 HIGH = int(stats.binom.isf(0.0005, PROBES, 0.98))
-# τ's interval falls short of 90 %: 84.0 / 88.5 / 88.5 % over 200 probes (dense, MoE,
-# prefill-heavy; docs/methodology.md). Held here at what was measured (84 %) so that it cannot
-# fall further unseen; the target stays 90 % and the shortfall is stated, not hidden.
-LOW_TAU = int(stats.binom.ppf(0.0005, PROBES, 0.84))
+# MBU's mean error over the probes (dense, MoE): its spread across 60 s windows is under 1 pt
+# (200 probes per case), so the mean of 30 sits within 0.8 pt of an unbiased point with
+# probability above 99.9 %.
+MBU_MEAN_ERROR = 0.008
 
 
 @pytest.mark.slow
@@ -51,6 +52,7 @@ def test_intervals_cover_the_simulators_truth(case: str) -> None:
         # not stretch to a bias. The test holds the flag and the direction it states.
         checked = ("output_tokens_per_s", "itl_token_weighted_s")
         assert small and np.mean(mbu_error) < 0
+    else:
+        assert abs(np.mean(mbu_error)) < MBU_MEAN_ERROR
     for name in checked:
-        low = LOW_TAU if name == "itl_token_weighted_s" else LOW
-        assert low <= hits[name] <= HIGH, (name, hits[name], PROBES)
+        assert LOW <= hits[name] <= HIGH, (name, hits[name], PROBES)

@@ -6,12 +6,14 @@ window is cut into k equal blocks by send time (``load.intervals`` computes each
 each block exactly as over the whole window); the spread of the k block values is the
 spread of the window's own figure times √k, so the interval is
 
-    point ± t_{k/f−1}(c) · sd(block values) · √(f / k)
+    point ± t_{k/f−1}(c) · sd(block values) · √(f/k · (k − 1)/(k − f))
 
 centred on the whole-window figure (batch means; Law & Kelton; the block figures of a ratio
 are slightly biased, the window's is not). f ≥ 1 widens it for blocks that move together (a
 request lives about as long as a block; the batch drifts over several): Geyer's initial
-positive sequence over the block series' autocorrelations. Coverage is measured, not assumed
+positive sequence over the block series' autocorrelations, each corrected for the sample
+mean, and (k − 1)/(k − f) corrects the blocks' variance the same way (a short series read
+about its own mean looks steadier than it is). Coverage is measured, not assumed
 (docs/methodology.md, *Intervals on every figure*).
 
 A p99 is no mean: its interval is Woodruff's, the quantiles of the sample at q ± t·se, where se
@@ -45,9 +47,10 @@ __all__ = [
 
 # One confidence for every interval the result states, the boundary's included.
 FIGURE_CONFIDENCE = BOUNDARY_CONFIDENCE
-# Blocks per window: enough for a usable t (t_{9} = 2.26 at 95 %), each with enough requests
-# for its figures to be defined; fewer than MIN_BLOCKS and no interval is stated.
-MAX_BLOCKS = 10
+# Blocks per window: enough for a usable t and a series long enough for the autocorrelation
+# factor (20: 10 gave τ 84-88 % coverage, docs/methodology.md), each with enough requests for
+# its figures to be defined; fewer than MIN_BLOCKS and no interval is stated.
+MAX_BLOCKS = 20
 MIN_BLOCKS = 4
 REQUESTS_PER_BLOCK = 20
 
@@ -101,40 +104,57 @@ def _sd(xs: Sequence[float]) -> float:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
+def _initial_positive_lags(rho: Sequence[float]) -> int:
+    """How many lags Geyer's initial positive sequence keeps: pairs (ρ₁ + ρ₂, ρ₃ + ρ₄, …)
+    while a pair's sum stays positive (the noisy tail left out)."""
+    m = 0
+    while m + 1 < len(rho) and rho[m] + rho[m + 1] > 0:
+        m += 2
+    return m
+
+
 def autocorrelation_factor(blocks: Sequence[float]) -> float:
-    """1 + 2 Σ ρ_j over the block series, summed by Geyer's initial positive sequence (pairs
-    of lags while their sum stays positive), at least 1: how much adjacent blocks that move
-    together widen the variance of their mean (Geyer 1992, the MCMC standard error)."""
+    """f = 1 + 2 Σ ρ_j over the block series: how much blocks that move together widen the
+    variance of their mean (Geyer 1992, the MCMC standard error), corrected for the mean.
+
+    Around its own mean a short series' autocovariances all read low by the mean's variance,
+    γ₀·f/k (γ₀ by as much), so ρ_j = r_j·(1 − f/k) + f/k with r_j the sample's: over 10
+    blocks the plain sum often found no correlation where the batch drifted (τ covered 84 %,
+    docs/methodology.md). Over the m lags of Geyer's initial positive sequence of the r_j
+    (S their sum, f₀ = 1 + 2S the plain factor), f = 1 + 2 Σ ρ_j(f) is solved exactly:
+    f = (1 + 2S)/(1 − 2(m − S)/k). The correction only widens, and by at most to k/4 (four
+    blocks' worth of independent evidence; choosing the lags again on the corrected values
+    runs away, as every corrected lag turns positive at large f); never above k/2."""
     k = len(blocks)
-    m = sum(blocks) / k
-    d = [b - m for b in blocks]
+    mean = sum(blocks) / k
+    d = [b - mean for b in blocks]
     c0 = sum(x * x for x in d) / k
     if c0 <= 0:
         return 1.0
-    rho = [sum(d[i] * d[i + j] for i in range(k - j)) / k / c0 for j in range(1, k)]
-    factor = 1.0
-    for j in range(0, len(rho) - 1, 2):
-        pair = rho[j] + rho[j + 1]
-        if pair <= 0:
-            break
-        factor += 2 * pair
-    return max(1.0, factor)
+    r = [sum(d[i] * d[i + j] for i in range(k - j)) / k / c0 for j in range(1, k)]
+    m = _initial_positive_lags(r)
+    total = sum(r[:m])
+    plain = max(1.0, 1 + 2 * total)
+    denominator = 1 - 2 * (m - total) / k
+    corrected = (1 + 2 * total) / denominator if denominator > 0 else math.inf
+    return min(k / 2, max(plain, corrected), max(plain, k / 4))
 
 
 def batch_means(
     point: float | None, blocks: Sequence[float | None], confidence: float = FIGURE_CONFIDENCE
 ) -> Span | None:
-    """point ± t · sd(blocks) · √(f/k) over the finite block values, f the blocks'
-    ``autocorrelation_factor`` and t Student's with k/f − 1 degrees of freedom (k/f blocks'
-    worth of independent evidence, at least 1); None with no point or fewer than
-    ``MIN_BLOCKS`` of them."""
+    """point ± t · sd(blocks) · √(f/k · (k − 1)/(k − f)) over the finite block values, f the
+    blocks' ``autocorrelation_factor`` and t Student's with k/f − 1 degrees of freedom (k/f
+    blocks' worth of independent evidence, at least 1); None with no point or fewer than
+    ``MIN_BLOCKS`` of them. (k − 1)/(k − f): the blocks' sample variance is low by the same
+    mean's variance, E[s²] = σ²·(k − f)/(k − 1)."""
     vals = [float(b) for b in blocks if b is not None and math.isfinite(b)]
     if point is None or not math.isfinite(point) or len(vals) < MIN_BLOCKS:
         return None
     k = len(vals)
     f = autocorrelation_factor(vals)
     dof = max(1, round(k / f) - 1)  # k/f effectively independent blocks
-    half = t_quantile(0.5 + confidence / 2, dof) * _sd(vals) * math.sqrt(f / k)
+    half = t_quantile(0.5 + confidence / 2, dof) * _sd(vals) * math.sqrt(f / k * (k - 1) / (k - f))
     return Span(point - half, point + half)
 
 
