@@ -121,3 +121,17 @@ def test_the_stop_hooks_read_finished_records() -> None:
     assert stop.should_close([*fast, _record(193, 0.1)])  # the 194th request decides
     slow = [_record(i, 0.9) for i in range(3)]
     assert stop.should_stop(slow) and stop.reason is not None and "3 of 3" in stop.reason
+
+
+def test_a_check_calls_a_failure_only_on_as_many_requests_as_a_pass_needs() -> None:
+    """The drift checks compare a miss *fraction*: a failure decided on its first 3 finished
+    requests (one burst) is not called until 194 are judged, the clean-pass count by hand:
+    ⌈ln 19 / −ln(0.98/0.995)⌉ = ⌈193.84⌉ = 194."""
+    assert Sprt(0.01).clean_pass_n == 194 == math.ceil(A / -PER_HIT)
+    limits = Limits("percentile", 0.5, None, None, 0.99, 0.9)
+    stop = SequentialStop(limits, min_fail_judged=Sprt(0.01).clean_pass_n)
+    burst = [_record(i, 0.9) for i in range(12)]
+    assert not stop.should_stop(burst)  # 12 of 12: decided, but on too few
+    after = [*burst, *(_record(i, 0.1) for i in range(12, 194))]
+    assert stop.should_stop(after) and stop.reason is not None and "12 of 194" in stop.reason
+    assert SequentialStop(limits).should_stop(burst)  # a search probe stops at once

@@ -167,6 +167,8 @@ class _Run:
         seq = None
         if self.sequential and rate_rps is not None and probe_settings.early_stop:
             seq = SequentialStop(Limits.from_spec(spec.slo))
+            if phase == "check":  # its misses are compared as a fraction (metrics.drift)
+                seq.min_fail_judged = seq.test.clean_pass_n
         stopper = None if seq is not None else early_stop_for(spec, rate_rps, probe_settings)
 
         def progress(p: ProbeProgress) -> None:

@@ -82,6 +82,13 @@ class Sprt:
         per_hit = math.log1p(-self.p1) - math.log1p(-self.p0)
         return misses * per_miss + (n - misses) * per_hit
 
+    @property
+    def clean_pass_n(self) -> int:
+        """The fewest requests that decide a pass: all of them within the limit (194 with
+        the defaults)."""
+        per_hit = math.log1p(-self.p1) - math.log1p(-self.p0)
+        return math.ceil(self.bounds[0] / per_hit - 1e-9)
+
     def decide(self, misses: int, n: int) -> Decision | None:
         lo, hi = self.bounds
         x = self.llr(misses, n)
@@ -126,6 +133,9 @@ class SequentialStop:
 
     limits: Limits
     confidence: float = SEQUENTIAL_CONFIDENCE
+    # a failure is not called on fewer judged requests than this (the drift checks: a
+    # failure decided on its first few finished requests is one burst, not a miss fraction)
+    min_fail_judged: int = 0
     decision: Decision | None = None
     judged: int = 0
     misses: dict[str, int] = field(default_factory=dict)
@@ -143,7 +153,7 @@ class SequentialStop:
         return self.decision
 
     def should_stop(self, done: Sequence[RequestRecord]) -> bool:
-        if self._update(done) != "fail":
+        if self._update(done) != "fail" or self.judged < self.min_fail_judged:
             return False
         worst = max(self.misses, key=lambda k: self.misses[k])
         self.reason = (
