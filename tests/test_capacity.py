@@ -25,3 +25,17 @@ def test_start_rate_by_hand() -> None:
 
 def test_a_slow_floor_starts_at_one_stream() -> None:
     assert start_rate([Stage(1, 0.04, 0.05, 2.0)], 0.05) == pytest.approx(0.5)
+
+
+def test_a_stage_that_queues_for_slots_stops_the_climb() -> None:
+    """llama-server with 4 slots: TPOT stays flat while the extra streams wait a whole
+    lifetime for a slot (median TTFT 9 s > the 4-stream stage's 3.0 s E2E). The climb stops
+    at 16 streams and λ₀ is the 4-stream stage's own: 4 / 3.0 s = 1.33 req/s, not the 16-stream
+    stage's 16 / 5.0 s (whose E2E is read from the requests that got a slot first)."""
+    stages = [Stage(1, 0.024, 0.3, 1.1), Stage(4, 0.080, 0.5, 3.0), Stage(16, 0.076, 9.0, 5.0)]
+    assert next_concurrency(stages[:2], 0.4) == 16
+    assert next_concurrency(stages, 0.4) is None
+    assert start_rate(stages, 0.4) == pytest.approx(4 / 3.0)
+    # a burst of prefills (TTFT 0.9 s, under the 2.4 s lifetime below) is no queue
+    burst = [Stage(1, 0.009, 0.05, 2.4), Stage(4, 0.009, 0.9, 2.5)]
+    assert next_concurrency(burst, 0.05) == 16

@@ -15,6 +15,13 @@ would reach ``TPOT_SHARE`` × limit is interpolated linearly between the two sta
 and Little's law turns it into a rate: λ₀ = C* / E2E(C*), E2E interpolated the same way. The
 share leaves room for the tail (the SLO is on the p99, the stage gives the median) and for
 open-loop bursts. λ₀ only starts the search; the search's own probes decide the boundary.
+
+An engine with fewer sequence slots than C (llama-server's ``-np 4``) queues the rest: TPOT
+stays flat as C grows, so the TPOT rule never stops the climb, and a stage whose round did not
+finish reads its E2E from the few fast requests (a 1024-stream stage started a one-core
+llama-server's search at 14.5 req/s). A stage whose median TTFT is longer than a whole request
+lifetime one stage below (``queued``) waited for slots, not for a burst of prefills (which adds
+a fraction of a lifetime): the climb stops there and λ₀ is the last stage below it, C / E2E.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ __all__ = [
     "TPOT_SHARE",
     "Stage",
     "next_concurrency",
+    "queued",
     "start_rate",
 ]
 
@@ -52,10 +60,26 @@ class Stage:
         return tpot_limit_s is not None and (self.tpot_s or 0.0) > TPOT_SHARE * tpot_limit_s
 
 
+def queued(prev: Stage, cur: Stage) -> bool:
+    """``cur``'s requests waited for sequence slots: its median TTFT is longer than a whole
+    request lifetime (mean E2E) of the stage below (the module doc)."""
+    return cur.ttft_s is not None and prev.e2e_s is not None and cur.ttft_s > prev.e2e_s
+
+
+def _unqueued(stages: Sequence[Stage]) -> list[Stage]:
+    """The stages below the first that queued for slots."""
+    for i in range(1, len(stages)):
+        if queued(stages[i - 1], stages[i]):
+            return list(stages[:i])
+    return list(stages)
+
+
 def next_concurrency(stages: Sequence[Stage], tpot_limit_s: float | None) -> int | None:
     """The next stage's concurrency, or None when the staircase has found its step."""
     last = stages[-1]
     if last.over(tpot_limit_s) or last.concurrency >= MAX_STAGE_CONCURRENCY:
+        return None
+    if len(_unqueued(stages)) < len(stages):
         return None
     return min(MAX_STAGE_CONCURRENCY, last.concurrency * STAGE_FACTOR)
 
@@ -66,7 +90,7 @@ def _lerp(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
 
 def start_rate(stages: Sequence[Stage], tpot_limit_s: float | None) -> float | None:
     """λ₀ = C*/E2E(C*) (see the module doc); None without a usable stage."""
-    ok = [s for s in stages if s.e2e_s]
+    ok = _unqueued([s for s in stages if s.e2e_s])
     if not ok:
         return None
     below = [s for s in ok if not s.over(tpot_limit_s)]
