@@ -153,8 +153,15 @@ def _spawned_workers(pid: int) -> list[int]:
     """The multiprocessing workers among ``pid``'s children (not its resource tracker)."""
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+        try:  # a thread (or a child) may end between the listing and the read
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:
+            continue
+        for child in children:
+            try:
+                cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+            except FileNotFoundError:
+                continue
             if b"spawn_main" in cmd:
                 out.append(int(child))
     return out
