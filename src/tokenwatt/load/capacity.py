@@ -79,7 +79,7 @@ def next_concurrency(stages: Sequence[Stage], tpot_limit_s: float | None) -> int
     last = stages[-1]
     if last.over(tpot_limit_s) or last.concurrency >= MAX_STAGE_CONCURRENCY:
         return None
-    if len(_unqueued(stages)) < len(stages):
+    if len(stages) >= 2 and queued(stages[-2], last):
         return None
     return min(MAX_STAGE_CONCURRENCY, last.concurrency * STAGE_FACTOR)
 

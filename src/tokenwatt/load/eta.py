@@ -17,8 +17,8 @@ Pure arithmetic over what the search already knows, for the live progress line
   the search still grows or descends, the probe in flight is assumed to be the one that
   brackets it, leaving ``⌈log2(ln(growth) / width)⌉`` (an upper estimate: a walk from an
   estimated start steps by less than ``growth`` at first, ``load.search.step_factor``). Then
-  the drift checks (a re-test and a
-  confirmation) in sequential mode. Never more than ``max_probes`` allows.
+  the drift checks (a re-test and a confirmation) in sequential mode. Never more than
+  ``max_probes`` allows.
 * **Each probe to come** lasts as long as the finished search probes did on average (their
   wall time, sequential early stops included); before any finished, a full-length probe at
   the current rate.

@@ -86,8 +86,7 @@ class Sprt:
     def clean_pass_n(self) -> int:
         """The fewest requests that decide a pass: all of them within the limit (194 with
         the defaults)."""
-        per_hit = math.log1p(-self.p1) - math.log1p(-self.p0)
-        return math.ceil(self.bounds[0] / per_hit - 1e-9)
+        return math.ceil(self.bounds[0] / self.llr(0, 1) - 1e-9)
 
     def decide(self, misses: int, n: int) -> Decision | None:
         lo, hi = self.bounds
