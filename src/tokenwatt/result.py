@@ -96,6 +96,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         p99s of TTFT and TPOT, goodput, MBU (headline and decode-only) and tokens per joule
         as ``[low, high]`` at ``confidence`` (batch means over time blocks of the window,
         ``metrics.intervals``), and ``mbu_window_for_1pt_s``; absent in older files (None).
+        (issue 22 item 4, optional) ``mbu_detail.inputs.mixed_steps.decode_step_s``: the
+        mean decode step with each step counted once (token gaps weighted by 1/batch), whose
+        inverse the headline's weight terms now use (``metrics.mixed_steps``).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -215,6 +218,12 @@ class MbuMixedSteps(_Strict):
     decode_only_weight_bytes_per_s: float = Field(description="R · s · (1 − φ) · W_dec")
     routing: str = Field(description='"uniform" or the expert-load source')
     over_slot_limit: bool = Field(description="B_dec above the engine's slot limit")
+    decode_step_s: float | None = Field(
+        None,
+        description="the mean decode step, each step once (token gaps weighted by 1/batch), with "
+        "the steps' batch law from the same gaps; s = 1/it in the weight terms; None: s from τ "
+        "through the byte law",
+    )
 
 
 class MbuSpeculation(_Strict):

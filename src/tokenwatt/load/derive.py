@@ -134,6 +134,8 @@ def probe_mbu(
         window_s = (run.window_end_ns - run.window_start_ns) / 1e9
         less = stalls.stalled_in_window_s / window_s / hardware.replicas
         regime = replace(regime, decode_batch=max(0.0, regime.decode_batch - less))
+    if regime is not None:  # a stalled stream's silence is one gap, not steps: τ' instead
+        regime = replace(regime, step_law=None)
     tau = stalls.corrected_tau(m.itl_token_weighted_s)
     fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures)
     return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw)

@@ -20,6 +20,9 @@ through the experts too, and reads the union: on many-expert models such a step 
 and the headline weight traffic R · s · (1 − φ) · W̄ (bytes per elapsed second). The same with
 J = 0 is the decode-only figure. A prompt longer than the step's free chunk budget
 (C − B_busy) is split: then a fraction min(1, m·L/(C − B)) of steps carry a full chunk.
+s, steps per busy second, and the steps' batch law come from the token gaps with each step
+counted once (``metrics.step_gaps``), where the records have them; else s from τ through the
+byte law and a Poisson batch law (τ weights each step by its batch).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import numpy as np
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad, FloatArray, GeneratingFunction
 from tokenwatt.metrics.prompt_phase import prompt_phase
+from tokenwatt.metrics.step_gaps import StepLaw, step_law_from_gaps
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import MbuMixedSteps
 from tokenwatt.spec.engine import DEFAULT_CHUNK_BUDGET_TOKENS
@@ -69,6 +73,9 @@ class StepRegime:
     # and the share of prompt time a decode was in flight; None: not measured (0 and 1)
     prefill_only_fraction: float | None = None
     prompt_mixing_share: float | None = None
+    # the decode steps each counted once, from the token gaps (``metrics.step_gaps``): their
+    # mean length and batch law; None: s = 1/τ and a Poisson law through the byte law
+    step_law: StepLaw | None = None
 
 
 def idle_fraction_from_intervals(
@@ -150,6 +157,58 @@ def _distinct_by_batch(
     return dec, avg
 
 
+@dataclass(frozen=True, slots=True)
+class _StepWeights:
+    """Per batch of the step law: distinct experts and weight bytes, decode-only and average."""
+
+    mixed_share: FloatArray  # f(b): share of steps at batch b with prompt tokens
+    prompt_per_mixed: FloatArray  # prompt tokens in such a step
+    d_dec: FloatArray
+    d_avg: FloatArray
+    w_dec: FloatArray
+    w_avg: FloatArray
+
+
+def _step_weights(
+    geometry: ModelGeometry, load: ExpertLoad | None, b: FloatArray, *, m: float | FloatArray,
+    prompt: float, free: float,
+) -> _StepWeights:  # fmt: skip
+    """W̄(b) of a decode-only and of an average step at each batch b, with m(b) prompts per
+    step at that batch (one value for all, or one per batch)."""
+    m_b = np.broadcast_to(np.asarray(m, dtype=np.float64), b.shape)
+    f, p_mixed = np.zeros_like(b), np.zeros_like(b)
+    d_dec = d_avg = np.zeros_like(b)
+    if load is not None:
+        d_dec, d_avg = np.zeros_like(b), np.zeros_like(b)
+    for i in range(len(b)):
+        f[i], p_mixed[i], g_prompt = _prompt_law(float(m_b[i]), prompt, free)
+        if load is not None:
+            d_dec[i], d_avg[i] = (v[0] for v in _distinct_by_batch(load, b[i : i + 1], g_prompt))
+    per = geometry.moe_layers * geometry.expert_bytes if geometry.is_moe else 0.0
+    return _StepWeights(
+        f, p_mixed, d_dec, d_avg, geometry.dense_weight_bytes + per * d_dec,
+        geometry.dense_weight_bytes + per * d_avg,
+    )  # fmt: skip
+
+
+def _byte_law(
+    geometry: ModelGeometry, load: ExpertLoad | None, *, tau: float, lam_busy: float,
+    prompt: float, free: float, kv_bytes_per_output_token: float, busy: float, b_dec: float,
+) -> tuple[float, float, FloatArray, FloatArray, _StepWeights]:  # fmt: skip
+    """Without the gaps' step law: (steps per busy second, prompts per step, batches, step
+    shares, weights) from the Poisson busy-time law, steps lasting in proportion to the bytes
+    they read, h(b) = W̄(b) + KV·b, scaled so that the law reproduces the measured τ."""
+    b, pt = _busy_batch_law(b_dec / busy)
+    m = lam_busy * busy * tau  # first pass: prompts per step at the batch-weighted step time
+    for _ in range(3):  # m depends on the step rate, which depends on m: a few passes converge
+        sw = _step_weights(geometry, load, b, m=m, prompt=prompt, free=free)
+        h = sw.w_avg + kv_bytes_per_output_token * b
+        scale = tau * float((pt * b / h).sum()) / float((pt * b).sum())  # seconds per byte
+        steps_busy = float((pt / h).sum()) / scale  # decode steps per busy second
+        m = lam_busy / steps_busy if steps_busy > 0 else 0.0
+    return steps_busy, m, b, pt / h / float((pt / h).sum()), sw
+
+
 def estimate_mixed_steps(
     geometry: ModelGeometry,
     *,
@@ -161,10 +220,10 @@ def estimate_mixed_steps(
 ) -> MbuMixedSteps:
     """The mixed-step estimate (module doc) from B = T·τ/R, s = 1/τ and the measured regime.
 
-    B = T·τ/R is the *time*-averaged decode batch (τ weights each step by its batch), so the
-    busy-time batch law is Poisson given ≥ 1 with that mean over busy time. Steps are taken to
-    last in proportion to the bytes they read, h(b) = W̄(b) + KV·b, scaled so that the law
-    reproduces the measured τ; the weight bytes per busy second are then E_t[W̄(b) / d(b)].
+    s and the steps' batch law come from the token gaps when the regime has them
+    (``metrics.step_gaps``: each step counted once); else from B = T·τ/R, the *time*-averaged
+    decode batch, as a Poisson law over busy time with steps lasting in proportion to their
+    bytes (``_byte_law``). The weight bytes per busy second are s · E_steps[W̄(b)].
     """
     n = regime.mean_output_tokens
     b_dec = b_counted = batch_per_replica * (1.0 - 1.0 / n) if n > 1 else batch_per_replica
@@ -173,34 +232,45 @@ def estimate_mixed_steps(
     # decode-busy share: neither idle nor running prompts alone (prompt_phase)
     not_decoding = max(regime.idle_fraction or 0.0, 0.0) + (regime.prefill_only_fraction or 0.0)
     busy = 1.0 - min(not_decoding, 0.99)
-    b, pt = _busy_batch_law(b_dec / busy)
     prompt = max(0.0, regime.mean_prompt_tokens - regime.mean_cached_prompt_tokens)
-    tau = 1.0 / steps_per_s
     mixing = 1.0 if regime.prompt_mixing_share is None else regime.prompt_mixing_share
-    lam = regime.request_rate_rps / replicas * mixing  # prompts that ride in decode steps
+    lam_busy = regime.request_rate_rps / replicas * mixing / busy  # prompts riding in steps
     g = geometry
-    per = g.moe_layers * g.expert_bytes if g.is_moe else 0.0
     load = _routing(g, regime.expert_load) if g.is_moe else None
-    free = max(1.0, regime.chunk_budget_tokens - float((pt * b).sum()))  # C − B: prompt room
-    m = lam * tau  # first pass: prompts per step at the batch-weighted step time
-    for _ in range(3):  # m depends on the step rate, which depends on m: a few passes converge
-        f, p_mixed, g_prompt = _prompt_law(m, prompt, free)
-        d_dec = d_avg = np.zeros_like(b)
-        if load is not None:
-            d_dec, d_avg = _distinct_by_batch(load, b, g_prompt)
-        w_dec = g.dense_weight_bytes + per * d_dec
-        w_avg = g.dense_weight_bytes + per * d_avg
-        h = w_avg + kv_bytes_per_output_token * b
-        scale = tau * float((pt * b / h).sum()) / float((pt * b).sum())  # seconds per byte
-        steps_busy = float((pt / h).sum()) / scale  # decode steps per busy second
-        m = lam / (busy * steps_busy) if steps_busy > 0 else 0.0
-    step_w = pt / h / float((pt / h).sum())  # step-weighted batch law
-    d_dec_mean = float((step_w * d_dec).sum())
-    d_avg_mean = float((step_w * d_avg).sum())
+    free = max(1.0, regime.chunk_budget_tokens - max(b_dec / busy, 1.0))  # C − B: prompt room
+    law = regime.step_law
+    if law is None:
+        steps_busy, m, b, step_w, sw = _byte_law(
+            g, load, tau=1.0 / steps_per_s, lam_busy=lam_busy, prompt=prompt, free=free,
+            kv_bytes_per_output_token=kv_bytes_per_output_token, busy=busy, b_dec=b_dec,
+        )  # fmt: skip
+        rate = replicas * busy * steps_busy
+    else:  # counted: no busy share needed (prompt-only steps are not decode steps)
+        rate, b, step_w = replicas * law.steps_per_s, law.batches, law.shares
+        m = lam_busy * busy / law.steps_per_s  # prompts per decode step, on average
+        # a step admits the prompts that arrived during the step before it: m(b) ∝ its length
+        m_b = m * law.step_s / law.mean_step_s
+        sw = _step_weights(g, load, b, m=m_b, prompt=prompt, free=free)
+    return _summary(
+        regime, sw, step_w, b, busy=busy, m=m, prompt=prompt, rate=rate,
+        b_counted=b_counted, b_dec=b_dec, moe=load is not None, g=g,
+    )  # fmt: skip
+
+
+def _summary(
+    regime: StepRegime, sw: _StepWeights, step_w: FloatArray, b: FloatArray, *, busy: float,
+    m: float, prompt: float, rate: float, b_counted: float, b_dec: float, moe: bool,
+    g: ModelGeometry,
+) -> MbuMixedSteps:  # fmt: skip
+    """The estimate's figures: step-weighted means of the weights, times the step rate."""
+    d_dec_mean = float((step_w * sw.d_dec).sum())
+    d_avg_mean = float((step_w * sw.d_avg).sum())
+    f = float((step_w * sw.mixed_share).sum())
+    p_mixed = float((step_w * sw.mixed_share * sw.prompt_per_mixed).sum()) / f if f > 0 else 0.0
     d_mixed = d_dec_mean + (d_avg_mean - d_dec_mean) / f if f > 0 else d_dec_mean
-    rate = replicas * busy * steps_busy
-    w_dec_mean = float((step_w * w_dec).sum())
-    w_avg_mean = float((step_w * w_avg).sum())
+    per = g.moe_layers * g.expert_bytes if g.is_moe else 0.0
+    w_dec_mean = float((step_w * sw.w_dec).sum())
+    w_avg_mean = float((step_w * sw.w_avg).sum())
     return MbuMixedSteps(
         batch_counted=b_counted,
         batch_decode=b_dec,
@@ -210,8 +280,8 @@ def estimate_mixed_steps(
         uncached_prompt_tokens=prompt,
         mixed_step_fraction=f,
         prompt_tokens_per_mixed_step=p_mixed,
-        distinct_experts_decode_only=d_dec_mean if load is not None else None,
-        distinct_experts_mixed_step=d_mixed if load is not None else None,
+        distinct_experts_decode_only=d_dec_mean if moe else None,
+        distinct_experts_mixed_step=d_mixed if moe else None,
         weight_bytes_decode_only=w_dec_mean,
         weight_bytes_mixed_step=g.dense_weight_bytes + per * d_mixed,
         weight_bytes_mean_step=w_avg_mean,
@@ -221,6 +291,7 @@ def estimate_mixed_steps(
         # T·τ/R of the counted requests, not the window's decode intervals: an engine never
         # decodes more than its slots, but a window that is not steady shows B above them
         over_slot_limit=regime.slot_limit is not None and b_counted > regime.slot_limit * 1.02,
+        decode_step_s=None if regime.step_law is None else regime.step_law.mean_step_s,
     )
 
 
@@ -272,6 +343,7 @@ def regime_from_records(
             window_end_ns,
             replicas,
         ),
+        step_law=step_law_from_gaps(records, window_start_ns, window_end_ns, replicas),
     )
 
 
