@@ -20,8 +20,10 @@ through the experts too, and reads the union: on many-expert models such a step 
 and the headline weight traffic R · s · (1 − φ) · W̄ (bytes per elapsed second). The same with
 J = 0 is the decode-only figure. A prompt longer than the step's free chunk budget
 (C − B_busy) is split: then a fraction min(1, m·L/(C − B)) of steps carry a full chunk.
-s, steps per busy second, and the steps' batch law come from the token gaps with each step
-counted once (``metrics.step_gaps``), where the records have them; else s from τ through the
+Where the records have token times the steps are counted from the gaps, each once
+(``metrics.step_gaps``): the headline is then R · n_s · Σ_b share(b) · W̄(b) with n_s the
+decode steps per elapsed second and share(b) the steps' own batch law, and the prompts per step
+are spread over the batches in proportion to each batch's mean step. Else s from τ through the
 byte law and a Poisson batch law (τ weights each step by its batch).
 """
 
