@@ -110,6 +110,7 @@ def test_the_regime_carries_it_and_the_dense_weight_term_uses_it() -> None:
     assert counted.mbu == pytest.approx(w * per_s / H100_BW, rel=1e-9)
     assert counted.inputs.mixed_steps is not None
     assert counted.inputs.mixed_steps.decode_step_s == step  # recorded, to redo by hand
+    assert counted.inputs.mixed_steps.decode_steps_per_s == per_s
     assert counted.inputs.mixed_steps.batch_busy == pytest.approx(8.0)
 
 

@@ -96,9 +96,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         p99s of TTFT and TPOT, goodput, MBU (headline and decode-only) and tokens per joule
         as ``[low, high]`` at ``confidence`` (batch means over time blocks of the window,
         ``metrics.intervals``), and ``mbu_window_for_1pt_s``; absent in older files (None).
-        (issue 22 item 4, optional) ``mbu_detail.inputs.mixed_steps.decode_step_s``: the
-        mean decode step with each step counted once (token gaps weighted by 1/batch), whose
-        inverse the headline's weight terms now use (``metrics.mixed_steps``).
+        (issue 22 item 4, optional) ``mbu_detail.inputs.mixed_steps.decode_step_s`` and
+        ``decode_steps_per_s``: the decode steps counted once from the token gaps (weight
+        1/batch; ``metrics.step_gaps``), whose count and batch law the headline's weight terms
+        now use; None where the byte law was used (no token times).
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -214,15 +215,22 @@ class MbuMixedSteps(_Strict):
     weight_bytes_decode_only: float = Field(description="W_dec per decode-only step")
     weight_bytes_mixed_step: float = Field(description="per step that carries prompt tokens")
     weight_bytes_mean_step: float = Field(description="W̄: what an average decode step reads")
-    weight_bytes_per_s: float = Field(description="R · s · (1 − φ) · W̄")
-    decode_only_weight_bytes_per_s: float = Field(description="R · s · (1 − φ) · W_dec")
+    weight_bytes_per_s: float = Field(description="R · s · (1 − φ) · W̄; counted: R · n_s · W̄")
+    decode_only_weight_bytes_per_s: float = Field(
+        description="R · s · (1 − φ) · W_dec; counted: R · n_s · W_dec"
+    )
     routing: str = Field(description='"uniform" or the expert-load source')
     over_slot_limit: bool = Field(description="B_dec above the engine's slot limit")
     decode_step_s: float | None = Field(
         None,
-        description="the mean decode step, each step once (token gaps weighted by 1/batch), with "
-        "the steps' batch law from the same gaps; s = 1/it in the weight terms; None: s from τ "
-        "through the byte law",
+        description="the mean decode step, each step counted once from the token gaps "
+        "(weight 1/batch); None: s from τ through the byte law (no token times)",
+    )
+    decode_steps_per_s: float | None = Field(
+        None,
+        description="decode steps per elapsed second per replica, counted from the token gaps "
+        "(Σ k/b ÷ window ÷ R): the weight terms are R × it × the steps' mean W̄; None: the "
+        "byte law",
     )
 
 

@@ -294,6 +294,7 @@ def _summary(
         # decodes more than its slots, but a window that is not steady shows B above them
         over_slot_limit=regime.slot_limit is not None and b_counted > regime.slot_limit * 1.02,
         decode_step_s=None if regime.step_law is None else regime.step_law.mean_step_s,
+        decode_steps_per_s=None if regime.step_law is None else regime.step_law.steps_per_s,
     )
 
 
