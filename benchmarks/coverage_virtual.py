@@ -15,6 +15,10 @@ appends each search's probes (rate, counts, miss flags in send order) to a JSON-
 interval, how many intervals were open below and above),
 so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
 is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
+``--stop reported`` (the default, as ``tokenwatt bench`` searches) stops each search on the
+reported interval at ``REPORTED_DESIGN_EFFECT`` (``load.search``: the low end closed by a
+sized probe); ``--stop search`` on the search's own D = 1 interval (the figures before). The
+row adds the searches whose reported interval at that D lies within ± 5 % of its point.
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
         probes = np.mean([len(x["probes"]) for x in mine])
         reqs = np.mean([sum(p["n"] for p in x["probes"]) for x in mine])
         for d in design_effects:
-            held = below = above = open_low = open_high = 0
+            held = below = above = open_low = open_high = within = 0
             halves = []
             for x in mine:
                 ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
@@ -98,11 +102,13 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
                 open_low += fit.low_rps is None
                 open_high += fit.high_rps is None
                 halves.append(fit.relative_half_width or float("nan"))
+                within += fit.relative_reach is not None and fit.relative_reach <= 0.05
             n = len(mine)
             print(
                 f"| {case} ({mine[0]['reference']:.2f} req/s) | {d:g} | {held} of {n} "
                 f"({held / n:.1%}) | {below} | {above} | {open_low} | {open_high} | "
-                f"{np.nanmean(halves):.1%} | {probes:.1f} | {reqs:.0f} | {conv} of {n} |",
+                f"{np.nanmean(halves):.1%} | {within} of {n} | {probes:.1f} | {reqs:.0f} | "
+                f"{conv} of {n} |",
                 flush=True,
             )
 
@@ -117,18 +123,23 @@ def main() -> None:
     ap.add_argument("--reference", type=float, default=None, help="skip computing it")
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
     ap.add_argument("--summarize", type=Path, nargs="+", help="print the table from dumps")
+    ap.add_argument("--stop", choices=["reported", "search"], default="reported")
     args = ap.parse_args()
     if args.summarize:
         summarize(args.summarize, args.design_effect)
         return
     c = CASES[args.case]
     ref = args.reference
-    rows: dict[float, list[tuple[bool, float, int, int, str]]] = {d: [] for d in args.design_effect}
+    rows: dict[float, list[tuple[bool, float, int, int, str, bool]]] = {
+        d: [] for d in args.design_effect
+    }
     for k in range(args.searches):
         probe = VirtualProbe(c, lifetimes=args.lifetimes)
         s = BoundarySearch(
-            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30
-        )
+            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30,
+            report_design_effect=REPORTED_DESIGN_EFFECT if args.stop == "reported" else None,
+        )  # fmt: skip
+        probe.pass_judged = lambda s=s: s.pass_judged
         out = asyncio.run(s.run())
         if ref is None and out.fit is not None and out.fit.rate_rps:
             r0 = out.fit.rate_rps
@@ -142,14 +153,17 @@ def main() -> None:
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
             held = ref is not None and lo <= ref <= hi
             half = fit.relative_half_width or float("nan")
-            rows[d].append((held, half, len(out.steps), n_req, out.stop_reason))
+            within = fit.relative_reach is not None and fit.relative_reach <= 0.05
+            rows[d].append((held, half, len(out.steps), n_req, out.stop_reason, within))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for d, rs in rows.items():
         k, n = sum(r[0] for r in rs), len(rs)
         conv = sum(r[4] == "converged" for r in rs)
+        inside = sum(r[5] for r in rs)
         print(
             f"| {args.case} ({ref:.2f} req/s) | {d:g} | {k} of {n} ({k / n:.0%}) | "
-            f"{np.nanmean([r[1] for r in rs]):.1%} | {np.mean([r[2] for r in rs]):.1f} | "
+            f"{np.nanmean([r[1] for r in rs]):.1%} | {inside} of {n} | "
+            f"{np.mean([r[2] for r in rs]):.1f} | "
             f"{np.mean([r[3] for r in rs]):.0f} | {conv} of {n} |  load average {load}",
             flush=True,
         )
