@@ -50,8 +50,10 @@ within ``precision`` of its point. No confirmation re-run: a rate already measur
 again only when both candidates have been measured (the data there are undecided or
 contradict each other), and then both measurements enter the fit together.
 
-**Stopping on the reported interval** (``report_design_effect`` D set, as ``tokenwatt bench``
-sets it to ``metrics.boundary.REPORTED_DESIGN_EFFECT``): the interval the user sees is
+**Stopping on the reported interval** (``report_design_effect`` D set, e.g. to
+``metrics.boundary.REPORTED_DESIGN_EFFECT``; ``tokenwatt bench`` does not, see
+``load.bench.SEARCH_STOPS_ON_REPORTED``: measured, such searches' intervals held the long-run
+boundary in under 10 % of dense virtual-time searches): the interval the user sees is
 ``metrics.boundary.reported_boundary`` (ends between probes, the low end read through D), and
 the search goes on until *that* interval lies within ± ``precision`` of its point
 (``BoundaryFit.relative_reach``), not only its own D = 1 one. A clean pass of n requests
