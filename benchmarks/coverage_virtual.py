@@ -19,6 +19,11 @@ is the low end's (``metrics.boundary.reported_boundary``: the high end reads D =
 reported interval at ``REPORTED_DESIGN_EFFECT`` (``load.search``: the low end closed by a
 sized probe); ``--stop search`` on the search's own D = 1 interval (the figures before). The
 row adds the searches whose reported interval at that D lies within ± 5 % of its point.
+``--checks`` follows each converged search with ``tokenwatt bench``'s drift checks
+(``load.bench._drift_checks``: a re-test at the highest pass and a confirmation at the fitted
+point, each failing only on 194 judged requests), judged as the bench judges them
+(``metrics.drift``); checks that agree join the evidence (``load.bench._combine``), a change
+called leaves no boundary (counted as not held, and printed).
 """
 
 from __future__ import annotations
@@ -35,8 +40,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES
-from tokenwatt.load.search import BoundarySearch, SearchOutcome
-from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, reported_boundary
+from tokenwatt.load.search import BoundarySearch, SearchOutcome, bracket_rate, probe_seed
+from tokenwatt.metrics.boundary import (
+    REPORTED_DESIGN_EFFECT,
+    Evidence,
+    miss_fraction_upper,
+    reported_boundary,
+)
+from tokenwatt.metrics.drift import changed_against, changed_since, effective_counts
+from tokenwatt.metrics.sequential import Sprt
 from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
 
 
@@ -63,6 +75,37 @@ def _dump(
     line = {"case": case, "seed": seed, "reference": ref, "stop": out.stop_reason, "probes": probes}
     with path.open("a") as f:
         f.write(json.dumps(line) + "\n")
+
+
+def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bool:
+    """The bench's drift checks after a converged search, in virtual time; True when a change
+    is called (no boundary). Checks that agree join ``out.evidence`` as ``_combine`` does."""
+    fit, b = out.fit, out.boundary
+    if out.stop_reason != "converged" or fit is None or fit.rate_rps is None or b is None:
+        return False
+    old = b.outcome.evidence
+    assert old is not None
+    evidence = [s.outcome.evidence for s in out.steps if s.outcome.evidence is not None]
+    probe.min_fail_judged = Sprt(0.01).clean_pass_n
+    for i, (rate, kind) in enumerate(((b.rate_rps, "re-test"), (fit.rate_rps, "confirm"))):
+        o = asyncio.run(probe(rate, probe_seed(seed, len(out.steps) + 1 + i)))
+        ev = o.evidence
+        assert ev is not None
+        new = (ev.judged, ev.misses)
+        if kind == "re-test":
+            line = changed_since((old.judged, old.misses), new, kind)
+        else:
+            upper = {}
+            for k in ev.misses:
+                pts = [
+                    (e.rate_rps, *effective_counts(e.judged, e.misses.get(k, 0))) for e in evidence
+                ]
+                upper[k] = miss_fraction_upper(0.01, pts, rate)
+            line = changed_against(upper, new, kind)
+        if line is not None:
+            return True
+        out.evidence.append(Evidence(bracket_rate(rate, o), ev.judged, ev.misses))
+    return False
 
 
 def summarize(paths: list[Path], design_effects: list[float]) -> None:
@@ -124,6 +167,7 @@ def main() -> None:
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
     ap.add_argument("--summarize", type=Path, nargs="+", help="print the table from dumps")
     ap.add_argument("--stop", choices=["reported", "search"], default="reported")
+    ap.add_argument("--checks", action="store_true", help="the bench's drift checks after")
     args = ap.parse_args()
     if args.summarize:
         summarize(args.summarize, args.design_effect)
@@ -141,6 +185,9 @@ def main() -> None:
         )  # fmt: skip
         probe.pass_judged = lambda s=s: s.pass_judged
         out = asyncio.run(s.run())
+        changed = args.checks and checks(probe, out, args.first_seed + k)
+        if changed:
+            print(f"seed {args.first_seed + k}: the checks called a change", flush=True)
         if ref is None and out.fit is not None and out.fit.rate_rps:
             r0 = out.fit.rate_rps
             ref = reference_boundary(c, r0 * 0.7, r0 * 1.3)
@@ -151,7 +198,7 @@ def main() -> None:
         for d in args.design_effect:
             fit = reported_boundary(out.evidence, 0.01, 0.95, d)
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
-            held = ref is not None and lo <= ref <= hi
+            held = ref is not None and lo <= ref <= hi and not changed
             half = fit.relative_half_width or float("nan")
             within = fit.relative_reach is not None and fit.relative_reach <= 0.05
             rows[d].append((held, half, len(out.steps), n_req, out.stop_reason, within))
