@@ -15,6 +15,15 @@ appends each search's probes (rate, counts, miss flags in send order) to a JSON-
 interval, how many intervals were open below and above),
 so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
 is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
+``--stop reported`` (the default, as ``tokenwatt bench`` searches) stops each search on the
+reported interval at ``REPORTED_DESIGN_EFFECT`` (``load.search``: the low end closed by a
+sized probe); ``--stop search`` on the search's own D = 1 interval (the figures before). The
+row adds the searches whose reported interval at that D lies within ± 5 % of its point.
+``--checks`` follows each converged search with ``tokenwatt bench``'s drift checks
+(``load.bench._drift_checks``: a re-test at the highest pass and a confirmation at the fitted
+point, each failing only on 194 judged requests), judged as the bench judges them
+(``metrics.drift``); checks that agree join the evidence (``load.bench._combine``), a change
+called leaves no boundary (counted as not held, and printed).
 """
 
 from __future__ import annotations
@@ -31,8 +40,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES
-from tokenwatt.load.search import BoundarySearch, SearchOutcome
-from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, reported_boundary
+from tokenwatt.load.search import BoundarySearch, SearchOutcome, bracket_rate, probe_seed
+from tokenwatt.metrics.boundary import (
+    REPORTED_DESIGN_EFFECT,
+    Evidence,
+    miss_fraction_upper,
+    reported_boundary,
+)
+from tokenwatt.metrics.drift import changed_against, changed_since, effective_counts
+from tokenwatt.metrics.sequential import Sprt
 from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
 
 
@@ -61,6 +77,37 @@ def _dump(
         f.write(json.dumps(line) + "\n")
 
 
+def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bool:
+    """The bench's drift checks after a converged search, in virtual time; True when a change
+    is called (no boundary). Checks that agree join ``out.evidence`` as ``_combine`` does."""
+    fit, b = out.fit, out.boundary
+    if out.stop_reason != "converged" or fit is None or fit.rate_rps is None or b is None:
+        return False
+    old = b.outcome.evidence
+    assert old is not None
+    evidence = [s.outcome.evidence for s in out.steps if s.outcome.evidence is not None]
+    probe.min_fail_judged = Sprt(0.01).clean_pass_n
+    for i, (rate, kind) in enumerate(((b.rate_rps, "re-test"), (fit.rate_rps, "confirm"))):
+        o = asyncio.run(probe(rate, probe_seed(seed, len(out.steps) + 1 + i)))
+        ev = o.evidence
+        assert ev is not None
+        new = (ev.judged, ev.misses)
+        if kind == "re-test":
+            line = changed_since((old.judged, old.misses), new, kind)
+        else:
+            upper = {}
+            for k in ev.misses:
+                pts = [
+                    (e.rate_rps, *effective_counts(e.judged, e.misses.get(k, 0))) for e in evidence
+                ]
+                upper[k] = miss_fraction_upper(0.01, pts, rate)
+            line = changed_against(upper, new, kind)
+        if line is not None:
+            return True
+        out.evidence.append(Evidence(bracket_rate(rate, o), ev.judged, ev.misses))
+    return False
+
+
 def summarize(paths: list[Path], design_effects: list[float]) -> None:
     """The coverage table from dumps (several processes may have appended to one file): per
     case and design effect, coverage, where the misses fell, mean half width."""
@@ -86,7 +133,7 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
         probes = np.mean([len(x["probes"]) for x in mine])
         reqs = np.mean([sum(p["n"] for p in x["probes"]) for x in mine])
         for d in design_effects:
-            held = below = above = open_low = open_high = 0
+            held = below = above = open_low = open_high = within = 0
             halves = []
             for x in mine:
                 ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
@@ -98,11 +145,13 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
                 open_low += fit.low_rps is None
                 open_high += fit.high_rps is None
                 halves.append(fit.relative_half_width or float("nan"))
+                within += fit.relative_reach is not None and fit.relative_reach <= 0.05
             n = len(mine)
             print(
                 f"| {case} ({mine[0]['reference']:.2f} req/s) | {d:g} | {held} of {n} "
                 f"({held / n:.1%}) | {below} | {above} | {open_low} | {open_high} | "
-                f"{np.nanmean(halves):.1%} | {probes:.1f} | {reqs:.0f} | {conv} of {n} |",
+                f"{np.nanmean(halves):.1%} | {within} of {n} | {probes:.1f} | {reqs:.0f} | "
+                f"{conv} of {n} |",
                 flush=True,
             )
 
@@ -117,19 +166,28 @@ def main() -> None:
     ap.add_argument("--reference", type=float, default=None, help="skip computing it")
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
     ap.add_argument("--summarize", type=Path, nargs="+", help="print the table from dumps")
+    ap.add_argument("--stop", choices=["reported", "search"], default="reported")
+    ap.add_argument("--checks", action="store_true", help="the bench's drift checks after")
     args = ap.parse_args()
     if args.summarize:
         summarize(args.summarize, args.design_effect)
         return
     c = CASES[args.case]
     ref = args.reference
-    rows: dict[float, list[tuple[bool, float, int, int, str]]] = {d: [] for d in args.design_effect}
+    rows: dict[float, list[tuple[bool, float, int, int, str, bool]]] = {
+        d: [] for d in args.design_effect
+    }
     for k in range(args.searches):
         probe = VirtualProbe(c, lifetimes=args.lifetimes)
         s = BoundarySearch(
-            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30
-        )
+            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30,
+            report_design_effect=REPORTED_DESIGN_EFFECT if args.stop == "reported" else None,
+        )  # fmt: skip
+        probe.pass_judged = lambda s=s: s.pass_judged
         out = asyncio.run(s.run())
+        changed = args.checks and checks(probe, out, args.first_seed + k)
+        if changed:
+            print(f"seed {args.first_seed + k}: the checks called a change", flush=True)
         if ref is None and out.fit is not None and out.fit.rate_rps:
             r0 = out.fit.rate_rps
             ref = reference_boundary(c, r0 * 0.7, r0 * 1.3)
@@ -140,16 +198,19 @@ def main() -> None:
         for d in args.design_effect:
             fit = reported_boundary(out.evidence, 0.01, 0.95, d)
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
-            held = ref is not None and lo <= ref <= hi
+            held = ref is not None and lo <= ref <= hi and not changed
             half = fit.relative_half_width or float("nan")
-            rows[d].append((held, half, len(out.steps), n_req, out.stop_reason))
+            within = fit.relative_reach is not None and fit.relative_reach <= 0.05
+            rows[d].append((held, half, len(out.steps), n_req, out.stop_reason, within))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for d, rs in rows.items():
         k, n = sum(r[0] for r in rs), len(rs)
         conv = sum(r[4] == "converged" for r in rs)
+        inside = sum(r[5] for r in rs)
         print(
             f"| {args.case} ({ref:.2f} req/s) | {d:g} | {k} of {n} ({k / n:.0%}) | "
-            f"{np.nanmean([r[1] for r in rs]):.1%} | {np.mean([r[2] for r in rs]):.1f} | "
+            f"{np.nanmean([r[1] for r in rs]):.1%} | {inside} of {n} | "
+            f"{np.mean([r[2] for r in rs]):.1f} | "
             f"{np.mean([r[3] for r in rs]):.0f} | {conv} of {n} |  load average {load}",
             flush=True,
         )

@@ -43,6 +43,7 @@ from tokenwatt.load.search import (
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
 from tokenwatt.metrics.boundary import (
+    REPORTED_DESIGN_EFFECT,
     BoundaryFit,
     Evidence,
     fit_boundary,
@@ -101,6 +102,14 @@ class BenchEvent:
 OnEvent = Callable[[BenchEvent], None]
 # A probe's warm-up lasts at least this many request lifetimes (see _Run.settings_for).
 WARMUP_LIFETIMES = 3.0
+# Stop the search on the reported interval (``load.search``: report_design_effect, its low end
+# closed by a long sized probe) instead of its own D = 1 one. Built and measured, not used: in
+# virtual time such searches' reported intervals (D = 5, calibrated on ~200-request passes) held
+# the long-run boundary in 8 of 102 dense and 8 of 60 MoE searches (the D = 1 stop: 97-98 %):
+# clean passes of 700-1,100 requests 2-6 % above it are common, its misses coming in rare
+# bursts; on the wall clock README's flag form took 8 min for 13.25 (13.01-13.47, 95 %) against
+# a long-run 12.96 (docs/methodology.md, "Stopping on the reported interval").
+SEARCH_STOPS_ON_REPORTED = False
 
 
 class _InterruptedError(Exception):
@@ -159,16 +168,25 @@ class _Run:
         settings: ProbeSettings | None = None,
         concurrency: int | None = None,
         max_requests: int | None = None,
+        pass_judged: int | None = None,
     ) -> ProbeSummary:
+        """One probe. ``pass_judged``: the fewest judged requests before its pass is called
+        (a search probe sized to close the reported interval's low end, ``load.search``):
+        the sequential test waits for them and the window is long enough to hold them."""
         spec = self.spec
         if settings is None and rate_rps is not None:
             settings = self.settings_for(rate_rps)
-        probe_settings = settings or spec.search.probe
         seq = None
-        if self.sequential and rate_rps is not None and probe_settings.early_stop:
+        if self.sequential and rate_rps is not None and (settings or spec.search.probe).early_stop:
             seq = SequentialStop(Limits.from_spec(spec.slo))
             if phase == "check":  # its misses are compared as a fraction (metrics.drift)
                 seq.min_fail_judged = seq.test.clean_pass_n
+            if pass_judged:
+                seq.min_pass_judged = pass_judged
+                base = settings or spec.search.probe
+                if base.min_requests < pass_judged:
+                    settings = base.model_copy(update={"min_requests": pass_judged})
+        probe_settings = settings or spec.search.probe
         stopper = None if seq is not None else early_stop_for(spec, rate_rps, probe_settings)
 
         def progress(p: ProbeProgress) -> None:
@@ -570,7 +588,13 @@ async def _search(bench: _Run) -> None:
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1
-        s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase)
+        s = await bench.measure(
+            index,
+            rate_rps=rate,
+            seed=seed,
+            phase=search.current_phase,
+            pass_judged=search.pass_judged,
+        )
         return outcome_of(s)
 
     def on_step(step: SearchStepT[ProbeSummary]) -> None:
@@ -599,6 +623,9 @@ async def _search(bench: _Run) -> None:
         max_probes=ss.max_probes,
         seed=spec.workload.seed,
         allowed=limits.allowed_violation_fraction if bench.sequential else None,
+        report_design_effect=(
+            REPORTED_DESIGN_EFFECT if bench.sequential and SEARCH_STOPS_ON_REPORTED else None
+        ),
         on_step=on_step,
         # A start from the staircase or the spec is an estimate of the boundary: walk away
         # from it in steps that begin at the width the search stops at (a pass and a failure
@@ -668,6 +695,8 @@ def _combine(
         return
     out.evidence.append(Evidence(bracket_rate(rate, o), o.evidence.judged, o.evidence.misses))
     out.fit = fit_boundary(out.evidence, allowed)
+    if out.reported is not None:
+        out.reported = reported_boundary(out.evidence, allowed)
 
 
 def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:

@@ -135,6 +135,10 @@ class SequentialStop:
     # a failure is not called on fewer judged requests than this (the drift checks: a
     # failure decided on its first few finished requests is one burst, not a miss fraction)
     min_fail_judged: int = 0
+    # a pass is not called on fewer judged requests than this (a probe sized to close the
+    # boundary's reported low end: ``metrics.boundary.clean_requests_to_close``); a clear
+    # failure still stops it at once
+    min_pass_judged: int = 0
     decision: Decision | None = None
     judged: int = 0
     misses: dict[str, int] = field(default_factory=dict)
@@ -162,4 +166,4 @@ class SequentialStop:
         return True
 
     def should_close(self, done: Sequence[RequestRecord]) -> bool:
-        return self._update(done) == "pass"
+        return self._update(done) == "pass" and self.judged >= self.min_pass_judged
