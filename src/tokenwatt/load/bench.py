@@ -176,16 +176,7 @@ class _Run:
         spec = self.spec
         if settings is None and rate_rps is not None:
             settings = self.settings_for(rate_rps)
-        seq = None
-        if self.sequential and rate_rps is not None and (settings or spec.search.probe).early_stop:
-            seq = SequentialStop(Limits.from_spec(spec.slo))
-            if phase == "check":  # its misses are compared as a fraction (metrics.drift)
-                seq.min_fail_judged = seq.test.clean_pass_n
-            if pass_judged:
-                seq.min_pass_judged = pass_judged
-                base = settings or spec.search.probe
-                if base.min_requests < pass_judged:
-                    settings = base.model_copy(update={"min_requests": pass_judged})
+        seq, settings = self._sequential_stop(rate_rps, phase, settings, pass_judged)
         probe_settings = settings or spec.search.probe
         stopper = None if seq is not None else early_stop_for(spec, rate_rps, probe_settings)
 
@@ -247,6 +238,24 @@ class _Run:
         if run.interrupted:
             raise _InterruptedError
         return summary
+
+    def _sequential_stop(
+        self, rate_rps: float | None, phase: str, settings: ProbeSettings | None,
+        pass_judged: int | None,
+    ) -> tuple[SequentialStop | None, ProbeSettings | None]:  # fmt: skip
+        """The probe's sequential test (None: the fixed-window early stop decides), and the
+        settings with a window long enough for ``pass_judged``."""
+        base = settings or self.spec.search.probe
+        if not (self.sequential and rate_rps is not None and base.early_stop):
+            return None, settings
+        seq = SequentialStop(Limits.from_spec(self.spec.slo))
+        if phase == "check":  # its misses are compared as a fraction (metrics.drift)
+            seq.min_fail_judged = seq.test.clean_pass_n
+        if pass_judged:
+            seq.min_pass_judged = pass_judged
+            if base.min_requests < pass_judged:
+                settings = base.model_copy(update={"min_requests": pass_judged})
+        return seq, settings
 
     def _record(self, summary: ProbeSummary, *, interrupted: bool) -> None:
         """Keep the probe in the result and write the file now: a kill after this loses
