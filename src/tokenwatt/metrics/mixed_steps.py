@@ -147,15 +147,16 @@ def _busy_batch_law(mean_busy: float) -> tuple[FloatArray, FloatArray]:
 
 
 def _distinct_by_batch(
-    load: ExpertLoad, b: FloatArray, g_prompt: GeneratingFunction | None
+    load: ExpertLoad, b: FloatArray, g_prompts: Sequence[GeneratingFunction | None]
 ) -> tuple[FloatArray, FloatArray]:
-    """(distinct experts per layer of a decode-only step, of an average step) at each batch."""
+    """(distinct experts per layer of a decode-only step, of an average step) at each batch;
+    ``g_prompts[i]``: G of the prompt tokens of a step at batch b[i] (None: no prompts)."""
     miss = 1.0 - load.inclusion  # (layers, experts)
-    dec = np.array([(1.0 - np.power(miss, v)).sum(axis=1).mean() for v in b])
-    if g_prompt is None:
-        return dec, dec
-    gp = g_prompt(miss)
-    avg = np.array([(1.0 - np.power(miss, v) * gp).sum(axis=1).mean() for v in b])
+    dec, avg = np.zeros_like(b), np.zeros_like(b)
+    for i, (v, g) in enumerate(zip(b, g_prompts, strict=True)):
+        kept = np.power(miss, v)
+        dec[i] = (1.0 - kept).sum(axis=1).mean()
+        avg[i] = dec[i] if g is None else (1.0 - kept * g(miss)).sum(axis=1).mean()
     return dec, avg
 
 
@@ -178,14 +179,12 @@ def _step_weights(
     """W̄(b) of a decode-only and of an average step at each batch b, with m(b) prompts per
     step at that batch (one value for all, or one per batch)."""
     m_b = np.broadcast_to(np.asarray(m, dtype=np.float64), b.shape)
-    f, p_mixed = np.zeros_like(b), np.zeros_like(b)
+    laws = [_prompt_law(float(x), prompt, free) for x in m_b]
+    f = np.array([law[0] for law in laws])
+    p_mixed = np.array([law[1] for law in laws])
     d_dec = d_avg = np.zeros_like(b)
     if load is not None:
-        d_dec, d_avg = np.zeros_like(b), np.zeros_like(b)
-    for i in range(len(b)):
-        f[i], p_mixed[i], g_prompt = _prompt_law(float(m_b[i]), prompt, free)
-        if load is not None:
-            d_dec[i], d_avg[i] = (v[0] for v in _distinct_by_batch(load, b[i : i + 1], g_prompt))
+        d_dec, d_avg = _distinct_by_batch(load, b, [law[2] for law in laws])
     per = geometry.moe_layers * geometry.expert_bytes if geometry.is_moe else 0.0
     return _StepWeights(
         f, p_mixed, d_dec, d_avg, geometry.dense_weight_bytes + per * d_dec,
