@@ -22,8 +22,8 @@ row adds the searches whose reported interval at that D lies within ± 5 % of it
 ``--checks`` follows each converged search with ``tokenwatt bench``'s drift checks
 (``load.bench._drift_checks``: a re-test at the highest pass and a confirmation at the fitted
 point, each failing only on 194 judged requests), judged as the bench judges them
-(``metrics.drift``); checks that agree join the evidence (``load.bench._combine``), a change
-called leaves no boundary (counted as not held, and printed).
+(``metrics.drift``, through ``virtual_probe.drift_checks``); they do not join the evidence, and
+a change called leaves no boundary (counted as not held, and printed).
 """
 
 from __future__ import annotations
@@ -40,16 +40,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES
-from tokenwatt.load.search import BoundarySearch, SearchOutcome, bracket_rate, probe_seed
-from tokenwatt.metrics.boundary import (
-    REPORTED_DESIGN_EFFECT,
-    Evidence,
-    miss_fraction_upper,
-    reported_boundary,
-)
-from tokenwatt.metrics.drift import changed_against, changed_since, effective_counts
-from tokenwatt.metrics.sequential import Sprt
-from virtual_probe import CASES, VirtualProbe, VirtualRun, reference_boundary
+from tokenwatt.load.search import BoundarySearch, SearchOutcome
+from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, reported_boundary
+from virtual_probe import CASES, VirtualProbe, VirtualRun, drift_checks, reference_boundary
 
 
 def _dump(
@@ -78,34 +71,10 @@ def _dump(
 
 
 def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bool:
-    """The bench's drift checks after a converged search, in virtual time; True when a change
-    is called (no boundary). Checks that agree join ``out.evidence`` as ``_combine`` does."""
-    fit, b = out.fit, out.boundary
-    if out.stop_reason != "converged" or fit is None or fit.rate_rps is None or b is None:
-        return False
-    old = b.outcome.evidence
-    assert old is not None
-    evidence = [s.outcome.evidence for s in out.steps if s.outcome.evidence is not None]
-    probe.min_fail_judged = Sprt(0.01).clean_pass_n
-    for i, (rate, kind) in enumerate(((b.rate_rps, "re-test"), (fit.rate_rps, "confirm"))):
-        o = asyncio.run(probe(rate, probe_seed(seed, len(out.steps) + 1 + i)))
-        ev = o.evidence
-        assert ev is not None
-        new = (ev.judged, ev.misses)
-        if kind == "re-test":
-            line = changed_since((old.judged, old.misses), new, kind)
-        else:
-            upper = {}
-            for k in ev.misses:
-                pts = [
-                    (e.rate_rps, *effective_counts(e.judged, e.misses.get(k, 0))) for e in evidence
-                ]
-                upper[k] = miss_fraction_upper(0.01, pts, rate)
-            line = changed_against(upper, new, kind)
-        if line is not None:
-            return True
-        out.evidence.append(Evidence(bracket_rate(rate, o), ev.judged, ev.misses))
-    return False
+    """The bench's drift checks after a converged search, in virtual time
+    (``virtual_probe.drift_checks``, the bench's rule); True when a change is called (no
+    boundary). Checks never join the evidence, as in ``load.bench._drift_checks``."""
+    return any(c.changed is not None for c in drift_checks(probe, out, seed))
 
 
 def summarize(paths: list[Path], design_effects: list[float]) -> None:

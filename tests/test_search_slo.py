@@ -16,6 +16,7 @@ from tokenwatt.metrics.slo import (
     clearly_failed,
     detect_trend,
     evaluate_slo,
+    judged_medians,
     nearest_rank,
     violation_budget,
 )
@@ -174,3 +175,26 @@ def test_trend_shift_floor_ignores_small_absolute_rises() -> None:
     assert t.rank_correlation == pytest.approx(1.0) and not t.rising
     # The same shape with a 100 ms limit matters.
     assert detect_trend(reqs, ttft_limit_s=0.1).rising
+
+
+def test_judged_medians_read_a_failure_as_slower_than_any_value() -> None:
+    """The drift checks' latency level (``metrics.slo.judged_medians``), by hand: the
+    nearest-rank median is the ⌈N/2⌉-th smallest, a failed request is +inf."""
+    ok = [RequestLatency(True, i, ttft_s=t, tpot_s=p) for i, (t, p) in
+          enumerate([(0.1, 0.02), (0.3, 0.04), (0.2, 0.03), (0.4, 0.05)])]  # fmt: skip
+    # 4 requests: the 2nd smallest, 0.2 s TTFT and 30 ms TPOT
+    assert judged_medians(ok) == {"ttft": 0.2, "tpot": 0.03}
+    # one failure of 5: the 3rd smallest of (0.1, 0.2, 0.3, 0.4, inf) is 0.3
+    failed = RequestLatency(False, 9.0)
+    assert judged_medians([*ok, failed]) == {"ttft": 0.3, "tpot": 0.04}
+    # three failures of 6: the 3rd smallest is still 0.3; three of 5, it is a failure, and
+    # the median is beyond any value
+    assert judged_medians([*ok[:3], failed, failed, failed]) == {"ttft": 0.3, "tpot": 0.04}
+    assert judged_medians([*ok[:2], failed, failed, failed]) == {"ttft": None, "tpot": None}
+    # a one-token output has no TPOT and meets every TPOT limit: it reads as 0, as the verdict
+    # reads it, and no request at all has no median
+    one = RequestLatency(True, 0.0, ttft_s=0.5, tpot_s=None)
+    assert judged_medians([one]) == {"ttft": 0.5, "tpot": 0.0}
+    assert judged_medians([]) == {}
+    # the verdict carries them
+    assert evaluate_slo(P99, ok).medians_s == {"ttft": 0.2, "tpot": 0.03}

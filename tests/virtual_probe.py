@@ -9,6 +9,7 @@ decided on the requests finished by then, a pass judged over every request sent 
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,10 +18,11 @@ import numpy as np
 
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
-from tokenwatt.load.search import ProbeOutcome
+from tokenwatt.load.search import ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.metrics.boundary import Evidence
+from tokenwatt.metrics.drift import Level, slower_than_search
 from tokenwatt.metrics.sequential import Sprt, decide_probe, miss_counts
-from tokenwatt.metrics.slo import Limits, RequestLatency, violation_budget
+from tokenwatt.metrics.slo import Limits, RequestLatency, judged_medians, violation_budget
 from tokenwatt.sim import SimConfig, VirtualSim
 
 LIMITS = Limits("percentile", 0.5, 0.05, None, 0.99, 0.9)  # p99 TTFT 500 ms, TPOT 50 ms
@@ -42,6 +44,11 @@ CASES = {
     "dense": Case("dense", "llama-3.1-8b", "h100-sxm", 1024, 256),
     "moe": Case("moe", "qwen3-30b-a3b", "h100-sxm", 512, 128),
     "prefill": Case("prefill", "llama-3.1-8b", "h100-sxm", 2048, 32),
+}
+# Cases no setting was tuned on: where a threshold measured on CASES is validated.
+HOLDOUT_CASES = {
+    "gpt-oss": Case("gpt-oss", "gpt-oss-20b", "h200", 1024, 128),
+    "qwen3-8b-prefill": Case("qwen3-8b-prefill", "qwen3-8b", "h100-sxm", 3072, 64),
 }
 
 
@@ -214,3 +221,50 @@ class VirtualProbe:
         known[rate] = float(np.median(np.subtract(run.done_s, run.sent_s)))
         self.e2e_s = known
         return out
+
+
+def virtual_level(run: VirtualRun, judged: int, rate: float) -> Level:
+    """A virtual probe's latency level as ``load.bench.level_of`` reads a probe: its offered
+    rate, and the judged requests' medians (``metrics.slo.judged_medians``)."""
+    m = judged_medians(run.lats[:judged])
+    return Level(rate, m.get("ttft"), m.get("tpot"))
+
+
+@dataclass(frozen=True)
+class VirtualCheck:
+    """One drift check replayed in virtual time: its kind, level, verdict, and the line
+    ``metrics.drift.slower_than_search`` gave (None: latency as searched)."""
+
+    kind: str
+    level: Level
+    passed: bool
+    changed: str | None
+
+
+def drift_checks(
+    probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int, case: Case | None = None
+) -> list[VirtualCheck]:
+    """``load.bench._drift_checks`` after a converged search, in virtual time: a re-test at
+    the boundary probe's rate, a confirmation at the fitted point (each failing only on as many
+    judged requests as a pass needs), each judged against its neighbours on the search's curve.
+    ``case``: the server the checks meet (a slowed one, to measure what the checks catch);
+    both checks run, so a caller can count either. Empty when the search did not converge."""
+    fit, b = out.fit, out.boundary
+    if out.stop_reason != "converged" or fit is None or fit.rate_rps is None or b is None:
+        return []
+    levels = [
+        virtual_level(st.outcome.payload, st.outcome.evidence.judged, st.rate_rps)
+        for st in out.steps
+        if st.outcome.payload is not None and st.outcome.evidence is not None
+    ]
+    probe.min_fail_judged = Sprt(0.01).clean_pass_n
+    healthy = probe.case
+    probe.case = case if case is not None else healthy
+    found = []
+    for i, (rate, kind) in enumerate(((b.rate_rps, "re-test"), (fit.rate_rps, "confirmation"))):
+        o = asyncio.run(probe(rate, probe_seed(seed, len(out.steps) + 1 + i)))
+        assert o.payload is not None and o.evidence is not None
+        level = virtual_level(o.payload, o.evidence.judged, rate)
+        found.append(VirtualCheck(kind, level, o.passed, slower_than_search(level, levels, kind)))
+    probe.case = healthy
+    return found

@@ -100,6 +100,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``decode_steps_per_s``: the decode steps counted once from the token gaps (weight
         1/batch; ``metrics.step_gaps``), whose count and batch law the headline's weight terms
         now use; None where the byte law was used (no token times).
+        (issue 22 item 5, optional) ``slo_detail.medians_s``: nearest-rank medians of TTFT
+        and TPOT over the judged requests (a failed one as +inf; None: over half failed),
+        the latency level the drift checks compare; ``search.drift`` lines now read by it.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -680,6 +683,11 @@ class SloDetail(_Strict):
     quantiles_s: dict[str, float | None] = Field(
         default_factory=dict,
         description="nearest-rank quantile per limit, e.g. ttft_p99 (None: failed requests)",
+    )
+    medians_s: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="nearest-rank median of ttft and tpot over the judged requests, a failed "
+        "one as +inf (None: over half failed); the drift checks' latency level",
     )
     trend_first_third_ttft_s: float | None = Field(None, description="median TTFT, first third")
     trend_last_third_ttft_s: float | None = Field(None, description="median TTFT, last third")

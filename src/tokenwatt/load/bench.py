@@ -16,6 +16,7 @@ after every probe, atomically, so an interrupted or crashed run keeps what it me
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,7 +38,6 @@ from tokenwatt.load.search import (
     BoundarySearch,
     ProbeOutcome,
     SearchOutcome,
-    bracket_rate,
     probe_seed,
 )
 from tokenwatt.load.search import SearchStep as SearchStepT
@@ -46,11 +46,9 @@ from tokenwatt.metrics.boundary import (
     REPORTED_DESIGN_EFFECT,
     BoundaryFit,
     Evidence,
-    fit_boundary,
-    miss_fraction_upper,
     reported_boundary,
 )
-from tokenwatt.metrics.drift import changed_against, changed_since, effective_counts
+from tokenwatt.metrics.drift import Level, slower_than_search
 from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
 from tokenwatt.metrics.slo import EarlyStop, Limits, latencies
 from tokenwatt.power import PowerMonitor
@@ -654,58 +652,55 @@ async def _search(bench: _Run) -> None:
         _conclude(bench, search.outcome)
 
 
+def level_of(s: ProbeSummary) -> Level | None:
+    """A probe's latency level for the drift checks (``metrics.drift``): its offered rate and
+    the judged requests' medians (``metrics.slo.judged_medians``; over half failed reads as
+    +inf, slower than any finite median); None: a closed loop, no rate."""
+    if s.rate_rps is None:
+        return None
+    m = s.slo_detail.medians_s
+    ttft, tpot = (m[k] if m.get(k) is not None else math.inf if k in m else None for k in _LEVEL)
+    return Level(s.rate_rps, ttft, tpot)
+
+
+_LEVEL = ("ttft", "tpot")
+
+
 async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
-    """Re-test the highest earlier pass and confirm at the fitted boundary (``metrics.drift``);
-    a disagreement sets the stop reason ``changed``."""
+    """Re-test the highest earlier pass and confirm at the fitted boundary; a check slower than
+    its neighbours on the search's curve, or one whose requests the server failed, sets the stop
+    reason ``changed`` (``metrics.drift``). The checks do not join the fit: their long windows
+    near the boundary, joined, cost the reported interval its coverage (docs/methodology.md,
+    "A server that changed")."""
     spec, fit, b = bench.spec, out.fit, out.boundary
     if fit is None or fit.rate_rps is None or b is None or b.outcome.payload is None:
         return
-    old = b.outcome.payload.slo_detail
-    allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
-    evidence = [s.outcome.evidence for s in out.steps if s.outcome.evidence is not None]
-    checks = [(b.rate_rps, "re-test"), (fit.rate_rps, "confirmation")]
-    for rate, kind in checks:
+    levels = [lv for st in out.steps if st.outcome.payload is not None
+              if (lv := level_of(st.outcome.payload)) is not None]  # fmt: skip
+    for rate, kind in ((b.rate_rps, "re-test"), (fit.rate_rps, "confirmation")):
         index = len(bench.result.probes) + 1
         seed = probe_seed(spec.workload.seed, index)
         s = await bench.measure(index, rate_rps=rate, seed=seed, phase="check")
-        new = (s.slo_detail.judged or 0, s.slo_detail.misses)
         where = f"in the {kind} at {rate:.3g} req/s (probe {index})"
-        if kind == "re-test":
-            line = changed_since((old.judged or 0, old.misses), new, where)
-        else:
-            upper = {
-                k: miss_fraction_upper(
-                    allowed,
-                    [
-                        (e.rate_rps, *effective_counts(e.judged, e.misses.get(k, 0)))
-                        for e in evidence
-                    ],
-                    rate,
-                )
-                for k in s.slo_detail.misses
-            }
-            line = changed_against(upper, new, where)
+        line = _changed_line(s, levels, where)
         verdict = "pass" if s.slo_passed else "fail"
-        bench.drift.append(line or f"{kind} at {rate:.3g} req/s (probe {index}): {verdict}, agrees")
+        bench.drift.append(
+            line or f"{kind} at {rate:.3g} req/s (probe {index}): {verdict}, latency as searched"
+        )
         if line is not None:
             out.stop_reason = "changed"
             return
-        _combine(out, s, rate, allowed)
 
 
-def _combine(
-    out: SearchOutcome[ProbeSummary], s: ProbeSummary, rate: float, allowed: float
-) -> None:
-    """A check that agrees measured the same curve once more: its counts join the evidence
-    the boundary is fitted on (two measurements near one rate are combined, never one taken
-    alone; a confirmation that fails clearly at the fitted point closes the interval there)."""
-    o = outcome_of(s)
-    if o.evidence is None:
-        return
-    out.evidence.append(Evidence(bracket_rate(rate, o), o.evidence.judged, o.evidence.misses))
-    out.fit = fit_boundary(out.evidence, allowed)
-    if out.reported is not None:
-        out.reported = reported_boundary(out.evidence, allowed)
+def _changed_line(s: ProbeSummary, levels: list[Level], where: str) -> str | None:
+    """Why ``s`` says the server changed, or None: the server failed the check's requests
+    (an error probe: it was answering during the search), or its median latency is over the
+    factor × its neighbours' on the search's curve."""
+    if s.slo_detail.error_probe:
+        rate = s.slo_detail.error_rate or 0.0
+        return f"the server failed {rate:.0%} of the requests {where}"
+    level = level_of(s)
+    return None if level is None else slower_than_search(level, levels, where)
 
 
 def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
@@ -724,7 +719,7 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         result.warnings.append(_halt_warning(out, spec))
     elif out.stop_reason == "changed":
         result.boundary = None
-        why = next((d for d in bench.drift if "improbable" in d), "")
+        why = bench.drift[-1] if bench.drift else ""
         result.warnings.append(f"the server changed during the run: {why}; no boundary is called")
     elif out.stop_reason == "failed_at_start":
         result.warnings.append("no probed rate met the SLO: there is no boundary to report")

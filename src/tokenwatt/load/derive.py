@@ -232,6 +232,7 @@ def _slo_detail(verdict: SLOVerdict) -> SloDetail:
         early_stopped=verdict.early_stopped,
         reason=verdict.reason,
         quantiles_s=verdict.quantiles_s,
+        medians_s=verdict.medians_s,
         trend_first_third_ttft_s=None if trend is None else trend.first_third_ttft_s,
         trend_last_third_ttft_s=None if trend is None else trend.last_third_ttft_s,
         trend_rise_s=None if trend is None else trend.rise_s,

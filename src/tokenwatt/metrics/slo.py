@@ -227,6 +227,7 @@ class SLOVerdict:
     failed: list[str] = field(default_factory=list)
     attainment: float | None = None  # fraction of requests meeting every limit
     quantiles_s: dict[str, float | None] = field(default_factory=dict)  # nearest-rank
+    medians_s: dict[str, float | None] = field(default_factory=dict)  # judged_medians
     requests: int = 0
     errors: int = 0
     reason: str | None = None
@@ -238,12 +239,26 @@ class SLOVerdict:
     saturated: bool = False  # the load generator could not keep its schedule
 
 
+def judged_medians(reqs: Sequence[RequestLatency]) -> dict[str, float | None]:
+    """Nearest-rank medians of TTFT and TPOT over the judged requests, a failed request read
+    as +inf as the verdict reads it; None when the median lands on a failure (more than half of
+    them failed: the median is beyond every finite value); empty for no requests. The drift
+    checks' latency level (``metrics.drift``): a window whose requests mostly failed is slower
+    than any the search measured, not one with nothing to compare."""
+    out: dict[str, float | None] = {}
+    for metric in ("ttft", "tpot"):
+        v = nearest_rank([r.value(metric) for r in reqs], 0.5)
+        if not math.isnan(v):
+            out[metric] = v if math.isfinite(v) else None
+    return out
+
+
 def evaluate_slo(limits: Limits, reqs: Sequence[RequestLatency]) -> SLOVerdict:
     """Pass or fail over the probe's counted requests. No requests at all is a failure."""
     n = len(reqs)
     errors = sum(1 for r in reqs if not r.ok)
     if n == 0:
-        return SLOVerdict(False, limits.kind, ["no_requests"], None, {}, 0, 0, "no requests")
+        return SLOVerdict(False, limits.kind, ["no_requests"], None, {}, {}, 0, 0, "no requests")
     attain = sum(1 for r in reqs if r.meets(limits)) / n
     quant: dict[str, float | None] = {}
     failed: list[str] = []
@@ -274,7 +289,8 @@ def evaluate_slo(limits: Limits, reqs: Sequence[RequestLatency]) -> SLOVerdict:
                 shown = "failed requests" if got is None else f"{got * 1000:.1f} ms"
                 parts.append(f"{name} {shown} > {(limit or 0) * 1000:g} ms")
         reason = "; ".join(parts)
-    return SLOVerdict(not failed, limits.kind, failed, attain, quant, n, errors, reason)
+    medians = judged_medians(reqs)
+    return SLOVerdict(not failed, limits.kind, failed, attain, quant, medians, n, errors, reason)
 
 
 def _fails_without_errors(limits: Limits, reqs: Sequence[RequestLatency]) -> bool:
