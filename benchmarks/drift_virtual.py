@@ -10,7 +10,7 @@ per factor against the same simulator with its decode bandwidth efficiency divid
 factor (1: the server did not change; 10: every decode step 10× longer), through
 ``virtual_probe.drift_checks`` (the bench's rule, ``metrics.drift.slower_than_search``).
 Prints per factor how many searches the checks called a change in (either check, re-test,
-confirmation), and for factor 1 the ratio of each check's median TTFT and TPOT to its
+confirmation), and for factor 1 the ratio of each check's median TPOT to its
 neighbours' on the search's curve (``metrics.drift.neighbours``): the margin under
 ``DRIFT_LATENCY_FACTOR``. ``--dump`` appends every search's levels as JSON lines.
 """
@@ -42,10 +42,10 @@ from virtual_probe import (
 )
 
 
-def _ratio(check: Level, levels: list[Level], name: str) -> float | None:
-    """The check's median over its neighbours' (``metrics.drift.neighbours``): the rule's
-    ratio."""
-    v, top = check.median(name), neighbours(levels, check.rate_rps, name)
+def _ratio(check: Level, levels: list[Level]) -> float | None:
+    """The check's median TPOT over its neighbours' (``metrics.drift.neighbours``): the
+    rule's ratio."""
+    v, top = check.tpot_p50_s, neighbours(levels, check.rate_rps)
     return v / top if v is not None and top is not None else None
 
 
@@ -59,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     c = {**CASES, **HOLDOUT_CASES}[args.case]
     called: dict[float, list[tuple[bool, bool]]] = {f: [] for f in args.factors}
-    ratios: dict[tuple[str, str], list[float]] = {}
+    ratios: dict[str, list[float]] = {}
     for k in range(args.searches):
         seed = args.first_seed + k
         probe = VirtualProbe(c, lifetimes=WARMUP_LIFETIMES)
@@ -83,10 +83,9 @@ def main() -> None:
                             for x in found]  # fmt: skip
             if f == 1.0:
                 for x in found:
-                    for name in ("ttft", "tpot"):
-                        r = _ratio(x.level, levels, name)
-                        if r is not None:
-                            ratios.setdefault((x.kind, name), []).append(r)
+                    r = _ratio(x.level, levels)
+                    if r is not None:
+                        ratios.setdefault(x.kind, []).append(r)
                 if any(x.changed for x in found):
                     print(f"seed {seed}: a change called on the healthy server", flush=True)
         if args.dump is not None:
@@ -98,7 +97,7 @@ def main() -> None:
 def _print(
     case: str,
     called: dict[float, list[tuple[bool, bool]]],
-    ratios: dict[tuple[str, str], list[float]],
+    ratios: dict[str, list[float]],
 ) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\n{case}: checks after converged searches (load average {load})")
@@ -109,12 +108,13 @@ def _print(
         either = sum(a or b for a, b in rows)
         print(f"| {f:g}× | {n} | {either} ({either / max(n, 1):.1%}) | "
               f"{sum(a for a, _ in rows)} | {sum(b for _, b in rows)} |")  # fmt: skip
-    print(f"\nhealthy server: check median ÷ its neighbours (rule: > {DRIFT_LATENCY_FACTOR:g})")
-    print("| check | median | p50 | p90 | p99 | max |")
-    print("|---|---|---|---|---|---|")
-    for (kind, name), rs in sorted(ratios.items()):
+    rule = f"rule: > {DRIFT_LATENCY_FACTOR:g}"
+    print(f"\nhealthy server: check median TPOT ÷ its neighbours' ({rule})")
+    print("| check | p50 | p90 | p99 | max |")
+    print("|---|---|---|---|---|")
+    for kind, rs in sorted(ratios.items()):
         q = np.quantile(rs, [0.5, 0.9, 0.99, 1.0])
-        print(f"| {kind} | {name.upper()} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {q[3]:.2f} |")
+        print(f"| {kind} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {q[3]:.2f} |")
 
 
 if __name__ == "__main__":

@@ -146,39 +146,41 @@ def test_a_server_that_slows_down_after_the_search_gets_no_boundary(tmp_path: Pa
 
 
 def test_the_neighbours_rule_by_hand() -> None:
-    """The search measured medians (TTFT, TPOT) of 100/30 ms at 10 req/s, 200/40 ms at 13,
-    500/50 ms at 14 and 4 s/90 ms at 20 (an overloaded first guess). A check is compared with
-    the higher median of its nearest probes at or below and at or above its rate."""
-    search = [Level(10.0, 0.1, 0.03), Level(13.0, 0.2, 0.04), Level(14.0, 0.5, 0.05),
-              Level(20.0, 4.0, 0.09)]  # fmt: skip
-    # a confirmation at 13.5 sits between 13 and 14: max(40, 50) = 50 ms, so 99 ms TPOT is
-    # within 2 × 50 and 101 ms is not; the line names the figure, the ratio and the neighbours
-    assert neighbours(search, 13.5, "tpot") == 0.05
-    assert slower_than_search(Level(13.5, 0.2, 0.099), search, "here", 2.0) is None
-    line = slower_than_search(Level(13.5, 0.2, 0.101), search, "here", 2.0)
-    assert line is not None and line.startswith("median TPOT 101 ms here, 2.02× the 50 ms")
-    # the probe at 20 req/s is not a neighbour: its 90 ms would have let 101 ms through
-    assert neighbours(search, 13.5, "tpot") < 0.09
-    # a re-test at 13 has the earlier probe at 13 on both sides: 200 ms TTFT, so 420 ms is a
-    # change, although the 500 ms measured at 14 would have covered it
-    assert neighbours(search, 13.0, "ttft") == 0.2
-    line = slower_than_search(Level(13.0, 0.42, 0.04), search, "here", 2.0)
-    assert line is not None and line.startswith("median TTFT 420 ms")
+    """The search measured median TPOTs of 30 ms at 10 req/s, 40 at 13, 50 at 14 and 90 at 20
+    (an overloaded first guess). A check is compared with the higher median of its nearest
+    probes at or below and at or above its rate, at the factor 2.5."""
+    search = [Level(10.0, 0.03), Level(13.0, 0.04), Level(14.0, 0.05), Level(20.0, 0.09)]
+    # a confirmation at 13.5 sits between 13 and 14: max(40, 50) = 50 ms, so 124 ms is
+    # within 2.5 × 50 and 126 ms is not; the line names the figure, the ratio, the neighbours
+    assert neighbours(search, 13.5) == 0.05
+    assert slower_than_search(Level(13.5, 0.124), search, "here", 2.5) is None
+    line = slower_than_search(Level(13.5, 0.126), search, "here", 2.5)
+    assert line is not None and line.startswith("median TPOT 126 ms here, 2.52× the 50 ms")
+    # the probe at 20 req/s is not a neighbour: 2.5 × its 90 ms would have let 200 ms through
+    assert slower_than_search(Level(13.5, 0.2), search, "here", 2.5) is not None
+    # a re-test at 13 has the earlier probe at 13 on both sides: 40 ms, so 101 ms is a change
+    # although 2.5 × the 50 ms measured at 14 would have covered it
+    assert neighbours(search, 13.0) == 0.04
+    assert slower_than_search(Level(13.0, 0.101), search, "here", 2.5) is not None
     # a rate measured twice counts both: the higher one bounds
-    twice = [*search, Level(13.0, 0.3, 0.035)]
-    assert neighbours(twice, 13.0, "ttft") == 0.3
-    assert slower_than_search(Level(13.0, 0.42, 0.04), twice, "here", 2.0) is None
+    twice = [*search, Level(13.0, 0.045)]
+    assert neighbours(twice, 13.0) == 0.045
+    assert slower_than_search(Level(13.0, 0.101), twice, "here", 2.5) is None
     # above every probe only the nearest below bounds it; below every probe, the nearest above
-    assert neighbours(search, 25.0, "ttft") == 4.0
-    assert neighbours(search, 5.0, "tpot") == 0.03
-    # a median missing (or zero: one-token outputs) on either side is skipped, not read as 0
-    assert slower_than_search(Level(13.0, None, 0.03), search, "here", 2.0) is None
-    assert neighbours([Level(14.0, 0.5, None), Level(14.0, 0.5, 0.0)], 13.0, "tpot") is None
-    # half the check's requests failed (+inf): a change, said in those words
-    line = slower_than_search(Level(13.0, math.inf, 0.04), search, "here", 2.0)
+    assert neighbours(search, 25.0) == 0.09
+    assert neighbours(search, 5.0) == 0.03
+    # nothing judged on either side is skipped; a zero median (one-token outputs) is no bound
+    assert slower_than_search(Level(13.0, None), search, "here", 2.5) is None
+    assert neighbours([Level(14.0, None), Level(14.0, 0.0)], 13.0) is None
+    # over half the check's requests failed (+inf): a change, said in those words
+    line = slower_than_search(Level(13.0, math.inf), search, "here", 2.5)
     assert line is not None and line.startswith("over half of the requests here failed")
     # a neighbour whose own requests mostly failed (+inf) bounds nothing
-    assert slower_than_search(Level(13.0, 9.0, 0.04), [Level(13.0, math.inf, 0.04)], "x") is None
+    assert slower_than_search(Level(13.0, 9.0), [Level(13.0, math.inf)], "x", 2.5) is None
+    # judged_medians' record: a median on a failure (None) is +inf, no key is nothing judged
+    assert Level.of(13.0, {"ttft": None, "tpot": None}).tpot_p50_s == math.inf
+    assert Level.of(13.0, {"ttft": 0.2, "tpot": 0.0}).tpot_p50_s == 0.0
+    assert Level.of(13.0, {}).tpot_p50_s is None
 
 
 def test_a_burst_near_the_boundary_is_not_a_change() -> None:

@@ -225,9 +225,8 @@ class VirtualProbe:
 
 def virtual_level(run: VirtualRun, judged: int, rate: float) -> Level:
     """A virtual probe's latency level as ``load.bench.level_of`` reads a probe: its offered
-    rate, and the judged requests' medians (``metrics.slo.judged_medians``)."""
-    m = judged_medians(run.lats[:judged])
-    return Level(rate, m.get("ttft"), m.get("tpot"))
+    rate, and the judged requests' median TPOT (``metrics.slo.judged_medians``)."""
+    return Level.of(rate, judged_medians(run.lats[:judged]))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ after every probe, atomically, so an interrupted or crashed run keeps what it me
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -653,17 +652,12 @@ async def _search(bench: _Run) -> None:
 
 
 def level_of(s: ProbeSummary) -> Level | None:
-    """A probe's latency level for the drift checks (``metrics.drift``): its offered rate and
-    the judged requests' medians (``metrics.slo.judged_medians``; over half failed reads as
-    +inf, slower than any finite median); None: a closed loop, no rate."""
+    """A probe as the drift checks read it (``metrics.drift``): its offered rate and the
+    judged requests' median TPOT (``slo_detail.medians_s``: over half failed reads as +inf,
+    slower than any); None: a closed loop, no rate."""
     if s.rate_rps is None:
         return None
-    m = s.slo_detail.medians_s
-    ttft, tpot = (m[k] if m.get(k) is not None else math.inf if k in m else None for k in _LEVEL)
-    return Level(s.rate_rps, ttft, tpot)
-
-
-_LEVEL = ("ttft", "tpot")
+    return Level.of(s.rate_rps, s.slo_detail.medians_s)
 
 
 async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:

@@ -1,59 +1,66 @@
-"""Did the server change during the run? Two checks after the search, read by latency level.
+"""Did the server change during the run? Two checks after the search, read by median TPOT.
 
 A search reads probes taken minutes apart as one curve. A server that slows down halfway (a
 neighbour on the GPU, thermal throttling, a cache that filled) leaves the passes from before
 the change standing, and the boundary they imply is stale. So after the search the run probes
 again, a **re-test** at the highest rate that passed and a **confirmation** at the fitted
-boundary, and asks of each one question: is this window slower than one server can be?
+boundary, and asks of each one question: are its decode steps slower than one server's can be?
 
-For one server the median latency does not fall as the offered rate rises: more load means a
-larger batch (each decode step longer) and a longer queue (each first token later). So each
-check is compared with its neighbours on the search's curve, the nearest probe at or below its
-rate and the nearest at or above (the re-test's neighbour on both sides is the earlier probe at
-its own rate), and the server changed when the check's median TTFT or median TPOT exceeds
-``DRIFT_LATENCY_FACTOR`` × the higher of their medians. Only the neighbours: a probe far above
-the boundary (the search's first overloaded guesses) has medians many times the boundary's and
-would let a slowed server through; a failing probe cut short after its first few requests
-finished has medians biased low (the first to finish are the fast ones), which is why the
-neighbour below, a full passing window, is taken with it.
+For one server the median TPOT does not fall as the offered rate rises (more load, a larger
+batch, each decode step longer), and near the boundary it is bounded by the batch the engine
+allows. So each check is compared with its neighbours on the search's curve, the nearest probe
+at or below its rate and the nearest at or above (the re-test's neighbour on both sides is the
+earlier probe at its own rate), and the server changed when the check's median TPOT exceeds
+``DRIFT_LATENCY_FACTOR`` × the higher of theirs. Only the neighbours: a probe far above the
+boundary (the search's first overloaded guesses) would let a slowed server through; a failing
+probe cut short after its first few requests has medians biased low (the first to finish are
+the fast ones), which is why the neighbour below, a full passing window, is taken with it.
 
-The checks do not read the p99 verdict. The misses near the boundary come in bursts (a queue
-that builds fails its neighbours together: about 65 requests to a burst on the simulator), so
-a verdict flips between windows of one healthy server, and counts read as binomial draws, even
-through a design effect of 4, called a change on an unchanged simulator in 31 of 100 dense
-searches. The median moves with the whole window, not with its worst 1 %.
+Not the p99 verdict: misses near the boundary come in bursts (a queue that builds fails its
+neighbours together, about 65 requests to a burst on the simulator), so verdicts flip between
+windows of one healthy server, and counts read as binomial draws, even through a design
+effect of 4, called a change on an unchanged simulator in 31 of 100 dense searches. Not the
+median TTFT either: near the boundary it is the queue's, and two windows of one healthy
+server at one rate differed 4.5× (gpt-oss-20b at 45 req/s, 160 against 720 ms). The median
+TPOT moves with the server's decode speed and little else. A check whose requests mostly
+failed has a median TPOT beyond every value (``metrics.slo.judged_medians``) and is a change.
 
-A server that got *faster* is not caught (nothing about the boundary's safety depends on it);
-one that got slower by the factor is, at either check.
+What it does not see: a server that got faster, one whose queue alone grew (fewer slots, the
+same speed), and a decode slow-down below the factor (measured: docs/methodology.md, "A server
+that changed").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["DRIFT_LATENCY_FACTOR", "Level", "neighbours", "slower_than_search"]
 
-# A healthy server's check stays within this of its neighbours' medians: measured in virtual
-# time over dense, MoE and prefill-heavy searches, the largest ratio was 2.04 (prefill-heavy:
-# a confirmation window that met a congested spell beside a failing probe cut short); its
-# check on held-out cases is in docs/methodology.md, "A server that changed".
+# A healthy server's check stays within this of its neighbours' median TPOT: measured in
+# virtual time over dense, MoE and prefill-heavy searches the largest ratio was 2.04
+# (prefill-heavy: a confirmation that met a congested spell beside a failing probe cut short);
+# held-out cases and what each slow-down catches: docs/methodology.md, "A server that changed".
 DRIFT_LATENCY_FACTOR = 2.5
 
 
 @dataclass(frozen=True, slots=True)
 class Level:
-    """One probe's latency level: its offered rate and the medians of its judged requests
-    (``metrics.slo.judged_medians``; +inf: over half failed; None: nothing judged)."""
+    """One probe as the checks read it: its offered rate and the median TPOT of its judged
+    requests (``metrics.slo.judged_medians``; +inf: over half failed; None: nothing judged)."""
 
     rate_rps: float
-    ttft_p50_s: float | None
     tpot_p50_s: float | None
 
-    def median(self, name: str) -> float | None:
-        """``ttft`` or ``tpot``."""
-        return self.ttft_p50_s if name == "ttft" else self.tpot_p50_s
+    @classmethod
+    def of(cls, rate_rps: float, medians_s: Mapping[str, float | None]) -> Level:
+        """From ``judged_medians``' record: a median that landed on a failure (None) is
+        +inf; no ``tpot`` key (nothing judged) is None."""
+        if "tpot" not in medians_s:
+            return cls(rate_rps, None)
+        v = medians_s["tpot"]
+        return cls(rate_rps, math.inf if v is None else v)
 
 
 def _ms(x: float) -> str:
@@ -61,11 +68,11 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.3g} ms" if x < 1.0 else f"{x:.3g} s"
 
 
-def neighbours(search: Sequence[Level], rate_rps: float, name: str) -> float | None:
-    """The higher median of the nearest probes at or below and at or above ``rate_rps``
+def neighbours(search: Sequence[Level], rate_rps: float) -> float | None:
+    """The higher median TPOT of the nearest probes at or below and at or above ``rate_rps``
     (every probe at that nearest rate: a rate measured twice counts both); None: no probe
-    measured that median (zero, a one-token TPOT, counts as none)."""
-    have = [(s.rate_rps, m) for s in search if (m := s.median(name))]
+    measured one (zero, one-token outputs only, counts as none)."""
+    have = [(s.rate_rps, m) for s in search if (m := s.tpot_p50_s)]
     below = [r for r, _ in have if r <= rate_rps]
     above = [r for r, _ in have if r >= rate_rps]
     near = {max(below)} if below else set()
@@ -80,23 +87,17 @@ def slower_than_search(
     where: str,
     factor: float = DRIFT_LATENCY_FACTOR,
 ) -> str | None:
-    """A line when ``check``'s median TTFT or TPOT exceeds ``factor`` × its neighbours' on
-    the search's curve (``neighbours``); None when it does not, or nothing compares."""
-    for name in ("ttft", "tpot"):
-        v = check.median(name)
-        top = neighbours(search, check.rate_rps, name)
-        if v is None or top is None:
-            continue
-        if v > factor * top and math.isinf(v):
-            return (
-                f"over half of the requests {where} failed (median {name.upper()} beyond "
-                f"every finite value), where the search measured {_ms(top)} beside "
-                f"{check.rate_rps:.3g} req/s"
-            )
-        if v > factor * top:
-            return (
-                f"median {name.upper()} {_ms(v)} {where}, {v / top:.3g}× the "
-                f"{_ms(top)} the search measured beside {check.rate_rps:.3g} req/s (a healthy "
-                f"server stays within {factor:g}×)"
-            )
-    return None
+    """A line when ``check``'s median TPOT exceeds ``factor`` × its neighbours' on the
+    search's curve (``neighbours``); None when it does not, or nothing compares."""
+    v, top = check.tpot_p50_s, neighbours(search, check.rate_rps)
+    if v is None or top is None or not v > factor * top:
+        return None
+    if math.isinf(v):
+        return (
+            f"over half of the requests {where} failed (median TPOT beyond every value), "
+            f"where the search measured {_ms(top)} beside {check.rate_rps:.3g} req/s"
+        )
+    return (
+        f"median TPOT {_ms(v)} {where}, {v / top:.3g}× the {_ms(top)} the search measured "
+        f"beside {check.rate_rps:.3g} req/s (a healthy server stays within {factor:g}×)"
+    )
