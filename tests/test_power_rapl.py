@@ -122,6 +122,7 @@ def test_counting_through_wraps_while_sampling(tmp_path: Path) -> None:
         stop.set()
         w.join()
     assert "counter_wrap" in g.flags and "counter_reset" not in g.flags, g.flags
+    assert g.energy_j is not None
 
     # A read returns what the writer last wrote, which load can leave tens of ms old. The
     # truth at the reads the monitor used: each value's unwrapped count and the time it was
