@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from bisect import bisect_right
 from pathlib import Path
 
 import pytest
@@ -86,16 +87,23 @@ def test_wraparound_is_added_back_exactly(tmp_path: Path) -> None:
 
 
 def test_counting_through_wraps_while_sampling(tmp_path: Path) -> None:
-    # 250 W into a counter that wraps every 40 J (every 0.16 s): many wraps per window.
+    # 250 W into a counter that wraps every 150 J (every 0.6 s): two or three wraps in a 1.5 s
+    # window. A counter that drops by less than half its range reads as a reset
+    # (power.integrate), so reads must come less than 0.3 s apart: a margin for stalls that a
+    # loaded machine can give a thread (a 40 J range left it 80 ms).
+    range_uj = 150_000_000
     root = tmp_path / "pc"
-    f = zone(root, "intel-rapl:0", "package-0", 0, range_uj=40_000_000) / "energy_uj"
+    f = zone(root, "intel-rapl:0", "package-0", 0, range_uj=range_uj) / "energy_uj"
     t0 = time.perf_counter_ns()
+    written = [(t0, 0)]  # (when the writer took its time, the µJ it wrote before the modulus)
     stop = threading.Event()
 
     def writer() -> None:  # the "CPU": refreshes its counter every ~2 ms, like RAPL's ~1 ms
         while not stop.is_set():
-            uj = int(250.0 * (time.perf_counter_ns() - t0) / 1e3)
-            write(f, uj % 40_000_000)
+            t = time.perf_counter_ns()
+            uj = int(250.0 * (t - t0) / 1e3)
+            write(f, uj % range_uj)
+            written.append((t, uj))
             time.sleep(0.002)
 
     w = threading.Thread(target=writer)
@@ -106,15 +114,41 @@ def test_counting_through_wraps_while_sampling(tmp_path: Path) -> None:
         with PowerMonitor([src]) as mon:
             assert mon.wait_ready(5.0)
             a = now_ns()
-            time.sleep(0.5)
+            time.sleep(1.5)
             b = now_ns()
             g = mon.energy(a, b).scopes["cpu"]
+            pts = mon.readings()
     finally:
         stop.set()
         w.join()
-    assert "counter_wrap" in g.flags
-    # each edge is stale by at most a refresh (~2 ms plus scheduling) of 250 W
-    assert g.energy_j == pytest.approx(250.0 * (b - a) / S, rel=0.03)
+    assert "counter_wrap" in g.flags and "counter_reset" not in g.flags, g.flags
+    assert g.energy_j is not None
+
+    # A read returns what the writer last wrote, which load can leave tens of ms old. The
+    # truth at the reads the monitor used: each value's unwrapped count and the time it was
+    # taken, from the writer's own log (the nearest write of that value to the read).
+    def truth(t_ns: int, value_j: float) -> tuple[int, int]:
+        """(µJ unwrapped, staleness ns) of the read stamped ``t_ns`` that saw ``value_j``."""
+        seen = [(t, uj) for t, uj in written if uj % range_uj == round(value_j * 1e6)]
+        assert seen, f"{value_j} J was never written"
+        tw, uj = min(seen, key=lambda s: abs(t_ns - s[0]))
+        return uj, t_ns - tw
+
+    ts = [t for t, _ in pts]
+    expect_j, stale_ns = 0.0, []
+    for edge, sign in ((a, -1), (b, 1)):
+        k = bisect_right(ts, edge) - 1
+        assert 0 <= k < len(pts) - 1, "each edge lies between two reads"
+        (t_lo, v_lo), (t_hi, v_hi) = pts[k], pts[k + 1]
+        (u_lo, s_lo), (u_hi, s_hi) = truth(t_lo, v_lo), truth(t_hi, v_hi)
+        expect_j += sign * (u_lo + (u_hi - u_lo) * (edge - t_lo) / (t_hi - t_lo)) / 1e6
+        stale_ns += [s_lo, s_hi]
+    # every wrap added back and both edges interpolated between the reads: exact
+    assert g.energy_j == pytest.approx(expect_j, rel=1e-9, abs=1e-6)
+    # against 250 W × window: each edge is off by the staleness of its reads, interpolated,
+    # so the window by at most 250 W × the spread of those staleness figures
+    slack_j = 250.0 * (max(stale_ns) - min(stale_ns)) / S + 1e-5
+    assert abs(g.energy_j - 250.0 * (b - a) / S) <= slack_j, (stale_ns, g.energy_j)
 
 
 def test_chosen_domains(sysfs: Path) -> None:
