@@ -40,6 +40,7 @@ __all__ = [
     "Decision",
     "SequentialStop",
     "Sprt",
+    "decides_fail_with_in_flight",
     "miss_counts",
 ]
 
@@ -120,6 +121,21 @@ def decide_probe(test: Sprt, misses: dict[str, int], n: int) -> Decision | None:
     return None
 
 
+def decides_fail_with_in_flight(
+    test: Sprt, misses: dict[str, int], n: int, in_flight_misses: dict[str, int]
+) -> bool:
+    """The fail side only, with requests still in flight that already miss a limit for
+    certain (one waiting for its first token past the TTFT limit is a TTFT miss whatever
+    comes next). Limit m reads v_m + k_m misses of n + k_m: each such request is one more
+    judged draw and a miss, for that limit alone (its other limits are unknown and are not
+    counted as hits). A pass is never read here: a request not yet finished may still miss,
+    so a pass waits for settled requests (``SequentialStop.should_close``)."""
+    return any(
+        test.decide(v + in_flight_misses.get(m, 0), n + in_flight_misses.get(m, 0)) == "fail"
+        for m, v in misses.items()
+    )
+
+
 @dataclass(slots=True)
 class SequentialStop:
     """A probe's two hooks: ``should_stop`` (decided fail: stop now, as the early stop does)
@@ -162,6 +178,30 @@ class SequentialStop:
         self.reason = (
             f"stopped early: {self.misses[worst]} of {self.judged} requests miss {worst}, "
             f"a failure at {self.confidence:.0%} (sequential test)"
+        )
+        return True
+
+    def should_stop_with_in_flight(
+        self, done: Sequence[RequestRecord], in_flight_misses: dict[str, int]
+    ) -> bool:
+        """``should_stop`` with known misses among requests still in flight (see
+        ``decides_fail_with_in_flight``); the reason says how many of the misses are those.
+        Not yet called by ``load.probe``: a sender reports a request's first token only with
+        its finished record, so the probe cannot yet tell which in-flight request waits."""
+        if self.should_stop(done):
+            return True
+        if not any(in_flight_misses.values()):
+            return False
+        if not decides_fail_with_in_flight(self.test, self.misses, self.judged, in_flight_misses):
+            return False
+        self.decision = "fail"
+        total = {m: v + in_flight_misses.get(m, 0) for m, v in self.misses.items()}
+        worst = max(total, key=lambda k: total[k])
+        k = in_flight_misses.get(worst, 0)
+        self.reason = (
+            f"stopped early: {total[worst]} of {self.judged + k} requests miss {worst} "
+            f"({k} of them still in flight, already past the limit), a failure at "
+            f"{self.confidence:.0%} (sequential test)"
         )
         return True
 
