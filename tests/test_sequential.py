@@ -211,3 +211,23 @@ def test_the_stop_hook_says_how_many_misses_are_in_flight() -> None:
     slow = [_record(i, 0.9) for i in range(3)]
     assert stop.should_stop_with_in_flight(slow, {"ttft_p99": 4})
     assert stop.reason is not None and "3 of 3" in stop.reason and "in flight" not in stop.reason
+
+
+def test_late_first_tokens_count_for_the_ttft_limit_and_never_in_a_check() -> None:
+    """``should_stop_late`` counts k requests in flight past the TTFT limit as TTFT misses
+    (the attainment form: attainment misses); a check probe (``min_fail_judged``, the drift
+    checks compare miss fractions) never stops on them, only on its finished requests."""
+    done = [_record(0, 0.9), _record(1, 0.9), *(_record(i, 0.1) for i in range(2, 10))]
+    stop = SequentialStop(Limits("percentile", 0.5, 0.05, None, 0.99, 0.9))
+    assert stop.late_first_token_limit == "ttft_p99"
+    assert not stop.should_stop_late(done, 0) and stop.in_flight_misses == {}
+    assert stop.should_stop_late(done, 1) and stop.in_flight_misses == {"ttft_p99": 1}
+    attain = SequentialStop(Limits("attainment", 0.5, 0.05, None, 0.99, 0.99))
+    assert attain.late_first_token_limit == "attainment"
+    assert attain.should_stop_late(done, 1) and attain.in_flight_misses == {"attainment": 1}
+    assert (
+        SequentialStop(Limits("percentile", None, 0.05, None, 0.99, 0.9)).late_first_token_limit
+        is None
+    )
+    check = SequentialStop(Limits("percentile", 0.5, None, None, 0.99, 0.9), min_fail_judged=194)
+    assert not check.should_stop_late(done, 50) and check.in_flight_misses == {}

@@ -100,6 +100,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``decode_steps_per_s``: the decode steps counted once from the token gaps (weight
         1/batch; ``metrics.step_gaps``), whose count and batch law the headline's weight terms
         now use; None where the byte law was used (no token times).
+        (issue 22 item 1, optional) ``slo_detail.in_flight_misses``: requests still in flight
+        at an early stop whose first token was already past the TTFT limit, per limit, where
+        the sequential test counted them (``metrics.sequential``); None in older files and
+        where the decision read finished requests only.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -704,6 +708,11 @@ class SloDetail(_Strict):
     )
     sequential: Literal["pass", "fail"] | None = Field(
         None, description="the sequential test's decision (None: undecided or not run)"
+    )
+    in_flight_misses: dict[str, int] | None = Field(
+        None,
+        description="known misses among requests in flight that the early stop counted, per "
+        "limit (first token already past the TTFT limit); those requests end cancelled",
     )
 
 
