@@ -21,17 +21,19 @@ import asyncio
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
 from tokenwatt.client import StreamClient
+from tokenwatt.load.bench import outcome_of, run_bench
 from tokenwatt.load.probe import LateFirstTokens, ProbeRun, run_probe
 from tokenwatt.metrics.boundary import Evidence, fit_boundary
 from tokenwatt.metrics.sequential import SequentialStop, decide_probe, miss_counts
 from tokenwatt.metrics.slo import Limits, latencies
-from tokenwatt.records import RequestRecord
+from tokenwatt.records import RequestRecord, read_requests
 from tokenwatt.spec import BenchSpec
 from tokenwatt.spec.endpoint import Timeouts
 
@@ -264,3 +266,31 @@ def test_the_fit_reads_known_misses_in_flight_for_their_own_limit() -> None:
     settled = Evidence(6.0, 8, {"ttft_p99": 3})
     assert fit_boundary([below, cut], 0.01) == fit_boundary([below, settled], 0.01)
     assert fit_boundary([below, cut], 0.01).high_rps is not None
+
+
+def test_a_bench_probe_records_the_misses_it_counted_in_flight(tmp_path: Path) -> None:
+    """``bench`` wires the rule into its search probes: the failing probe's ``slo_detail``
+    says how many known misses in flight the stop counted, its reason says so too, the
+    requests file keeps those requests (cancelled, marked), and the fit's evidence has them."""
+    with OneSlotServer(token_s=0.05) as srv:
+        d = _spec(srv.url, 8.0).model_dump(mode="json")
+        d["hardware"] = {"accelerator": None, "custom": {"bandwidth_bytes_per_s": 1e12,
+                         "memory_bytes": 80e9, "bf16_dense_flops": 1e15, "tdp_w": 700}}  # fmt: skip
+        d["search"].update(start_rate_rps=8.0, max_probes=1, single_stream_requests=2)
+        result = asyncio.run(run_bench(BenchSpec.model_validate(d), tmp_path / "out"))
+    probe = result.probes[0]
+    late = probe.slo_detail.in_flight_misses
+    assert late is not None and late["ttft_p99"] >= 1
+    k = late["ttft_p99"]
+    assert probe.slo_detail.sequential == "fail" and not probe.slo_passed
+    assert f"({k} of them still in flight" in (probe.slo_detail.reason or "")
+    rows = read_requests(tmp_path / "out" / (probe.requests_file or ""))
+    marked = [
+        r for phase, r in rows if phase == "window" and "known miss" in (r.error_message or "")
+    ]
+    assert len(marked) == k and all(r.cancelled for r in marked)
+    ev = outcome_of(probe).evidence
+    assert ev is not None and ev.counts("ttft_p99") == (
+        (probe.slo_detail.judged or 0) + k,
+        probe.slo_detail.misses["ttft_p99"] + k,
+    )
