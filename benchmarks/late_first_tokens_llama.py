@@ -63,9 +63,7 @@ def _spec(url: str, args: argparse.Namespace) -> BenchSpec:
 
 async def _one(spec: BenchSpec, rate: float, late: bool) -> tuple[ProbeRun, SequentialStop, float]:
     stop = SequentialStop(Limits.from_spec(spec.slo))
-    ttft_s = stop.limits.ttft_s
-    assert ttft_s is not None
-    hook = LateFirstTokens(round(ttft_s * 1e9), stop.should_stop_late) if late else None
+    hook = LateFirstTokens.of(stop) if late else None
     async with open_target(spec) as target:
         t0 = time.perf_counter()
         run = await run_probe(

@@ -198,7 +198,7 @@ def _spec(url: str, rate: float, **probe: Any) -> BenchSpec:
 
 async def _probe(spec: BenchSpec, rate: float, *, late: bool) -> tuple[ProbeRun, SequentialStop]:
     stop = SequentialStop(Limits.from_spec(spec.slo))
-    hook = LateFirstTokens(250_000_000, stop.should_stop_late) if late else None
+    hook = LateFirstTokens(250_000_000, stop) if late else None
     async with _client(spec.endpoint.url) as c:
         run = await run_probe(
             spec, c, rate_rps=rate, seed=1, should_stop=stop.should_stop, late=hook

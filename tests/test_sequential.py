@@ -211,6 +211,7 @@ def test_the_stop_hook_says_how_many_misses_are_in_flight() -> None:
     slow = [_record(i, 0.9) for i in range(3)]
     assert stop.should_stop_with_in_flight(slow, {"ttft_p99": 4})
     assert stop.reason is not None and "3 of 3" in stop.reason and "in flight" not in stop.reason
+    assert stop.in_flight_misses == {}  # the finished requests decided: none counted in flight
 
 
 def test_late_first_tokens_count_for_the_ttft_limit_and_never_in_a_check() -> None:

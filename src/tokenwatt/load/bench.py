@@ -210,7 +210,7 @@ class _Run:
             on_progress=progress,
             should_stop=seq.should_stop if seq is not None else stopper,
             should_close=seq.should_close if seq is not None else None,
-            late=_late_first_tokens(seq),
+            late=LateFirstTokens.of(seq),
         )
         name = f"requests-{index:02d}.jsonl"
         await asyncio.to_thread(run.write_requests, self.out_dir / name)
@@ -272,15 +272,6 @@ class _Run:
         if interrupted:
             self.result.interrupted = True
         self.write()
-
-
-def _late_first_tokens(seq: SequentialStop | None) -> LateFirstTokens | None:
-    """The sequential test's fail side may count requests in flight whose first token is
-    already past the TTFT limit (``load.probe.LateFirstTokens``); None without a TTFT limit."""
-    ttft_s = seq.limits.ttft_s if seq is not None else None
-    if seq is None or ttft_s is None:
-        return None
-    return LateFirstTokens(round(ttft_s * 1e9), seq.should_stop_late)
 
 
 def _stop_reason(seq: SequentialStop | None, stopper: EarlyStop | None) -> str | None:

@@ -81,6 +81,7 @@ from tokenwatt.load.window import WindowRules
 from tokenwatt.load.workload import PromptFormat, RequestPlan
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
+from tokenwatt.metrics.sequential import SequentialStop
 from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
 from tokenwatt.records import RequestPhase, RequestRecord, write_requests
 from tokenwatt.result import WorkerKeepUp
@@ -115,15 +116,23 @@ _LATE_AT_STOP = (
 
 @dataclass(frozen=True, slots=True)
 class LateFirstTokens:
-    """The early stop's view of requests still in flight: ``should_stop(done, k)`` is called
-    with the counted requests finished so far and the number k of counted ones in flight
-    whose first token is certain to come more than ``ttft_limit_ns`` after their send (the
-    sender's ``late_first_tokens``: sent that long ago, no content yet, no unread byte). Each
-    is already a TTFT miss whatever comes next (``SequentialStop.should_stop_late`` in
-    ``metrics.sequential``). Without such requests the plain ``should_stop`` decides."""
+    """The early stop's view of requests still in flight: the sequential test ``stop`` is
+    asked (``SequentialStop.should_stop_late``) with the counted requests finished so far and
+    the number k of counted ones in flight whose first token is certain to come more than
+    ``ttft_limit_ns`` after their send (the sender's ``late_first_tokens``: sent that long
+    ago, no content yet, no unread byte). Each is a TTFT miss whatever comes next. Without
+    such requests the plain ``should_stop`` decides."""
 
     ttft_limit_ns: int
-    should_stop: Callable[[Sequence[RequestRecord], int], bool]
+    stop: SequentialStop
+
+    @classmethod
+    def of(cls, stop: SequentialStop | None) -> LateFirstTokens | None:
+        """The rule for a sequential test (None: no test, or no TTFT limit to miss)."""
+        ttft_s = stop.limits.ttft_s if stop is not None else None
+        if stop is None or ttft_s is None:
+            return None
+        return cls(round(ttft_s * _NS), stop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,10 +582,9 @@ class _Probe:
         if late is not None and self.counted_ids_in_flight:
             ids = self.counted_ids_in_flight
             known = [i for i in self.sender.late_first_tokens(late.ttft_limit_ns) if i in ids]
-            if known:
-                if not late.should_stop(self.counted_done, len(known)):
-                    return False
-                self.late_ids = set(known)
+            if known and late.stop.should_stop_late(self.counted_done, len(known)):
+                if late.stop.in_flight_misses:  # they decided it (not the finished alone)
+                    self.late_ids = set(known)
                 return True
         return self.should_stop is not None and self.should_stop(self.counted_done)
 
