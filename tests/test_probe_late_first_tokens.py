@@ -18,15 +18,14 @@ already a TTFT miss, while the finished ones trickle out one per service time.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
+from test_drift import SlowingServer
 from tokenwatt.client import StreamClient
 from tokenwatt.load.bench import outcome_of, run_bench
 from tokenwatt.load.probe import LateFirstTokens, ProbeRun, run_probe
@@ -41,69 +40,24 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class OneSlotServer:
-    """Completions streaming, ``slots`` at a time, ``token_s`` per token, in its own thread
-    (the client's loop may block without stopping it)."""
+    """``test_drift.SlowingServer`` (headers at once, then ``slots`` streams at a time,
+    ``token_s`` per token) in its own thread: the client's loop may block without stopping
+    it."""
 
     def __init__(self, slots: int = 1, token_s: float = 0.05) -> None:
-        self.slots_n = slots
-        self.token_s = token_s
         self.url = ""
+        self._inner = SlowingServer(slots=slots, token_s=token_s)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        try:
-            return await self._answer(request)
-        except ConnectionResetError:  # the probe cancelled it: nothing to answer
-            return web.StreamResponse()
-
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
-        body: dict[str, Any] = await request.json()
-        n = int(body.get("max_tokens", 16))
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)  # headers now; the first token waits for the slot
-        async with self._slots:
-            for i in range(n):
-                await asyncio.sleep(self.token_s)
-                choice = {
-                    "index": 0,
-                    "text": "x",
-                    "finish_reason": "length" if i == n - 1 else None,
-                }
-                chunk = {"id": f"c{id(request)}", "object": "text_completion", "model": "toy",
-                         "created": int(time.time()), "choices": [choice]}  # fmt: skip
-                await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
-            tail = {"id": "c", "object": "text_completion", "model": "toy", "choices": [],
-                    "usage": usage}  # fmt: skip
-            await resp.write(b"data: " + json.dumps(tail).encode() + b"\n\ndata: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
-
-    async def _models(self, _: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "toy", "object": "model"}]})
-
-    async def _start(self) -> str:
-        self._slots = asyncio.Semaphore(self.slots_n)
-        app = web.Application()
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/completions", self._completions)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}/v1"
 
     def __enter__(self) -> OneSlotServer:
         self._thread.start()
-        self.url = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._inner.__aenter__(), self._loop).result(10)
+        self.url = self._inner.url
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._inner.__aexit__(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
