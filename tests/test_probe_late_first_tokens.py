@@ -180,10 +180,11 @@ def test_a_failing_rate_stops_on_requests_in_flight_past_the_ttft_limit() -> Non
     n, misses = _settled(run)
     assert decide_probe(stop.test, misses, n) != "fail"
     assert stop.test.decide(misses["ttft_p99"] + k, n + k) == "fail"
-    # the requests it counted are still recorded: cancelled, each marked, none with a token
+    # the requests it counted are still recorded: cancelled, each marked
     marked = [r for r in run.counted if r.error_message and "known miss" in r.error_message]
-    assert len(marked) == k and all(r.cancelled and r.first_token_ns is None for r in marked)
-    assert all(r.sent_ns is not None for r in marked)
+    assert len(marked) == k and all(r.cancelled and r.sent_ns is not None for r in marked)
+    for r in marked:  # a first token that came while the stop cancelled them came late too
+        assert r.first_token_ns is None or r.first_token_ns - (r.sent_ns or 0) > 250_000_000
     assert run.window_dict()["late_first_tokens_at_stop"] == k
 
 

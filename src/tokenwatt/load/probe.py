@@ -43,6 +43,12 @@ Timeline (monotonic ns)::
   (``error_stopped``, and ``stopped_early``). A dead server would otherwise be hammered for
   the whole probe, thousands of refused connections a second piling up records. Stopped in
   warm-up, the window is moved to start at ``t0``: every request sent is then judged.
+* The early stop may also count requests still in flight (``LateFirstTokens``): a counted
+  request sent longer ago than the TTFT limit with no first token yet, and no unread byte on
+  its socket, is a TTFT miss whatever comes next (``StreamClient.late_first_tokens``, asked
+  through the sender at each poll). A stop decided with them marks them in their records
+  (cancelled, as every request in flight at an early stop) and ``late_first_tokens_at_stop``
+  says how many.
 * ``on_record`` is called with every record as it ends (``requests.jsonl`` is written
   incrementally from it, so a killed run keeps what was measured).
 """
@@ -605,7 +611,7 @@ class _Probe:
                     f"still running drain_timeout_s={self.settings.drain_timeout_s:g} s "
                     "after the window closed"
                 )
-            elif rec.request_id in self.late_ids and rec.cancelled and rec.first_token_ns is None:
+            elif rec.request_id in self.late_ids and rec.cancelled:
                 # cancelled as every request in flight at the early stop; it says which of
                 # them the decision counted as known TTFT misses
                 rec.error_message = _LATE_AT_STOP
