@@ -65,6 +65,7 @@ def _summary(out: Path) -> None:
             f"  probe {p.index} {p.phase}: {p.rate_rps:.3g} req/s, window {p.window_s:.1f} s, "
             f"{p.slo_detail.judged} judged, misses {p.slo_detail.misses}, "
             f"{_verdict(p.slo_passed, p.interrupted)} ({p.slo_detail.sequential})"
+            + (f", in flight {late}" if (late := p.slo_detail.in_flight_misses) else "")
         )
     for d in s.drift if s else []:
         print(f"  drift: {d}")

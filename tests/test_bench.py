@@ -126,7 +126,9 @@ def test_bench_writes_a_consistent_result(
     # reported interval its coverage): the interval is the fit over the search's own probes,
     # each at the rate its verdict is placed at.
     every = [
-        Evidence(bracket_rate(p.rate_rps, o), o.evidence.judged, o.evidence.misses)
+        Evidence(
+            bracket_rate(p.rate_rps, o), o.evidence.judged, o.evidence.misses, o.evidence.in_flight
+        )
         for p in searched
         if (o := outcome_of(p)).evidence is not None and p.rate_rps is not None
     ]
@@ -143,6 +145,10 @@ def test_bench_writes_a_consistent_result(
     # (whether a failing probe here is stopped early or runs its window out depends on timing
     # on a busy machine; the early stop itself is tested in test_probe_e2e.py)
     for p in r.probes:
+        if p.slo_detail.in_flight_misses and not p.slo_detail.judged:
+            # stopped on known TTFT misses still in flight before a counted request finished
+            assert p.achieved_rate_rps == 0 and not p.slo_passed and p.mbu is None
+            continue
         assert p.achieved_rate_rps > 0 and p.output_tokens_per_s > 0
         assert p.goodput_output_tokens_per_s_per_gpu == pytest.approx(
             p.goodput_output_tokens_per_s / r.gpus
@@ -326,7 +332,9 @@ def test_bench_writes_br02_and_csv_next_to_the_result(
         assert (agg.requests.failures or 0) == p.requests_failed
         assert (agg.requests.incomplete or 0) == p.requests_cancelled
         assert rep.run.time.duration == f"PT{p.window_s:.6f}S"
-        assert agg.latency is not None and agg.latency.time_to_first_token is not None
+        assert agg.latency is not None
+        # none only for a probe stopped on known misses in flight before any request finished
+        assert (agg.latency.time_to_first_token is None) == (p.ttft_s.mean is None)
         if p.ttft_s.mean is not None:
             ttft = agg.latency.time_to_first_token
             scale = 1e3 if ttft.units == "ms" else 1.0

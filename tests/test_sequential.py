@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
+from tokenwatt.metrics.sequential import (
+    SequentialStop,
+    Sprt,
+    decide_probe,
+    decides_fail_with_in_flight,
+    miss_counts,
+)
 from tokenwatt.metrics.slo import Limits, RequestLatency
 from tokenwatt.records import RequestRecord
 
@@ -149,3 +155,80 @@ def test_a_probe_sized_to_close_the_low_end_passes_only_on_its_count() -> None:
     assert stop.should_close([*clean, _record(673, 0.1)])
     slow = [_record(i, 0.9) for i in range(3)]
     assert SequentialStop(limits, min_pass_judged=674).should_stop(slow)
+
+
+# --- the fail side with known misses still in flight ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settled", "n", "known", "fails"),
+    [
+        # 2 misses of 10 settled: 2·1.386294 − 8·0.0151901 = 2.651 < 2.944, undecided; one
+        # request in flight past the TTFT limit makes 3 of 11: 4.158883 − 8·0.0151901 = 4.037
+        (2, 10, 1, True),
+        (2, 10, 0, False),
+        # 1 of 50 settled and 2 in flight: 3 of 52, 4.158883 − 49·0.0151901 = 3.415 ≥ 2.944
+        (1, 50, 2, True),
+        # 1 of 82 settled and 2 in flight: 3 of 84, 4.158883 − 81·0.0151901 = 2.928 < 2.944
+        (1, 82, 2, False),
+        # 1 of 80 and 2 in flight: 3 of 82, 4.158883 − 79·0.0151901 = 2.959, as 3 of 82 settled
+        (1, 80, 2, True),
+    ],
+)
+def test_in_flight_misses_decide_a_failure_by_hand(
+    settled: int, n: int, known: int, fails: bool
+) -> None:
+    t = Sprt(0.01)
+    llr = (settled + known) * PER_MISS + (n - settled) * PER_HIT
+    assert (llr >= A) == fails
+    misses = {"ttft_p99": settled, "tpot_p99": 0}
+    assert decides_fail_with_in_flight(t, misses, n, {"ttft_p99": known}) == fails
+
+
+def test_in_flight_misses_count_for_their_own_limit_only() -> None:
+    """A request past the TTFT limit is not a TPOT hit: TPOT's count does not grow, so TPOT
+    can never pass on it (and the pass side never reads in-flight requests at all)."""
+    t = Sprt(0.01)
+    # 2 TPOT misses of 10 settled; 5 in flight past the TTFT limit: TTFT 5 of 15 fails
+    assert decides_fail_with_in_flight(t, {"ttft_p99": 0, "tpot_p99": 2}, 10, {"ttft_p99": 5})
+    # nothing known in flight for TPOT: its 2 of 10 stay undecided
+    assert not decides_fail_with_in_flight(t, {"ttft_p99": 0, "tpot_p99": 2}, 10, {})
+    # 194 clean settled requests pass (decide_probe); known misses never make a pass
+    assert decide_probe(t, {"ttft_p99": 0}, 194) == "pass"
+    assert not decides_fail_with_in_flight(t, {"ttft_p99": 0}, 194, {"ttft_p99": 0})
+
+
+def test_the_stop_hook_says_how_many_misses_are_in_flight() -> None:
+    stop = SequentialStop(Limits("percentile", 0.5, None, None, 0.99, 0.9))
+    done = [_record(0, 0.9), _record(1, 0.9), *(_record(i, 0.1) for i in range(2, 10))]
+    assert not stop.should_stop(done)  # 2 of 10: undecided
+    assert not stop.should_stop_with_in_flight(done, {})
+    assert stop.should_stop_with_in_flight(done, {"ttft_p99": 1})
+    assert stop.decision == "fail" and stop.reason is not None
+    assert "3 of 11 requests miss ttft_p99 (1 of them still in flight" in stop.reason
+    # settled misses alone decide as before, with the plain reason
+    stop = SequentialStop(Limits("percentile", 0.5, None, None, 0.99, 0.9))
+    slow = [_record(i, 0.9) for i in range(3)]
+    assert stop.should_stop_with_in_flight(slow, {"ttft_p99": 4})
+    assert stop.reason is not None and "3 of 3" in stop.reason and "in flight" not in stop.reason
+    assert stop.in_flight_misses == {}  # the finished requests decided: none counted in flight
+
+
+def test_late_first_tokens_count_for_the_ttft_limit_and_never_in_a_check() -> None:
+    """``should_stop_late`` counts k requests in flight past the TTFT limit as TTFT misses
+    (the attainment form: attainment misses); a check probe (``min_fail_judged``, the drift
+    checks compare miss fractions) never stops on them, only on its finished requests."""
+    done = [_record(0, 0.9), _record(1, 0.9), *(_record(i, 0.1) for i in range(2, 10))]
+    stop = SequentialStop(Limits("percentile", 0.5, 0.05, None, 0.99, 0.9))
+    assert stop.late_first_token_limit == "ttft_p99"
+    assert not stop.should_stop_late(done, 0) and stop.in_flight_misses == {}
+    assert stop.should_stop_late(done, 1) and stop.in_flight_misses == {"ttft_p99": 1}
+    attain = SequentialStop(Limits("attainment", 0.5, 0.05, None, 0.99, 0.99))
+    assert attain.late_first_token_limit == "attainment"
+    assert attain.should_stop_late(done, 1) and attain.in_flight_misses == {"attainment": 1}
+    assert (
+        SequentialStop(Limits("percentile", None, 0.05, None, 0.99, 0.9)).late_first_token_limit
+        is None
+    )
+    check = SequentialStop(Limits("percentile", 0.5, None, None, 0.99, 0.9), min_fail_judged=194)
+    assert not check.should_stop_late(done, 50) and check.in_flight_misses == {}

@@ -103,6 +103,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         (issue 22 item 5, optional) ``slo_detail.medians_s``: nearest-rank medians of TTFT
         and TPOT over the judged requests (a failed one as +inf; None: over half failed),
         the latency level the drift checks compare; ``search.drift`` lines now read by it.
+        (issue 22 item 1, optional) ``slo_detail.in_flight_misses``: requests still in flight
+        at an early stop whose first token was already past the TTFT limit, per limit, where
+        the sequential test counted them (``metrics.sequential``); None in older files and
+        where the decision read finished requests only.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -712,6 +716,11 @@ class SloDetail(_Strict):
     )
     sequential: Literal["pass", "fail"] | None = Field(
         None, description="the sequential test's decision (None: undecided or not run)"
+    )
+    in_flight_misses: dict[str, int] | None = Field(
+        None,
+        description="known misses among requests in flight that the early stop counted, per "
+        "limit (first token already past the TTFT limit); those requests end cancelled",
     )
 
 

@@ -626,6 +626,17 @@ class Connection:
             self.stray = True  # an answer nobody asked for is waiting
         return True
 
+    def has_unread(self) -> bool:
+        """Whether bytes (or the peer's close) wait on the socket, not yet read by the loop
+        (one non-blocking peek; an error counts as waiting: the loop will read it)."""
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        return True
+
     def abandon(self) -> None:
         """The waiting side gave up (timeout, cancel): the stream cannot continue on this socket."""
         self.close()

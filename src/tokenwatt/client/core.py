@@ -123,6 +123,8 @@ class StreamClient:
         self._closed = False
         self._rbuf = memoryview(bytearray(RECV_SIZE))  # shared: reads never overlap in a loop
         self._ids = AnswerIds()  # whether the server's answer ids differ (stale-answer check)
+        # streams on the wire, by request id: what ``late_first_tokens`` reads at a probe's poll
+        self._live: dict[int, tuple[Exchange, Connection]] = {}
         self.connections_opened = 0
         self.connections_reused = 0
         # connections closed because an answer arrived with no request outstanding on them
@@ -203,6 +205,30 @@ class StreamClient:
         self._finish_record(rec, ex)
         _judge_end(rec, exact_length=exact)
         return rec
+
+    def late_first_tokens(self, limit_ns: int) -> list[int]:
+        """The requests in flight whose first token is certain to come more than ``limit_ns``
+        after their send: sent longer ago than that, no content chunk decoded yet, and no
+        unread byte waiting on their socket. Any content still to come is then stamped after
+        this call (a kernel receive stamp of bytes not yet received, or a user stamp taken
+        later), so its TTFT, as ``metrics.request.ttft_s`` will read it, exceeds the limit; a
+        request that fails instead is a miss of every limit. A socket with unread bytes is
+        left for a later call (those bytes may hold a first token stamped in time). Read at a
+        probe's poll (``load.probe``), not per chunk: the read path is untouched."""
+        now = _perf()
+        late: list[int] = []
+        for rid, (ex, conn) in self._live.items():
+            sent = ex.sent_ns
+            interp = ex.interp
+            if sent is None or now - sent <= limit_ns or interp is None or ex.future.done():
+                continue
+            if ex.first_read_ns is not None:
+                interp.flush()  # headers or non-content events may have arrived
+                if interp.first_ns is not None:
+                    continue
+            if not conn.has_unread():
+                late.append(rid)
+        return late
 
     async def list_models(self) -> list[str]:
         """GET {base_url}/models. TargetError (one line) if unreachable or not OpenAI-shaped.
@@ -309,17 +335,24 @@ class StreamClient:
         if reused:
             self.connections_reused += 1
         timer = _Timer(loop, t, ex, t0)
+        live = self._live
+        rid = rec.request_id
+        live[rid] = (ex, conn)
         conn.start(ex, request)
         timer.arm()
         try:
             await ex.future
         except asyncio.CancelledError:
+            if live.get(rid, (None,))[0] is ex:
+                del live[rid]
             timer.cancel()
             conn.abandon()
             rec.sent_ns = ex.sent_ns
             self._fill_from(rec, ex)
             self._fail(rec, "cancelled", "the run was interrupted", _perf())
             raise
+        if live.get(rid, (None,))[0] is ex:
+            del live[rid]
         timer.cancel()
         if timer.fired is not None:
             conn.abandon()

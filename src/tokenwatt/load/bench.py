@@ -32,7 +32,7 @@ from tokenwatt.load.derive import early_stop_for, summarize_probe
 from tokenwatt.load.energy_window import open_probe_power, power_warnings, probe_energy
 from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
 from tokenwatt.load.fit import check_fits
-from tokenwatt.load.probe import ProbeProgress, ProbeRun, run_probe
+from tokenwatt.load.probe import LateFirstTokens, ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import (
     BoundarySearch,
     ProbeOutcome,
@@ -207,6 +207,7 @@ class _Run:
             on_progress=progress,
             should_stop=seq.should_stop if seq is not None else stopper,
             should_close=seq.should_close if seq is not None else None,
+            late=LateFirstTokens.of(seq),
         )
         name = f"requests-{index:02d}.jsonl"
         await asyncio.to_thread(run.write_requests, self.out_dir / name)
@@ -228,6 +229,9 @@ class _Run:
             engine_series_file=series_file,
         )
         _add_counts(summary, run, spec)
+        if seq is not None and run.stopped_early and seq.in_flight_misses:
+            summary.slo_detail.in_flight_misses = dict(seq.in_flight_misses)
+            summary.slo_detail.sequential = "fail"  # decided with them (metrics.sequential)
         self._record(summary, interrupted=run.interrupted)
         self.emit(
             BenchEvent("probe_done", index=index, rate_rps=rate_rps, phase=phase, summary=summary)
@@ -292,7 +296,12 @@ def outcome_of(s: ProbeSummary) -> ProbeOutcome[ProbeSummary]:
     n = round(s.counted_rate_rps * s.window_s) if s.window_s else None
     d = s.slo_detail
     rate = s.counted_rate_rps if s.counted_rate_rps > 0 else (s.rate_rps or 0.0)
-    evidence = Evidence(rate, d.judged, d.misses) if d.judged and not s.interrupted else None
+    late = d.in_flight_misses or {}
+    evidence = (
+        Evidence(rate, d.judged or 0, d.misses, late)
+        if (d.judged or late) and not s.interrupted
+        else None
+    )
     return ProbeOutcome(
         s.slo_passed,
         d.reason,

@@ -43,6 +43,12 @@ Timeline (monotonic ns)::
   (``error_stopped``, and ``stopped_early``). A dead server would otherwise be hammered for
   the whole probe, thousands of refused connections a second piling up records. Stopped in
   warm-up, the window is moved to start at ``t0``: every request sent is then judged.
+* The early stop may also count requests still in flight (``LateFirstTokens``): a counted
+  request sent longer ago than the TTFT limit with no first token yet, and no unread byte on
+  its socket, is a TTFT miss whatever comes next (``StreamClient.late_first_tokens``, asked
+  through the sender at each poll). A stop decided with them marks them in their records
+  (cancelled, as every request in flight at an early stop) and ``late_first_tokens_at_stop``
+  says how many.
 * ``on_record`` is called with every record as it ends (``requests.jsonl`` is written
   incrementally from it, so a killed run keeps what was measured).
 """
@@ -81,6 +87,7 @@ from tokenwatt.load.window import WindowRules
 from tokenwatt.load.workload import PromptFormat, RequestPlan
 from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
 from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
+from tokenwatt.metrics.sequential import SequentialStop
 from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
 from tokenwatt.records import RequestPhase, RequestRecord, write_requests
 from tokenwatt.result import WorkerKeepUp
@@ -90,6 +97,7 @@ __all__ = [
     "LATE_SEND_S",
     "MAX_PENDING_SENDS",
     "MAX_SEND_LAG_S",
+    "LateFirstTokens",
     "ProbeProgress",
     "ProbeRun",
     "StreamingClient",
@@ -106,6 +114,31 @@ Phase = Literal["warmup", "window", "drain"]
 
 
 StreamingClient = Streamer  # what a probe needs from ``tokenwatt.client.StreamClient``
+_LATE_AT_STOP = (
+    "cancelled at the early stop; its first token was already past the TTFT limit, a known "
+    "miss the stop counted"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LateFirstTokens:
+    """The early stop's view of requests still in flight: the sequential test ``stop`` is
+    asked (``SequentialStop.should_stop_late``) with the counted requests finished so far and
+    the number k of counted ones in flight whose first token is certain to come more than
+    ``ttft_limit_ns`` after their send (the sender's ``late_first_tokens``: sent that long
+    ago, no content yet, no unread byte). Each is a TTFT miss whatever comes next. Without
+    such requests the plain ``should_stop`` decides."""
+
+    ttft_limit_ns: int
+    stop: SequentialStop
+
+    @classmethod
+    def of(cls, stop: SequentialStop | None) -> LateFirstTokens | None:
+        """The rule for a sequential test (None: no test, or no TTFT limit to miss)."""
+        ttft_s = stop.limits.ttft_s if stop is not None else None
+        if stop is None or ttft_s is None:
+            return None
+        return cls(round(ttft_s * _NS), stop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +192,9 @@ class ProbeRun:
     keep_up: list[WorkerKeepUp] = field(default_factory=list)  # per sending process
     sender_error: str | None = None  # an exception ended the sender: an error probe
     stray_answers: int = 0  # answers nobody asked for (late or stale), connection closed
+    # counted requests in flight at an early stop whose first token was known to be past the
+    # TTFT limit, when the stop counted them (``LateFirstTokens``); they end cancelled
+    late_first_tokens_at_stop: int = 0
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -189,6 +225,7 @@ class ProbeRun:
             "error_stopped": self.error_stopped,
             "late_sends": self.late_sends,
             "max_send_lag_s": self.max_send_lag_s,
+            "late_first_tokens_at_stop": self.late_first_tokens_at_stop,
         }
 
     def write_requests(self, path: str | Path) -> Path:
@@ -215,6 +252,7 @@ class _Probe:
         on_record: Callable[[RequestRecord], None] | None = None,
         sender: Sender,
         should_close: Callable[[Sequence[RequestRecord]], bool] | None = None,
+        late: LateFirstTokens | None = None,
     ) -> None:
         self.spec = spec
         self.sender = sender
@@ -231,6 +269,8 @@ class _Probe:
         # a window of exactly max_requests is not cut short (an early stop would end it sooner)
         self.should_stop = should_stop if max_requests is None else None
         self.should_close = should_close if max_requests is None else None
+        self.late = late if max_requests is None else None
+        self.late_ids: set[int] = set()  # counted, in flight past the TTFT limit at the stop
         self.window = WindowRules(
             min_duration_ns=round(settings.min_duration_s * _NS),
             max_duration_ns=round(settings.max_duration_s * _NS),
@@ -525,7 +565,7 @@ class _Probe:
         if self.on_progress is not None:
             self.on_progress(self._progress(now))
         deciding = self.w1 is None and now >= self.w0
-        if deciding and self.should_stop is not None and self.should_stop(self.counted_done):
+        if deciding and self._decided_fail():
             self.stopped_early = True
             self._close(now)
             return True
@@ -539,6 +579,20 @@ class _Probe:
             self._close(now)
             return True
         return False
+
+    def _decided_fail(self) -> bool:
+        """The early stop over the counted requests finished so far, with the counted ones
+        in flight whose first token is already known to be late (``late``, where the sender
+        can see its streams: ``Sender.late_first_tokens``)."""
+        late = self.late
+        if late is not None and self.counted_ids_in_flight:
+            ids = self.counted_ids_in_flight
+            known = [i for i in self.sender.late_first_tokens(late.ttft_limit_ns) if i in ids]
+            if known and late.stop.should_stop_late(self.counted_done, len(known)):
+                if late.stop.in_flight_misses:  # they decided it (not the finished alone)
+                    self.late_ids = set(known)
+                return True
+        return self.should_stop is not None and self.should_stop(self.counted_done)
 
     async def _shutdown(self, workers: list[asyncio.Task[None]]) -> None:
         self.stop_dispatch = True
@@ -557,6 +611,10 @@ class _Probe:
                     f"still running drain_timeout_s={self.settings.drain_timeout_s:g} s "
                     "after the window closed"
                 )
+            elif rec.request_id in self.late_ids and rec.cancelled:
+                # cancelled as every request in flight at the early stop; it says which of
+                # them the decision counted as known TTFT misses
+                rec.error_message = _LATE_AT_STOP
 
 
 def _sender_failure(workers: list[asyncio.Task[None]]) -> str | None:
@@ -592,6 +650,7 @@ async def run_probe(
     should_stop: Callable[[Sequence[RequestRecord]], bool] | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
     should_close: Callable[[Sequence[RequestRecord]], bool] | None = None,
+    late: LateFirstTokens | None = None,
 ) -> ProbeRun:
     """Run one probe at ``rate_rps`` (open loop, the spec's arrival process) or closed loop
     (``concurrency``, or ``rate_rps=None`` with a concurrency arrival in the spec).
@@ -604,7 +663,9 @@ async def run_probe(
     ``should_close`` likewise, but True closes the window as its length rules would: the
     counted requests drain and are all judged (a sequential verdict decided a pass). Neither
     applies with ``max_requests``: that window counts exactly N requests. ``on_record`` sees
-    every record as it ends (for incremental writing).
+    every record as it ends (for incremental writing). ``late`` lets the early stop count
+    counted requests in flight whose first token is already past the TTFT limit
+    (``LateFirstTokens``; not with ``max_requests`` either).
     """
     settings = settings or spec.search.probe
     _check_args(rate_rps, max_requests)
@@ -627,6 +688,7 @@ async def run_probe(
         on_record=on_record,
         sender=open_sender(spec, client, schedule, settings),
         should_close=should_close,
+        late=late,
     )
     with frozen_heap():  # no full collection pauses the sender (load.heap)
         records, w1, end = await probe.run()
@@ -685,6 +747,7 @@ def _probe_run(
         error_stopped=probe.error_stopped,
         sender_error=probe.sender_error,
         stray_answers=getattr(client, "stray_answers", 0) - probe.stray0,
+        late_first_tokens_at_stop=len(probe.late_ids) if probe.stopped_early else 0,
         late_sends=probe.sender.pace.late_sends,
         max_send_lag_s=max(0, probe.sender.pace.max_lag_ns) / _NS,
         clock=clock_dict,

@@ -352,7 +352,7 @@ class BoundarySearch(Generic[P]):
             self._fit_mode = False  # one probe without counts: the plain bracket decides
             return
         e = result.evidence
-        self._evidence.append(Evidence(placed_rps, e.judged, e.misses))
+        self._evidence.append(Evidence(placed_rps, e.judged, e.misses, e.in_flight))
         self.outcome.evidence = list(self._evidence)
         if self._fit_mode and self.allowed is not None:
             self.outcome.fit = fit_boundary(

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from tokenwatt.metrics.slo import binomial_sf
@@ -80,11 +80,20 @@ _BISECT_STEPS = 24  # bisection of an end within its gap: 2^-24 of the gap
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """One probe as the fit sees it: achieved rate, judged requests, misses per limit."""
+    """One probe as the fit sees it: achieved rate, judged requests, misses per limit, and
+    ``in_flight``: requests cut at an early stop that were already known to miss one limit
+    (first token past the TTFT limit), per limit: for that limit each is one more judged
+    request and one more miss (``counts``); the other limits never saw them."""
 
     rate_rps: float
     judged: int
     misses: dict[str, int]
+    in_flight: dict[str, int] = field(default_factory=dict)
+
+    def counts(self, limit: str) -> tuple[int, int]:
+        """(judged, misses) for one limit, the known misses in flight included."""
+        k = self.in_flight.get(limit, 0)
+        return self.judged + k, self.misses.get(limit, 0) + k
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,7 +376,7 @@ def fit_boundary(
     names = sorted({k for e in evidence for k in e.misses})
     fits = {}
     for k in names:
-        pts = [(e.rate_rps, e.judged, e.misses.get(k, 0)) for e in evidence]
+        pts = [(e.rate_rps, *e.counts(k)) for e in evidence]
         f = fit_limit(allowed, pts, confidence, design_effect, profile_ends)
         if f[0] is not None:
             fits[k] = f

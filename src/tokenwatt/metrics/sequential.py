@@ -40,6 +40,7 @@ __all__ = [
     "Decision",
     "SequentialStop",
     "Sprt",
+    "decides_fail_with_in_flight",
     "miss_counts",
 ]
 
@@ -120,6 +121,21 @@ def decide_probe(test: Sprt, misses: dict[str, int], n: int) -> Decision | None:
     return None
 
 
+def decides_fail_with_in_flight(
+    test: Sprt, misses: dict[str, int], n: int, in_flight_misses: dict[str, int]
+) -> bool:
+    """The fail side only, with requests still in flight that already miss a limit for
+    certain (one waiting for its first token past the TTFT limit is a TTFT miss whatever
+    comes next). Limit m reads v_m + k_m misses of n + k_m: each such request is one more
+    judged draw and a miss, for that limit alone (its other limits are unknown and are not
+    counted as hits). A pass is never read here: a request not yet finished may still miss,
+    so a pass waits for settled requests (``SequentialStop.should_close``)."""
+    return any(
+        test.decide(v + in_flight_misses.get(m, 0), n + in_flight_misses.get(m, 0)) == "fail"
+        for m, v in misses.items()
+    )
+
+
 @dataclass(slots=True)
 class SequentialStop:
     """A probe's two hooks: ``should_stop`` (decided fail: stop now, as the early stop does)
@@ -143,6 +159,8 @@ class SequentialStop:
     judged: int = 0
     misses: dict[str, int] = field(default_factory=dict)
     reason: str | None = None
+    # known misses among requests in flight that decided the failure (empty: finished alone)
+    in_flight_misses: dict[str, int] = field(default_factory=dict)
 
     @property
     def test(self) -> Sprt:
@@ -162,6 +180,51 @@ class SequentialStop:
         self.reason = (
             f"stopped early: {self.misses[worst]} of {self.judged} requests miss {worst}, "
             f"a failure at {self.confidence:.0%} (sequential test)"
+        )
+        return True
+
+    @property
+    def late_first_token_limit(self) -> str | None:
+        """The limit a request known to get its first token past the TTFT limit misses
+        (``ttft_p99``; ``attainment``: it misses the request's attainment); None without a
+        TTFT limit."""
+        if self.limits.ttft_s is None:
+            return None
+        return "attainment" if self.limits.kind == "attainment" else self.limits.names()[0]
+
+    def should_stop_late(self, done: Sequence[RequestRecord], late_first_tokens: int) -> bool:
+        """``should_stop_with_in_flight`` with ``late_first_tokens`` counted requests in flight
+        whose first token is known to come past the TTFT limit (``load.probe`` asks its
+        sender, ``StreamClient.late_first_tokens``)."""
+        key = self.late_first_token_limit
+        known = {key: late_first_tokens} if key is not None and late_first_tokens else {}
+        return self.should_stop_with_in_flight(done, known)
+
+    def should_stop_with_in_flight(
+        self, done: Sequence[RequestRecord], in_flight_misses: dict[str, int]
+    ) -> bool:
+        """``should_stop`` with known misses among requests still in flight (see
+        ``decides_fail_with_in_flight``); the reason says how many of the misses are those,
+        and ``in_flight_misses`` keeps them. Never for a probe with ``min_fail_judged`` (the
+        drift checks): its misses are compared as a fraction of judged requests, and a
+        request known to miss one limit has no place in the other limits' fractions."""
+        if self.should_stop(done):
+            return True
+        if self.min_fail_judged or not any(in_flight_misses.values()):
+            return False
+        if not decides_fail_with_in_flight(self.test, self.misses, self.judged, in_flight_misses):
+            return False
+        self.decision = "fail"
+        self.in_flight_misses = {m: k for m, k in in_flight_misses.items() if k}
+        total = {m: v + in_flight_misses.get(m, 0) for m, v in self.misses.items()}
+        n = {m: self.judged + in_flight_misses.get(m, 0) for m in total}
+        failing = [m for m in total if self.test.decide(total[m], n[m]) == "fail"]
+        worst = max(failing, key=lambda m: total[m])
+        k = in_flight_misses.get(worst, 0)
+        self.reason = (
+            f"stopped early: {total[worst]} of {self.judged + k} requests miss {worst} "
+            f"({k} of them still in flight, already past the limit), a failure at "
+            f"{self.confidence:.0%} (sequential test)"
         )
         return True
 

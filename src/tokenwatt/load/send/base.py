@@ -9,7 +9,8 @@ the same five calls, so it has no branch on how requests are sent:
 * :meth:`Sender.start` (records and a wake-up go back through two callbacks),
 * :meth:`Sender.ready` then :meth:`Sender.send` (a request at its slot; ``lead_ns`` says how
   long before its slot the probe hands it over),
-* :meth:`Sender.in_flight`,
+* :meth:`Sender.in_flight` (and :meth:`Sender.late_first_tokens`: which of them are known
+  TTFT misses already, where the sender can see its streams),
 * :attr:`Sender.pace` (the keep-up: late sends, the worst lag, saturated),
 * :meth:`Sender.finish` (each sending process's keep-up, ``result.WorkerKeepUp``).
 
@@ -196,6 +197,11 @@ class Sender(Protocol):
     def in_flight(self) -> int:
         """Requests handed over and not yet reported."""
 
+    def late_first_tokens(self, limit_ns: int) -> list[int]:
+        """Requests in flight whose first token is certain to come more than ``limit_ns``
+        after their send (``StreamClient.late_first_tokens``); empty where the sender cannot
+        see its streams (worker processes, Ray actors: their streams live elsewhere)."""
+
     async def finish(self, *, cancel: bool) -> list[WorkerKeepUp]:
         """End the run (``cancel``: in-flight requests end cancelled); each sender's keep-up."""
 
@@ -232,6 +238,9 @@ class SenderBase:
 
     def in_flight(self) -> int:
         return len(self._pending)
+
+    def late_first_tokens(self, limit_ns: int) -> list[int]:
+        return []  # streams in other processes: not seen here (the Sender doc)
 
     async def ready(self, slot_ns: int) -> bool:
         while True:

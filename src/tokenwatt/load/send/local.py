@@ -74,6 +74,12 @@ class LocalSender(SenderBase):
             rec = _bare(plan, sched_ns, "protocol", f"client raised {type(exc).__name__}: {exc}")
         self._done(rec)
 
+    def late_first_tokens(self, limit_ns: int) -> list[int]:
+        """The client's streams past ``limit_ns`` with no first token (a client that cannot
+        say, a test double, reports none)."""
+        ask = getattr(self.client, "late_first_tokens", None)
+        return list(ask(limit_ns)) if ask is not None else []
+
     def _done(self, rec: RequestRecord) -> None:
         self.recorded.add(rec.request_id)
         if rec.sent_ns is not None:
