@@ -16,7 +16,6 @@ from tokenwatt.metrics.boundary import (
     clean_requests_to_close,
     fit_boundary,
     fit_limit,
-    miss_fraction_upper,
     profile_threshold,
     reported_boundary,
 )
@@ -113,16 +112,6 @@ def test_the_slo_boundary_is_the_lowest_limit() -> None:
     assert fit.limit == "ttft_p99" and fit.rate_rps == ttft[0]
     assert ttft[0] is not None and tpot[0] is not None and ttft[0] < tpot[0]
     assert fit.low_rps == min(x for x in (ttft[1], tpot[1]) if x is not None)
-
-
-def test_upper_miss_fraction_at_the_point_is_above_alpha_and_below_one() -> None:
-    point, _, _ = fit_limit(ALPHA, POINTS)
-    assert point is not None
-    up = miss_fraction_upper(ALPHA, POINTS, point)
-    assert ALPHA < up < 0.5
-    # below the lowest probe, monotonicity bounds it by that probe's own upper bound: 0 of
-    # 200 clean requests, 1 − 0.05^(1/200) = 1.49 %
-    assert miss_fraction_upper(ALPHA, POINTS, 5.0) == pytest.approx(1 - 0.05 ** (1 / 200))
 
 
 # --- ends between probes: the profile of a crossing at ρ, against SLSQP on a fine grid ---

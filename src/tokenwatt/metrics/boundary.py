@@ -56,7 +56,6 @@ __all__ = [
     "fit_limit",
     "isotonic",
     "log_likelihood",
-    "miss_fraction_upper",
     "profile_threshold",
     "reported_boundary",
 ]
@@ -447,28 +446,6 @@ def clean_requests_to_close(
         else:
             lo = mid
     return hi
-
-
-def miss_fraction_upper(
-    alpha: float,
-    points: Sequence[Point],
-    rate_rps: float,
-    confidence: float = BOUNDARY_CONFIDENCE,
-) -> float:
-    """The highest miss fraction at ``rate_rps`` that the monotone fit allows at
-    ``confidence``: the Clopper–Pearson-style upper bound of the pooled isotonic block that
-    holds the nearest probe at or above ``rate_rps`` (1.0 when none is above: monotonicity
-    then bounds nothing). What a later probe there may show before it contradicts the fit."""
-    pts = _pooled(points)
-    above = [i for i, (r, _, _) in enumerate(pts) if r >= rate_rps]
-    if not above:
-        return 1.0
-    p_hat = isotonic(pts)
-    i = above[0]
-    block = [j for j in range(len(pts)) if p_hat[j] == p_hat[i] and j >= i]
-    n = sum(pts[j][1] for j in block)
-    v = sum(pts[j][2] for j in block)
-    return binomial_upper(v, n, confidence)
 
 
 def binomial_upper(misses: int, n: int, confidence: float) -> float:
