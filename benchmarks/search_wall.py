@@ -77,9 +77,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--demo", action="store_true")
     ap.add_argument("--timeout", type=float, default=1500)
+    ap.add_argument("--keep", type=Path, default=None, help="write the run here and keep it")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run"
+        out = args.keep if args.keep is not None else Path(tmp) / "run"
         sim = None
         if args.demo:
             cmd = [sys.executable, "-m", "tokenwatt", "demo", "--out", str(out)]

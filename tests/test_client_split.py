@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from tokenwatt.client.conn import RECV_SIZE, Connection, Exchange
 from tokenwatt.client.openai import StreamInterpreter
+from tokenwatt.client.stamps import RealtimeOffset
 from tokenwatt.records import RequestRecord
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -65,7 +66,7 @@ def _drive(raw: bytes, cuts: list[int]) -> tuple[RequestRecord, Exchange, list[s
             loop,
             a,
             kernel_stamps=False,
-            offset_ns=0,
+            offset=RealtimeOffset(0, 0),
             on_idle=lambda c: None,
             on_closed=lambda c: None,
             rbuf=memoryview(bytearray(RECV_SIZE)),

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenwatt.client import StreamClient, kernel_stamps_available
+from tokenwatt.client import StreamClient, kernel_stamps_available, stamps
 from tokenwatt.client.stamps import measure_offset
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec.endpoint import Timeouts
@@ -192,3 +192,56 @@ def test_a_blocked_event_loop_does_not_move_kernel_stamps(kernel: bool) -> None:
     else:
         assert r.timestamp_source == "user"
         assert stamp >= unblocked[0]  # taken only when the loop could run again
+
+
+@pytest.mark.skipif(not kernel_stamps_available(), reason="no SO_TIMESTAMPNS on this platform")
+@pytest.mark.parametrize("step_ms", [600, -600])
+def test_a_realtime_clock_step_does_not_move_the_stamps(step_ms: int) -> None:
+    """The realtime clock steps by ±600 ms after the client measured its offset (as NTP or a
+    VM's resume steps it; seen mid-bench on this project's VM, every later TTFT read 0.5 s
+    late). Shifting the client's offset by the step is that, exactly. Forward, the first stamp
+    would land after its own read; back, before its request was sent: both are impossible, so
+    the offset is measured again and every stamp stays at its send time (µs on loopback)."""
+    srv = StampServer()
+    srv.start()
+    sent: dict[int, int] = {}
+
+    async def main() -> tuple[RequestRecord, int]:
+        c = _client(srv.port, sent, None)
+        c._offset.ns -= step_ms * 1_000_000  # the clock now reads `step_ms` off the offset
+        task = asyncio.ensure_future(_stream(c))
+        await asyncio.to_thread(srv.headers_sent.wait, 5)
+        srv.commands.put(("pace", 5, 0.005))
+        srv.commands.put(("end",))
+        r = await task
+        steps = c.clock.realtime_steps
+        await c.aclose()
+        return r, steps
+
+    r, steps = asyncio.run(main())
+    assert r.ok and r.timestamp_source == "kernel" and len(sent) == 5
+    assert steps == 1  # once, at the first impossible stamp; the rest convert right
+    for s, stamp in sent.items():
+        assert s - 50_000 <= stamp <= srv.after[s] + 5_000_000
+
+
+def test_the_offset_guard_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RealtimeOffset.to_monotonic`` with the clock's answer scripted: realtime = monotonic
+    + 1 s at first; a stamp up to 1 ms past its read passes (the offset's slack), later is a
+    step; a first stamp more than 1 ms before its send is a step back."""
+    answers = iter([(1_600_000_000, 10), (1_000_000_000, 10)])
+    monkeypatch.setattr(stamps, "measure_offset", lambda pairs=200: next(answers))
+    off = stamps.RealtimeOffset(1_000_000_000, 10)
+    # realtime 6.0005 s: monotonic 5.0005 s, read at 5.0 s, within the slack: kept
+    assert off.to_monotonic(6_000_500_000, 5_000_000_000, None) == 5_000_500_000
+    assert off.steps == 0
+    # the clock stepped +0.6 s: realtime 6.6 s for data that arrived at 5.0 s monotonic
+    assert off.to_monotonic(6_600_000_000, 5_000_100_000, None) == 5_000_000_000
+    assert off.steps == 1 and off.ns == 1_600_000_000
+    # it steps back by 0.6 s: data that arrived at 5.55 s (realtime 6.55 s) converts to 4.95 s,
+    # before its request's send at 5.5 s
+    assert off.to_monotonic(6_550_000_000, 5_600_000_000, 5_500_000_000) == 5_550_000_000
+    assert off.steps == 2 and off.ns == 1_000_000_000
+    # a stamp still impossible after measuring again is clamped to its read
+    monkeypatch.setattr(stamps, "measure_offset", lambda pairs=200: (1_000_000_000, 10))
+    assert off.to_monotonic(9_000_000_000, 5_000_000_000, None) == 5_000_000_000

@@ -34,6 +34,11 @@ class ClientClock(BaseModel):
     pairs: int = Field(description="clock-pair readings the offset was chosen from")
     method: str
     drift_ns: int | None = Field(None, description="offset at close − at start")
+    realtime_steps: int = Field(
+        0,
+        description="steps of the realtime clock seen (a kernel stamp later than its read or "
+        "before its send): each time the offset was measured again",
+    )
 
     def to_dict(self) -> dict[str, object]:
         return self.model_dump()

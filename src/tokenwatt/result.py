@@ -103,6 +103,8 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         (issue 22 item 5, optional) ``slo_detail.medians_s``: nearest-rank medians of TTFT
         and TPOT over the judged requests (a failed one as +inf; None: over half failed),
         the latency level the drift checks compare; ``search.drift`` lines now read by it.
+        (additive, default 0) probe ``run.clock.realtime_steps``: steps of the realtime
+        clock the client saw (a kernel stamp after its read or before its send) and corrected.
         (issue 22 item 1, optional) ``slo_detail.in_flight_misses``: requests still in flight
         at an early stop whose first token was already past the TTFT limit, per limit, where
         the sequential test counted them (``metrics.sequential``); None in older files and

@@ -30,7 +30,13 @@ from tokenwatt.client.openai import (
     shorten,
 )
 from tokenwatt.client.sse import SSEError, SSEParser
-from tokenwatt.client.stamps import ANC_BUFSIZE, SCM_TIMESTAMPNS, TIMESPEC, enable_kernel_stamps
+from tokenwatt.client.stamps import (
+    ANC_BUFSIZE,
+    SCM_TIMESTAMPNS,
+    TIMESPEC,
+    RealtimeOffset,
+    enable_kernel_stamps,
+)
 from tokenwatt.records import ErrorKind
 
 RECV_SIZE = 256 * 1024  # one read can catch up on a long backlog
@@ -158,7 +164,7 @@ class Connection:
         sock: socket.socket,
         *,
         kernel_stamps: bool,
-        offset_ns: int,
+        offset: RealtimeOffset,
         on_idle: Callable[[Connection], None],
         on_closed: Callable[[Connection], None],
         rbuf: memoryview,
@@ -169,7 +175,7 @@ class Connection:
         self.sock = sock
         self.fd = sock.fileno()
         self._kernel = kernel_stamps
-        self._offset = offset_ns
+        self._offset = offset
         self._on_idle = on_idle  # an exchange ended and the connection can be reused
         self._on_closed = on_closed  # called once, when the socket is closed
         self._ssl: ssl.SSLObject | None = None
@@ -202,7 +208,7 @@ class Connection:
         ssl_context: ssl.SSLContext | None,
         server_hostname: str | None,
         kernel_stamps: bool,
-        offset_ns: int,
+        offset: RealtimeOffset,
         on_idle: Callable[[Connection], None],
         on_closed: Callable[[Connection], None],
         rbuf: memoryview,
@@ -219,7 +225,7 @@ class Connection:
                 loop,
                 sock,
                 kernel_stamps=kernel,
-                offset_ns=offset_ns,
+                offset=offset,
                 on_idle=on_idle,
                 on_closed=on_closed,
                 rbuf=rbuf,
@@ -335,7 +341,9 @@ class Connection:
         data = self._rview[:n].tobytes()
         if anc and anc[0][1] == SCM_TIMESTAMPNS:
             sec, nsec = _unpack(anc[0][2])
-            stamp = sec * 1_000_000_000 + nsec - self._offset
+            ex = self._ex
+            first = ex.sent_ns if ex is not None and ex.first_read_ns is None else None
+            stamp = self._offset.to_monotonic(sec * 1_000_000_000 + nsec, _perf(), first)
         else:
             stamp = _perf()
             ex = self._ex

@@ -32,7 +32,12 @@ from tokenwatt.client.openai import (
     model_ids,
     shorten,
 )
-from tokenwatt.client.stamps import open_stamp_holder, take_clock_info, with_drift
+from tokenwatt.client.stamps import (
+    RealtimeOffset,
+    open_stamp_holder,
+    take_clock_info,
+    with_drift,
+)
 from tokenwatt.clock import ClientClock
 from tokenwatt.errors import SpecError, TargetError
 from tokenwatt.records import ErrorKind, RequestRecord
@@ -113,7 +118,9 @@ class StreamClient:
         # holds host-wide receive stamping on (see open_stamp_holder); None: user stamps
         self._stamp_holder = open_stamp_holder() if kernel_timestamps is not False else None
         self._clock = take_clock_info(kernel=self._stamp_holder is not None)
-        self._offset = self._clock.realtime_minus_monotonic_ns
+        self._offset = RealtimeOffset(
+            self._clock.realtime_minus_monotonic_ns, self._clock.offset_uncertainty_ns
+        )
         self._kernel = self._clock.timestamp_source == "kernel"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._addr: tuple[int, tuple[Any, ...]] | None = None
@@ -134,8 +141,9 @@ class StreamClient:
     # ------------------------------------------------------------------ public
     @property
     def clock(self) -> ClientClock:
-        """How receive timestamps are taken (kernel or user) and the realtime→monotonic offset."""
-        return self._clock
+        """How receive timestamps are taken (kernel or user), the realtime→monotonic offset,
+        and the realtime clock's steps seen so far (each one measured the offset again)."""
+        return self._clock.model_copy(update={"realtime_steps": self._offset.steps})
 
     async def stream(
         self,
@@ -447,7 +455,7 @@ class StreamClient:
                 ssl_context=self._ssl_context,
                 server_hostname=self._host if self._tls else None,
                 kernel_stamps=self._kernel,
-                offset_ns=self._offset,
+                offset=self._offset,
                 on_idle=self._on_idle,
                 on_closed=self._on_closed,
                 rbuf=self._rbuf,
