@@ -198,8 +198,8 @@ def test_a_blocked_event_loop_does_not_move_kernel_stamps(kernel: bool) -> None:
 @pytest.mark.parametrize("step_ms", [600, -600])
 def test_a_realtime_clock_step_does_not_move_the_stamps(step_ms: int) -> None:
     """The realtime clock steps by ±600 ms after the client measured its offset (as NTP or a
-    VM's resume steps it; seen mid-bench on this project's VM, every later TTFT read 0.5 s
-    late). Shifting the client's offset by the step is that, exactly. Forward, the first stamp
+    VM's resume steps it; seen mid-bench on this project's VM: +7.5 s, every later TTFT read
+    that late). Shifting the client's offset by the step is that, exactly. Forward, the first stamp
     would land after its own read; back, before its request was sent: both are impossible, so
     the offset is measured again and every stamp stays at its send time (µs on loopback)."""
     srv = StampServer()
