@@ -7,8 +7,8 @@ rest of the product uses CLOCK_MONOTONIC (``time.perf_counter_ns``), so each sta
 ``realtime − monotonic``, measured once per client from the tightest of many back-to-back
 (monotonic, realtime, monotonic) readings. Both clocks are slewed alike by NTP; only a step of the
 realtime clock during a run would move the offset. Seen on this project's VM: a 7.5 s step
-mid-bench, and every later TTFT read 7.5 s late (TPOT, a difference of stamps, did not move), and the
-search failed every rate down to 0.43 req/s on a server that holds 13. So ``RealtimeOffset``
+mid-bench; every later TTFT read 7.5 s late (TPOT, a difference of stamps, did not move) and
+the search failed every rate down to 0.43 req/s on a server that holds 13. So ``RealtimeOffset``
 guards each stamp: a kernel stamp later than the read that returned it is impossible, so the
 realtime clock stepped forward; a first stamp before its request was sent, that it stepped back.
 Either way the offset is measured again (``realtime_steps`` counts it) and the stamp converted
