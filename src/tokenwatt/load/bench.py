@@ -186,15 +186,8 @@ class _Run:
                 )
             )
 
-        self.emit(
-            BenchEvent(
-                "probe_start",
-                index=index,
-                rate_rps=rate_rps,
-                phase=phase,
-                warmup_s=probe_settings.warmup_s,
-            )
-        )
+        warm = probe_settings.warmup_s
+        self.emit(BenchEvent("probe_start", index, rate_rps, phase=phase, warmup_s=warm))
         scraper = None if self.witness is None else await self.witness.start()
         run = await run_probe(
             spec,
@@ -229,9 +222,7 @@ class _Run:
             engine_series_file=series_file,
         )
         _add_counts(summary, run, spec)
-        if seq is not None and run.stopped_early and seq.in_flight_misses:
-            summary.slo_detail.in_flight_misses = dict(seq.in_flight_misses)
-            summary.slo_detail.sequential = "fail"  # decided with them (metrics.sequential)
+        _add_in_flight(summary, run, seq)
         self._record(summary, interrupted=run.interrupted)
         self.emit(
             BenchEvent("probe_done", index=index, rate_rps=rate_rps, phase=phase, summary=summary)
@@ -275,6 +266,13 @@ def _stop_reason(seq: SequentialStop | None, stopper: EarlyStop | None) -> str |
     if seq is not None:
         return seq.reason
     return stopper.reason if stopper is not None else None
+
+
+def _add_in_flight(summary: ProbeSummary, run: ProbeRun, seq: SequentialStop | None) -> None:
+    """The known misses in flight that decided an early stop (``load.probe.LateFirstTokens``)."""
+    if seq is not None and run.stopped_early and seq.in_flight_misses:
+        summary.slo_detail.in_flight_misses = dict(seq.in_flight_misses)
+        summary.slo_detail.sequential = "fail"  # decided with them (metrics.sequential)
 
 
 def _add_counts(summary: ProbeSummary, run: ProbeRun, spec: BenchSpec) -> None:
