@@ -66,7 +66,7 @@ def _drive(raw: bytes, cuts: list[int]) -> tuple[RequestRecord, Exchange, list[s
             loop,
             a,
             kernel_stamps=False,
-            offset=RealtimeOffset(0, 0),
+            offset=RealtimeOffset(0),
             on_idle=lambda c: None,
             on_closed=lambda c: None,
             rbuf=memoryview(bytearray(RECV_SIZE)),

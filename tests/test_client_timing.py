@@ -231,7 +231,7 @@ def test_the_offset_guard_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     step; a first stamp more than 1 ms before its send is a step back."""
     answers = iter([(1_600_000_000, 10), (1_000_000_000, 10)])
     monkeypatch.setattr(stamps, "measure_offset", lambda pairs=200: next(answers))
-    off = stamps.RealtimeOffset(1_000_000_000, 10)
+    off = stamps.RealtimeOffset(1_000_000_000)
     # realtime 6.0005 s: monotonic 5.0005 s, read at 5.0 s, within the slack: kept
     assert off.to_monotonic(6_000_500_000, 5_000_000_000, None) == 5_000_500_000
     assert off.steps == 0

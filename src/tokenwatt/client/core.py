@@ -118,9 +118,7 @@ class StreamClient:
         # holds host-wide receive stamping on (see open_stamp_holder); None: user stamps
         self._stamp_holder = open_stamp_holder() if kernel_timestamps is not False else None
         self._clock = take_clock_info(kernel=self._stamp_holder is not None)
-        self._offset = RealtimeOffset(
-            self._clock.realtime_minus_monotonic_ns, self._clock.offset_uncertainty_ns
-        )
+        self._offset = RealtimeOffset(self._clock.realtime_minus_monotonic_ns)
         self._kernel = self._clock.timestamp_source == "kernel"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._addr: tuple[int, tuple[Any, ...]] | None = None

@@ -58,15 +58,14 @@ class RealtimeOffset:
     """realtime − monotonic, shared by a client's connections, measured again when a stamp
     proves the realtime clock stepped (``to_monotonic``)."""
 
-    __slots__ = ("ns", "steps", "uncertainty_ns")
+    __slots__ = ("ns", "steps")
 
-    def __init__(self, ns: int, uncertainty_ns: int) -> None:
+    def __init__(self, ns: int) -> None:
         self.ns = ns
-        self.uncertainty_ns = uncertainty_ns
         self.steps = 0
 
     def remeasure(self) -> None:
-        self.ns, self.uncertainty_ns = measure_offset()
+        self.ns, _ = measure_offset()
         self.steps += 1
 
     def to_monotonic(self, real_ns: int, read_ns: int, sent_ns: int | None) -> int:

@@ -241,7 +241,7 @@ class _Run:
         if not (self.sequential and rate_rps is not None and base.early_stop):
             return None, settings
         seq = SequentialStop(Limits.from_spec(self.spec.slo))
-        if phase == "check":  # its misses are compared as a fraction (metrics.drift)
+        if phase == "check":  # read by its median TPOT (metrics.drift): a full window
             seq.min_fail_judged = seq.test.clean_pass_n
         if pass_judged:
             seq.min_pass_judged = pass_judged

@@ -148,8 +148,8 @@ class SequentialStop:
 
     limits: Limits
     confidence: float = SEQUENTIAL_CONFIDENCE
-    # a failure is not called on fewer judged requests than this (the drift checks: a
-    # failure decided on its first few finished requests is one burst, not a miss fraction)
+    # a failure is not called on fewer judged requests than this (the drift checks: the first
+    # few requests to finish in a failing window are the fast ones, not its median TPOT)
     min_fail_judged: int = 0
     # a pass is not called on fewer judged requests than this (a probe sized to close the
     # boundary's reported low end: ``metrics.boundary.clean_requests_to_close``); a clear
@@ -206,8 +206,8 @@ class SequentialStop:
         """``should_stop`` with known misses among requests still in flight (see
         ``decides_fail_with_in_flight``); the reason says how many of the misses are those,
         and ``in_flight_misses`` keeps them. Never for a probe with ``min_fail_judged`` (the
-        drift checks): its misses are compared as a fraction of judged requests, and a
-        request known to miss one limit has no place in the other limits' fractions."""
+        drift checks): it is read by the median TPOT of a full window of judged requests,
+        which a stop on requests in flight would cut short."""
         if self.should_stop(done):
             return True
         if self.min_fail_judged or not any(in_flight_misses.values()):
