@@ -14,7 +14,13 @@ from typing import Any
 
 from tokenwatt.errors import HardwareError
 
-__all__ = ["Accelerator", "custom_accelerator", "get_accelerator", "list_accelerators"]
+__all__ = [
+    "Accelerator",
+    "custom_accelerator",
+    "get_accelerator",
+    "list_accelerators",
+    "variants_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +85,39 @@ def _key(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
+def variants_of(name: str) -> list[Accelerator]:
+    """The catalog entries a name prefixes (``h100`` → every H100 part): a name that stands
+    for more than one memory variant is asked for, never guessed, because the variants' rated
+    bandwidths differ (an H100 SXM 64 GB reads 1.63 TB/s, the 80 GB part 3.35 TB/s)."""
+    stem = _key(name) + "-"
+    return [
+        acc
+        for acc in _catalog().values()
+        if acc.name.startswith(stem) or any(a.startswith(stem) for a in acc.aliases)
+    ]
+
+
+def _variant_text(acc: Accelerator) -> str:
+    return (
+        f"{acc.name} ({acc.memory_bytes / 1e9:.0f} GB, "
+        f"{acc.bandwidth_bytes_per_s / 1e12:.4g} TB/s)"
+    )
+
+
 def get_accelerator(name: str) -> Accelerator:
-    """Look an accelerator up by name or alias, case-insensitively."""
+    """Look an accelerator up by name or alias, case-insensitively; a name that several
+    memory variants share is refused with the variants listed."""
     key = _key(name)
     for acc in _catalog().values():
         if key == acc.name or key in acc.aliases:
             return acc
+    variants = variants_of(key)
+    if len(variants) > 1:
+        listed = ", ".join(_variant_text(a) for a in variants)
+        raise HardwareError(
+            f"accelerator {name!r} has {len(variants)} memory variants and their bandwidths "
+            f"decide MBU; name one: {listed}"
+        )
     known = ", ".join(sorted(_catalog()))
     raise HardwareError(
         f"unknown accelerator {name!r}; known: {known} (or give custom figures in the spec)"
