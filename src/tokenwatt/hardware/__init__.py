@@ -30,7 +30,7 @@ class Accelerator:
     name: str
     vendor: str
     display_name: str
-    memory_bytes: float
+    memory_bytes: float | None  # None: a custom accelerator whose memory was not given
     bandwidth_bytes_per_s: float
     tdp_w: float | None
     bf16_dense_flops: float | None
@@ -99,7 +99,7 @@ def variants_of(name: str) -> list[Accelerator]:
 
 def _variant_text(acc: Accelerator) -> str:
     return (
-        f"{acc.name} ({acc.memory_bytes / 1e9:.0f} GB, "
+        f"{acc.name} ({(acc.memory_bytes or 0) / 1e9:.0f} GB, "
         f"{acc.bandwidth_bytes_per_s / 1e12:.4g} TB/s)"
     )
 
@@ -128,16 +128,17 @@ def custom_accelerator(
     name: str,
     *,
     bandwidth_bytes_per_s: float,
-    memory_bytes: float,
+    memory_bytes: float | None,
     tdp_w: float | None = None,
     bf16_dense_flops: float | None = None,
     fp8_dense_flops: float | None = None,
     base: Accelerator | None = None,
 ) -> Accelerator:
-    """An accelerator the catalog lacks, or a catalog entry with some figures replaced."""
+    """An accelerator the catalog lacks, or a catalog entry with some figures replaced;
+    ``memory_bytes`` None keeps the base entry's memory (unknown without one)."""
     for field_name, value in (
         ("bandwidth_bytes_per_s", bandwidth_bytes_per_s),
-        ("memory_bytes", memory_bytes),
+        ("memory_bytes", memory_bytes if memory_bytes is not None else 1.0),
     ):
         if not value > 0:
             raise HardwareError(f"hardware.{field_name} must be > 0, got {value!r}")
@@ -146,7 +147,7 @@ def custom_accelerator(
             base,
             name=name,
             bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-            memory_bytes=memory_bytes,
+            memory_bytes=memory_bytes if memory_bytes is not None else base.memory_bytes,
             tdp_w=tdp_w if tdp_w is not None else base.tdp_w,
             bf16_dense_flops=bf16_dense_flops or base.bf16_dense_flops,
             fp8_dense_flops=fp8_dense_flops or base.fp8_dense_flops,
