@@ -216,3 +216,31 @@ def test_the_simulator_refuses_shared_gpus_in_one_line(spec_file: Path) -> None:
     hw = spec.hardware.model_copy(update={"gpus": 1, "replicas": 2})
     with pytest.raises(SpecError, match="whole GPUs"):
         sim_config(spec.model_copy(update={"hardware": hw}))
+
+
+@pytest.mark.parametrize(
+    ("item", "key", "value"),
+    [
+        ("config.intermediate_size=14336", "config.intermediate_size", 14336),
+        ("model.overrides.config.head_dim=128", "config.head_dim", 128),
+        ("layers=32", "layers", 32),
+        ("experts=0", "experts", 0),
+        ("weight_dtype=fp32", "weight_dtype", "fp32"),
+        ("tied_embeddings=false", "tied_embeddings", False),
+    ],
+)
+def test_every_geometry_hint_form_is_a_spec_override(item: str, key: str, value: Any) -> None:
+    """The forms the geometry's errors and notes print (``--set config.KEY=N``,
+    ``--set layers=N``, ``--set weight_dtype=DTYPE`` …) land in model.overrides, the spec
+    validates, and the geometry counts with them."""
+    from tokenwatt.cli.options import apply_set
+    from tokenwatt.geometry import load_geometry
+    from tokenwatt.spec import parse_spec
+
+    doc = yaml.safe_load(SPEC)
+    apply_set(doc, item)
+    spec = parse_spec(doc)
+    assert spec.model.overrides == {key: value}
+    load_geometry(spec.model.source, overrides=spec.model.overrides)
+    apply_set(doc, "name=kept-as-the-spec-name")  # a spec field keeps its meaning
+    assert parse_spec(doc).name == "kept-as-the-spec-name"
