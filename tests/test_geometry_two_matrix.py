@@ -5,6 +5,7 @@ its number; a count is exact where the source gives an exact integer."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,39 @@ def _json(name: str) -> dict[str, object]:
 
     data: dict[str, object] = json.loads((CONFIGS / f"{name}.json").read_text("utf-8"))
     return data
+
+
+def test_tensor_names_decide_an_unknown_type_s_mlp(tmp_path: Path) -> None:
+    """A type without rules and a SiLU activation would be counted Llama-style; its
+    checkpoint's tensor names (fc1/fc2, no gate) say two matrices, and the count follows
+    (the headers' bytes then agree with the arithmetic: no disagreement note)."""
+    from test_geometry_safetensors import H, V, config, write_header
+
+    ff = 128
+    folder = config(tmp_path / "m", model_type="brand_new", hidden_act="silu")
+    tensors: dict[str, tuple[str, list[int]]] = {
+        "model.embed_tokens.weight": ("BF16", [V, H]),
+        "model.norm.weight": ("BF16", [H]),
+        "lm_head.weight": ("BF16", [V, H]),
+    }
+    for i in range(2):
+        p = f"model.layers.{i}."
+        for name, shape in (
+            ("input_layernorm", [H]),
+            ("post_attention_layernorm", [H]),
+            ("self_attn.q_proj", [H, H]),
+            ("self_attn.k_proj", [32, H]),
+            ("self_attn.v_proj", [32, H]),
+            ("self_attn.o_proj", [H, H]),
+            ("mlp.fc1", [ff, H]),
+            ("mlp.fc2", [H, ff]),
+        ):
+            tensors[p + name + ".weight"] = ("BF16", shape)
+    write_header(folder / "model.safetensors", tensors)
+    g = load_geometry(folder)
+    assert g.total_params == sum(math.prod(s) for _, s in tensors.values())
+    assert any("tensor names as two-matrix" in n for n in g.notes)
+    assert not any("headers hold" in n for n in g.notes)
+    gated = {**tensors, "model.layers.0.mlp.gate_proj.weight": ("BF16", [ff, H])}
+    write_header(folder / "model.safetensors", gated)
+    assert any("as gated" in n for n in load_geometry(folder).notes)

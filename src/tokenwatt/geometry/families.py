@@ -15,6 +15,8 @@ means two matrices, SiLU/SwiGLU three (with a note either way).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tokenwatt.errors import GeometryError
@@ -22,7 +24,7 @@ from tokenwatt.geometry.bounds import MAX_HEADS as _MAX_HEADS
 from tokenwatt.geometry.bounds import MAX_HIDDEN as _MAX_HIDDEN
 from tokenwatt.geometry.reader import Reader
 
-__all__ = ["TWO_MATRIX_TYPES", "Layout", "family_type", "read_layout"]
+__all__ = ["TWO_MATRIX_TYPES", "Layout", "family_type", "mlp_gated_from_names", "read_layout"]
 
 # model types whose MLP is up/down with a plain activation (no gate)
 TWO_MATRIX_TYPES = frozenset(
@@ -61,6 +63,22 @@ _ARCH_TYPES = {
 # the class default of tie_word_embeddings in the two-matrix families' config classes
 TIED_BY_DEFAULT = frozenset({"opt", "gpt2", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt"})
 _PLAIN_ACTS = ("gelu", "relu", "tanh", "quick_gelu")
+# checkpoint tensor names (safetensors, GGUF) of a gate projection; a MoE router
+# (``mlp.gate.weight``) is not one
+_GATE_TENSOR = re.compile(r"(gate_proj|gate_up_proj|\.w1\.|\.w3\.|ffn_gate|\.wi_0\.)")
+_UP_TENSOR = re.compile(r"\.(fc1|c_fc|dense_h_to_4h|fc_in|up_proj|ffn_up)\.")
+
+
+def mlp_gated_from_names(names: Iterable[str]) -> bool | None:
+    """What a checkpoint's tensor names say of its MLP: True for a gate projection anywhere,
+    False for up projections without any gate (fc1, c_fc, dense_h_to_4h …), None for
+    neither."""
+    up = False
+    for name in names:
+        if _GATE_TENSOR.search(name):
+            return True
+        up = up or _UP_TENSOR.search(name) is not None
+    return False if up else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +250,16 @@ def read_layout(r: Reader, mt: str, h: int, notes: list[str]) -> Layout:
         return _two_matrix(r, fam, h)
     if fam in _GATED_GELU_TYPES:
         return Layout(fam)
+    if "gated_mlp" in r.forced and r.has("intermediate_size"):
+        gated = bool(r.forced["gated_mlp"])
+        notes.append(
+            f"model_type {mt!r}: MLP read from the checkpoint's tensor names as "
+            f"{'gated (three matrices)' if gated else 'two-matrix (up + down)'}"
+        )
+        if gated:
+            return Layout(fam)
+        ffn = r.int_("intermediate_size", maximum=_MAX_HIDDEN)
+        return Layout(mt, gated_mlp=False, ffn_size=ffn, mlp_bias=r.bool_("mlp_bias", False))
     act = _activation(r)
     if act and "glu" not in act and act.startswith(_PLAIN_ACTS) and r.has("intermediate_size"):
         notes.append(
