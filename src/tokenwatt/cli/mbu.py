@@ -146,7 +146,9 @@ def _node(model: str, node: NodeFlags, sets: list[str]) -> tuple[dict[str, Any],
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, source="flags")) from None
     acc = resolve_accelerator(hw)
-    label = acc.display_name if hw.accelerator else f"custom {acc.bandwidth_bytes_per_s:.4g} B/s"
+    label = acc.display_name if hw.accelerator else "custom"
+    if hw.custom is not None:  # the bandwidth given by hand is the one that counts
+        label += f" at {acc.bandwidth_bytes_per_s / 1e12:.4g} TB/s"
     return {
         "display": f"{hw.gpus} × {label}",
         "accelerator": label,
