@@ -35,6 +35,7 @@ PUBLISHED = [
     ("gpt2-large", 774_000_000, "gpt2-large model card: the 774M parameter version"),
     ("opt-125m", 125_000_000, "OPT paper (arXiv:2205.01068) Table 1 and metaseq README: 125M"),
     ("starcoder", 15_500_000_000, "StarCoder paper (arXiv:2305.06161): 15.5B parameters"),
+    ("gpt-neo-125m", 125_000_000, "EleutherAI/gpt-neo-125m model card: 125M parameters"),
 ]
 
 

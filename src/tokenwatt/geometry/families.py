@@ -24,7 +24,15 @@ from tokenwatt.geometry.bounds import MAX_HEADS as _MAX_HEADS
 from tokenwatt.geometry.bounds import MAX_HIDDEN as _MAX_HIDDEN
 from tokenwatt.geometry.reader import Reader
 
-__all__ = ["TWO_MATRIX_TYPES", "Layout", "family_type", "mlp_gated_from_names", "read_layout"]
+__all__ = [
+    "TIED_BY_DEFAULT",
+    "TWO_MATRIX_TYPES",
+    "Layout",
+    "check_layout",
+    "family_type",
+    "mlp_gated_from_names",
+    "read_layout",
+]
 
 # model types whose MLP is up/down with a plain activation (no gate)
 TWO_MATRIX_TYPES = frozenset(
@@ -61,7 +69,9 @@ _ARCH_TYPES = {
     "GPTNeoForCausalLM": "gpt_neo",
 }
 # the class default of tie_word_embeddings in the two-matrix families' config classes
-TIED_BY_DEFAULT = frozenset({"opt", "gpt2", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt"})
+TIED_BY_DEFAULT = frozenset(
+    {"opt", "gpt2", "gpt_neo", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt"}
+)
 _PLAIN_ACTS = ("gelu", "relu", "tanh", "quick_gelu")
 # checkpoint tensor names (safetensors, GGUF) of a gate projection; a MoE router
 # (``mlp.gate.weight``) is not one
@@ -226,20 +236,26 @@ def _two_matrix(r: Reader, fam: str, h: int) -> Layout:
         return _mpt(r, h)
     if fam in ("gpt2", "gpt_bigcode"):
         return _gpt2_like(r, fam, h)
-    if fam == "gptj":  # one shared norm, no attention biases, an LM-head bias
-        return Layout(fam, False, _ffn(r, h, "n_inner"), 2, 1, mlp_bias=True, lm_head_bias=True)
-    if fam == "phi":  # one shared norm, biases everywhere, an LM-head bias
-        return Layout(
-            fam, False, _ffn(r, h, "intermediate_size"), 2, 1, True, True, True, lm_head_bias=True
-        )
-    if fam == "bloom":  # ALiBi, a LayerNorm right after the embedding
-        return Layout(fam, False, _ffn(r, h, "n_inner"), 2, 2, True, True, True, embed_norm=True)
-    if fam == "gpt_neo":  # q/k/v without bias, out_proj and MLP with
-        n_pos = r.int_("max_position_embeddings")
-        ffn = _ffn(r, h, "intermediate_size")
-        return Layout(fam, False, ffn, 2, 2, False, True, True, positions=n_pos)
-    bias = r.bool_("use_bias", True) if fam == "starcoder2" else r.bool_("attention_bias", True)
-    return Layout(fam, False, _ffn(r, h, "intermediate_size"), 2, 2, bias, bias, bias)
+    shared_norm = fam in ("gptj", "phi")  # attention and MLP in parallel after one norm
+    if fam == "starcoder2":
+        bias = r.bool_("use_bias", True)
+    elif fam == "gpt_neox":
+        bias = r.bool_("attention_bias", True)
+    else:
+        bias = fam != "gptj"  # GPT-J's attention has none; Phi, BLOOM, GPT-Neo's out_proj do
+    return Layout(
+        fam,
+        gated_mlp=False,
+        ffn_size=_ffn(r, h, "n_inner" if fam in ("gptj", "bloom") else "intermediate_size"),
+        norm_width=2,
+        norms_per_layer=1 if shared_norm else 2,
+        qkv_bias=bias and fam != "gpt_neo",  # GPT-Neo: q/k/v without bias
+        o_bias=bias,
+        mlp_bias=fam == "gptj" or bias,
+        positions=r.int_("max_position_embeddings") if fam == "gpt_neo" else 0,
+        embed_norm=fam == "bloom",  # a LayerNorm right after the embedding (BLOOM uses ALiBi)
+        lm_head_bias=shared_norm,  # GPT-J and Phi carry an LM-head bias
+    )
 
 
 def read_layout(r: Reader, mt: str, h: int, notes: list[str]) -> Layout:
