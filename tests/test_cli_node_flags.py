@@ -244,3 +244,26 @@ def test_every_geometry_hint_form_is_a_spec_override(item: str, key: str, value:
     load_geometry(spec.model.source, overrides=spec.model.overrides)
     apply_set(doc, "name=kept-as-the-spec-name")  # a spec field keeps its meaning
     assert parse_spec(doc).name == "kept-as-the-spec-name"
+
+
+def test_fit_check_gives_each_sharing_replica_its_share_of_memory() -> None:
+    """Two replicas of Llama-3.1-8B (16 GB of weights each) fit on one 80 GB H100; four do
+    not fit on one 64 GB part. A bandwidth given alone states no memory: nothing to check."""
+    from tokenwatt.geometry import load_geometry
+    from tokenwatt.load.fit import check_fits
+    from tokenwatt.load.target import resolve_accelerator
+    from tokenwatt.spec import parse_spec
+
+    g = load_geometry("llama-3.1-8b")
+
+    def spec(hardware: dict[str, Any]) -> BenchSpec:
+        return parse_spec({**yaml.safe_load(SPEC), "hardware": hardware})
+
+    ok = spec({"accelerator": "h100-sxm", "gpus": 1, "replicas": 2})
+    check_fits(ok, g, resolve_accelerator(ok.hardware))
+    tight = spec({"accelerator": "h100-sxm-64gb", "gpus": 1, "replicas": 4})
+    with pytest.raises(SpecError, match=r"0\.25 × h100-sxm-64gb \(16 GB per replica\)"):
+        check_fits(tight, g, resolve_accelerator(tight.hardware))
+    bare = spec({"custom": {"bandwidth_bytes_per_s": 1e12}, "gpus": 1, "replicas": 4})
+    assert resolve_accelerator(bare.hardware).memory_bytes is None
+    check_fits(bare, g, resolve_accelerator(bare.hardware))
