@@ -2,9 +2,11 @@
 
 The counter walks the decoder layer by layer (attention, norms, dense MLP or MoE block),
 so hybrid layouts (dense-first DeepSeek layers, interleaved Llama-4 MoE, Qwen's
-``mlp_only_layers``) are exact. Conventions (docs/methodology.md): RMSNorm weights count
-(2 per layer + final); biases, attention sinks, routers and DeepSeek's score-correction bias
-count; MTP layers are reported apart; the LM head is counted once when tied.
+``mlp_only_layers``) are exact. Conventions (docs/methodology.md): norm weights count (2 per
+layer + final; LayerNorm biases too, one shared norm in parallel blocks); biases, attention
+sinks, routers and DeepSeek's score-correction bias count; learned position tables count;
+MTP layers are reported apart; the LM head is counted once when tied. Each family's MLP
+shape, norms and biases come from ``geometry.families``.
 """
 
 from __future__ import annotations
