@@ -147,7 +147,7 @@ def test_starcoder2_biases_gqa_sliding_window() -> None:
     g = load_geometry(CONFIGS / "starcoder2-15b.json")
     h, kv = 6144, 4 * 128
     layer = 2 * (h * h + h) + 2 * (h * kv + kv) + (h * 4 * h + 4 * h) + (4 * h * h + h) + 4 * h
-    assert g.total_params == 49152 * h + 40 * layer + 2 * h
+    assert g.total_params == 2 * 49152 * h + 40 * layer + 2 * h  # untied: 15.96 B ("16B")
     assert g.kv_bytes_per_token_sliding_window == 2 * 40 * 4 * 128 * 2
 
 
