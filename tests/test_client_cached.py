@@ -20,7 +20,7 @@ from tokenwatt.spec.endpoint import Timeouts
 def _config(prefix_caching: bool) -> SimConfig:
     return SimConfig(
         geometry=load_geometry("llama-3.1-8b"),
-        accelerator=get_accelerator("h100"),
+        accelerator=get_accelerator("h100-sxm"),
         served_model_name="sim-8b",
         max_model_len=4096,
         prefill_cost=False,

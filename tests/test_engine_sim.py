@@ -33,7 +33,7 @@ STREAMS, ROUNDS, OUT = 6, 2, 400
 def sim() -> Iterator[RunningSim]:
     cfg = SimConfig(
         geometry=load_geometry("llama-3.1-8b"),
-        accelerator=get_accelerator("h100"),
+        accelerator=get_accelerator("h100-sxm"),
         served_model_name="sim-8b",
         max_model_len=4096,
         prefill_cost=False,
@@ -104,7 +104,7 @@ def test_idle_replica_is_flagged_with_its_cause() -> None:
     Client B = T·τ/R halves (R = 2), the engine's tokens per step stays 1: flagged, cause idle."""
     cfg = SimConfig(
         geometry=load_geometry("llama-3.1-8b"),
-        accelerator=get_accelerator("h100"),
+        accelerator=get_accelerator("h100-sxm"),
         served_model_name="sim-8b",
         max_model_len=4096,
         prefill_cost=False,

@@ -65,7 +65,7 @@ def test_gpt_oss_sim_capacity_counts_the_sliding_layers() -> None:
     g = _gpt_oss()
     sim = SimConfig(
         geometry=g,
-        accelerator=get_accelerator("h100"),
+        accelerator=get_accelerator("h100-sxm"),
         kv_cache_bytes=10 * GIB,
         max_model_len=8192,
         prefill_cost=False,
@@ -93,7 +93,7 @@ def test_sliding_only_model_sim_capacity() -> None:
     g = geometry_from_config(MISTRAL_V01, name="mistral-7b-v0.1")
     cfg = SimConfig(
         geometry=g,
-        accelerator=get_accelerator("h100"),
+        accelerator=get_accelerator("h100-sxm"),
         kv_cache_bytes=8 * GIB,
         max_model_len=4096,
         prefill_cost=False,
@@ -112,7 +112,7 @@ def test_sliding_only_sim_preempts_when_its_real_capacity_is_full() -> None:
     # tokens each cannot both stay (sized from full layers only, 20 MiB held 1.3 M blocks)
     cfg = SimConfig(
         geometry=g,
-        accelerator=get_accelerator("h100"),
+        accelerator=get_accelerator("h100-sxm"),
         kv_cache_bytes=20 * 2**20,
         max_model_len=160,
         prefill_cost=False,

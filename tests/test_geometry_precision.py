@@ -115,7 +115,7 @@ def test_modelopt_hf_quant_config_in_folder(tmp_path: Path) -> None:
 
 def test_unsupported_method_is_overridable() -> None:
     cfg = LLAMA | {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}
-    with pytest.raises(GeometryError, match="--weights DTYPE"):
+    with pytest.raises(GeometryError, match="--set weight_dtype=DTYPE"):
         geometry_from_config(cfg, name="x")
     g = geometry_from_config(cfg, name="x", weight_dtype="int4")
     assert g.weight_dtype == "int4"

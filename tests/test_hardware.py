@@ -8,8 +8,9 @@ from tokenwatt.errors import HardwareError
 from tokenwatt.hardware import custom_accelerator, get_accelerator, list_accelerators
 
 REQUIRED = [
-    "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-nvl", "h200", "h20", "gh200",
-    "b200", "b300", "l40s", "l4", "mi250x", "mi300x", "mi325x", "mi355x", "gaudi2", "gaudi3",
+    "a100-40gb", "a100-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm", "h100-sxm-64gb",
+    "h100-pcie", "h100-nvl", "h200", "h200-nvl", "h20", "gh200-96gb", "gh200-144gb", "b200",
+    "b300", "gb200", "l40s", "l4", "mi250x", "mi300x", "mi325x", "mi355x", "gaudi2", "gaudi3",
     "tpu-v5e", "tpu-v5p", "tpu-v6e",
 ]  # fmt: skip
 
@@ -27,6 +28,13 @@ def test_required_entries_present_with_positive_figures(name: str) -> None:
     ("name", "bandwidth", "memory", "tdp"),
     [
         ("h100-sxm", 3.35e12, 80e9, 700),
+        ("h100-sxm-64gb", 1.63e12, 64e9, 700),
+        ("h100-nvl", 3.9e12, 94e9, 400),
+        ("a100-pcie-40gb", 1.555e12, 40e9, 250),
+        ("a100-pcie-80gb", 1.935e12, 80e9, 300),
+        ("gh200-96gb", 4.0e12, 96e9, 1000),
+        ("gh200-144gb", 4.9e12, 144e9, 1000),
+        ("h200-nvl", 4.8e12, 141e9, 600),
         ("h200", 4.8e12, 141e9, 700),
         ("mi300x", 5.3e12, 192e9, 750),
         ("b200", 7.7e12, 180e9, 1000),
@@ -41,7 +49,9 @@ def test_rated_figures(name: str, bandwidth: float, memory: float, tdp: float | 
 
 
 def test_lookup_is_case_insensitive_and_knows_aliases() -> None:
-    assert get_accelerator("H100").name == "h100-sxm"
+    assert get_accelerator("H100-SXM5").name == "h100-sxm"
+    assert get_accelerator("h100_sxm_64gb").name == "h100-sxm-64gb"
+    assert get_accelerator("gh200-hbm3e").name == "gh200-144gb"
     assert get_accelerator("  MI300X ").name == "mi300x"
     assert get_accelerator("Gaudi_3").name == "gaudi3"
 
@@ -70,3 +80,28 @@ def test_custom_accelerator_validates_and_overrides() -> None:
     assert acc.bandwidth_bytes_per_s == 4e12
     assert acc.bf16_dense_flops == base.bf16_dense_flops
     assert acc.confidence == "user"
+
+
+@pytest.mark.parametrize(
+    ("name", "variants"),
+    [
+        ("h100", ["h100-sxm", "h100-sxm-64gb", "h100-pcie", "h100-nvl"]),
+        ("A100", ["a100-40gb", "a100-80gb", "a100-pcie-40gb", "a100-pcie-80gb"]),
+        ("a100-sxm", ["a100-40gb", "a100-80gb"]),
+        ("gh200", ["gh200-96gb", "gh200-144gb"]),
+    ],
+)
+def test_a_name_several_variants_share_is_asked_for(name: str, variants: list[str]) -> None:
+    """Not guessed: one line listing each variant with its memory and bandwidth."""
+    with pytest.raises(HardwareError) as info:
+        get_accelerator(name)
+    text = str(info.value)
+    assert "\n" not in text and f"{len(variants)} memory variants" in text
+    for v in variants:
+        assert f"{v} (" in text
+
+
+def test_every_entry_names_its_source() -> None:
+    for acc in list_accelerators():
+        assert len(acc.source) > 20, acc.name
+        assert acc.confidence, acc.name

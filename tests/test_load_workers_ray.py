@@ -41,7 +41,7 @@ def cluster() -> Iterator[None]:
 def sim() -> Iterator[RunningSim]:
     cfg = SimConfig(
         geometry=load_geometry("llama-3.1-8b"),
-        accelerator=get_accelerator("h100"),
+        accelerator=get_accelerator("h100-sxm"),
         served_model_name="sim-8b",
         max_model_len=4096,
         prefill_cost=False,

@@ -206,7 +206,7 @@ def test_cli_bad_input_is_one_line_and_exit_2() -> None:
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "tokenwatt", "sim", "--model", "llama-3.1-8b",
-             "--accelerator", "h100", "--port", "0", *bad],
+             "--accelerator", "h100-sxm", "--port", "0", *bad],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert proc.returncode == 2

@@ -96,7 +96,7 @@ def cli_accepts(knob: str, value: Any, port: int) -> bool:
     args = [flag] if value is True else [flag, str(value)]
     try:
         app(
-            ["sim", "--model", "llama-3.1-8b", "--accelerator", "h100", "--max-model-len",
+            ["sim", "--model", "llama-3.1-8b", "--accelerator", "h100-sxm", "--max-model-len",
              "4096", "--port", str(port), *args],
             standalone_mode=False,
         )  # fmt: skip
@@ -130,7 +130,7 @@ def test_spec_truth_log_reaches_the_simulator(tmp_path: Path) -> None:
     spec = parse_spec(
         {
             "model": {"source": "llama-3.1-8b"},
-            "hardware": {"accelerator": "h100"},
+            "hardware": {"accelerator": "h100-sxm"},
             "endpoint": {"url": "sim"},
             "sim": {"truth_log": str(log), "prefix_caching": True, "step_overhead_ms": 2},
         }

@@ -29,7 +29,7 @@ K = 3
 
 def _config(**kw: Any) -> SimConfig:
     return SimConfig(
-        geometry=load_geometry("llama-3.1-8b"), accelerator=get_accelerator("h100"),
+        geometry=load_geometry("llama-3.1-8b"), accelerator=get_accelerator("h100-sxm"),
         served_model_name="sim-8b", max_model_len=4096, prefill_cost=False, **kw,
     )  # fmt: skip
 
@@ -108,7 +108,7 @@ def test_settings_forms_and_errors() -> None:
     s = SimSettings(speculative="mtp:3:0.8").speculative
     assert s is not None and s.profile() == [0.8, 0.8, 0.8]
     assert s.mean_acceptance_length() == pytest.approx(1 + 0.8 + 0.64 + 0.512)
-    spec = parse_spec({"model": {"source": "llama-3.1-8b"}, "hardware": {"accelerator": "h100"},
+    spec = parse_spec({"model": {"source": "llama-3.1-8b"}, "hardware": {"accelerator": "h100-sxm"},
                        "endpoint": {"url": "sim"},
                        "sim": {"speculative": {"method": "draft", "num_tokens": 2,
                                                "acceptance": [0.9, 0.6],
@@ -132,7 +132,7 @@ def test_settings_forms_and_errors() -> None:
 def test_config_travels_as_json_with_its_draft_model() -> None:
     cfg = SimConfig.from_settings(
         SimSettings(speculative="draft:2:0.7:llama-3.1-8b"),
-        geometry=load_geometry("llama-3.1-70b"), accelerator=get_accelerator("h100"),
+        geometry=load_geometry("llama-3.1-70b"), accelerator=get_accelerator("h100-sxm"),
         gpus_per_replica=4,
     )  # fmt: skip
     back = SimConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))

@@ -8,7 +8,7 @@ from tokenwatt.geometry.model import KVGroup, ModelGeometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.sim import SimConfig
 
-H100 = get_accelerator("h100")  # 3.35e12 B/s, 989.4e12 BF16 FLOP/s, 700 W
+H100 = get_accelerator("h100-sxm")  # 3.35e12 B/s, 989.4e12 BF16 FLOP/s, 700 W
 
 
 def geometry(

@@ -41,7 +41,7 @@ M = {"model": {"source": "x"}, "endpoint": {"url": "sim"}, "hardware": H100}
     ("data", "message"),
     [
         ({**M, "slo": {"ttft_ms": -1}}, "slo.ttft_ms: Input should be greater than 0"),
-        ({**M, "hardware": {**H100, "gpus": 3, "replicas": 2}}, "multiple of hardware.replicas"),
+        ({**M, "hardware": {**H100, "replicas": 0}}, "hardware.replicas: Input should be"),
         ({**M, "endpoint": {"url": "ftp://x"}}, "endpoint.url: must be 'sim' or an http(s) URL"),
         ({**M, "bogus": 1}, "bogus: Extra inputs are not permitted"),
         ({}, "model: Field required"),
@@ -114,3 +114,14 @@ def test_redact_removes_secrets_and_keeps_token_counts() -> None:
 )
 def test_redact_text(text: str, secrets: tuple[str | None, ...], shown: str) -> None:
     assert redact_text(text, secrets) == shown
+
+
+@pytest.mark.parametrize(
+    ("gpus", "replicas", "shared"), [(1, 2, True), (3, 2, True), (4, 2, False)]
+)
+def test_replicas_may_share_gpus(gpus: int, replicas: int, shared: bool) -> None:
+    """MPS or fractional GPUs: fewer GPUs than replicas, or GPUs that replicas do not divide,
+    are a node description like any other (N_GPU ÷ R GPUs per replica)."""
+    spec = parse_spec({**M, "hardware": {**H100, "gpus": gpus, "replicas": replicas}})
+    assert spec.hardware.gpus_per_replica == gpus / replicas
+    assert spec.hardware.shares_gpus is shared

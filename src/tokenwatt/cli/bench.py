@@ -22,11 +22,15 @@ import typer
 from tokenwatt.cli._workers import RayOption, WorkersOption, with_senders
 from tokenwatt.cli.options import (
     ApiOption,
+    BandwidthOption,
     BaseUrlOption,
+    GpusOption,
+    HardwareOption,
     KwhOption,
     ModelOption,
     OverwriteOption,
     PriceOption,
+    ReplicasOption,
     SetOption,
     SloTpotOption,
     SloTtftOption,
@@ -378,13 +382,17 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     price: PriceOption = None,
     kwh: KwhOption = None,
     quiet: QuietOption = False,
+    hardware: HardwareOption = None,
+    gpus: GpusOption = None,
+    replicas: ReplicasOption = None,
+    bandwidth_tb_s: BandwidthOption = None,
 ) -> None:
     """Find the SLO boundary and report goodput, tokens per joule and MBU there.
 
     Without a spec: tokenwatt bench --base-url http://HOST:8000 --model NAME
     --set hardware.accelerator=h100-sxm --set hardware.gpus=1
     """
-    from tokenwatt.cli.options import Flags, build_spec
+    from tokenwatt.cli.options import Flags, NodeFlags, build_spec
 
     peer = PeerFlags(
         rate, concurrency, max_concurrency, max_requests, seed, input_tokens, output_tokens, dataset
@@ -399,6 +407,7 @@ def bench(  # noqa: PLR0917 - one parameter per flag
         extra["search.probe.min_duration_s"] = duration
     extra["hardware.price_per_gpu_hour"] = price
     extra["hardware.price_per_kwh"] = kwh
+    extra.update(NodeFlags(hardware, gpus, replicas, bandwidth_tb_s).spec_fields())
     flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
     spec = with_senders(build_spec(spec_path, flags), workers, ray)
     if closed is not None:

@@ -192,7 +192,7 @@ def _show_accelerators(accs: list[Accelerator]) -> None:
     for a in accs:
         t.add_row(
             a.name,
-            f"{a.memory_bytes / 1e9:,.0f}",
+            f"{(a.memory_bytes or 0) / 1e9:,.0f}" if a.memory_bytes else "-",
             f"{a.bandwidth_bytes_per_s / 1e12:,.3f}",
             f"{a.tdp_w:,.0f}" if a.tdp_w else "-",
             tf(a.bf16_dense_flops),
@@ -210,7 +210,8 @@ def _show_accelerator(a: Accelerator) -> None:
     t.add_column("value")
     t.add_row("name", a.name + (f" (also: {', '.join(a.aliases)})" if a.aliases else ""))
     t.add_row("vendor", a.vendor)
-    t.add_row("memory", f"{a.memory_bytes / 1e9:,.0f} GB ({a.memory_bytes:.4g} B)")
+    if a.memory_bytes is not None:
+        t.add_row("memory", f"{a.memory_bytes / 1e9:,.0f} GB ({a.memory_bytes:.4g} B)")
     t.add_row(
         "bandwidth",
         f"{a.bandwidth_bytes_per_s / 1e12:,.3f} TB/s ({a.bandwidth_bytes_per_s:.4g} B/s)",

@@ -14,7 +14,16 @@ from typing import Annotated
 
 import typer
 
-from tokenwatt.cli.options import ModelOption, SetOption, SloTpotOption, SloTtftOption
+from tokenwatt.cli.options import (
+    BandwidthOption,
+    GpusOption,
+    HardwareOption,
+    ModelOption,
+    ReplicasOption,
+    SetOption,
+    SloTpotOption,
+    SloTtftOption,
+)
 
 __all__ = ["import_file"]
 
@@ -22,10 +31,10 @@ __all__ = ["import_file"]
 def import_file(  # noqa: PLR0917 - one parameter per flag
     path: Annotated[Path, typer.Argument(metavar="FILE", help="the other tool's result file")],
     model: ModelOption = None,
-    hardware: Annotated[
-        str | None, typer.Option("--hardware", help="accelerator (hardware.accelerator)")
-    ] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", help="N_GPU (hardware.gpus)")] = None,
+    hardware: HardwareOption = None,
+    gpus: GpusOption = None,
+    replicas: ReplicasOption = None,
+    bandwidth_tb_s: BandwidthOption = None,
     fmt: Annotated[
         str, typer.Option("--format", help="auto, vllm, guidellm, aiperf, inference-perf, br02")
     ] = "auto",
@@ -42,7 +51,7 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
     """
     from rich.console import Console
 
-    from tokenwatt.cli.options import Flags, build_spec
+    from tokenwatt.cli.options import Flags, NodeFlags, build_spec
     from tokenwatt.cli.outdir import choose_out_dir
     from tokenwatt.geometry import load_geometry
     from tokenwatt.importers import read_runs
@@ -52,7 +61,7 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
     from tokenwatt.result import write_result
 
     name, runs = read_runs(path, fmt)
-    extra: dict[str, object] = {"hardware.accelerator": hardware, "hardware.gpus": gpus}
+    extra = NodeFlags(hardware, gpus, replicas, bandwidth_tb_s).spec_fields()
     url = f"http://imported.invalid/{path.name}"
     flags = Flags(url, model, None, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
     spec = build_spec(None, flags)

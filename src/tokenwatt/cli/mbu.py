@@ -1,4 +1,4 @@
-"""CLI: ``tokenwatt mbu MODEL --hardware H100 --gpus 2 --concurrency 4 --tpot-ms 17.41 ...``.
+"""CLI: ``tokenwatt mbu MODEL --hardware h100-sxm --gpus 2 --concurrency 4 --tpot-ms 17.41 ...``.
 
 The MBU derivation as a calculator for figures measured elsewhere (a published table's row, a
 peer tool's summary): every input is printed, every assumption that filled a gap is said in
@@ -13,6 +13,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tokenwatt.cli.options import (
+    BandwidthOption,
+    GpusOption,
+    HardwareOption,
+    NodeFlags,
+    ReplicasOption,
+    SetOption,
+)
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
@@ -110,36 +118,54 @@ def _show(data: dict[str, Any]) -> None:
         console.print(f"note: {escape(line)}", soft_wrap=True)
 
 
-def _hardware(name: str | None, bandwidth_tb_s: float | None, gpus: int, replicas: int) -> Any:
-    from tokenwatt.hardware import get_accelerator
+def _node(model: str, node: NodeFlags, sets: list[str]) -> tuple[dict[str, Any], Any]:
+    """The node and model sections from the shared node flags and ``--set`` (the same forms
+    every command takes: ``hardware.*``, ``model.*``, geometry overrides), validated as the
+    spec's own sections; the hardware dict as ``--json`` prints it, and the model section."""
+    from pydantic import ValidationError
 
-    if gpus < 1 or replicas < 1:
-        raise SpecError(f"--gpus and --replicas must be at least 1, got {gpus} and {replicas}")
-    if bandwidth_tb_s is not None:
-        if not bandwidth_tb_s > 0:
-            raise SpecError(f"--bandwidth-tb-s must be > 0, got {bandwidth_tb_s}")
-        per_gpu = bandwidth_tb_s * 1e12
-        label = name or "custom"
-    elif name is None:
+    from tokenwatt.cli.options import apply_set
+    from tokenwatt.load.target import resolve_accelerator
+    from tokenwatt.spec import format_validation_error
+    from tokenwatt.spec.dotted import put_dotted
+    from tokenwatt.spec.hardware import HardwareSection, gpu_sharing_note
+    from tokenwatt.spec.model import ModelSection
+
+    doc: dict[str, Any] = {"model": {"source": model}, "hardware": {}}
+    for key, value in node.spec_fields().items():
+        put_dotted(doc, key, value)
+    for item in sets:
+        apply_set(doc, item)
+    if other := sorted(set(doc) - {"model", "hardware"}):
+        raise SpecError(f"--set {other[0]}.*: mbu takes hardware.*, model.* and geometry fields")
+    if not doc["hardware"].get("accelerator") and not doc["hardware"].get("custom"):
         raise SpecError("give --hardware NAME (tokenwatt hardware lists them) or --bandwidth-tb-s")
-    else:
-        acc = get_accelerator(name)
-        per_gpu, label = acc.bandwidth_bytes_per_s, acc.display_name
+    try:
+        hw = HardwareSection.model_validate(doc["hardware"])
+        section = ModelSection.model_validate(doc["model"])
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, source="flags")) from None
+    acc = resolve_accelerator(hw)
+    label = acc.display_name if hw.accelerator else "custom"
+    if hw.custom is not None:  # the bandwidth given by hand is the one that counts
+        label += f" at {acc.bandwidth_bytes_per_s / 1e12:.4g} TB/s"
     return {
-        "display": f"{gpus} × {label}",
+        "display": f"{hw.gpus} × {label}",
         "accelerator": label,
-        "bandwidth_bytes_per_s_per_gpu": per_gpu,
-        "gpus": gpus,
-        "replicas": replicas,
-    }
+        "bandwidth_bytes_per_s_per_gpu": acc.bandwidth_bytes_per_s,
+        "gpus": hw.gpus,
+        "replicas": hw.replicas,
+        "gpu_sharing": gpu_sharing_note(hw.gpus, hw.replicas),
+    }, section
 
 
 def mbu(  # noqa: PLR0917 - one parameter per flag
     model: Annotated[str, typer.Argument(help="preset, config.json, folder, .gguf or HF id")],
-    hardware: Annotated[str | None, typer.Option("--hardware", help="accelerator name")] = None,
-    gpus: Annotated[int, typer.Option("--gpus", help="N_GPU of the node")] = 1,
-    replicas: Annotated[int, typer.Option("--replicas", help="R data-parallel replicas")] = 1,
-    bandwidth_tb_s: Annotated[_F, typer.Option("--bandwidth-tb-s", help="per GPU, TB/s")] = None,
+    hardware: HardwareOption = None,
+    gpus: GpusOption = None,
+    replicas: ReplicasOption = None,
+    bandwidth_tb_s: BandwidthOption = None,
+    sets: SetOption = None,
     weights: Annotated[str | None, typer.Option("--weights", help="weight dtype")] = None,
     kv_dtype: Annotated[str | None, typer.Option("--kv-dtype", help="KV dtype")] = None,
     tokens_per_s: Annotated[
@@ -166,8 +192,14 @@ def mbu(  # noqa: PLR0917 - one parameter per flag
     from tokenwatt.geometry import load_geometry
     from tokenwatt.metrics.published import PublishedFigures
 
-    hw = _hardware(hardware, bandwidth_tb_s, gpus, replicas)
-    geometry = load_geometry(model, weight_dtype=weights, kv_dtype=kv_dtype)
+    node = NodeFlags(hardware, gpus, replicas, bandwidth_tb_s)
+    hw, m = _node(model, node, list(sets or []))
+    geometry = load_geometry(
+        m.source,
+        weight_dtype=weights or m.weight_dtype,
+        kv_dtype=kv_dtype or m.kv_dtype,
+        overrides=m.overrides or None,
+    )
     given: dict[str, Any] = {
         "output_tokens_per_s": tokens_per_s,
         "itl_ms": itl_ms,

@@ -7,7 +7,12 @@ exactly like the same field written in the spec, and its error names the field.
 Without a spec the stated defaults are the spec's own (SLO p99 TTFT ≤ 2000 ms and
 TPOT ≤ 200 ms, 1024 → 256 tokens, Poisson arrivals); ``--model`` then also names the
 geometry (a bundled preset, a config.json or a cached Hugging Face id), and the
-hardware must still be given (``--set hardware.accelerator=h100-sxm``): it changes MBU.
+hardware must still be given (``--hardware h100-sxm``): it changes MBU.
+
+The node flags (``--hardware``, ``--gpus``, ``--replicas``, ``--bandwidth-tb-s``) are defined
+once here and taken by bench, probe, import, mbu and sweep alike (``NodeFlags``); ``--set``
+also takes the geometry's overrides (``config.KEY=V``, ``layers=N``), so every hint the
+geometry prints is a form each command accepts.
 """
 
 from __future__ import annotations
@@ -25,11 +30,16 @@ from tokenwatt.spec.dotted import put_dotted, yaml_value
 
 __all__ = [
     "ApiOption",
+    "BandwidthOption",
     "BaseUrlOption",
     "Flags",
+    "GpusOption",
+    "HardwareOption",
     "KwhOption",
     "ModelOption",
+    "NodeFlags",
     "PriceOption",
+    "ReplicasOption",
     "SetOption",
     "SloTpotOption",
     "SloTtftOption",
@@ -64,7 +74,36 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
-        help="any spec field, KEY=VALUE with a dotted key (e.g. hardware.gpus=8); repeatable",
+        help="any spec field, KEY=VALUE with a dotted key (e.g. hardware.gpus=8), or a "
+        "geometry override (config.intermediate_size=N, layers=N, weight_dtype=fp8); repeatable",
+    ),
+]
+# The node: the same four flags on bench, probe, import, mbu and sweep (``NodeFlags``).
+HardwareOption = Annotated[
+    str | None,
+    typer.Option(
+        "--hardware",
+        help="accelerator, a catalog name such as h100-sxm-64gb (tokenwatt hardware lists "
+        "them; hardware.accelerator)",
+    ),
+]
+GpusOption = Annotated[
+    int | None, typer.Option("--gpus", help="N_GPU: GPUs serving the model (hardware.gpus)")
+]
+ReplicasOption = Annotated[
+    int | None,
+    typer.Option(
+        "--replicas",
+        help="R: data-parallel engine replicas; more than --gpus (or not dividing it) when "
+        "replicas share GPUs, MPS or fractional GPUs (hardware.replicas)",
+    ),
+]
+BandwidthOption = Annotated[
+    float | None,
+    typer.Option(
+        "--bandwidth-tb-s",
+        help="memory bandwidth per GPU, TB/s: replaces the catalog's, or describes an "
+        "unlisted accelerator (hardware.custom.bandwidth_bytes_per_s)",
     ),
 ]
 
@@ -94,6 +133,32 @@ OverwriteOption = Annotated[
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class NodeFlags:
+    """The node as the four shared flags describe it; ``spec_fields`` are the dotted spec
+    fields they stand for, so each is checked like the same field written in a spec."""
+
+    hardware: str | None = None
+    gpus: int | None = None
+    replicas: int | None = None
+    bandwidth_tb_s: float | None = None
+
+    def spec_fields(self) -> dict[str, Any]:
+        for flag, value in (("--gpus", self.gpus), ("--replicas", self.replicas)):
+            if value is not None and value < 1:
+                raise SpecError(f"{flag} must be at least 1, got {value}")
+        fields: dict[str, Any] = {
+            "hardware.accelerator": self.hardware,
+            "hardware.gpus": self.gpus,
+            "hardware.replicas": self.replicas,
+        }
+        if self.bandwidth_tb_s is not None:
+            if not self.bandwidth_tb_s > 0:
+                raise SpecError(f"--bandwidth-tb-s must be > 0, got {self.bandwidth_tb_s}")
+            fields["hardware.custom.bandwidth_bytes_per_s"] = self.bandwidth_tb_s * 1e12
+        return {k: v for k, v in fields.items() if v is not None}
+
+
 @dataclass(slots=True)
 class Flags:
     """What the shared flags ask for; ``extra`` holds command-specific dotted keys."""
@@ -107,12 +172,38 @@ class Flags:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _geometry_key(key: str) -> str | None:
+    """The model.overrides key a ``--set`` key stands for, or None for a spec field:
+    ``config.KEY``, ``model.overrides.KEY`` and a bare geometry field (``layers``) that is not
+    a spec section. Why: every hint the geometry prints (``--set config.head_dim=N``) must be
+    a form each command accepts."""
+    if key.startswith("model.overrides."):
+        return key.removeprefix("model.overrides.")
+    if key.startswith("config."):
+        return key
+    if "." in key or key in BenchSpec.model_fields:
+        return None
+    from tokenwatt.geometry.overrides import overridable_fields
+
+    return key if key in overridable_fields() else None
+
+
 def apply_set(doc: dict[str, Any], item: str) -> None:
-    """One ``--set KEY=VALUE``; the value is read as YAML (8 → int, true → bool, [..] → list)."""
+    """One ``--set KEY=VALUE``; the value is read as YAML (8 → int, true → bool, [..] → list).
+    Geometry overrides (``config.KEY``, a ModelGeometry field) land in ``model.overrides``."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise SpecError(f"--set: {item!r} is not KEY=VALUE (e.g. --set hardware.gpus=8)")
     value = yaml_value(raw)
+    if (geo := _geometry_key(key.strip())) is not None:
+        model = doc.setdefault("model", {})
+        if not isinstance(model, dict):
+            raise SpecError(f"--set {key.strip()}: model is a value, not a section")
+        overrides = model.setdefault("overrides", {})
+        if not isinstance(overrides, dict):
+            raise SpecError(f"--set {key.strip()}: model.overrides is a value, not a section")
+        overrides[geo] = value
+        return
     if key.strip() == "workload.dataset" and not isinstance(value, dict):
         raise SpecError(
             f"--set {item}: workload.dataset is a section; give the file: "

@@ -29,9 +29,13 @@ from rich.table import Table
 from tokenwatt.cli._workers import RayOption, WorkersOption, with_senders
 from tokenwatt.cli.options import (
     ApiOption,
+    BandwidthOption,
     BaseUrlOption,
+    GpusOption,
+    HardwareOption,
     ModelOption,
     OverwriteOption,
+    ReplicasOption,
     SetOption,
     SloTpotOption,
     SloTtftOption,
@@ -618,9 +622,13 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOption = False,
         workers: WorkersOption = None,
         ray: RayOption = None,
+        hardware: HardwareOption = None,
+        gpus: GpusOption = None,
+        replicas: ReplicasOption = None,
+        bandwidth_tb_s: BandwidthOption = None,
     ) -> None:
         """Run one probe at one offered load; write result.json and requests.jsonl."""
-        from tokenwatt.cli.options import Flags, build_spec
+        from tokenwatt.cli.options import Flags, NodeFlags, build_spec
 
         peer = PeerFlags(
             rate,
@@ -634,9 +642,9 @@ def register(app: typer.Typer) -> None:
         )
         closed = peer.closed_loop()
         _check_flags(sim_mode, rate, closed, max_requests)
-        flags = Flags(
-            base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), peer.spec_fields()
-        )
+        node = NodeFlags(hardware, gpus, replicas, bandwidth_tb_s).spec_fields()
+        fields = {**peer.spec_fields(), **node}
+        flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), fields)
         spec = _with_flags(build_spec(spec_path, flags), duration=duration, warmup=warmup)
         spec = with_senders(spec, workers, ray)
         loops_closed = closed is not None or (

@@ -30,7 +30,7 @@ _NODE_FLAGS: list[tuple[str, Any, Any]] = [
     (
         "accelerator",
         str | None,
-        typer.Option(None, "--accelerator", help="catalog name, e.g. h100"),
+        typer.Option(None, "--accelerator", help="catalog name, e.g. h100-sxm"),
     ),
     ("gpus_per_replica", int, typer.Option(1, "--gpus-per-replica", help="GPUs per engine")),
     ("replicas", int, typer.Option(1, "--replicas", help="data-parallel engines")),

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tokenwatt.cli.options import KwhOption, PriceOption
+from tokenwatt.cli.options import (
+    BandwidthOption,
+    GpusOption,
+    HardwareOption,
+    KwhOption,
+    NodeFlags,
+    PriceOption,
+    ReplicasOption,
+    SetOption,
+)
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
@@ -54,6 +63,19 @@ def _with_prices(doc: dict[str, Any], price: float | None, kwh: float | None) ->
         put_dotted(doc, "hardware.price_per_gpu_hour", price, what="--price-per-gpu-hour")
     if kwh is not None:
         put_dotted(doc, "hardware.price_per_kwh", kwh, what="--price-per-kwh")
+    return doc
+
+
+def _with_node(doc: dict[str, Any], node: NodeFlags, sets: list[str]) -> dict[str, Any]:
+    """The node flags and ``--set`` laid over the bench spec, as on every other command; a
+    point's own settings still win (they are applied per point)."""
+    from tokenwatt.cli.options import apply_set
+    from tokenwatt.spec.dotted import put_dotted
+
+    for key, value in node.spec_fields().items():
+        put_dotted(doc, key, value)
+    for item in sets:
+        apply_set(doc, item)
     return doc
 
 
@@ -96,13 +118,18 @@ class _Lines:
             c.print(f"  point {ev.index}: {p.status}{why}", highlight=False, markup=False)
 
 
-def sweep(
+def sweep(  # noqa: PLR0917 - one parameter per flag
     sweep_path: Annotated[Path, typer.Argument(metavar="SWEEP", help="sweep file (YAML)")],
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="output folder (default: under results/)")
     ] = None,
     price: PriceOption = None,
     kwh: KwhOption = None,
+    hardware: HardwareOption = None,
+    gpus: GpusOption = None,
+    replicas: ReplicasOption = None,
+    bandwidth_tb_s: BandwidthOption = None,
+    sets: SetOption = None,
 ) -> None:
     """Restart the server at every point of a grid, bench each, draw the Pareto frontier."""
     from rich.console import Console
@@ -116,6 +143,8 @@ def sweep(
     console = Console()
     spec = load_sweep_spec(sweep_path)
     doc = _with_prices(_bench_doc(spec, sweep_path), price, kwh)
+    node = NodeFlags(hardware, gpus, replicas, bandwidth_tb_s)
+    doc = _with_node(doc, node, list(sets or []))
     _check_first(spec, doc)
     folder = choose_out_dir(out, spec.name, overwrite=False)
     console.print(f"writing to {folder}", highlight=False)

@@ -18,10 +18,15 @@ from typing import Any
 from tokenwatt.errors import GeometryError
 from tokenwatt.geometry.config import list_presets, read_config
 from tokenwatt.geometry.dtypes import bytes_per_param
+from tokenwatt.geometry.families import mlp_gated_from_names
 from tokenwatt.geometry.model import KVGroup, ModelGeometry
 from tokenwatt.geometry.overrides import apply_outputs, check_consistent, split_overrides
 from tokenwatt.geometry.parse import build_geometry, text_config
-from tokenwatt.geometry.safetensors import apply_safetensors_headers
+from tokenwatt.geometry.safetensors import (
+    apply_safetensors_headers,
+    read_safetensors_header,
+    safetensors_files,
+)
 from tokenwatt.geometry.support import check_supported
 
 __all__ = [
@@ -58,6 +63,7 @@ def _build(
     overrides: Mapping[str, Any] | None,
     folder: Path | None,
     source: str,
+    names_gated: bool | None = None,
 ) -> ModelGeometry:
     if not isinstance(config, Mapping):
         raise GeometryError(f"a model config must be a JSON object, got {type(config).__name__}")
@@ -69,7 +75,7 @@ def _build(
         name=name,
         weight_dtype=weight_dtype or split.weight_dtype,
         kv_dtype=kv_dtype or split.kv_dtype,
-        forced=split.forced,
+        forced=split.forced if names_gated is None else {**split.forced, "gated_mlp": names_gated},
         folder=folder,
         source=source,
     )
@@ -135,6 +141,10 @@ def load_geometry(
     if os.fspath(source).strip().lower().endswith(".gguf"):
         return _from_gguf(source, weight_dtype, kv_dtype, overrides)
     loaded = read_config(source)
+    names_gated = None
+    if loaded.folder is not None and (files := safetensors_files(loaded.folder)):
+        names = (n for p in files for n in read_safetensors_header(p))
+        names_gated = mlp_gated_from_names(names)
     geom = _build(
         loaded.data,
         name=loaded.name,
@@ -143,6 +153,7 @@ def load_geometry(
         overrides=overrides,
         folder=loaded.folder,
         source=loaded.origin,
+        names_gated=names_gated,
     )
     # safetensors headers beside the config give exact bytes, unless the user set them
     set_by_hand = {"weight_dtype", *_BYTE_FIELDS} & set(overrides or {})

@@ -2,9 +2,11 @@
 
 The counter walks the decoder layer by layer (attention, norms, dense MLP or MoE block),
 so hybrid layouts (dense-first DeepSeek layers, interleaved Llama-4 MoE, Qwen's
-``mlp_only_layers``) are exact. Conventions (docs/methodology.md): RMSNorm weights count
-(2 per layer + final); biases, attention sinks, routers and DeepSeek's score-correction bias
-count; MTP layers are reported apart; the LM head is counted once when tied.
+``mlp_only_layers``) are exact. Conventions (docs/methodology.md): norm weights count (2 per
+layer + final; LayerNorm biases too, one shared norm in parallel blocks); biases, attention
+sinks, routers and DeepSeek's score-correction bias count; learned position tables count;
+MTP layers are reported apart; the LM head is counted once when tied. Each family's MLP
+shape, norms and biases come from ``geometry.families``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ from tokenwatt.geometry.bounds import MAX_LAYERS as _MAX_LAYERS
 from tokenwatt.geometry.bounds import MAX_SHARED as _MAX_SHARED
 from tokenwatt.geometry.bounds import MAX_VOCAB as _MAX_VOCAB
 from tokenwatt.geometry.dtypes import WeightFormat, canonical_dtype, kv_bytes_per_element
+from tokenwatt.geometry.families import (
+    TIED_BY_DEFAULT,
+    TWO_MATRIX_TYPES,
+    Layout,
+    check_layout,
+    family_type,
+    read_layout,
+)
 from tokenwatt.geometry.model import KVGroup, KVKind, ModelGeometry
 from tokenwatt.geometry.precision import Precision, resolve_precision
 from tokenwatt.geometry.reader import Reader, short_repr
@@ -211,14 +221,24 @@ class _MoE:
 
 
 def _mlp(
-    acc: _Acc, prec: Precision, prefix: str, *, h: int, inter: int, bias: bool, expert: bool
+    acc: _Acc,
+    prec: Precision,
+    prefix: str,
+    *,
+    h: int,
+    inter: int,
+    bias: bool,
+    expert: bool,
+    gated: bool = True,
 ) -> None:
+    """A gated MLP (gate, up, down: SwiGLU/GeGLU) or a two-matrix one (fc1 up, fc2 down)."""
     plain = prec.plain
-    for name, rows, cols in (
-        ("gate_proj", inter, h),
-        ("up_proj", inter, h),
-        ("down_proj", h, inter),
-    ):
+    parts = (
+        (("gate_proj", inter, h), ("up_proj", inter, h), ("down_proj", h, inter))
+        if gated
+        else (("fc1", inter, h), ("fc2", h, inter))
+    )
+    for name, rows, cols in parts:
         acc.linear(prec.linear(f"{prefix}.{name}", expert=expert), plain, rows, cols, bias)
 
 
@@ -238,13 +258,15 @@ class _Decoder:
     dense_size: int
     mlp_bias: bool
     prec: Precision
+    layout: Layout
 
     def layer(self, i: int, is_moe: bool) -> _Layer:
         h, prec, moe = self.hidden, self.prec, self.moe if is_moe else None
         p = f"model.layers.{i}"
         dense = _Acc()
         self.attn.add(dense, prec, p)
-        dense.vector(prec.plain, 2 * h)  # input and post-attention RMSNorm
+        lay = self.layout  # the layer's norms: one shared where attention and MLP run in parallel
+        dense.vector(prec.plain, lay.norms_per_layer * lay.norm_width * h)
         if moe is None:
             _mlp(
                 dense,
@@ -254,6 +276,7 @@ class _Decoder:
                 inter=self.dense_size,
                 bias=self.mlp_bias,
                 expert=False,
+                gated=lay.gated_mlp,
             )
             return _Layer(dense, None)
         dense.vector(prec.plain, moe.experts * h)  # router
@@ -275,9 +298,11 @@ class _Decoder:
 
 def _model_type(r: Reader) -> str:
     mt = r.str_("model_type")
-    if mt:
-        return mt
     archs = r.str_list("architectures") or []
+    if mt:
+        return family_type(mt, archs)
+    if (fam := family_type("unknown", archs)) != "unknown":
+        return fam
     for arch in archs:
         if arch in _ARCH_TO_TYPE:
             return _ARCH_TO_TYPE[arch]
@@ -408,28 +433,34 @@ class _Shape:
     vocab: int
     heads: int
     tied: bool
+    layout: Layout
 
 
 def _read_shape(r: Reader, cfg: Mapping[str, Any], notes: list[str]) -> _Shape:
     mt = _model_type(r)
-    if mt not in _KNOWN_TYPES:
+    h = r.int_("hidden_size", "n_embd", "d_model", maximum=_MAX_HIDDEN)
+    layout = read_layout(r, mt, h, notes)
+    if mt not in _KNOWN_TYPES and mt not in TWO_MATRIX_TYPES and layout.gated_mlp:
         notes.append(
             f"model_type {mt!r} has no rules of its own here: counted as a Llama-style decoder "
             "(RMSNorm, SwiGLU, GQA); compare with the published count or set fields with --set"
         )
-    h = r.int_("hidden_size", "n_embd", "d_model", maximum=_MAX_HIDDEN)
-    layers = r.int_("num_hidden_layers", "n_layer", "num_layers", field="layers")
+    layers = r.int_("num_hidden_layers", "n_layer", "num_layers", "n_layers", field="layers")
     if layers > _MAX_LAYERS:
         raise GeometryError(
             f"config.json: {layers} layers is implausible (more than {_MAX_LAYERS:,}); "
             "set the right count with --set layers=N"
         )
     vocab = r.int_("vocab_size", maximum=_MAX_VOCAB)
-    heads = r.int_("num_attention_heads", "n_head", "num_heads", maximum=_MAX_HEADS)
-    tied = r.bool_("tie_word_embeddings", mt not in _UNTIED_BY_DEFAULT, field="tied_embeddings")
+    heads = r.int_("num_attention_heads", "n_head", "num_heads", "n_heads", maximum=_MAX_HEADS)
+    check_layout(layout, heads)
+    default_tied = mt in TIED_BY_DEFAULT or (
+        mt not in TWO_MATRIX_TYPES and mt not in _UNTIED_BY_DEFAULT
+    )
+    tied = r.bool_("tie_word_embeddings", default_tied, field="tied_embeddings")
     if "tie_word_embeddings" not in cfg and "tied_embeddings" not in r.forced:
         notes.append(f"config has no tie_word_embeddings: {mt} default ({str(tied).lower()}) used")
-    return _Shape(mt, h, layers, vocab, heads, tied)
+    return _Shape(mt, h, layers, vocab, heads, tied, layout)
 
 
 def _mla_attention(r: Reader, s: _Shape) -> _Attention:
@@ -454,7 +485,8 @@ def _mla_attention(r: Reader, s: _Shape) -> _Attention:
 
 def _gqa_attention(r: Reader, s: _Shape) -> _Attention:
     """Grouped-query (or multi-head) attention; KV heads must share the query heads evenly."""
-    kv_heads = r.opt_int(*_KV_HEAD_KEYS, minimum=1, maximum=_MAX_HEADS) or s.heads
+    kv_heads = s.layout.kv_heads or r.opt_int(*_KV_HEAD_KEYS, minimum=1, maximum=_MAX_HEADS)
+    kv_heads = kv_heads or s.heads
     if s.heads % kv_heads:
         key = (r.raw(*_KV_HEAD_KEYS) or ("num_key_value_heads",))[0]
         raise GeometryError(
@@ -470,14 +502,15 @@ def _gqa_attention(r: Reader, s: _Shape) -> _Attention:
             )
         head_dim = s.hidden // s.heads
     attention_bias = r.bool_("attention_bias", False)
+    two = s.layout.two_matrix
     return _Attention(
         mla=False,
         hidden=s.hidden,
         heads=s.heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        qkv_bias=attention_bias or s.mt in _QKV_BIAS_TYPES,
-        o_bias=attention_bias,
+        qkv_bias=s.layout.qkv_bias if two else attention_bias or s.mt in _QKV_BIAS_TYPES,
+        o_bias=s.layout.o_bias if two else attention_bias,
         qk_norm=s.mt in _QK_NORM_TYPES,
         sinks=s.mt == "gpt_oss",
     )
@@ -601,13 +634,49 @@ def _decoder(r: Reader, s: _Shape, prec: Precision) -> tuple[_Decoder, list[bool
     attn = _mla_attention(r, s) if mla else _gqa_attention(r, s)
     moe = _read_moe(r, s.mt)
     flags = _moe_flags(r, s.mt, s.layers, moe.experts if moe is not None else 0)
-    dense_size = 0
-    if not all(flags[: s.layers]) or moe is None:
+    dense_size, lay = 0, s.layout
+    if lay.two_matrix:
+        dense_size = lay.ffn_size
+    elif not all(flags[: s.layers]) or moe is None:
         # Llama 4's dense layers use intermediate_size_mlp; its intermediate_size is the expert's
         key = "intermediate_size_mlp" if s.mt in _LLAMA4_TYPES else "intermediate_size"
         dense_size = r.int_(key, maximum=_MAX_HIDDEN)
-    mlp_bias = r.bool_("mlp_bias", False)
-    return _Decoder(s.hidden, attn, moe, dense_size, mlp_bias, prec), flags
+    mlp_bias = lay.mlp_bias if lay.two_matrix else r.bool_("mlp_bias", False)
+    return _Decoder(s.hidden, attn, moe, dense_size, mlp_bias, prec, lay), flags
+
+
+@dataclass(frozen=True, slots=True)
+class _Ends:
+    """The parts outside the decoder layers: embedding, head, position table, end norms."""
+
+    embedding: int  # token embedding (also the LM head's size)
+    vectors: int  # final norm, BLOOM's embedding norm, an LM-head bias: read every step
+    positions: int  # a learned position table: one row read per token, like the embedding
+    projections: int  # OPT's project_in/out when the embedding is narrower than the model
+
+    @classmethod
+    def of(cls, s: _Shape) -> _Ends:
+        lay, h = s.layout, s.hidden
+        width = lay.embed_dim or h
+        vectors = (lay.norm_width * h if lay.final_norm else 0) + (2 * h if lay.embed_norm else 0)
+        vectors += s.vocab if lay.lm_head_bias else 0
+        return cls(s.vocab * width, vectors, lay.positions * h, 2 * h * width if width != h else 0)
+
+    def params(self, tied: bool) -> int:
+        head = 0 if tied else self.embedding
+        return self.embedding + head + self.vectors + self.positions + self.projections
+
+    def step_bytes(self, plain: WeightFormat) -> int:
+        """Read every decode step: end vectors, projections, the LM head at 2 bytes/param."""
+        return (
+            plain.vector_bytes(self.vectors)
+            + plain.vector_bytes(self.projections)
+            + (2 * self.embedding)
+        )
+
+    def stored_bytes(self, plain: WeightFormat, tied: bool) -> int:
+        tables = self.embedding * (1 if tied else 2) + self.positions + self.projections
+        return plain.vector_bytes(self.vectors) + plain.vector_bytes(tables)
 
 
 def build_geometry(
@@ -633,18 +702,16 @@ def build_geometry(
     kv_dt = canonical_dtype(kv_dtype, what="kv dtype") if kv_dtype else "bf16"
     groups = _kv_layout(r, s, decoder.attn, kv_dt, notes)
 
-    plain, h, tied = prec.plain, s.hidden, s.tied
-    embedding = head = s.vocab * h
-    untied_head = 0 if tied else head
+    plain, tied, ends = prec.plain, s.tied, _Ends.of(s)
     routed = moe is not None and c.moe_layers > 0
     return ModelGeometry(
         name=name,
         model_type=s.mt,
-        total_params=embedding + untied_head + c.body.params + h,  # + final norm
-        active_params=embedding + untied_head + c.active + h,
+        total_params=ends.params(tied) + c.body.params,
+        active_params=ends.params(tied) + c.active,
         mtp_params=_count_mtp(decoder, flags, s.layers),
-        embedding_params=embedding,
-        lm_head_params=head,
+        embedding_params=ends.embedding,
+        lm_head_params=ends.embedding,
         tied_embeddings=tied,
         layers=s.layers,
         moe_layers=c.moe_layers,
@@ -654,17 +721,13 @@ def build_geometry(
         expert_params=c.expert_params,
         weight_dtype=prec.weight_dtype,
         kv_dtype=kv_dt,
-        dense_weight_bytes=c.dense_bytes + plain.vector_bytes(h) + 2 * head,
+        dense_weight_bytes=c.dense_bytes + ends.step_bytes(plain),
         expert_bytes=c.expert_bytes,
         kv_bytes_per_token_full_context=sum(
             g.bytes_per_token for g in groups if g.kind in ("full", "mla")
         ),
         kv_groups=groups,
-        stored_weight_bytes=(
-            c.body.nbytes
-            + plain.vector_bytes(h)
-            + plain.matrix_bytes(s.vocab, h) * (1 if tied else 2)
-        ),
+        stored_weight_bytes=c.body.nbytes + ends.stored_bytes(plain, tied),
         source=source,
         notes=(*prec.notes, *notes),
     )

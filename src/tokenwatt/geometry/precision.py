@@ -95,7 +95,7 @@ def _plain(cfg: Mapping[str, Any], notes: list[str]) -> WeightFormat:
         return weight_format(name)
     notes.append(
         f"config dtype is {raw}: unquantized weights counted at 2 bytes (bf16), as serving "
-        "engines load them; set --weights fp32 for 4"
+        "engines load them; give --set weight_dtype=fp32 for 4"
     )
     return weight_format("bf16")
 
@@ -143,7 +143,7 @@ def _int_format(bits: int, group: int, zero_point: bool, method: str) -> WeightF
     if bits not in (4, 8):
         raise GeometryError(
             f"config.json: {method} with {bits}-bit weights is not supported (4 or 8); "
-            "set --weights DTYPE to count another precision"
+            "give --set weight_dtype=DTYPE to count another precision"
         )
     return weight_format(f"int{bits}", group_size=group, zero_point=zero_point)
 
@@ -183,7 +183,7 @@ def _compressed_tensors(qc: Mapping[str, Any], notes: list[str]) -> Precision:
     else:
         raise GeometryError(
             f"config.json: compressed-tensors {kind}{bits} weights are not supported; "
-            "set --weights DTYPE to count another precision"
+            "give --set weight_dtype=DTYPE to count another precision"
         )
     targets = scheme.get("targets") or ["Linear"]
     include = None
@@ -206,7 +206,8 @@ def _modelopt(algo: Any, exclude: list[str], group: int) -> Precision:
         fmt = WeightFormat("nvfp4", 4, 1, group, 1.0)
     else:
         raise GeometryError(
-            f"modelopt quant_algo {algo!r} is not supported (FP8, NVFP4); set --weights DTYPE"
+            f"modelopt quant_algo {algo!r} is not supported (FP8, NVFP4); "
+            "give --set weight_dtype=DTYPE"
         )
     return Precision(fmt.name, weight_format("bf16"), fmt, exclude=ModuleMatcher(exclude))
 
@@ -246,7 +247,8 @@ def _from_quant_config(qc: Mapping[str, Any], notes: list[str]) -> Precision:
         return _modelopt(qc.get("quant_algo"), _patterns(qc, "exclude_modules", "ignore"), group)
     raise GeometryError(
         f"config.json: quantization_config.quant_method {qc.get('quant_method')!r} is not "
-        f"supported ({_SUPPORTED}); set --weights DTYPE to count the weights at a given precision"
+        f"supported ({_SUPPORTED}); give --set weight_dtype=DTYPE to count the weights at a "
+        "given precision"
     )
 
 

@@ -21,8 +21,10 @@ __all__ = ["SUPPORTED", "check_supported", "unsupported_reason"]
 
 SUPPORTED = (
     "decoder-only transformers with attention in every layer: llama, mistral, mixtral, "
-    "qwen2/qwen3 (dense and MoE), gpt_oss, deepseek_v2/v3, kimi_k2, llama4; other decoders "
-    "are counted Llama-style"
+    "qwen2/qwen3 (dense and MoE), gpt_oss, deepseek_v2/v3, kimi_k2, llama4, and the "
+    "two-matrix MLP families opt, gpt2, gpt_neo, gpt_neox, gptj, falcon, phi, bloom, "
+    "gpt_bigcode, starcoder2, mpt; other decoders are counted by their activation or tensor "
+    "names (Llama-style by default)"
 )
 
 _KINDS: dict[str, frozenset[str]] = {

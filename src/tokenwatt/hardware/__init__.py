@@ -14,7 +14,13 @@ from typing import Any
 
 from tokenwatt.errors import HardwareError
 
-__all__ = ["Accelerator", "custom_accelerator", "get_accelerator", "list_accelerators"]
+__all__ = [
+    "Accelerator",
+    "custom_accelerator",
+    "get_accelerator",
+    "list_accelerators",
+    "variants_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +30,7 @@ class Accelerator:
     name: str
     vendor: str
     display_name: str
-    memory_bytes: float
+    memory_bytes: float | None  # None: a custom accelerator whose memory was not given
     bandwidth_bytes_per_s: float
     tdp_w: float | None
     bf16_dense_flops: float | None
@@ -79,12 +85,39 @@ def _key(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
+def variants_of(name: str) -> list[Accelerator]:
+    """The catalog entries a name prefixes (``h100`` → every H100 part): a name that stands
+    for more than one memory variant is asked for, never guessed, because the variants' rated
+    bandwidths differ (an H100 SXM 64 GB reads 1.63 TB/s, the 80 GB part 3.35 TB/s)."""
+    stem = _key(name) + "-"
+    return [
+        acc
+        for acc in _catalog().values()
+        if acc.name.startswith(stem) or any(a.startswith(stem) for a in acc.aliases)
+    ]
+
+
+def _variant_text(acc: Accelerator) -> str:
+    return (
+        f"{acc.name} ({(acc.memory_bytes or 0) / 1e9:.0f} GB, "
+        f"{acc.bandwidth_bytes_per_s / 1e12:.4g} TB/s)"
+    )
+
+
 def get_accelerator(name: str) -> Accelerator:
-    """Look an accelerator up by name or alias, case-insensitively."""
+    """Look an accelerator up by name or alias, case-insensitively; a name that several
+    memory variants share is refused with the variants listed."""
     key = _key(name)
     for acc in _catalog().values():
         if key == acc.name or key in acc.aliases:
             return acc
+    variants = variants_of(key)
+    if len(variants) > 1:
+        listed = ", ".join(_variant_text(a) for a in variants)
+        raise HardwareError(
+            f"accelerator {name!r} has {len(variants)} memory variants and their bandwidths "
+            f"decide MBU; name one: {listed}"
+        )
     known = ", ".join(sorted(_catalog()))
     raise HardwareError(
         f"unknown accelerator {name!r}; known: {known} (or give custom figures in the spec)"
@@ -95,16 +128,17 @@ def custom_accelerator(
     name: str,
     *,
     bandwidth_bytes_per_s: float,
-    memory_bytes: float,
+    memory_bytes: float | None,
     tdp_w: float | None = None,
     bf16_dense_flops: float | None = None,
     fp8_dense_flops: float | None = None,
     base: Accelerator | None = None,
 ) -> Accelerator:
-    """An accelerator the catalog lacks, or a catalog entry with some figures replaced."""
+    """An accelerator the catalog lacks, or a catalog entry with some figures replaced;
+    ``memory_bytes`` None keeps the base entry's memory (unknown without one)."""
     for field_name, value in (
         ("bandwidth_bytes_per_s", bandwidth_bytes_per_s),
-        ("memory_bytes", memory_bytes),
+        ("memory_bytes", memory_bytes if memory_bytes is not None else 1.0),
     ):
         if not value > 0:
             raise HardwareError(f"hardware.{field_name} must be > 0, got {value!r}")
@@ -113,7 +147,7 @@ def custom_accelerator(
             base,
             name=name,
             bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-            memory_bytes=memory_bytes,
+            memory_bytes=memory_bytes if memory_bytes is not None else base.memory_bytes,
             tdp_w=tdp_w if tdp_w is not None else base.tdp_w,
             bf16_dense_flops=bf16_dense_flops or base.bf16_dense_flops,
             fp8_dense_flops=fp8_dense_flops or base.fp8_dense_flops,

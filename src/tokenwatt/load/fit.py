@@ -51,8 +51,12 @@ def longest_request_tokens(spec: BenchSpec) -> int:
 
 
 def check_fits(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerator) -> None:
-    """Raise a one-line ``SpecError`` when the stated hardware cannot hold the model."""
+    """Raise a one-line ``SpecError`` when the stated hardware cannot hold the model; an
+    accelerator given by its bandwidth alone states no memory, so there is nothing to check.
+    Replicas that share GPUs (MPS) each hold their own weights in N_GPU ÷ R of the memory."""
     hw = spec.hardware
+    if accelerator.memory_bytes is None:
+        return
     memory = accelerator.memory_bytes * hw.gpus_per_replica
     weights = weight_bytes_stored(geometry)
     tokens = longest_request_tokens(spec)
@@ -63,6 +67,6 @@ def check_fits(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerato
     raise SpecError(
         f"hardware: {geometry.name} needs {weights / GB:.1f} GB of weights + "
         f"{kv / GB:.2f} GB of KV for one {tokens}-token request, more than "
-        f"{hw.gpus_per_replica} × {accelerator.name} ({memory / GB:.0f} GB per replica) hold; "
+        f"{hw.gpus_per_replica:g} × {accelerator.name} ({memory / GB:.0f} GB per replica) hold; "
         f"state the real node (hardware.gpus ≥ {need_gpus:.0f}, or another accelerator)"
     )

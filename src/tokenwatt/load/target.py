@@ -111,6 +111,12 @@ def sim_config(spec: BenchSpec, *, truth_log: str | Path | None = None) -> SimCo
     geometry = load_geometry(
         m.source, weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, overrides=m.overrides or None
     )
+    if hw.gpus % hw.replicas:
+        raise SpecError(
+            f"the built-in simulator gives each replica whole GPUs: hardware.gpus ({hw.gpus}) "
+            f"must be a multiple of hardware.replicas ({hw.replicas}) there; replicas that "
+            "share GPUs (MPS) are measured on a real engine"
+        )
     settings = spec.sim
     if truth_log is not None:
         settings = settings.model_copy(update={"truth_log": str(truth_log)})
@@ -118,7 +124,7 @@ def sim_config(spec: BenchSpec, *, truth_log: str | Path | None = None) -> SimCo
         settings,
         geometry=geometry,
         accelerator=resolve_accelerator(hw),
-        gpus_per_replica=hw.gpus_per_replica,
+        gpus_per_replica=hw.gpus // hw.replicas,
         replicas=hw.replicas,
         served_model_name=spec.endpoint.model or "",
     )

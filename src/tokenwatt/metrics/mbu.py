@@ -23,6 +23,7 @@ from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
 from tokenwatt.metrics.routing_band import routing_band, routing_band_note
 from tokenwatt.metrics.spec_mbu import StepBasis, geometry_fields, speculative_mbu, step_flags
 from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
+from tokenwatt.spec.hardware import gpu_sharing_note
 
 __all__ = [
     "LOW_LOAD_BATCH",
@@ -130,7 +131,7 @@ def compute_mbu(
         if spec is not None:
             i = spec.inputs
             base = _flags(geometry, True, i.expected_distinct_experts, i.batch_per_replica, False)
-            return check_rated_bandwidth(step_flags(spec, base))
+            return _sharing(check_rated_bandwidth(step_flags(spec, base)), gpus, replicas)
     node_bw = gpus * bandwidth_bytes_per_s
     t = float(output_tokens_per_s)
     tau = float(itl_token_weighted_s)
@@ -161,13 +162,19 @@ def compute_mbu(
     )
     flags = _flags(geometry, decoded, distinct, b, multi_token_chunks)
     if w_per_s is None or total is None:
-        return Mbu(mbu=None, mbu_weights=None, mbu_kv=None, inputs=inputs, flags=flags,
-                   notes=flags.notes())  # fmt: skip
+        return _sharing(Mbu(mbu=None, mbu_weights=None, mbu_kv=None, inputs=inputs,
+                            flags=flags, notes=flags.notes()), gpus, replicas)  # fmt: skip
     result = Mbu(mbu=total / node_bw, mbu_weights=w_per_s / node_bw, mbu_kv=kv_per_s / node_bw,
                  inputs=inputs, flags=flags, notes=flags.notes())  # fmt: skip
     if regime is not None:
         result = apply_regime(result, geometry, regime)
-    return check_rated_bandwidth(result)
+    return _sharing(check_rated_bandwidth(result), gpus, replicas)
+
+
+def _sharing(m: Mbu, gpus: int, replicas: int) -> Mbu:
+    """Replicas sharing GPUs (MPS, fractional GPUs) are stated in every MBU's notes."""
+    note = gpu_sharing_note(gpus, replicas)
+    return m if note is None else m.model_copy(update={"notes": [*m.notes, note]})
 
 
 _Terms = tuple[

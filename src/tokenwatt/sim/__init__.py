@@ -1,6 +1,7 @@
 """The simulated OpenAI-compatible engine: continuous batching on a bandwidth roofline.
 
-    config = SimConfig(geometry=load_geometry("llama-3.1-8b"), accelerator=get_accelerator("h100"))
+    acc = get_accelerator("h100-sxm")
+    config = SimConfig(geometry=load_geometry("llama-3.1-8b"), accelerator=acc)
     with start_sim_thread(config) as sim:      # or start_sim_subprocess / serve_sim
         ...  # sim.url == "http://127.0.0.1:PORT/v1", sim.metrics_url
 

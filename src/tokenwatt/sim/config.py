@@ -255,6 +255,11 @@ class Derived:
         elif c.kv_cache_bytes is not None:
             kv = float(c.kv_cache_bytes)
         else:
+            if acc.memory_bytes is None:
+                raise SpecError(
+                    "sim: the accelerator's memory is unknown; name it (--hardware) or give "
+                    "hardware.custom.memory_bytes or sim.kv_cache_gib"
+                )
             kv = acc.memory_bytes * c.gpus_per_replica * KV_MEMORY_FRACTION - weights
             if kv <= 0:
                 raise SpecError(

@@ -22,7 +22,12 @@ class CustomAccelerator(Section):
     bandwidth_bytes_per_s: float = Field(
         gt=0, le=1e16, description="rated memory bandwidth per GPU, B/s"
     )
-    memory_bytes: float = Field(gt=0, le=1e15, description="memory per GPU, bytes")
+    memory_bytes: float | None = Field(
+        None,
+        gt=0,
+        le=1e15,
+        description="memory per GPU, bytes; None: the named accelerator's (unknown without one)",
+    )
     tdp_w: float | None = Field(None, gt=0, le=1e6, description="board power per GPU, W")
     bf16_dense_flops: float | None = Field(
         None, gt=0, le=1e19, description="dense BF16 peak, FLOP/s"
@@ -72,7 +77,11 @@ class HardwareSection(Section):
         1, ge=1, le=MAX_GPUS, description="N_GPU: accelerators serving the model on this node"
     )
     replicas: int = Field(
-        1, ge=1, le=MAX_GPUS, description="R: data-parallel engine replicas on the node"
+        1,
+        ge=1,
+        le=MAX_GPUS,
+        description="R: data-parallel engine replicas on the node; more replicas than GPUs, or "
+        "GPUs not a multiple of replicas, means replicas share GPUs (MPS, fractional GPUs)",
     )
     price_per_gpu_hour: float | None = Field(
         None,
@@ -96,13 +105,25 @@ class HardwareSection(Section):
                 "give hardware.accelerator (a catalog name, see `tokenwatt hardware`) or "
                 "hardware.custom: nothing is assumed"
             )
-        if self.gpus % self.replicas:
-            raise ValueError(
-                f"hardware.gpus ({self.gpus}) must be a multiple of hardware.replicas "
-                f"({self.replicas})"
-            )
         return self
 
     @property
-    def gpus_per_replica(self) -> int:
-        return self.gpus // self.replicas
+    def gpus_per_replica(self) -> float:
+        """N_GPU ÷ R: below 1 (or not whole) when replicas share GPUs."""
+        return self.gpus / self.replicas
+
+    @property
+    def shares_gpus(self) -> bool:
+        return gpu_sharing_note(self.gpus, self.replicas) is not None
+
+
+def gpu_sharing_note(gpus: int, replicas: int) -> str | None:
+    """The one line every result carries when replicas share GPUs (MPS, fractional GPUs):
+    the weights are read once per replica, through the node's N_GPU × bandwidth."""
+    if gpus % replicas == 0:
+        return None
+    return (
+        f"{replicas} replicas share {gpus} GPU{'s' if gpus > 1 else ''} (MPS or fractional "
+        f"GPUs, {gpus / replicas:.3g} GPU per replica): each replica reads its own weights, "
+        "all through the node's N_GPU × rated bandwidth"
+    )
