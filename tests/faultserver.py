@@ -61,6 +61,48 @@ def token_events(n: int, *, finish: str | None = "length", rid: str = "") -> lis
     return out
 
 
+def counted_events(cums: list[int], *, final: int | None = None) -> list[bytes]:
+    """Content events, one per entry of ``cums``, each carrying the running
+    ``usage.completion_tokens`` it states (``continuous_usage_stats``), the last with
+    ``finish_reason: "length"``; then, with ``final``, a usage-only event stating that count."""
+    out = []
+    for i, cum in enumerate(cums):
+        fr = "length" if i == len(cums) - 1 else None
+        out.append(
+            event(
+                {
+                    "choices": [{"index": 0, "text": "x", "finish_reason": fr}],
+                    "usage": {"prompt_tokens": 16, "completion_tokens": cum},
+                }
+            )
+        )
+    if final is not None:
+        out.append(
+            event({"choices": [], "usage": {"prompt_tokens": 16, "completion_tokens": final}})
+        )
+    return out
+
+
+def usage_script(mode: str, n: int) -> list[Step] | None:
+    """Streams whose token counts lie (None: not such a mode). Each has ``n`` tokens' worth
+    of content chunks; only the counts the server states are wrong."""
+    honest = list(range(1, n + 1))
+    if mode == "usage_multi_token":  # an honest speculative stream: 2 tokens a chunk
+        return chunked_stream(counted_events([*range(2, n, 2), n], final=n))
+    if mode == "usage_past_max":  # the last chunk's count jumps 100,000 past max_tokens
+        return chunked_stream(counted_events([*honest[:-1], n + 100_000], final=n + 100_000))
+    if mode == "usage_huge_final":  # right while streaming, then a final count of 10⁹
+        return chunked_stream(counted_events(honest, final=10**9))
+    if mode == "usage_negative":  # no running counts, then a negative final count
+        return chunked_stream([*token_events(n), event({"choices": [], "usage": {
+            "prompt_tokens": 16, "completion_tokens": -5}})])  # fmt: skip
+    if mode == "usage_falls":  # a running count that goes back
+        return chunked_stream(counted_events([*honest[: n // 2], 1, *honest[n // 2 + 1 :]]))
+    if mode == "text_without_tokens":  # every token's text in two chunks, the second uncounted
+        return chunked_stream(counted_events([c for c in honest for _ in (0, 1)], final=n))
+    return None
+
+
 def chunked_stream(events: list[bytes], *, done: bool = True, end: bool = True) -> list[Step]:
     steps: list[Step] = [SSE_HEAD, *(chunk(e) for e in events)]
     if done:
@@ -86,6 +128,8 @@ def script(mode: str, max_tokens: int, rid: str = "") -> list[Step]:
     used by the modes that answer twice)."""
     n = max_tokens
     cut = max(1, min(3, n - 1))  # tokens sent before a stream is cut short
+    if (counted := usage_script(mode, n)) is not None:
+        return counted
     if mode in ("ok", "instant"):
         return chunked_stream(token_events(n))
     if mode == "ok_finish_no_done":
@@ -210,6 +254,12 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "double_response_one_write": ("ok", None),
     "constant_id": ("ok", None),
     "echo_secrets": ("error", "http_status"),
+    "usage_multi_token": ("ok", None),
+    "usage_past_max": ("error", "protocol"),
+    "usage_huge_final": ("error", "protocol"),
+    "usage_negative": ("error", "protocol"),
+    "usage_falls": ("error", "protocol"),
+    "text_without_tokens": ("error", "protocol"),
 }
 MODES: tuple[str, ...] = tuple(EXPECTED)
 

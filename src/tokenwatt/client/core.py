@@ -30,6 +30,7 @@ from tokenwatt.client.openai import (
     build_body,
     is_messages,
     model_ids,
+    sent_token_limit,
     shorten,
 )
 from tokenwatt.client.stamps import (
@@ -188,12 +189,15 @@ class StreamClient:
             extra_body=self.extra_body,
         )
         exact = bool(fields.get("ignore_eos")) and fields.get("max_tokens") == max_tokens
+        limit = sent_token_limit(fields)
         request = self._post_request(orjson.dumps(fields))
         t0 = _perf()
         fresh = False
         keep_text = is_messages(prompt)
         for attempt in range(2):
-            interp = StreamInterpreter(self.api, self._hook, collect_text=keep_text)
+            interp = StreamInterpreter(
+                self.api, self._hook, collect_text=keep_text, max_tokens=limit
+            )
             ex = Exchange(self._get_loop().create_future(), interp)
             conn = await self._exchange(rec, ex, request, t0, fresh=fresh)
             if conn is None:
@@ -371,12 +375,14 @@ class StreamClient:
         return conn
 
     def _finish_record(self, rec: RequestRecord, ex: Exchange) -> None:
-        self._fill_from(rec, ex)
+        """The exchange's own failure (transport, timeout, HTTP) is the reason where there is
+        one; what the stream's content shows (in-band error, bad counts) comes after it."""
         if ex.error_kind is not None and rec.status == "ok":
             rec.status = "error"
             rec.error_kind = ex.error_kind
-            rec.error_message = self._scrub(ex.error_message or ex.error_kind)
-        elif rec.error_message is not None:
+            rec.error_message = ex.error_message or ex.error_kind
+        self._fill_from(rec, ex)
+        if rec.error_message is not None:
             rec.error_message = self._scrub(rec.error_message)
         if rec.done_ns is None:
             rec.done_ns = ex.done_ns if ex.done_ns is not None else _perf()
