@@ -28,6 +28,7 @@ from tokenwatt.client.openai import (
     Prompt,
     StreamInterpreter,
     build_body,
+    drop_counts,
     is_messages,
     model_ids,
     sent_token_limit,
@@ -212,8 +213,17 @@ class StreamClient:
                 fresh = True
                 continue
             break
+        assert conn is not None  # (a failed connect returned above)
         self._finish_record(rec, ex)
         _judge_end(rec, exact_length=exact)
+        if ex.stale:
+            drop_counts(rec)  # the previous request's answer: its tokens are no figure
+        elif ex.unverified and rec.ok:
+            if conn.stray:  # an answer nobody asked for came on it already
+                if not conn.verified_by_stray(self._ids.vary):
+                    _fail_unverified(rec)
+            elif not conn.closed:
+                conn.suspects.append(rec)
         return rec
 
     def late_first_tokens(self, limit_ns: int) -> list[int]:
@@ -474,8 +484,9 @@ class StreamClient:
         return conn
 
     def _on_idle(self, conn: Connection) -> None:
-        """A connection finished an exchange and may be reused (called from the read path)."""
-        if self._closed:
+        """A connection finished an exchange and may be reused (called from the read path);
+        after a first answer nobody asked for, none is (each request gets its own)."""
+        if self._closed or self.stray_answers:
             conn.close()
             return
         self._idle.append(conn)
@@ -484,6 +495,13 @@ class StreamClient:
     def _on_closed(self, conn: Connection) -> None:
         if conn.stray:
             self.stray_answers += 1
+            while self._idle:  # from now on no connection is reused
+                self._idle.popleft().close()
+            if not conn.verified_by_stray(self._ids.vary):
+                for rec in conn.suspects:
+                    if rec.ok:
+                        _fail_unverified(rec)
+        conn.suspects = []
         with contextlib.suppress(ValueError):
             self._idle.remove(conn)
         self._slot_freed()
@@ -516,6 +534,23 @@ def _judge_end(rec: RequestRecord, *, exact_length: bool) -> None:
         return
     if exact_length and rec.output_tokens < rec.max_tokens:
         rec.short_output = True
+
+
+_UNVERIFIED = (
+    "stale answer possible: an answer no request was waiting for came later on this "
+    "request's reused connection, so the answer it took may be an earlier request's (the "
+    "server's answer ids cannot tell them apart)"
+)
+
+
+def _fail_unverified(rec: RequestRecord) -> None:
+    """A request whose answer may be an earlier one's: a protocol failure, no figure. Called
+    once the record is complete, possibly after ``stream`` returned it (the record object is
+    the one the run holds)."""
+    rec.status = "error"
+    rec.error_kind = "protocol"
+    rec.error_message = _UNVERIFIED
+    drop_counts(rec)
 
 
 def _drop_if_holding(conn: Connection, ex: Exchange) -> None:

@@ -456,11 +456,17 @@ class StreamInterpreter:
                 rec.error_message = self.protocol_error or self.count_error
 
     def _fill_untrusted(self, rec: RequestRecord) -> None:
-        """Counts that disagree enter no figure: every chunk carries 0 tokens, 0 in all."""
-        rec.chunk_tokens = array(TOKENS_TYPECODE, [0]) * len(self.chunk_ns)
-        rec.chunk_tokens_source = "fallback"
-        rec.completion_tokens = 0
-        rec.usage_source = "fallback"
+        drop_counts(rec, len(self.chunk_ns))
+
+
+def drop_counts(rec: RequestRecord, chunks: int | None = None) -> None:
+    """Counts that cannot be trusted (they disagree, or the answer may be another request's)
+    enter no figure: every chunk keeps its stamp and carries 0 tokens, 0 in all."""
+    n = len(rec.chunk_ns) if chunks is None else chunks
+    rec.chunk_tokens = array(TOKENS_TYPECODE, [0]) * n
+    rec.chunk_tokens_source = "fallback"
+    rec.completion_tokens = 0
+    rec.usage_source = "fallback"
 
 
 def interpret(
@@ -495,6 +501,7 @@ __all__: Sequence[str] = (
     "Prompt",
     "StreamInterpreter",
     "build_body",
+    "drop_counts",
     "error_of",
     "interpret",
     "is_content",
