@@ -44,10 +44,10 @@ from tokenwatt.spec.slo import SLO
 
 __all__ = [
     "BROKEN_ENDPOINT_KINDS",
+    "EARLY_STOP_CONFIDENCE",
     "FIRST_TOKEN_CAP_S",
     "FIRST_TOKEN_FLOOR_S",
     "FIRST_TOKEN_LIMITS",
-    "EARLY_STOP_CONFIDENCE",
     "SERVER_ERROR_KINDS",
     "TRANSPORT_ERROR_KINDS",
     "TREND_MIN_RANK_CORRELATION",
@@ -62,12 +62,12 @@ __all__ = [
     "binomial_sf",
     "clearly_failed",
     "detect_trend",
-    "first_token_limit_s",
-    "slo_timeouts",
     "evaluate_slo",
+    "first_token_limit_s",
     "judge_probe",
     "latencies",
     "nearest_rank",
+    "slo_timeouts",
     "violation_budget",
 ]
 
