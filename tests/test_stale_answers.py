@@ -15,6 +15,7 @@ from faultserver import LATE_TOKENS, FaultServer
 from tokenwatt.client import StreamClient
 from tokenwatt.load.derive import summarize_probe
 from tokenwatt.load.probe import ProbeRun, run_probe
+from tokenwatt.records import RequestRecord
 from tokenwatt.spec import ProbeSettings, parse_spec
 from tokenwatt.spec.endpoint import Timeouts
 
@@ -99,3 +100,44 @@ def test_a_server_with_one_constant_id_is_not_refused() -> None:
         assert sum(r.connection_reused for r in recs) >= 4
 
     asyncio.run(main())
+
+
+async def _in_turn(modes: list[str], pause_s: float) -> tuple[list[RequestRecord], int]:
+    """One request per mode, each sent ``pause_s`` after the previous ended (a late copy then
+    arrives while its connection is idle)."""
+    async with FaultServer(modes=modes) as srv:
+        client = StreamClient(srv.url, api="completions", model="m", timeouts=Timeouts(total_s=10))
+        recs = []
+        try:
+            for i in range(len(modes)):
+                recs.append(
+                    await client.stream(
+                        request_id=i, scheduled_ns=0, prompt=[1] * 16, max_tokens=N_OUT,
+                        prompt_tokens_client=16,
+                    )
+                )  # fmt: skip
+                await asyncio.sleep(pause_s)
+        finally:
+            await client.aclose()
+        return recs, client.stray_answers
+
+
+def test_a_late_copy_of_the_last_answer_clears_the_answers_before_it() -> None:
+    """Ids that differ: the copy repeats the last answer's id, so nothing on that connection
+    was shifted, and the answers taken there (one of them unverified: before two ids were
+    seen) stay each request's own."""
+    recs, stray = asyncio.run(_in_turn(["ok", "ok", "late_second_response", "ok"], 0.2))
+    assert stray == 1
+    assert [(r.status, r.output_tokens) for r in recs] == [("ok", N_OUT)] * 4
+    assert [r.connection_reused for r in recs] == [False, True, True, False]
+
+
+def test_with_one_constant_id_a_late_copy_fails_the_answers_it_cannot_clear() -> None:
+    """One constant id: the copy cannot show which answer it copies, so the answer taken on
+    the reused connection before it fails (conservative: here it was the request's own)."""
+    recs, stray = asyncio.run(_in_turn(["constant_id", "late_second_constant", "ok"], 0.2))
+    assert stray == 1
+    got = [(r.status, r.error_kind) for r in recs]
+    assert got == [("ok", None), ("error", "protocol"), ("ok", None)]
+    assert "stale answer possible" in (recs[1].error_message or "")
+    assert recs[1].output_tokens == 0

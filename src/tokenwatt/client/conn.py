@@ -17,6 +17,7 @@ import re
 import socket
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Literal
 
@@ -46,6 +47,9 @@ _FLUSH_EVERY = 32  # decode SSE payloads in batches of this many
 _perf = time.perf_counter_ns
 _unpack = TIMESPEC.unpack
 _STRAY_PEEK = 4096  # bytes of an unsolicited answer looked at for its id
+# unverified answers a connection remembers (a stale answer's shift that no unsolicited answer
+# has shown after this many exchanges is not plausible; the bound keeps a soak's memory flat)
+_SUSPECTS_MAX = 1024
 # an SSE event's top-level answer id, as engines write it first in each event
 _ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\]{1,200})"')
 
@@ -216,7 +220,7 @@ class Connection:
         self.exchanges = 0
         # records of answers taken here that ids could not verify: if an answer nobody asked
         # for shows up on this socket later, one of them may have taken an earlier one's
-        self.suspects: list[RequestRecord] = []
+        self.suspects: deque[RequestRecord] = deque(maxlen=_SUSPECTS_MAX)
         self.stray_id: str | None = None  # the id an answer nobody asked for carried, if seen
 
     # ------------------------------------------------------------------ setup
@@ -380,7 +384,7 @@ class Connection:
         ex = self._ex
         if ex is None or self._message_complete:
             # bytes while idle or after a complete answer: a late or extra answer
-            self._stray_seen(data)
+            self._stray_seen(data, plain=True)
             self.close()
             return
         self._stamp = stamp
@@ -667,13 +671,14 @@ class Connection:
         if data:
             with contextlib.suppress(OSError):  # an answer nobody asked for is waiting
                 data = self.sock.recv(_STRAY_PEEK, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            self._stray_seen(data)
+            self._stray_seen(data, plain=self._ssl is None)
         return True
 
-    def _stray_seen(self, data: bytes) -> None:
-        """An answer nobody asked for: note it and the id it carries (TLS: none readable)."""
+    def _stray_seen(self, data: bytes, *, plain: bool) -> None:
+        """An answer nobody asked for: note it and the id it carries (``plain``: ``data`` is
+        the answer's bytes, not TLS records)."""
         self.stray = True
-        if self.stray_id is None and self._ssl is None:
+        if self.stray_id is None and plain:
             self.stray_id = _first_id(data)
 
     def verified_by_stray(self, ids_vary: bool) -> bool:

@@ -501,7 +501,7 @@ class StreamClient:
                 for rec in conn.suspects:
                     if rec.ok:
                         _fail_unverified(rec)
-        conn.suspects = []
+        conn.suspects.clear()
         with contextlib.suppress(ValueError):
             self._idle.remove(conn)
         self._slot_freed()
