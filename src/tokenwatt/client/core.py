@@ -216,15 +216,21 @@ class StreamClient:
         assert conn is not None  # (a failed connect returned above)
         self._finish_record(rec, ex)
         _judge_end(rec, exact_length=exact)
+        self._judge_stale(rec, ex, conn)
+        return rec
+
+    def _judge_stale(self, rec: RequestRecord, ex: Exchange, conn: Connection) -> None:
+        """A refused stale answer is no figure; an answer its ids could not verify fails at
+        once if an answer nobody asked for already came on its connection (and does not
+        clear it), else waits on the connection's list (``_on_closed``)."""
         if ex.stale:
             drop_counts(rec)  # the previous request's answer: its tokens are no figure
         elif ex.unverified and rec.ok:
-            if conn.stray:  # an answer nobody asked for came on it already
+            if conn.stray:
                 if not conn.verified_by_stray(self._ids.vary):
                     _fail_unverified(rec)
             elif not conn.closed:
                 conn.suspects.append(rec)
-        return rec
 
     def late_first_tokens(self, limit_ns: int) -> list[int]:
         """The requests in flight whose first token is certain to come more than ``limit_ns``
