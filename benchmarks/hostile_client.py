@@ -8,21 +8,21 @@ line per case; ``run()`` returns them as (case, outcome).
 
 Run it against another tree (PYTHONPATH=/other/src) for a before/after; the fault server is
 always this tree's. T is the probe's output tokens/s, acceptance its tokens per decode step.
-Measured on a shared 2-core machine, one run each (before: the tree these checks were added
-to; after: with them):
+Measured on a shared 2-core machine (before: one run of the tree these checks were added to;
+after: two runs with them, ranges where they differ):
 
 usage 100,000 past max
     before  rc 0, T 11,333,754 tok/s, acceptance 393.16, SLO pass, 0 failed
-    after   rc 3, T 25 tok/s, acceptance -, SLO fail, 25 failed (error probe: protocol)
+    after   rc 3, T 0-25 tok/s, acceptance -, SLO fail, 25-32 failed (error probe: protocol)
 final usage 10^9
     before  rc 0, T 452,450,403,518 tok/s, acceptance 3,921,568.62, SLO pass, 0 failed
-    after   rc 3, T 470 tok/s, acceptance -, SLO fail, 85 failed
+    after   rc 3, T 0-470 tok/s, acceptance -, SLO fail, 66-85 failed
 negative usage
     before  rc 1 TRACEBACK (the Benchmark Report export), T 95,529 tok/s, SLO pass
-    after   rc 3, T 0 tok/s, acceptance -, SLO fail, 101 failed
+    after   rc 3, T 0-31 tok/s, acceptance -, SLO fail, 52-101 failed
 text chunks, no tokens (truth: 2 tokens a step)
     before  rc 0, T 28,236 tok/s, acceptance 1.00, SLO pass, 0 failed
-    after   rc 3, T 0 tok/s, acceptance -, SLO fail, 171 failed
+    after   rc 3, T 0 tok/s, acceptance -, SLO fail, 67-171 failed
 honest 2 tokens/chunk
     before  rc 0, T 162,300 tok/s, acceptance 2.00, SLO pass, 0 failed
     after   rc 0, T 59,200 tok/s, acceptance 2.00, SLO pass, 0 failed
@@ -36,15 +36,16 @@ fault matrix (30 modes, 96 requests)
     before  0 lost, 0 doubled, 76 classified right (the 5 lying-count modes wrong)
     after   0 lost, 0 doubled, 96 classified right
 unresponsive endpoint (5 s probe, TTFT limit 500 ms)
-    before  still running at the 90 s cap (it ran 10 minutes)
-    after   rc 3 after 18.3 s, named "endpoint unresponsive"
+    before  still running at the 90 s cap (first_token_s 600 s: about 10 minutes)
+    after   rc 3 after 18.3-19.6 s, named "endpoint unresponsive"
 stall after first token
     before  rc 0, not named
     after   rc 3, named "endpoint stalls every stream"
 
 The after-T of the lying cases is tokens of requests cancelled mid-stream at the probe's
-early stop while their counts still agreed (real deliveries); the honest case's T differs
-between runs with the machine's load, not by the checks (its figures are the same).
+early stop while their counts still agreed (real deliveries), and the failed count is where
+the error stop fell; the honest case's T differs between runs with the machine's load, not
+by the checks (its figures are the same).
 """
 
 from __future__ import annotations
