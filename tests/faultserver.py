@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import struct
 import threading
@@ -61,6 +62,49 @@ def token_events(n: int, *, finish: str | None = "length", rid: str = "") -> lis
     return out
 
 
+def counted_events(cums: list[int], *, final: int | None = None, rid: str = "") -> list[bytes]:
+    """Content events, one per entry of ``cums``, each carrying the running
+    ``usage.completion_tokens`` it states (``continuous_usage_stats``), the last with
+    ``finish_reason: "length"``; then, with ``final``, a usage-only event stating that count."""
+    out = []
+    for i, cum in enumerate(cums):
+        fr = "length" if i == len(cums) - 1 else None
+        obj: dict[str, Any] = {
+            "choices": [{"index": 0, "text": "x", "finish_reason": fr}],
+            "usage": {"prompt_tokens": 16, "completion_tokens": cum},
+        }
+        if rid:
+            obj["id"] = rid
+        out.append(event(obj))
+    if final is not None:
+        out.append(
+            event({"choices": [], "usage": {"prompt_tokens": 16, "completion_tokens": final}})
+        )
+    return out
+
+
+def usage_script(mode: str, n: int, rid: str = "") -> list[Step] | None:
+    """Streams whose token counts lie (None: not such a mode). Each has ``n`` tokens' worth
+    of content chunks; only the counts the server states are wrong."""
+    honest = list(range(1, n + 1))
+    ce = functools.partial(counted_events, rid=rid)
+    if mode == "usage_multi_token":  # an honest speculative stream: 2 tokens a chunk
+        return chunked_stream(ce([*range(2, n, 2), n], final=n))
+    if mode == "usage_past_max":  # the last chunk's count jumps 100,000 past max_tokens
+        return chunked_stream(ce([*honest[:-1], n + 100_000], final=n + 100_000))
+    if mode == "usage_huge_final":  # right while streaming, then a final count of 10⁹
+        return chunked_stream(ce(honest, final=10**9))
+    if mode == "usage_negative":  # no running counts, then a negative final count
+        return chunked_stream([*token_events(n, rid=rid), event({"choices": [], "usage": {
+            "prompt_tokens": 16, "completion_tokens": -5}})])  # fmt: skip
+    if mode == "usage_falls":  # a running count that goes back
+        return chunked_stream(ce([*honest[: n // 2], 1, *honest[n // 2 + 1 :]]))
+    if mode == "text_without_tokens":  # 2 tokens a step, each step's text in two chunks, the
+        # second adding no token: a step count from chunks would read acceptance 1, not 2
+        return chunked_stream(ce([c for c in [*range(2, n, 2), n] for _ in (0, 1)], final=n))
+    return None
+
+
 def chunked_stream(events: list[bytes], *, done: bool = True, end: bool = True) -> list[Step]:
     steps: list[Step] = [SSE_HEAD, *(chunk(e) for e in events)]
     if done:
@@ -86,12 +130,15 @@ def script(mode: str, max_tokens: int, rid: str = "") -> list[Step]:
     used by the modes that answer twice)."""
     n = max_tokens
     cut = max(1, min(3, n - 1))  # tokens sent before a stream is cut short
+    ev = functools.partial(token_events, rid=rid)  # every answer carries its id, as engines do
+    if (counted := usage_script(mode, n, rid)) is not None:
+        return counted
     if mode in ("ok", "instant"):
-        return chunked_stream(token_events(n))
+        return chunked_stream(ev(n))
     if mode == "ok_finish_no_done":
-        return chunked_stream(token_events(n), done=False)
+        return chunked_stream(ev(n), done=False)
     if mode == "short_output":
-        return chunked_stream(token_events(cut, finish="stop"))
+        return chunked_stream(ev(cut, finish="stop"))
     if mode == "http_500":
         return [json_response("500 Internal Server Error", b'{"error": {"message": "boom"}}')]
     if mode == "http_503_html":
@@ -101,28 +148,28 @@ def script(mode: str, max_tokens: int, rid: str = "") -> list[Step]:
     if mode == "reset_before_headers":
         return ["reset"]
     if mode == "reset_mid_stream":
-        return [*chunked_stream(token_events(cut, finish=None), done=False, end=False), "reset"]
+        return [*chunked_stream(ev(cut, finish=None), done=False, end=False), "reset"]
     if mode == "stall":
-        return [*chunked_stream(token_events(cut, finish=None), done=False, end=False), "hang"]
+        return [*chunked_stream(ev(cut, finish=None), done=False, end=False), "hang"]
     if mode == "no_first_token":
         return [SSE_HEAD, chunk(b": keep-alive\n\n"), "hang"]
     if mode == "malformed_sse":
-        return chunked_stream([*token_events(cut, finish=None), b"data: {not json\n\n"])
+        return chunked_stream([*ev(cut, finish=None), b"data: {not json\n\n"])
     if mode == "malformed_http":
         return [b"HTTP/1.1 two hundred\r\n\r\n", "close"]
     if mode == "stream_error":
         err = event({"error": {"message": "engine died", "type": "internal"}})
-        return chunked_stream([*token_events(cut, finish=None), err])
+        return chunked_stream([*ev(cut, finish=None), err])
     if mode == "json_instead_of_stream":
         return [json_response("200 OK", b'{"choices": []}')]
     if mode == "truncated_close_unframed":
-        return [UNFRAMED_HEAD, *token_events(cut, finish=None), "close"]
+        return [UNFRAMED_HEAD, *ev(cut, finish=None), "close"]
     if mode == "truncated_chunked_end":
-        return chunked_stream(token_events(cut, finish=None), done=False)
+        return chunked_stream(ev(cut, finish=None), done=False)
     if mode == "truncated_close_chunked":
-        return [*chunked_stream(token_events(cut, finish=None), done=False, end=False), "close"]
+        return [*chunked_stream(ev(cut, finish=None), done=False, end=False), "close"]
     if mode == "truncated_content_length":
-        body = b"".join(token_events(cut, finish=None))
+        body = b"".join(ev(cut, finish=None))
         head = (
             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             f"Content-Length: {len(body) + 500}\r\n\r\n"
@@ -134,6 +181,16 @@ def script(mode: str, max_tokens: int, rid: str = "") -> list[Step]:
         return [_stream_bytes(n, rid), 0.05, _stream_bytes(LATE_TOKENS, rid)]
     if mode == "constant_id":  # a server (or proxy) that puts one id on every answer
         return [_stream_bytes(n, "cmpl-constant")]
+    if mode == "no_id":  # a server that gives its answers no id
+        return chunked_stream(token_events(n))
+    if mode == "late_second_no_id":  # a late duplicate from a server that sends no ids
+        return [_stream_bytes(n), 0.05, _stream_bytes(LATE_TOKENS)]
+    if mode == "late_second_constant":  # a late duplicate from a server with one constant id
+        return [
+            _stream_bytes(n, "cmpl-constant"),
+            0.05,
+            _stream_bytes(LATE_TOKENS, "cmpl-constant"),
+        ]
     if mode == "double_response_one_write":
         return [_stream_bytes(n, rid) + _stream_bytes(LATE_TOKENS, rid)]
     raise ValueError(f"unknown fault mode {mode!r}")
@@ -209,9 +266,20 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "late_second_response": ("ok", None),
     "double_response_one_write": ("ok", None),
     "constant_id": ("ok", None),
+    "no_id": ("ok", None),
+    "late_second_constant": ("ok", None),
+    "late_second_no_id": ("ok", None),
     "echo_secrets": ("error", "http_status"),
+    "usage_multi_token": ("ok", None),
+    "usage_past_max": ("error", "protocol"),
+    "usage_huge_final": ("error", "protocol"),
+    "usage_negative": ("error", "protocol"),
+    "usage_falls": ("error", "protocol"),
+    "text_without_tokens": ("error", "protocol"),
 }
 MODES: tuple[str, ...] = tuple(EXPECTED)
+# modes whose late copy of the answer reaches the next request sent on the connection
+LATE_MODES = ("late_second_response", "late_second_constant", "late_second_no_id")
 
 
 @dataclass

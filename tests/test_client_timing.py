@@ -108,7 +108,7 @@ def _client(port: int, sent: dict[int, int], kernel: bool | None) -> StreamClien
 
 async def _stream(c: StreamClient) -> RequestRecord:
     return await c.stream(
-        request_id=1, scheduled_ns=0, prompt=[1], max_tokens=10, prompt_tokens_client=1
+        request_id=1, scheduled_ns=0, prompt=[1], max_tokens=1000, prompt_tokens_client=1
     )
 
 

@@ -459,8 +459,9 @@ def _probe_notes(run: ProbeRun, geometry: ModelGeometry | None) -> list[str]:
     if run.stray_answers:
         notes.append(
             f"the server wrote {run.stray_answers} answer(s) no request was waiting for (late "
-            "or stale, on a reused connection): each connection was closed, a stale answer "
-            "counted as a protocol error; check a proxy that retries or replays responses"
+            "or stale, on a reused connection): each such connection was closed and none was "
+            "reused after the first; requests whose answer could not be told from an earlier "
+            "one are protocol errors; check a proxy that retries or replays responses"
         )
     if geometry is not None and (note := preset_stand_in(geometry.source)) is not None:
         notes.append(note)

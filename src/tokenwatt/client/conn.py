@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import re
 import socket
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Literal
 
@@ -37,13 +39,24 @@ from tokenwatt.client.stamps import (
     RealtimeOffset,
     enable_kernel_stamps,
 )
-from tokenwatt.records import ErrorKind
+from tokenwatt.records import ErrorKind, RequestRecord
 
 RECV_SIZE = 256 * 1024  # one read can catch up on a long backlog
 _ERROR_BODY_MAX = 64 * 1024
 _FLUSH_EVERY = 32  # decode SSE payloads in batches of this many
 _perf = time.perf_counter_ns
 _unpack = TIMESPEC.unpack
+_STRAY_PEEK = 4096  # bytes of an unsolicited answer looked at for its id
+# unverified answers a connection remembers (a stale answer's shift that no unsolicited answer
+# has shown after this many exchanges is not plausible; the bound keeps a soak's memory flat)
+_SUSPECTS_MAX = 1024
+# an SSE event's top-level answer id, as engines write it first in each event
+_ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\]{1,200})"')
+
+
+def _first_id(data: bytes) -> str | None:
+    m = _ID_RE.search(data, 0, _STRAY_PEEK * 4)
+    return m.group(1).decode("utf-8", "replace") if m else None
 
 
 class Exchange:
@@ -69,6 +82,8 @@ class Exchange:
         "reason",
         "saw_done",
         "sent_ns",
+        "stale",
+        "unverified",
         "user_stamps",
     )
 
@@ -97,6 +112,10 @@ class Exchange:
         self.error_body = False
         self.saw_done = False
         self.user_stamps = False
+        # its answer came on a reused connection where ids could not show it was not an
+        # earlier request's (``Connection._check_not_stale``)
+        self.unverified = False
+        self.stale = False  # refused: its answer repeated the previous answer's id
         self.error_kind: ErrorKind | None = None
         self.error_message: str | None = None
 
@@ -156,6 +175,8 @@ class Connection:
         "last_response_id",
         "sock",
         "stray",
+        "stray_id",
+        "suspects",
     )
 
     def __init__(
@@ -197,6 +218,10 @@ class Connection:
         self.stray = False  # closed because an answer came with no request outstanding
         self.last_response_id: str | None = None  # the previous answer's id on this socket
         self.exchanges = 0
+        # records of answers taken here that ids could not verify: if an answer nobody asked
+        # for shows up on this socket later, one of them may have taken an earlier one's
+        self.suspects: deque[RequestRecord] = deque(maxlen=_SUSPECTS_MAX)
+        self.stray_id: str | None = None  # the id an answer nobody asked for carried, if seen
 
     # ------------------------------------------------------------------ setup
     @classmethod
@@ -359,7 +384,7 @@ class Connection:
         ex = self._ex
         if ex is None or self._message_complete:
             # bytes while idle or after a complete answer: a late or extra answer
-            self.stray = True
+            self._stray_seen(data, plain=True)
             self.close()
             return
         self._stamp = stamp
@@ -467,6 +492,8 @@ class Connection:
     def on_body(self, body: bytes) -> None:
         ex = self._ex
         if ex is None:
+            if self.stray and self.stray_id is None:
+                self.stray_id = _first_id(body)  # a second answer in the same read
             return
         if ex.mode == "body":
             if len(ex.raw_body) + len(body) <= ex.body_limit:
@@ -546,20 +573,31 @@ class Connection:
         written late by the server and read as this request's: it is not this request's
         answer (its timing would be the previous one's), the socket goes (``stray``), and the
         request fails as a protocol error (a server that answers twice is broken). Only where
-        the server's ids are seen to differ per answer (``AnswerIds``)."""
+        the server's ids were seen to differ per answer before this one (``AnswerIds``).
+
+        An answer on a reused socket that this cannot clear (ids not yet seen to differ, no
+        id, or an earlier answer here already uncleared: a stale answer shifts every later
+        one by one) is ``unverified``; the client fails it if an answer nobody asked for
+        shows up on this socket later (``StreamClient``)."""
         interp.flush()
         rid = interp.response_id
+        vary_before = self._ids.vary
         if rid is not None:
             self._ids.saw(rid)
         if rid is not None and rid == self.last_response_id and self._ids.vary:
             self.stray = True
+            self.stray_id = rid
+            ex.stale = True
             ex.error_kind = "protocol"
             ex.error_message = shorten(
                 f"stale answer: the previous request's response (id {rid}) arrived as this "
                 "one's on a reused connection"
             )
-        elif rid is not None:
+            return
+        if rid is not None:
             self.last_response_id = rid
+        if self.exchanges > 1 and (not vary_before or rid is None or self.suspects):
+            ex.unverified = True
 
     def _settle(self, ex: Exchange) -> None:
         if not ex.future.done():
@@ -631,8 +669,23 @@ class Connection:
         except OSError:
             return True
         if data:
-            self.stray = True  # an answer nobody asked for is waiting
+            with contextlib.suppress(OSError):  # an answer nobody asked for is waiting
+                data = self.sock.recv(_STRAY_PEEK, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            self._stray_seen(data, plain=self._ssl is None)
         return True
+
+    def _stray_seen(self, data: bytes, *, plain: bool) -> None:
+        """An answer nobody asked for: note it and the id it carries (``plain``: ``data`` is
+        the answer's bytes, not TLS records)."""
+        self.stray = True
+        if self.stray_id is None and plain:
+            self.stray_id = _first_id(data)
+
+    def verified_by_stray(self, ids_vary: bool) -> bool:
+        """Whether the answer nobody asked for shows that the answers taken here were each
+        request's own: it repeats the last answer's id, where ids differ per answer, so it is
+        a late copy of that answer and no answer here was shifted onto a later request."""
+        return ids_vary and self.stray_id is not None and self.stray_id == self.last_response_id
 
     def has_unread(self) -> bool:
         """Whether bytes (or the peer's close) wait on the socket, not yet read by the loop

@@ -28,8 +28,10 @@ from tokenwatt.client.openai import (
     Prompt,
     StreamInterpreter,
     build_body,
+    drop_counts,
     is_messages,
     model_ids,
+    sent_token_limit,
     shorten,
 )
 from tokenwatt.client.stamps import (
@@ -188,12 +190,15 @@ class StreamClient:
             extra_body=self.extra_body,
         )
         exact = bool(fields.get("ignore_eos")) and fields.get("max_tokens") == max_tokens
+        limit = sent_token_limit(fields)
         request = self._post_request(orjson.dumps(fields))
         t0 = _perf()
         fresh = False
         keep_text = is_messages(prompt)
         for attempt in range(2):
-            interp = StreamInterpreter(self.api, self._hook, collect_text=keep_text)
+            interp = StreamInterpreter(
+                self.api, self._hook, collect_text=keep_text, max_tokens=limit
+            )
             ex = Exchange(self._get_loop().create_future(), interp)
             conn = await self._exchange(rec, ex, request, t0, fresh=fresh)
             if conn is None:
@@ -208,9 +213,24 @@ class StreamClient:
                 fresh = True
                 continue
             break
+        assert conn is not None  # (a failed connect returned above)
         self._finish_record(rec, ex)
         _judge_end(rec, exact_length=exact)
+        self._judge_stale(rec, ex, conn)
         return rec
+
+    def _judge_stale(self, rec: RequestRecord, ex: Exchange, conn: Connection) -> None:
+        """A refused stale answer is no figure; an answer its ids could not verify fails at
+        once if an answer nobody asked for already came on its connection (and does not
+        clear it), else waits on the connection's list (``_on_closed``)."""
+        if ex.stale:
+            drop_counts(rec)  # the previous request's answer: its tokens are no figure
+        elif ex.unverified and rec.ok:
+            if conn.stray:
+                if not conn.verified_by_stray(self._ids.vary):
+                    _fail_unverified(rec)
+            elif not conn.closed:
+                conn.suspects.append(rec)
 
     def late_first_tokens(self, limit_ns: int) -> list[int]:
         """The requests in flight whose first token is certain to come more than ``limit_ns``
@@ -371,12 +391,14 @@ class StreamClient:
         return conn
 
     def _finish_record(self, rec: RequestRecord, ex: Exchange) -> None:
-        self._fill_from(rec, ex)
+        """The exchange's own failure (transport, timeout, HTTP) is the reason where there is
+        one; what the stream's content shows (in-band error, bad counts) comes after it."""
         if ex.error_kind is not None and rec.status == "ok":
             rec.status = "error"
             rec.error_kind = ex.error_kind
-            rec.error_message = self._scrub(ex.error_message or ex.error_kind)
-        elif rec.error_message is not None:
+            rec.error_message = ex.error_message or ex.error_kind
+        self._fill_from(rec, ex)
+        if rec.error_message is not None:
             rec.error_message = self._scrub(rec.error_message)
         if rec.done_ns is None:
             rec.done_ns = ex.done_ns if ex.done_ns is not None else _perf()
@@ -468,8 +490,9 @@ class StreamClient:
         return conn
 
     def _on_idle(self, conn: Connection) -> None:
-        """A connection finished an exchange and may be reused (called from the read path)."""
-        if self._closed:
+        """A connection finished an exchange and may be reused (called from the read path);
+        after a first answer nobody asked for, none is (each request gets its own)."""
+        if self._closed or self.stray_answers:
             conn.close()
             return
         self._idle.append(conn)
@@ -478,6 +501,13 @@ class StreamClient:
     def _on_closed(self, conn: Connection) -> None:
         if conn.stray:
             self.stray_answers += 1
+            while self._idle:  # from now on no connection is reused
+                self._idle.popleft().close()
+            if not conn.verified_by_stray(self._ids.vary):
+                for rec in conn.suspects:
+                    if rec.ok:
+                        _fail_unverified(rec)
+        conn.suspects.clear()
         with contextlib.suppress(ValueError):
             self._idle.remove(conn)
         self._slot_freed()
@@ -510,6 +540,23 @@ def _judge_end(rec: RequestRecord, *, exact_length: bool) -> None:
         return
     if exact_length and rec.output_tokens < rec.max_tokens:
         rec.short_output = True
+
+
+_UNVERIFIED = (
+    "stale answer possible: an answer no request was waiting for came later on this "
+    "request's reused connection, so the answer it took may be an earlier request's (the "
+    "server's answer ids cannot tell them apart)"
+)
+
+
+def _fail_unverified(rec: RequestRecord) -> None:
+    """A request whose answer may be an earlier one's: a protocol failure, no figure. Called
+    once the record is complete, possibly after ``stream`` returned it (the record object is
+    the one the run holds)."""
+    rec.status = "error"
+    rec.error_kind = "protocol"
+    rec.error_message = _UNVERIFIED
+    drop_counts(rec)
 
 
 def _drop_if_holding(conn: Connection, ex: Exchange) -> None:

@@ -16,6 +16,11 @@ Rules (docs/methodology.md has the reasoning):
   sent none, completion_tokens = Σ chunk_tokens and ``usage_source="fallback"``.
 * A JSON object with an ``error`` member (or ``"object": "error"``) inside a 200 stream is a
   failure (``stream_error``), whatever else the stream held.
+* The server's token counts are checked, never taken as given (``TokenCheck``): a count that
+  is negative, above the ``max_tokens`` sent, falls, or disagrees with the content chunks
+  received (a content chunk that adds no token, more chunks than counted tokens) makes the
+  request a ``protocol`` failure naming the disagreement, and its counts enter no figure
+  (its chunks carry 0 tokens, ``completion_tokens`` is 0).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ EventHook = Callable[[dict[str, Any], int], None]  # (decoded event, arrival sta
 PATHS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
 DONE = b"[DONE]"
 _MESSAGE_MAX = 300
+# The most tokens one request may report when no max_tokens was sent: what a chunk's token
+# count array holds (int32); a larger count is a lie, not a figure.
+TOKENS_CEILING = 2**31 - 1
 
 
 # What one request sends: text, token ids (completions) or a chat history (role/content dicts).
@@ -96,6 +104,18 @@ def build_body(
             else:
                 body[key] = value
     return body
+
+
+def sent_token_limit(body: Mapping[str, Any]) -> int | None:
+    """The most output tokens a request body allows: its ``max_tokens`` or
+    ``max_completion_tokens`` (the larger, where a server may read either); None if neither
+    is an integer (``extra_body`` removed them)."""
+    sent = [
+        v
+        for k in ("max_tokens", "max_completion_tokens")
+        if isinstance(v := body.get(k), int) and not isinstance(v, bool) and v >= 0
+    ]
+    return max(sent) if sent else None
 
 
 def _text_of(choice: Any, api: Api) -> bool:
@@ -207,10 +227,12 @@ class StreamInterpreter:
         "coalesced",
         "completion_tokens",
         "continuous",
+        "count_error",
         "error",
         "finish_reason",
         "hook",
         "last_read",
+        "max_tokens",
         "pending_payloads",
         "pending_reads",
         "pending_stamps",
@@ -223,9 +245,17 @@ class StreamInterpreter:
     )
 
     def __init__(
-        self, api: Api, hook: EventHook | None = None, *, collect_text: bool = False
+        self,
+        api: Api,
+        hook: EventHook | None = None,
+        *,
+        collect_text: bool = False,
+        max_tokens: int | None = None,
     ) -> None:
         self.api: Api = api
+        # the most output tokens the request allowed (None: it sent no limit)
+        self.max_tokens = max_tokens if max_tokens is not None else TOKENS_CEILING
+        self.count_error: str | None = None  # the first disagreement in the token counts
         # the answer's text pieces, only when asked (a conversation resends its answers)
         self.text_parts: list[str] | None = [] if collect_text else None
         self.cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
@@ -321,6 +351,11 @@ class StreamInterpreter:
                     self.continuous = False
                     self.chunk_usage.append(0)
                 else:
+                    if delta_tokens + self.carried == 0 and self.continuous:
+                        self._count_wrong(
+                            f"a content chunk added no token (usage.completion_tokens stayed "
+                            f"at {self.prev_cum})"
+                        )
                     self.chunk_usage.append(delta_tokens + self.carried)
                     self.carried = 0
             elif delta_tokens > 0:
@@ -331,13 +366,24 @@ class StreamInterpreter:
         (-1: it states no completion count, so this chunk's tokens are unknown)."""
         delta_tokens = -1
         cum = usage.get("completion_tokens")
-        if isinstance(cum, int):
+        if isinstance(cum, int) and not isinstance(cum, bool):
+            if cum < 0 or cum > self.max_tokens:
+                self._count_wrong(
+                    f"usage.completion_tokens {cum} is "
+                    + ("negative" if cum < 0 else f"above the max_tokens {self.max_tokens} sent")
+                )
+                cum = min(max(cum, 0), self.max_tokens)
+            elif cum < self.prev_cum:
+                self._count_wrong(f"usage.completion_tokens fell from {self.prev_cum} to {cum}")
             self.completion_tokens = cum
             delta_tokens = max(0, cum - self.prev_cum)
             self.prev_cum = max(self.prev_cum, cum)
         pt = usage.get("prompt_tokens")
-        if isinstance(pt, int):
-            self.prompt_tokens = pt
+        if isinstance(pt, int) and not isinstance(pt, bool):
+            if 0 <= pt <= TOKENS_CEILING:
+                self.prompt_tokens = pt
+            else:
+                self._count_wrong(f"usage.prompt_tokens {pt} is out of range")
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
             ct = details.get("cached_tokens")
@@ -345,34 +391,54 @@ class StreamInterpreter:
                 self.cached_tokens = ct
         return delta_tokens
 
+    def _count_wrong(self, what: str) -> None:
+        if self.count_error is None:
+            self.count_error = shorten(f"token counts disagree: {what}")
+
+    def _check_totals(self) -> None:
+        """What only the whole stream shows: more content chunks than tokens counted (each
+        content chunk carries at least one), or more than ``max_tokens`` of them."""
+        n = len(self.chunk_ns)
+        if n > self.max_tokens:
+            self._count_wrong(f"{n} content chunks for max_tokens {self.max_tokens}")
+        elif self.completion_tokens is not None and self.completion_tokens < n:
+            self._count_wrong(
+                f"usage.completion_tokens {self.completion_tokens} is below the {n} content "
+                "chunks received"
+            )
+
     def fill(self, rec: RequestRecord) -> None:
         """Flush and write the token, usage and finish fields; mark in-stream failures.
 
         A transport failure already on the record (status "error") is kept as the reason.
         """
         self.flush()
+        self._check_totals()
         chunk_ns = self.chunk_ns
-        if self.continuous and chunk_ns:
-            tokens = list(self.chunk_usage)
-            if self.carried:
-                tokens[-1] += self.carried
-            rec.chunk_tokens_source = "usage"
+        if self.count_error is not None:
+            self._fill_untrusted(rec)
         else:
-            tokens = [1] * len(chunk_ns)
-            rec.chunk_tokens_source = "fallback"
+            if self.continuous and chunk_ns:
+                tokens = list(self.chunk_usage)
+                if self.carried:
+                    tokens[-1] += self.carried
+                rec.chunk_tokens_source = "usage"
+            else:
+                tokens = [1] * len(chunk_ns)
+                rec.chunk_tokens_source = "fallback"
+            rec.chunk_tokens = array(TOKENS_TYPECODE, tokens)
+            if self.completion_tokens is not None:
+                rec.completion_tokens = self.completion_tokens
+                rec.usage_source = "server"
+            else:
+                rec.completion_tokens = sum(tokens)
+                rec.usage_source = "fallback"
         rec.chunk_ns = array(STAMP_TYPECODE, chunk_ns)
-        rec.chunk_tokens = array(TOKENS_TYPECODE, tokens)
         if chunk_ns:
             rec.first_token_ns = chunk_ns[0]
             rec.end_ns = chunk_ns[-1]
         rec.coalesced_reads = self.coalesced
         rec.finish_reason = self.finish_reason
-        if self.completion_tokens is not None:
-            rec.completion_tokens = self.completion_tokens
-            rec.usage_source = "server"
-        else:
-            rec.completion_tokens = sum(tokens)
-            rec.usage_source = "fallback"
         rec.prompt_tokens = (
             self.prompt_tokens if self.prompt_tokens is not None else rec.prompt_tokens_client
         )
@@ -384,10 +450,23 @@ class StreamInterpreter:
                 rec.status = "error"
                 rec.error_kind = "stream_error"
                 rec.error_message = self.error
-            elif self.protocol_error is not None:
+            elif self.protocol_error is not None or self.count_error is not None:
                 rec.status = "error"
                 rec.error_kind = "protocol"
-                rec.error_message = self.protocol_error
+                rec.error_message = self.protocol_error or self.count_error
+
+    def _fill_untrusted(self, rec: RequestRecord) -> None:
+        drop_counts(rec, len(self.chunk_ns))
+
+
+def drop_counts(rec: RequestRecord, chunks: int | None = None) -> None:
+    """Counts that cannot be trusted (they disagree, or the answer may be another request's)
+    enter no figure: every chunk keeps its stamp and carries 0 tokens, 0 in all."""
+    n = len(rec.chunk_ns) if chunks is None else chunks
+    rec.chunk_tokens = array(TOKENS_TYPECODE, [0]) * n
+    rec.chunk_tokens_source = "fallback"
+    rec.completion_tokens = 0
+    rec.usage_source = "fallback"
 
 
 def interpret(
@@ -396,9 +475,11 @@ def interpret(
     reads: Sequence[int],
     api: Api,
     rec: RequestRecord,
+    *,
+    max_tokens: int | None = None,
 ) -> None:
     """Fill ``rec`` from a whole stream's payloads at once (tests, offline use)."""
-    it = StreamInterpreter(api)
+    it = StreamInterpreter(api, max_tokens=max_tokens)
     for p, s, r in zip(payloads, stamps, reads, strict=True):
         it.add(p, s, r)
     it.fill(rec)
@@ -420,10 +501,12 @@ __all__: Sequence[str] = (
     "Prompt",
     "StreamInterpreter",
     "build_body",
+    "drop_counts",
     "error_of",
     "interpret",
     "is_content",
     "is_messages",
     "message_from_body",
     "model_ids",
+    "sent_token_limit",
 )

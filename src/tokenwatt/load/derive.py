@@ -150,13 +150,15 @@ def _coalesced(mbu: Mbu, figures: StepSummary) -> Mbu:
 
 
 UNRESPONSIVE = "endpoint unresponsive"
+STALLS = "endpoint stalls every stream"
 
 
 def halt_reason(run: ProbeRun) -> str | None:
     """Why the probe measured nothing an SLO can judge, or None.
 
     The sender failed (``run.sender_error``); or the endpoint never answered: every request
-    the probe sent, warm-up included, timed out before its first token. Under load some
+    the probe sent, warm-up included, timed out before its first token; or every stream
+    stopped: each request went silent mid-stream (``stall``) or never began. Under load some
     requests still get answers (the first ones, before a queue builds), so first-token
     timeouts there stay SLO misses; a probe in which none ever did is an error probe."""
     if run.sender_error is not None:
@@ -166,6 +168,14 @@ def halt_reason(run: ProbeRun) -> str | None:
         first = judged[0].error_message or "no first token"
         return (
             f"{UNRESPONSIVE}: all {len(judged)} requests timed out before a first token ({first})"
+        )
+    stalled = [r for r in judged if r.error_kind == "stall"]
+    if stalled and all(r.error_kind in ("stall", "timeout_first_token") for r in judged):
+        # every stream went silent: not a rate the SLO can judge, whatever the rate
+        why = stalled[0].error_message or "no bytes mid-stream"
+        return (
+            f"{STALLS}: all {len(judged)} requests stopped before their end, {len(stalled)} "
+            f"of them silent after their first token ({why})"
         )
     return None
 

@@ -26,6 +26,7 @@ from tokenwatt.client import StreamClient
 from tokenwatt.errors import SpecError, TargetError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import Accelerator, custom_accelerator, get_accelerator
+from tokenwatt.metrics.slo import slo_timeouts
 from tokenwatt.result import RunTarget
 from tokenwatt.sim import RunningSim, SimConfig, start_sim_subprocess, start_sim_thread
 from tokenwatt.simsettings import SimSettings
@@ -169,7 +170,7 @@ async def open_target(
             api=ep.api,
             model=ep.model or "",
             api_key=api_key,
-            timeouts=ep.timeouts,
+            timeouts=slo_timeouts(ep.timeouts, spec.slo),
             extra_body=ep.extra_body,
             stream_usage=ep.stream_usage,
             max_connections=max_connections,

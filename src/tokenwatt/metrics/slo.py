@@ -39,11 +39,15 @@ import numpy.typing as npt
 
 from tokenwatt.metrics.request import e2e_s, tpot_s, ttft_s
 from tokenwatt.records import RequestRecord
+from tokenwatt.spec.endpoint import Timeouts
 from tokenwatt.spec.slo import SLO
 
 __all__ = [
     "BROKEN_ENDPOINT_KINDS",
     "EARLY_STOP_CONFIDENCE",
+    "FIRST_TOKEN_CAP_S",
+    "FIRST_TOKEN_FLOOR_S",
+    "FIRST_TOKEN_LIMITS",
     "SERVER_ERROR_KINDS",
     "TRANSPORT_ERROR_KINDS",
     "TREND_MIN_RANK_CORRELATION",
@@ -59,9 +63,11 @@ __all__ = [
     "clearly_failed",
     "detect_trend",
     "evaluate_slo",
+    "first_token_limit_s",
     "judge_probe",
     "latencies",
     "nearest_rank",
+    "slo_timeouts",
     "violation_budget",
 ]
 
@@ -81,6 +87,33 @@ _TREND_MAX_POINTS = 1500  # pairwise slopes are O(n²): thin longer windows even
 TRANSPORT_ERROR_KINDS = frozenset({"connect", "reset"})
 SERVER_ERROR_KINDS = frozenset({"http_status", "stream_error", "truncated", "protocol"})
 BROKEN_ENDPOINT_KINDS = TRANSPORT_ERROR_KINDS | SERVER_ERROR_KINDS
+
+
+# A request with no first token this many TTFT limits after its send is a known miss: it is
+# failed there (``timeout_first_token``) instead of waiting out endpoint.timeouts. Bounded:
+# never under FIRST_TOKEN_FLOOR_S, and over FIRST_TOKEN_CAP_S only for a TTFT limit so long
+# that twice the limit is more (an endpoint that never answers is called so within a minute).
+FIRST_TOKEN_LIMITS = 10.0
+FIRST_TOKEN_FLOOR_S = 1.0
+FIRST_TOKEN_CAP_S = 60.0
+
+
+def first_token_limit_s(ttft_limit_s: float | None) -> float:
+    """How long a request may wait for its first token under a TTFT limit (see above)."""
+    if ttft_limit_s is None:
+        return FIRST_TOKEN_CAP_S
+    cap = max(FIRST_TOKEN_CAP_S, 2.0 * ttft_limit_s)
+    return max(FIRST_TOKEN_FLOOR_S, min(FIRST_TOKEN_LIMITS * ttft_limit_s, cap))
+
+
+def slo_timeouts(timeouts: Timeouts, slo: SLO) -> Timeouts:
+    """The endpoint's timeouts with the first-token wait bounded by the SLO's TTFT limit
+    (``first_token_limit_s``): a request past it is a TTFT miss whatever comes later, so the
+    client ends it there. A shorter ``endpoint.timeouts.first_token_s`` stays."""
+    limit = first_token_limit_s(Limits.from_spec(slo).ttft_s)
+    if timeouts.first_token_s <= limit:
+        return timeouts
+    return timeouts.model_copy(update={"first_token_s": limit})
 
 
 @dataclass(frozen=True, slots=True)

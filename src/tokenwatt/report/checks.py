@@ -257,9 +257,10 @@ def _stray_answers(result: BenchResult) -> list[Check]:
         Check(
             "warning",
             f"{_labels(stray)}: the server wrote {n} answer(s) no request was waiting for (a "
-            "late second answer, or a stale one on a reused connection); each connection was "
-            "closed and a stale answer counted as a protocol error, never as the next "
-            "request's; check a proxy or load balancer that retries or replays responses",
+            "late second answer, or a stale one on a reused connection); each connection that "
+            "carried one was closed and none was reused after the first; requests whose answer "
+            "could not be told from an earlier one are protocol errors ('stale answer'); check "
+            "a proxy or load balancer that retries or replays responses",
         )
     ]
 

@@ -15,7 +15,11 @@ class Timeouts(Section):
         10.0, gt=0, le=MAX_SECONDS, description="TCP/TLS connect and request write, seconds"
     )
     first_token_s: float = Field(
-        600.0, gt=0, le=MAX_SECONDS, description="from send to the first content chunk, seconds"
+        60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="from send to the first content chunk, seconds; a probe also ends the "
+        "wait at 10 x the SLO's TTFT limit (bounded), where the request is a known miss",
     )
     idle_s: float = Field(
         60.0,
