@@ -253,7 +253,9 @@ class MbuSpeculation(_Strict):
     source: Literal["declared", "detected"] = Field(
         description="declared in the spec, or detected from varying tokens per chunk"
     )
-    method: Literal["draft", "mtp", "ngram", "unknown"] = Field(description="the drafter")
+    method: Literal["draft", "eagle", "eagle3", "mtp", "ngram", "unknown"] = Field(
+        description="the drafter"
+    )
     num_tokens: int = Field(description="k: tokens proposed per step (detected: max chunk − 1)")
     acceptance_length: float = Field(description="α: decode tokens ÷ decode steps")
     itl_chunk_s: float = Field(description="ITL per chunk: decode time ÷ decode steps")
@@ -397,8 +399,8 @@ class MbuFlags(_Strict):
             )
         if self.drafter_bytes_unknown:
             out.append(
-                "speculation detected but the drafter is not declared (sim.speculative or "
-                "engine): its bytes are left out, so MBU reads low"
+                "speculation detected but the drafter is not declared (engine.drafter): its "
+                "bytes are left out, so MBU reads low"
             )
         if self.coalesced_chunks:
             out.append(

@@ -51,7 +51,9 @@ def longest_request_tokens(spec: BenchSpec) -> int:
 
 
 def check_fits(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerator) -> None:
-    """Raise a one-line ``SpecError`` when the stated hardware cannot hold the model."""
+    """Raise a one-line ``SpecError`` when the stated hardware cannot hold the model, or a
+    declaration of the ``engine`` section does not fit it (``EngineSection.check_against``)."""
+    spec.engine.check_against(geometry)
     hw = spec.hardware
     memory = accelerator.memory_bytes * hw.gpus_per_replica
     weights = weight_bytes_stored(geometry)

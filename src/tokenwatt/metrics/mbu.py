@@ -20,7 +20,12 @@ from collections.abc import Iterable
 from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
-from tokenwatt.metrics.routing_band import routing_band, routing_band_note
+from tokenwatt.metrics.routing_band import (
+    ROUTING_SKEW_NOTE_PT,
+    routing_band,
+    routing_skew_note,
+    with_band,
+)
 from tokenwatt.metrics.spec_mbu import StepBasis, geometry_fields, speculative_mbu, step_flags
 from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
 
@@ -50,7 +55,6 @@ SMALL_BATCH = 8.0
 # Measured regime worth a note: share of steps with prompt chunks, of idle time.
 MIXED_STEP_NOTE_FRACTION = 0.05
 IDLE_NOTE_FRACTION = 0.02
-ROUTING_SKEW_NOTE_PT = 0.5  # measured routing moves MBU by more than this against uniform
 # An MBU above 1 + this is an input error, not a figure (``check_rated_bandwidth``): the
 # estimator's validated error is ±2 pt and a window's count noise below 1 pt, so a true MBU
 # near 100 % cannot read above 105 %; real engines peak well below 100 % anyway.
@@ -111,7 +115,9 @@ def compute_mbu(
     With ``regime`` (the load the client measured and the engine's limits) the headline counts
     the bytes of mixed prefill/decode steps and idle time (:func:`apply_regime`). With
     ``steps`` (speculative decoding declared or detected) s and B come from the client's
-    steps and W adds the drafter's bytes (``metrics.spec_mbu``; the regime is not applied).
+    steps, W counts k + 1 routed positions per sequence through the same bytes-per-step
+    function and expert load, and adds the drafter's bytes (``metrics.spec_mbu``: the regime's
+    prompts and routing apply, with the routing band and flags; its idle share does not).
     """
     if replicas < 1 or gpus < 1:
         raise ValueError(f"replicas and gpus must be >= 1, got R={replicas}, N_GPU={gpus}")
@@ -130,6 +136,9 @@ def compute_mbu(
         if spec is not None:
             i = spec.inputs
             base = _flags(geometry, True, i.expected_distinct_experts, i.batch_per_replica, False)
+            measured = steps.regime or regime
+            if measured is not None and measured.expert_load is not None:
+                base = base.model_copy(update={"moe_uniform_routing_upper_bound": False})
             return check_rated_bandwidth(step_flags(spec, base))
     node_bw = gpus * bandwidth_bytes_per_s
     t = float(output_tokens_per_s)
@@ -280,10 +289,7 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
             kv_bytes_per_output_token=i.kv_bytes_per_output_token,
         )
         skew = (uniform.weight_bytes_per_s - mix.weight_bytes_per_s) / node
-        notes.append(
-            f"routing from the measured expert load ({mix.routing}): uniform routing would "
-            f"read {100 * abs(skew):.1f} pt {'higher' if skew >= 0 else 'lower'}"
-        )
+        notes.append(routing_skew_note(mix.routing, skew))
     flags = result.flags.model_copy(
         update={
             "mixed_steps": mix.mixed_step_fraction > MIXED_STEP_NOTE_FRACTION and mbu - dec > 0.001,
@@ -308,13 +314,15 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
         update.update(mbu=None, mbu_weights=None, mbu_kv=None)
     else:
         update.update(mbu=mbu, mbu_weights=mix.weight_bytes_per_s / node, mbu_decode_only=dec)
-    return _with_routing_band(result.model_copy(update=update), geometry, regime)
+    return _with_routing_band(result.model_copy(update=update), geometry, regime, mix)
 
 
-def _with_routing_band(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mbu:
+def _with_routing_band(
+    result: Mbu, geometry: ModelGeometry, regime: StepRegime, mix: MbuMixedSteps
+) -> Mbu:
     """Unmeasured MoE routing: the lower bound under the reference skew beside the uniform
-    headline, its note, and ``routing_unmeasured`` when the band is wider than 1 pt
-    (``metrics.routing_band``)."""
+    headline (``mix``, the headline's own estimate, is the band's upper end), its note, and
+    ``routing_unmeasured`` when the band is wider than 1 pt (``metrics.routing_band``)."""
     i = result.inputs
     if result.mbu is None or i.steps_per_s_per_replica is None or i.batch_per_replica is None:
         return result
@@ -328,19 +336,9 @@ def _with_routing_band(result: Mbu, geometry: ModelGeometry, regime: StepRegime)
         kv_bytes_per_s=i.kv_bytes_per_s or 0.0,
         node_bandwidth_bytes_per_s=i.node_bandwidth_bytes_per_s,
         zipf_s=regime.routing_zipf,
+        upper=mix,
     )
-    if band is None:
-        return result
-    flags = result.flags.model_copy(update={"routing_unmeasured": band.raised})
-    return result.model_copy(
-        update={
-            "mbu_lower_bound": band.mbu_lower,
-            "mbu_decode_only_lower_bound": band.decode_only_lower,
-            "routing_reference": band.reference,
-            "flags": flags,
-            "notes": [*result.notes, routing_band_note(band)],
-        }
-    )
+    return with_band(result, band)
 
 
 def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a figure

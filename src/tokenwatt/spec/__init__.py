@@ -7,15 +7,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from tokenwatt.errors import SpecError
 from tokenwatt.spec._base import Section
 from tokenwatt.spec.endpoint import Endpoint, Timeouts
-from tokenwatt.spec.engine import EngineSection
+from tokenwatt.spec.engine import READ_FILES, EngineSection, check_sim_drafter
 from tokenwatt.spec.hardware import CustomAccelerator, HardwareSection
 from tokenwatt.spec.model import ModelSection
 from tokenwatt.spec.power import PowerSection, PowerSourceSpec
@@ -70,6 +70,13 @@ class BenchSpec(Section):
     server_metrics: ServerMetricsSection = Field(default_factory=ServerMetricsSection)
     engine: EngineSection = Field(default_factory=EngineSection)
 
+    @model_validator(mode="after")
+    def _one_drafter(self) -> Self:
+        """The simulator runs the drafter the engine section declares (``check_sim_drafter``)."""
+        if self.endpoint.is_sim:
+            check_sim_drafter(self.engine.drafter, self.sim.speculative)
+        return self
+
 
 # ``endpoint`` and ``hardware`` change every figure, so neither has a default: a spec without
 # ``hardware`` once reported a 70B model on 8 GPUs as 1 × H100 at MBU 200%, and one without
@@ -118,7 +125,8 @@ def parse_spec(data: Any, *, source: str = "spec") -> BenchSpec:
             f"{source}: the spec must be a YAML mapping with at least a 'model' section"
         )
     try:
-        return BenchSpec.model_validate(data)
+        # read the files the spec names (engine.expert_load_file) now, before any load
+        return BenchSpec.model_validate(data, context={READ_FILES: True})
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, source=source)) from None
 
