@@ -41,13 +41,15 @@ def _hand_weight(g: ModelGeometry, pi: list[float], tokens: float) -> float:
 
 
 def _regime(load: ExpertLoad | None = None, **kw: object) -> StepRegime:
-    return StepRegime(
-        request_rate_rps=0.0, mean_prompt_tokens=512.0, mean_output_tokens=1e9,
-        expert_load=load, **kw,  # type: ignore[arg-type]
-    )  # fmt: skip
+    base: dict[str, object] = {
+        "request_rate_rps": 0.0, "mean_prompt_tokens": 512.0, "mean_output_tokens": 1e9,
+    }  # fmt: skip
+    return StepRegime(**{**base, "expert_load": load, **kw})  # type: ignore[arg-type]
 
 
-def _spec(g: ModelGeometry, *, batch: float, k: int, regime: StepRegime) -> Mbu:
+def _spec(
+    g: ModelGeometry, *, batch: float, k: int, regime: StepRegime, routing_detail: bool = True
+) -> Mbu:
     """A speculative window: B sequences per verify step of τ_c, α tokens per step, ngram."""
     steps, tokens = 10_000, int(10_000 * ALPHA)
     summary = StepSummary(
@@ -59,17 +61,19 @@ def _spec(g: ModelGeometry, *, batch: float, k: int, regime: StepRegime) -> Mbu:
         g, output_tokens_per_s=batch * ALPHA / TAU_C, itl_token_weighted_s=TAU_C / ALPHA,
         replicas=1, gpus=1, bandwidth_bytes_per_s=H100_BW, mean_context_per_token=0.0,
         kv_bytes_per_output_token=0.0, regime=regime,
-        steps=StepBasis(summary, Drafter("ngram", k), 0.0, regime),
+        steps=StepBasis(summary, Drafter("ngram", k), 0.0, regime), routing_detail=routing_detail,
     )  # fmt: skip
 
 
-def _plain_one_point(g: ModelGeometry, *, tokens: float, regime: StepRegime) -> Mbu:
+def _plain_one_point(
+    g: ModelGeometry, *, tokens: float, regime: StepRegime, routing_detail: bool = True
+) -> Mbu:
     """The plain path over a window whose every decode step had ``tokens`` sequences."""
     law = StepLaw(TAU_C, 1 / TAU_C, np.array([tokens]), np.array([1.0]), np.array([TAU_C]))
     return compute_mbu(
         g, output_tokens_per_s=tokens / TAU_C, itl_token_weighted_s=TAU_C, replicas=1, gpus=1,
         bandwidth_bytes_per_s=H100_BW, mean_context_per_token=0.0, kv_bytes_per_output_token=0.0,
-        regime=dataclasses.replace(regime, step_law=law),
+        regime=dataclasses.replace(regime, step_law=law), routing_detail=routing_detail,
     )  # fmt: skip
 
 
@@ -128,3 +132,25 @@ def test_dense_speculation_has_no_band() -> None:
     r = _spec(DENSE, batch=16.0, k=3, regime=_regime())
     assert r.mbu == pytest.approx(DENSE.dense_weight_bytes / TAU_C / H100_BW, rel=1e-9)
     assert r.mbu_lower_bound is None and not r.flags.routing_unmeasured
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_an_interval_block_gets_the_same_figures_without_the_routing_detail(
+    speculative: bool,
+) -> None:
+    """Blocks show only MBU and decode-only MBU: without the routing detail (band, skew
+    comparison) both figures are the full call's, and nothing else is evaluated."""
+    measured = ExpertLoad.zipf(MOE.experts, MOE.experts_per_token, 0.6)
+    for regime in (_regime(request_rate_rps=200.0), _regime(measured, request_rate_rps=200.0)):
+        if speculative:
+            full = _spec(MOE, batch=12.0, k=3, regime=regime)
+            bare = _spec(MOE, batch=12.0, k=3, regime=regime, routing_detail=False)
+        else:
+            full = _plain_one_point(MOE, tokens=48.0, regime=regime)
+            bare = _plain_one_point(MOE, tokens=48.0, regime=regime, routing_detail=False)
+        assert full.mbu is not None and full.mbu_decode_only is not None
+        assert bare.mbu == full.mbu and bare.mbu_decode_only == full.mbu_decode_only
+        assert full.mbu_decode_only < full.mbu  # prompts ride along: the two figures differ
+        assert bare.mbu_lower_bound is None and not bare.flags.routing_skew
+        assert not any(n.startswith("routing") for n in bare.notes)
+        assert any(n.startswith("routing") for n in full.notes)

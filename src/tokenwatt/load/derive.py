@@ -71,6 +71,7 @@ def probe_mbu(
     *,
     speculative: DrafterSection | None = None,
     kv_stalls: bool = True,
+    block: bool = False,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
@@ -80,7 +81,9 @@ def probe_mbu(
     engine section (read once per run: ``EngineSection.expert_load``). Speculative decoding
     (``speculative``: the declared drafter, or detected from the chunks) counts s and B from
     steps (``load.speculation``).
-    ``kv_stalls=False`` does not look for preempted streams (a block of a window without any)."""
+    ``kv_stalls=False`` does not look for preempted streams (a block of a window without any);
+    ``block=True`` computes the figures only (no routing band or skew comparison: an interval
+    block shows MBU and decode-only MBU, its routing is the window's)."""
     m = run.metrics
     if run.stopped_early or run.interrupted or run.saturated:
         return None
@@ -112,6 +115,7 @@ def probe_mbu(
         kv_bytes_per_output_token=kv_per_token,
         multi_token_chunks=m.multi_token_chunks,
         steps=step_basis(figures, speculative, pairs, regime),
+        routing_detail=not block,
     )
     raw = _coalesced(mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures)
     if not kv_stalls:  # the caller knows there are none to correct (``_intervals``' blocks)
@@ -341,6 +345,7 @@ def _intervals(
             spec.engine,
             speculative=declared,
             kv_stalls=stalled,
+            block=True,
         )
 
     return probe_intervals(

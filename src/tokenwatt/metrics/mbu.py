@@ -105,6 +105,7 @@ def compute_mbu(
     multi_token_chunks: bool = False,
     regime: StepRegime | None = None,
     steps: StepBasis | None = None,
+    routing_detail: bool = True,
 ) -> Mbu:
     """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU), with s = 1/τ, B = T·τ/R.
 
@@ -118,6 +119,9 @@ def compute_mbu(
     steps, W counts k + 1 routed positions per sequence through the same bytes-per-step
     function and expert load, and adds the drafter's bytes (``metrics.spec_mbu``: the regime's
     prompts and routing apply, with the routing band and flags; its idle share does not).
+    ``routing_detail=False`` leaves out what only the probe's own figure shows (the routing
+    band, the measured load's comparison with uniform routing and their flags): an interval
+    block needs only the figures, and its routing is the window's.
     """
     if replicas < 1 or gpus < 1:
         raise ValueError(f"replicas and gpus must be >= 1, got R={replicas}, N_GPU={gpus}")
@@ -132,6 +136,7 @@ def compute_mbu(
             kv_bytes_per_output_token=kv_bytes_per_output_token,
             draft_kv_bytes_per_output_token=steps.draft_kv_bytes_per_output_token,
             regime=steps.regime if steps.regime is not None else regime,
+            routing_detail=routing_detail,
         )  # fmt: skip
         if spec is not None:
             i = spec.inputs
@@ -175,7 +180,7 @@ def compute_mbu(
     result = Mbu(mbu=total / node_bw, mbu_weights=w_per_s / node_bw, mbu_kv=kv_per_s / node_bw,
                  inputs=inputs, flags=flags, notes=flags.notes())  # fmt: skip
     if regime is not None:
-        result = apply_regime(result, geometry, regime)
+        result = apply_regime(result, geometry, regime, routing_detail=routing_detail)
     return check_rated_bandwidth(result)
 
 
@@ -259,7 +264,9 @@ def _flags(
     )
 
 
-def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mbu:
+def apply_regime(
+    result: Mbu, geometry: ModelGeometry, regime: StepRegime, *, routing_detail: bool = True
+) -> Mbu:
     """Headline = all bytes the decode steps read per elapsed second (mixed steps, busy share,
     measured routing: ``metrics.mixed_steps``); the decode-only figure beside it; flags whose
     notes say which way the measured regime moves the figure and by how much."""
@@ -279,7 +286,7 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
     dec = (mix.decode_only_weight_bytes_per_s + i.kv_bytes_per_s) / node
     notes = _regime_notes(geometry, regime, mix, mbu, dec, node)
     skew = 0.0  # points uniform routing would add over the measured load
-    if regime.expert_load is not None and geometry.is_moe:
+    if regime.expert_load is not None and geometry.is_moe and routing_detail:
         uniform = estimate_mixed_steps(
             geometry,
             batch_per_replica=i.batch_per_replica,
@@ -314,7 +321,8 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
         update.update(mbu=None, mbu_weights=None, mbu_kv=None)
     else:
         update.update(mbu=mbu, mbu_weights=mix.weight_bytes_per_s / node, mbu_decode_only=dec)
-    return _with_routing_band(result.model_copy(update=update), geometry, regime, mix)
+    result = result.model_copy(update=update)
+    return _with_routing_band(result, geometry, regime, mix) if routing_detail else result
 
 
 def _with_routing_band(

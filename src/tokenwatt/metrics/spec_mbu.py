@@ -197,6 +197,7 @@ def speculative_mbu(
     kv_bytes_per_output_token: float,
     draft_kv_bytes_per_output_token: float = 0.0,
     regime: StepRegime | None = None,
+    routing_detail: bool = True,
 ) -> Mbu | None:
     """The module doc's MBU; None when the steps give no step time (no decode step). Routing
     as the plain path has it: a measured expert load (``regime.expert_load``) in the headline
@@ -257,6 +258,8 @@ def speculative_mbu(
         flags=flags,
         notes=flags.notes(),
     )
+    if not routing_detail:  # an interval block: the figures only (``compute_mbu``)
+        return result
     return _routing(result, geometry, drafter, basis, head, measured, regime)
 
 
