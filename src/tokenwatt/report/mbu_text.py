@@ -1,14 +1,15 @@
 """MBU in words, shared by the terminal report, the HTML report and ``tokenwatt probe``.
 
-One place says how the two figures (headline ``mbu`` and ``mbu_decode_only``) and the raised
-flags read, so the three views cannot drift apart: every raised flag is shown with the
-direction it moves the figure (docs/methodology.md, "Assumptions and where they bend").
+One place says how the two figures (headline ``mbu`` and ``mbu_decode_only``, each by its one
+word: ``result.MBU_FIGURES``) and the raised flags read, so the three views cannot drift
+apart: every raised flag is shown with the direction it moves the figure
+(docs/methodology.md, "Assumptions and where they bend").
 """
 
 from __future__ import annotations
 
 from tokenwatt.report.format import fmt_pct
-from tokenwatt.result import Mbu
+from tokenwatt.result import MBU_DECODE_ONLY, Mbu
 
 __all__ = [
     "FLAG_DIRECTION",
@@ -76,7 +77,7 @@ def mbu_figures_text(mbu: float | None, detail: Mbu | None) -> str:
     if detail.mbu_weights is not None and detail.mbu_kv is not None:
         text += f"  (weights {fmt_pct(detail.mbu_weights)} + KV {fmt_pct(detail.mbu_kv)})"
     if detail.mbu_decode_only is not None:
-        text += f"  ·  decode-only {fmt_pct(detail.mbu_decode_only)}"
+        text += f"  ·  {MBU_DECODE_ONLY.label} {fmt_pct(detail.mbu_decode_only)}"
     if detail.flags.routing_unmeasured and detail.mbu_lower_bound is not None:
         text += (
             f"  ·  routing unmeasured: {fmt_pct(detail.mbu_lower_bound)}–{fmt_pct(mbu)} "
