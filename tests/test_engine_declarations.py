@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import tokenwatt.spec.engine as engine_mod
+from tokenwatt.cli.options import Flags, build_spec
 from tokenwatt.errors import SpecError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.spec import parse_spec
@@ -149,6 +150,15 @@ def test_expert_load_file_is_read_once(tmp_path: Path, monkeypatch: pytest.Monke
     assert all(x is loads[0] for x in loads) and loads[0] is not None
     # a hand check of the file's routing: π_r = k · n_r / Σ n, here k = 8, n_r = r
     assert loads[0].inclusion[0, 127] == pytest.approx(8 * 128 / (128 * 129 / 2))
+    # the command line's path (the file alone, then the flags laid over it): read once too
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(
+        yaml.safe_dump(_spec("http://127.0.0.1:9/v1", {"expert_load_file": str(f)}))
+    )
+    reads.clear()
+    built = build_spec(spec_file, Flags(sets=["slo.ttft_ms=500"]))
+    assert built.engine.expert_load(g) is not None
+    assert len(reads) == 1
 
 
 def test_drafter_declarations_are_one_line_errors() -> None:

@@ -119,19 +119,20 @@ def format_validation_error(exc: ValidationError, *, source: str = "spec") -> st
     return _cut(f"{_cut(source, _SHOWN_MAX * 2)}: " + "; ".join(parts), ERROR_LINE_MAX)
 
 
-def parse_spec(data: Any, *, source: str = "spec") -> BenchSpec:
+def parse_spec(data: Any, *, source: str = "spec", read_files: bool = True) -> BenchSpec:
+    """Validate a spec; every failure is a one-line ``SpecError``. ``read_files``: read and
+    check the files it names (``engine.expert_load_file``) now, before any load."""
     if not isinstance(data, dict):
         raise SpecError(
             f"{source}: the spec must be a YAML mapping with at least a 'model' section"
         )
     try:
-        # read the files the spec names (engine.expert_load_file) now, before any load
-        return BenchSpec.model_validate(data, context={READ_FILES: True})
+        return BenchSpec.model_validate(data, context={READ_FILES: read_files})
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, source=source)) from None
 
 
-def load_spec(path: str | Path) -> BenchSpec:
+def load_spec(path: str | Path, *, read_files: bool = True) -> BenchSpec:
     """Read and validate a spec file; every failure is a one-line ``SpecError``."""
     p = Path(path)
     try:
@@ -147,7 +148,7 @@ def load_spec(path: str | Path) -> BenchSpec:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise SpecError(f"{p}: not valid YAML{where}: {problem}") from None
-    return parse_spec(data, source=str(p))
+    return parse_spec(data, source=str(p), read_files=read_files)
 
 
 # Secret-looking keys: api_key, password, authorization, ...; "token" only as a whole word at
