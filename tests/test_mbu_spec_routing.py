@@ -19,6 +19,7 @@ from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.metrics.mbu import StepRegime, compute_mbu
 from tokenwatt.metrics.spec_mbu import Drafter, StepBasis
 from tokenwatt.metrics.step_gaps import StepLaw
+from tokenwatt.report.mbu_text import distinct_experts_at
 from tokenwatt.result import Mbu, StepSummary
 
 TAU_C = 0.02  # s per verify step
@@ -106,6 +107,12 @@ def test_speculative_moves_with_a_measured_load_exactly_as_the_plain_path(
     note = "routing from the measured expert load (zipf:0.6)"
     assert any(n.startswith(note) for n in spec_m.notes)
     assert spec_m.mbu_lower_bound is None and not spec_m.flags.routing_unmeasured
+    # the views say where the distinct experts were counted and under which routing
+    assert spec_m.inputs.speculation is not None
+    assert spec_m.inputs.speculation.routing == "zipf:0.6"
+    where = distinct_experts_at(spec_m.inputs)
+    assert f"·{k + 1} verify positions" in where and "zipf:0.6 routing" in where
+    assert "uniform routing" in distinct_experts_at(plain_m.inputs)
 
 
 @pytest.mark.parametrize("batch", [4.0, 60.0])

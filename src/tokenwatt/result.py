@@ -267,6 +267,11 @@ class MbuSpeculation(_Strict):
     draft_weight_bytes_per_step: float = Field(description="the drafter's weights, k passes")
     draft_kv_bytes_per_s: float = Field(0.0, description="a draft model's own KV reads")
     prompts_per_step: float = Field(0.0, description="m: prompts riding along a verify step")
+    routing: str = Field(
+        "uniform",
+        description="the expert load the verify pass's distinct experts were counted under: "
+        "uniform, or the measured load's source",
+    )
     assumption: str = Field(description="how the drafter's bytes were counted")
 
 

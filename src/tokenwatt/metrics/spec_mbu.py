@@ -225,6 +225,7 @@ def speculative_mbu(
         draft_weight_bytes_per_step=head.drafter,
         draft_kv_bytes_per_s=basis.draft_kv_per_s,
         prompts_per_step=basis.m,
+        routing="uniform" if measured is None else measured.source,
         assumption=_ASSUMPTIONS[drafter.method],
     )
     inputs = MbuInputs(

@@ -8,12 +8,13 @@ apart: every raised flag is shown with the direction it moves the figure
 
 from __future__ import annotations
 
-from tokenwatt.report.format import fmt_pct
-from tokenwatt.result import MBU_DECODE_ONLY, Mbu
+from tokenwatt.report.format import fmt_float, fmt_pct
+from tokenwatt.result import MBU_DECODE_ONLY, Mbu, MbuInputs
 
 __all__ = [
     "FLAG_DIRECTION",
     "HEADLINE_NUMERATOR",
+    "distinct_experts_at",
     "mbu_figures_text",
     "mbu_missing_reason",
     "mbu_notes",
@@ -45,6 +46,18 @@ FLAG_DIRECTION: dict[str, str] = {
     "routing_unmeasured": "routing not measured: both figures are uniform upper bounds; "
     "the band to the reference skew is wider than 1 pt",
 }
+
+
+def distinct_experts_at(i: MbuInputs) -> str:
+    """Where ``expected_distinct_experts`` was evaluated: the seed's B under uniform routing,
+    or a speculative verify pass's B·(k + 1) positions under its expert load."""
+    if i.speculation is not None:
+        sp = i.speculation
+        return (
+            f"at B·(k + 1) = {fmt_float(i.batch_per_replica)}·{sp.num_tokens + 1} verify "
+            f"positions and riding prompts ({i.moe_layers} layers, {sp.routing} routing)"
+        )
+    return f"at B ({i.moe_layers} layers, uniform routing)"
 
 
 def raised_flags(detail: Mbu | None) -> list[str]:
