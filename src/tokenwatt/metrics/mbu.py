@@ -115,14 +115,11 @@ def compute_mbu(
     every request produced one token) the MBU figures are None and ``flags.no_decode`` is set.
     With ``regime`` (the load the client measured and the engine's limits) the headline counts
     the bytes of mixed prefill/decode steps and idle time (:func:`apply_regime`). With
-    ``steps`` (speculative decoding declared or detected) s and B come from the client's
-    steps, W counts k + 1 routed positions per sequence through the same bytes-per-step
-    function and expert load, and adds the drafter's bytes (``metrics.spec_mbu``: the regime's
-    prompts and routing apply, with the routing band and flags; its idle share does not).
-    ``routing_detail=False`` leaves out what only the probe's own figure shows (the routing
-    band, the measured load's comparison with uniform routing and their flags): an interval
-    block needs only the figures, and its routing is the window's.
-    """
+    ``steps`` (speculative decoding) s and B come from the client's steps and W counts k + 1
+    routed positions per sequence through the same bytes per step and expert load, plus the
+    drafter's bytes (``metrics.spec_mbu``: routing band and flags included, no busy share).
+    ``routing_detail=False`` (an interval block: its figures only) leaves out the routing band
+    and the measured load's comparison with uniform routing."""
     if replicas < 1 or gpus < 1:
         raise ValueError(f"replicas and gpus must be >= 1, got R={replicas}, N_GPU={gpus}")
     if not _positive(bandwidth_bytes_per_s):
@@ -135,21 +132,14 @@ def compute_mbu(
             mean_context_per_token=mean_context_per_token,
             kv_bytes_per_output_token=kv_bytes_per_output_token,
             draft_kv_bytes_per_output_token=steps.draft_kv_bytes_per_output_token,
-            regime=steps.regime if steps.regime is not None else regime,
-            routing_detail=routing_detail,
+            regime=steps.regime or regime, routing_detail=routing_detail,
         )  # fmt: skip
         if spec is not None:
-            i = spec.inputs
-            base = _flags(geometry, True, i.expected_distinct_experts, i.batch_per_replica, False)
-            measured = steps.regime or regime
-            if measured is not None and measured.expert_load is not None:
-                base = base.model_copy(update={"moe_uniform_routing_upper_bound": False})
-            return check_rated_bandwidth(step_flags(spec, base))
+            return check_rated_bandwidth(_geometry_flags(spec, geometry, steps.regime or regime))
     node_bw = gpus * bandwidth_bytes_per_s
     t = float(output_tokens_per_s)
     tau = float(itl_token_weighted_s)
     decoded = _positive(t) and _positive(tau)
-
     kv_per_s = t * kv_bytes_per_output_token if decoded else 0.0
     s, b, distinct, w, w_per_s, total, idle = _seed_terms(geometry, t, tau, replicas, kv_per_s)
 
@@ -202,6 +192,16 @@ def _seed_terms(
     w = geometry.weight_bytes_per_step(b)
     w_per_s = replicas * s * w
     return s, b, distinct, w, w_per_s, w_per_s + kv_per_s, math.exp(-b)
+
+
+def _geometry_flags(spec: Mbu, geometry: ModelGeometry, regime: StepRegime | None) -> Mbu:
+    """A speculative MBU with the geometry's own flags under its own (the uniform-routing
+    bound only where no expert load was measured)."""
+    i = spec.inputs
+    base = _flags(geometry, True, i.expected_distinct_experts, i.batch_per_replica, False)
+    if regime is not None and regime.expert_load is not None:
+        base = base.model_copy(update={"moe_uniform_routing_upper_bound": False})
+    return step_flags(spec, base)
 
 
 def check_rated_bandwidth(result: Mbu) -> Mbu:
