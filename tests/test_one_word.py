@@ -9,8 +9,13 @@ from ``requests.jsonl`` by hand, and the headline MBU is redone from ``mbu_detai
 (the headline's own numerator ÷ the node's bandwidth). Then every view must print those same
 figures, each at its own precision: the command's terminal output, ``tokenwatt report``'s
 terminal text and ``report.html``, ``tokenwatt compare``, the BR0.2 report and
-``probes.csv``. (The issue: one probe printed 1.45 "achieved" in the terminal and 22.35 in
+``probes.csv``. (One probe once printed 1.45 "achieved" in the terminal and 22.35 in
 ``result.json``.)
+
+Each printed MBU figure (MBU, decode-only MBU, the seed-formula MBU, the engine MBU) has one
+word and one definition (``result.MBU_FIGURES``): the same in docs/methodology.md,
+docs/howto/glossary.md and result.json's field docs (a quick test), and the terminal and the
+HTML print each figure under that word (the runs above).
 """
 
 from __future__ import annotations
@@ -29,9 +34,17 @@ import yaml
 from tokenwatt.records import read_requests
 from tokenwatt.report.exports import br02_name
 from tokenwatt.report.format import fmt_float, fmt_pct, fmt_tokens_per_s
-from tokenwatt.result import ProbeSummary, load_result
+from tokenwatt.result import (
+    MBU_DECODE_ONLY,
+    MBU_FIGURES,
+    MBU_SEED,
+    EngineFigures,
+    Mbu,
+    ProbeSummary,
+    load_result,
+)
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+ROOT = Path(__file__).resolve().parent.parent
 
 PROBE_SPEC = """
 name: one-word-probe
@@ -153,6 +166,50 @@ def _check_html(folder: Path, p: ProbeSummary) -> None:
     assert cells["MBU"] == fmt_pct(p.mbu)
 
 
+def _check_mbu_words(text: str, p: ProbeSummary) -> None:
+    """The decode-only figure under its one word; the seed-formula MBU where the engine's
+    figures stand beside the client's (the engine table)."""
+    d = p.mbu_detail
+    assert d is not None and d.mbu_decode_only is not None
+    assert f"{MBU_DECODE_ONLY.label} {fmt_pct(d.mbu_decode_only)}" in text
+    bare = text.replace(f"{MBU_DECODE_ONLY.label} ", "")  # no second spelling of it
+    assert f"decode-only {fmt_pct(d.mbu_decode_only)}" not in bare
+    if p.engine is not None and p.engine.mbu is not None:
+        assert MBU_SEED.label in text
+
+
+def _table_rows(path: Path) -> list[list[str]]:
+    rows = []
+    for line in path.read_text("utf-8").splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_each_mbu_figure_has_one_definition_everywhere() -> None:
+    """Methodology, glossary and result.json's field docs give each printed MBU figure the
+    same word and definition, and no other row defines an MBU figure another way."""
+    glossary = _table_rows(ROOT / "docs/howto/glossary.md")
+    methodology = _table_rows(ROOT / "docs/methodology.md")
+    fields = {
+        "Mbu.mbu": Mbu.model_fields["mbu"].description or "",
+        "Mbu.mbu_decode_only": Mbu.model_fields["mbu_decode_only"].description or "",
+        "Mbu.seed_mbu": Mbu.seed_mbu.__doc__ or "",
+        "EngineFigures.mbu": EngineFigures.model_fields["mbu"].description or "",
+    }
+    for f in MBU_FIGURES:
+        assert [f"**{f.label}**", f.definition] in glossary, f.label
+        assert [f.label, f"`{f.name}`", f.definition] in methodology, f.label
+        doc = fields[f.name]
+        assert doc.startswith(f.definition) or "MBU_SEED" in doc, (f.name, doc)
+    labels = {f"**{f.label}**" for f in MBU_FIGURES}
+    mbu_terms = [r[0] for r in glossary if "MBU" in r[0]]
+    assert sorted(mbu_terms) == sorted(labels), mbu_terms
+    assert len({f.label for f in MBU_FIGURES}) == len(MBU_FIGURES)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_every_view_of_a_probe_and_a_bench_gives_the_same_figures(tmp_path: Path) -> None:
     (tmp_path / "probe.yaml").write_text(PROBE_SPEC)
     (tmp_path / "bench.yaml").write_text(BENCH_SPEC)
@@ -171,6 +228,8 @@ def test_every_view_of_a_probe_and_a_bench_gives_the_same_figures(tmp_path: Path
         _check_files(folder, p)
         _tokenwatt("report", str(folder), "--width", "200")  # rewrites report.html
         _check_html(folder, p)
+    # the HTML's MBU card is the boundary's: the decode-only figure under its one word
+    _check_mbu_words(" ".join((bench_dir / "report.html").read_text("utf-8").split()), boundary)
 
     # the probe's own terminal: offered, counted and achieved named, T, MBU
     assert (
@@ -179,6 +238,7 @@ def test_every_view_of_a_probe_and_a_bench_gives_the_same_figures(tmp_path: Path
     )
     assert f"output tokens/s (T) │ {probe.output_tokens_per_s:.1f}" in probe_out
     assert f"MBU │ {fmt_pct(probe.mbu)}" in probe_out
+    _check_mbu_words(probe_out, probe)
     # the bench's terminal and `tokenwatt report`'s: the probe table's row of the boundary
     report_out = _tokenwatt("report", str(bench_dir), "--no-html", "--width", "200")
     for text in (bench_out, report_out):

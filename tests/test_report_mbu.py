@@ -63,7 +63,7 @@ def test_both_figures_and_flags_with_direction() -> None:
     assert d.flags.mixed_steps and d.flags.idle and d.flags.moe_uniform_routing_upper_bound
     text = _terminal(_result(d))
     assert f"{fmt_pct(d.mbu)} (weights" in text
-    assert f"decode-only {fmt_pct(d.mbu_decode_only)}" in text
+    assert f"decode-only MBU {fmt_pct(d.mbu_decode_only)}" in text
     assert (
         "flag mixed_steps: headline counts prompt-routed experts; decode-only leaves them" in text
     )
@@ -74,7 +74,7 @@ def test_both_figures_and_flags_with_direction() -> None:
     assert f"routing unmeasured: {fmt_pct(d.mbu_lower_bound)}–{fmt_pct(d.mbu)}" in text
     assert "flag routing_unmeasured: routing not measured: both figures are uniform upper" in text
     html = render_html(_result(d))
-    assert f"decode-only {fmt_pct(d.mbu_decode_only)}" in html
+    assert f"decode-only MBU {fmt_pct(d.mbu_decode_only)}" in html
     assert "flag moe_uniform_routing_upper_bound: reads high if routing is skewed" in html
     assert f"routing unmeasured: {fmt_pct(d.mbu_lower_bound)}" in html
 
@@ -109,7 +109,7 @@ def test_each_mbu_line_and_note_is_said_once() -> None:
     result = _result(d)
     assert d.mbu_decode_only is not None
     for text in (_terminal(result), _page_text(render_html(result))):
-        assert text.count(f"decode-only {fmt_pct(d.mbu_decode_only)}") == 1
+        assert text.count(f"decode-only MBU {fmt_pct(d.mbu_decode_only)}") == 1
         assert text.count("a note no flag restates") == 1
         for flag_prose in d.flags.notes():  # said by the flag's line, not again as prose
             assert " ".join(flag_prose.split()) not in text

@@ -22,6 +22,7 @@ import pytest
 
 from test_validation_moe import _arrivals
 from tokenwatt.geometry import load_geometry
+from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import StepRegime
@@ -122,6 +123,8 @@ def run_case(
     n_out: int = 256,
     window_s: float = 60.0,
     seed: int = 1,
+    routing: str = "uniform",
+    expert_load: ExpertLoad | None = None,
 ) -> Outcome:
     g = load_geometry(case.model)
     draft = load_geometry(case.draft_model) if case.draft_model else None
@@ -138,7 +141,7 @@ def run_case(
     warm = max(2.0, 3 * n_out / alpha * step)
     cfg = SimConfig(
         geometry=g, accelerator=acc, gpus_per_replica=case.gpus, efficiency=efficiency,
-        prefill_cost=False, seed=seed, speculative=spec, draft_geometry=draft,
+        prefill_cost=False, seed=seed, speculative=spec, draft_geometry=draft, routing=routing,
     )  # fmt: skip
     sim = VirtualSim(cfg)
     reqs = [sim.submit(t, n_in, n_out) for t in _arrivals(rate, warm + window_s + 1.0, seed)]
@@ -162,7 +165,9 @@ def run_case(
         "gpus": case.gpus, "bandwidth_bytes_per_s": acc.bandwidth_bytes_per_s,
         "mean_context_per_token": ctx, "kv_bytes_per_output_token": kv_tok,
     }  # fmt: skip
-    regime = StepRegime(len(counted) / window_s, float(n_in), out_tokens / len(counted))
+    regime = StepRegime(
+        len(counted) / window_s, float(n_in), out_tokens / len(counted), expert_load=expert_load
+    )
     drafter = Drafter(case.method, k, draft)  # type: ignore[arg-type]
     basis = StepBasis(figures, drafter, draft_kv, regime)
     return Outcome(figures, compute_mbu(g, steps=basis, **kw), compute_mbu(g, **kw),
@@ -202,3 +207,25 @@ def test_speculation_grid(case: Case, k: int, acceptance: float, batch: int) -> 
     o = run_case(case, k=k, acceptance=acceptance, batch=batch, window_s=120)
     print(o.line(f"{case.label} k={k} p={acceptance}"))
     _check(o)
+
+
+def test_mtp_under_skewed_routing_measured_and_not() -> None:
+    """DeepSeek-V3 with MTP (k = 3) where the simulator routes by Zipf 1.2: given that expert
+    load, MBU lands on the truth (target and MTP layer alike); without it the headline is the
+    uniform upper bound, the truth lies inside the routing band and the band is flagged."""
+    g = load_geometry(MTP.model)
+    zipf = ExpertLoad.zipf(g.experts, g.experts_per_token, 1.2)
+    kw: dict[str, Any] = {"k": 3, "acceptance": 0.8, "batch": 32, "window_s": 30,
+                          "routing": "zipf:1.2"}  # fmt: skip
+    measured = run_case(MTP, expert_load=zipf, **kw)
+    print(measured.line("DeepSeek-V3 MTP k=3 zipf 1.2, measured load"))
+    _check(measured)
+    assert not measured.mbu.flags.moe_uniform_routing_upper_bound
+    assert measured.mbu.mbu_lower_bound is None
+    blind = run_case(MTP, **kw)
+    print(blind.line("DeepSeek-V3 MTP k=3 zipf 1.2, not measured"))
+    m, truth = blind.mbu, blind.truth.mbu
+    assert m.mbu is not None and m.mbu_lower_bound is not None
+    assert m.mbu - truth > 0.01  # uniform reads high under skew
+    assert m.mbu_lower_bound - 0.01 <= truth <= m.mbu + 0.01
+    assert m.flags.routing_unmeasured and m.flags.speculative_steps

@@ -39,16 +39,18 @@ def _truth(path: Path, w0: int, w1: int, node_bw: float) -> dict[str, float]:
 
 def _run(tmp: Path, model: str, speculative: dict[str, Any], rate: float, *, window_s: float,
          gpus: int = 1, accelerator: str = "h100-sxm", declared: bool = True,
+         engine: dict[str, Any] | None = None, output_tokens: int = 256, warmup_s: float = 4,
          ) -> tuple[Any, dict[str, float]]:  # fmt: skip
     """``declared``: the spec's ``sim.speculative`` says so; else the spec drives the same
-    simulator as a plain URL (as a real endpoint: nothing declared)."""
+    simulator as a plain URL (as a real endpoint: nothing declared but ``engine``, the spec's
+    engine section, e.g. its ``drafter``)."""
     body: dict[str, Any] = {
         "model": {"source": model},
         "hardware": {"accelerator": accelerator, "gpus": gpus},
         "endpoint": {"url": "sim"},
         "sim": {"efficiency": 0.5, "prefill_cost": False, "speculative": speculative},
-        "workload": {"input_tokens": 512, "output_tokens": 256, "seed": 1},
-        "search": {"probe": {"warmup_s": 4, "min_duration_s": window_s, "min_requests": 20,
+        "workload": {"input_tokens": 512, "output_tokens": output_tokens, "seed": 1},
+        "search": {"probe": {"warmup_s": warmup_s, "min_duration_s": window_s, "min_requests": 20,
                              "max_duration_s": 3 * window_s, "drain_timeout_s": 60}},
     }  # fmt: skip
     log = tmp / "truth.jsonl"
@@ -64,7 +66,8 @@ def _run(tmp: Path, model: str, speculative: dict[str, Any], rate: float, *, win
 
     run = asyncio.run(main())
     if not declared:
-        spec = parse_spec({**body, "sim": {}, "endpoint": {"url": "http://127.0.0.1:9/v1"}})
+        url = {"url": "http://127.0.0.1:9/v1"}
+        spec = parse_spec({**body, "sim": {}, "endpoint": url, "engine": engine or {}})
     acc = resolve_accelerator(spec.hardware)
     summary = summarize_probe(index=1, run=run, spec=spec, geometry=load_geometry(model),
                               accelerator=acc)  # fmt: skip
@@ -117,4 +120,26 @@ def test_undeclared_speculation_is_detected_and_flagged(tmp_path: Path) -> None:
     assert mbu.flags.speculative_steps and mbu.flags.drafter_bytes_unknown
     assert mbu.inputs.speculation is not None and mbu.inputs.speculation.num_tokens == 3
     assert st.acceptance_length == pytest.approx(truth["alpha"], rel=0.03)
+    assert mbu.mbu == pytest.approx(truth["mbu"], abs=0.02)
+
+
+@pytest.mark.timeout(120)
+def test_a_real_endpoint_declares_its_drafter_in_the_engine_section(tmp_path: Path) -> None:
+    """A draft model behind a plain URL (the simulator as any engine: the spec's endpoint is
+    its URL, nothing of ``sim``): ``engine.drafter`` declares it, so its bytes are counted and
+    MBU lands on the simulator's truth, with no ``drafter_bytes_unknown``."""
+    drafter = {"method": "draft", "num_tokens": 4, "draft_model": "llama-3.1-8b"}
+    summary, truth = _run(tmp_path, "llama-3.1-70b", {**drafter, "acceptance": 0.7}, 12.0,
+                          window_s=4.0, gpus=4, declared=False, engine={"drafter": drafter},
+                          output_tokens=64, warmup_s=1.5)  # fmt: skip
+    st, mbu = summary.steps, summary.mbu_detail
+    assert st is not None and mbu is not None and mbu.mbu is not None
+    print(f"declared by URL: MBU {mbu.mbu:.4f} truth {truth['mbu']:.4f} | α "
+          f"{st.acceptance_length:.3f} truth {truth['alpha']:.3f}")  # fmt: skip
+    assert st.speculation == "declared"
+    assert mbu.flags.speculative_steps and not mbu.flags.drafter_bytes_unknown
+    assert "drafter_bytes_unknown" not in summary.flags
+    spec_in = mbu.inputs.speculation
+    assert spec_in is not None and spec_in.method == "draft" and spec_in.num_tokens == 4
+    assert spec_in.draft_weight_bytes_per_step > 0
     assert mbu.mbu == pytest.approx(truth["mbu"], abs=0.02)

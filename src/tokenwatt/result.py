@@ -123,6 +123,7 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -147,6 +148,7 @@ from tokenwatt.spec import BenchSpec, redact
 from tokenwatt.spec.slo import SLO
 
 __all__ = [
+    "MBU_FIGURES",
     "RESULT_FILE",
     "SCHEMA_VERSION",
     "SUPPORTED_VERSIONS",
@@ -163,6 +165,7 @@ __all__ = [
     "LoadGenerator",
     "MachineInfo",
     "Mbu",
+    "MbuFigure",
     "MbuFlags",
     "MbuInputs",
     "MbuMixedSteps",
@@ -253,7 +256,9 @@ class MbuSpeculation(_Strict):
     source: Literal["declared", "detected"] = Field(
         description="declared in the spec, or detected from varying tokens per chunk"
     )
-    method: Literal["draft", "mtp", "ngram", "unknown"] = Field(description="the drafter")
+    method: Literal["draft", "eagle", "eagle3", "mtp", "ngram", "unknown"] = Field(
+        description="the drafter"
+    )
     num_tokens: int = Field(description="k: tokens proposed per step (detected: max chunk − 1)")
     acceptance_length: float = Field(description="α: decode tokens ÷ decode steps")
     itl_chunk_s: float = Field(description="ITL per chunk: decode time ÷ decode steps")
@@ -262,6 +267,11 @@ class MbuSpeculation(_Strict):
     draft_weight_bytes_per_step: float = Field(description="the drafter's weights, k passes")
     draft_kv_bytes_per_s: float = Field(0.0, description="a draft model's own KV reads")
     prompts_per_step: float = Field(0.0, description="m: prompts riding along a verify step")
+    routing: str = Field(
+        "uniform",
+        description="the expert load the verify pass's distinct experts were counted under: "
+        "uniform, or the measured load's source",
+    )
     assumption: str = Field(description="how the drafter's bytes were counted")
 
 
@@ -397,8 +407,8 @@ class MbuFlags(_Strict):
             )
         if self.drafter_bytes_unknown:
             out.append(
-                "speculation detected but the drafter is not declared (sim.speculative or "
-                "engine): its bytes are left out, so MBU reads low"
+                "speculation detected but the drafter is not declared (engine.drafter): its "
+                "bytes are left out, so MBU reads low"
             )
         if self.coalesced_chunks:
             out.append(
@@ -414,20 +424,57 @@ class MbuFlags(_Strict):
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class MbuFigure:
+    """One printed MBU figure: where it lives, the one word every view prints for it, and its
+    one definition (the field docs here, docs/methodology.md "The printed MBU figures" and
+    docs/howto/glossary.md say it word for word; tests/test_one_word.py holds them to it)."""
+
+    name: str  # where it lives: a field or property of ``Mbu``, or ``EngineFigures.mbu``
+    label: str  # the word every view prints
+    definition: str
+
+
+MBU_HEADLINE = MbuFigure(
+    "Mbu.mbu",
+    "MBU",
+    "every byte the decode steps read (the weights their decode and prompt tokens route to, "
+    "and the KV cache) per elapsed second ÷ (N_GPU × rated bandwidth per GPU)",
+)
+MBU_DECODE_ONLY = MbuFigure(
+    "Mbu.mbu_decode_only",
+    "decode-only MBU",
+    "the same decode steps charged only the weights their decode tokens route to, and the KV "
+    "cache, per elapsed second ÷ (N_GPU × rated bandwidth per GPU): MBU less the experts that "
+    "prompt chunks riding in those steps route to",
+)
+MBU_SEED = MbuFigure(
+    "Mbu.seed_mbu",
+    "seed-formula MBU",
+    "the seed's formula as written, (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU) with "
+    "s = 1/τ, B = T·τ/R and uniform routing, on the client's T and τ",
+)
+MBU_ENGINE = MbuFigure(
+    "EngineFigures.mbu",
+    "engine MBU",
+    "the seed's formula on the engine's own counters: (R·s·W(B) + KV/s) ÷ (N_GPU × rated "
+    "bandwidth per GPU) with B and s from its running sequences and its steps",
+)
+MBU_FIGURES = (MBU_HEADLINE, MBU_DECODE_ONLY, MBU_SEED, MBU_ENGINE)
+
+
 class Mbu(_Strict):
     """MBU, its split (``mbu = mbu_weights + mbu_kv``), every input and where it bends.
     ``metrics.mbu.compute_mbu`` returns it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mbu: float | None
+    mbu: float | None = Field(description=MBU_HEADLINE.definition)
     mbu_weights: float | None
     mbu_kv: float | None
     inputs: MbuInputs
     mbu_decode_only: float | None = Field(
-        None,
-        description="the seed's decode-only W(B)·s + KV/s ÷ bandwidth (``mbu`` also counts the "
-        "prompt-routed experts of mixed steps); None without a measured regime",
+        None, description=MBU_DECODE_ONLY.definition + "; None without a measured regime"
     )
     mbu_lower_bound: float | None = Field(
         None,
@@ -445,8 +492,7 @@ class Mbu(_Strict):
 
     @property
     def seed_mbu(self) -> float | None:
-        """The seed's literal figure, (R·s·W(B) + KV/s) ÷ node bandwidth with s = 1/τ and
-        B = T·τ/R, from ``inputs`` (None: no decode, or s and B counted from speculative
+        """``MBU_SEED``, from ``inputs`` (None: no decode, or s and B counted from speculative
         steps): the formula the engine's own MBU uses, so the two compare like with like."""
         i = self.inputs
         if i.bytes_per_s is None or i.speculation is not None:
@@ -773,9 +819,8 @@ class EngineFigures(_Strict):
     steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
     mbu: float | None = Field(
         None,
-        description="the seed's literal MBU, (R·s·W(B) + KV/s) ÷ bandwidth, on the engine's "
-        "B and s (compare with the same formula on the client's: Mbu.seed_mbu, not the "
-        "headline)",
+        description=MBU_ENGINE.definition + " (compare with the seed-formula MBU on the "
+        "client's, Mbu.seed_mbu, not the headline)",
     )
     agreements: list[EngineAgreement] = Field(default_factory=list)
     edge_fraction: float | None = Field(

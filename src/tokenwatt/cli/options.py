@@ -215,7 +215,9 @@ def apply_set(doc: dict[str, Any], item: str) -> None:
 def _base_doc(spec_path: Path | None) -> tuple[dict[str, Any], str]:
     if spec_path is None:
         return {}, "flags"
-    load_spec(spec_path)  # the file alone first, so that its own errors name the file
+    # the file alone first, so that its own errors name the file (its expert-load file is
+    # read once, by the validation of the spec with the flags laid over it)
+    load_spec(spec_path, read_files=False)
     doc: dict[str, Any] = yaml.safe_load(spec_path.read_text("utf-8"))
     return doc, str(spec_path)
 

@@ -8,13 +8,15 @@ and the shared LM head again. A draft model runs k autoregressive passes of its 
 Assumptions (named in the MBU flag ``speculative_bytes``): one MTP layer (every published
 MTP checkpoint, DeepSeek-V3/R1 and GLM-4.5, has one); the layer's non-expert weights and
 the LM head are stored at the main model's bytes per non-expert parameter; its routed
-experts are read as a MoE layer's are (distinct experts of the batch's tokens); the MTP
+experts are read as a MoE layer's are (distinct experts of the batch's tokens, under the
+same expert load as the model's layers); the MTP
 layer's own KV cache (one layer of ``layers``) is left out.
 """
 
 from __future__ import annotations
 
 from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.geometry.routing import ExpertLoad
 
 __all__ = ["dense_bytes_per_param", "mtp_expert_bytes", "mtp_fixed_bytes", "mtp_pass_bytes"]
 
@@ -38,7 +40,12 @@ def mtp_fixed_bytes(g: ModelGeometry) -> float:
     return (g.mtp_params - experts + g.lm_head_params) * dense_bytes_per_param(g)
 
 
-def mtp_pass_bytes(g: ModelGeometry, batch: float) -> float:
-    """Expected bytes of one MTP pass over ``batch`` sequences (uniform routing)."""
-    distinct = g.expected_unique_experts(batch) if mtp_expert_bytes(g) else 0.0
-    return mtp_fixed_bytes(g) + distinct * mtp_expert_bytes(g)
+def mtp_pass_bytes(g: ModelGeometry, batch: float, load: ExpertLoad | None = None) -> float:
+    """Expected bytes of one MTP pass over ``batch`` sequences. Its experts are routed like a
+    MoE layer of the model: under ``load`` (a measured or reference expert load, its layers'
+    mean) or, without one, uniformly."""
+    per_expert = mtp_expert_bytes(g)
+    if not per_expert or batch <= 0:
+        return mtp_fixed_bytes(g)
+    routing = load if load is not None else ExpertLoad.uniform(g.experts, g.experts_per_token)
+    return mtp_fixed_bytes(g) + routing.expected_distinct_fixed(batch) * per_expert

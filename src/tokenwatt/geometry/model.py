@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from tokenwatt.geometry.routing import ExpertLoad
+
 KVKind = Literal["full", "sliding", "chunked", "mla"]
 
 
@@ -113,10 +115,9 @@ class ModelGeometry:
         under uniform routing (an upper bound for real, skewed routing)."""
         if not self.is_moe or batch <= 0:
             return 0.0
-        e = float(self.experts)
-        k = float(self.experts_per_token)
-        miss: float = (1.0 - k / e) ** float(batch)
-        return e * (1.0 - miss)
+        return ExpertLoad.uniform(self.experts, self.experts_per_token).expected_distinct_fixed(
+            float(batch)
+        )
 
     def weight_bytes_per_step(self, batch: float) -> float:
         """W(B) = dense weight bytes + MoE layers × E[distinct experts | B] × bytes per expert."""

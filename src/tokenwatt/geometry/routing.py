@@ -24,7 +24,14 @@ import numpy.typing as npt
 
 from tokenwatt.errors import SpecError
 
-__all__ = ["REFERENCE_ZIPF_S", "ExpertLoad", "GeneratingFunction", "load_expert_load"]
+__all__ = [
+    "REFERENCE_ZIPF_S",
+    "ExpertLoad",
+    "GeneratingFunction",
+    "expert_load_from_counts",
+    "load_expert_load",
+    "read_expert_counts",
+]
 
 # The skew the MBU routing band's lower bound assumes when no expert load was measured
 # (docs/methodology.md, "MBU: the routing band"): Zipf exponent s over the experts' popularity
@@ -85,9 +92,19 @@ class ExpertLoad:
 
     def expected_distinct_fixed(self, tokens: float) -> float:
         """Distinct experts per layer for exactly ``tokens`` routed tokens (fractional allowed)."""
-        if tokens <= 0:
-            return 0.0
-        return self.expected_distinct(lambda x: np.power(x, tokens))
+        return 0.0 if tokens <= 0 else self.expected_distinct_with(tokens, None)[0]
+
+    def expected_distinct_with(
+        self, tokens: float, more: GeneratingFunction | None
+    ) -> tuple[float, float]:
+        """Distinct experts per layer for ``tokens`` routed tokens, and for those plus the
+        random tokens whose generating function is ``more`` (a step's prompt chunks; None:
+        none). The same sum as ``expected_distinct``, the power taken once for both."""
+        kept = np.power(1.0 - self.inclusion, max(tokens, 0.0))
+        alone = float((1.0 - kept).sum(axis=1).mean())
+        if more is None:
+            return alone, alone
+        return alone, float((1.0 - kept * more(1.0 - self.inclusion)).sum(axis=1).mean())
 
 
 def _cap_inclusion(pi: FloatArray, k: int) -> FloatArray:
@@ -106,28 +123,57 @@ def _cap_inclusion(pi: FloatArray, k: int) -> FloatArray:
     return np.minimum(out, 1.0)
 
 
-def load_expert_load(path: str | Path, *, experts: int, k: int, layers: int) -> ExpertLoad:
-    """Read a measured expert-load file: JSON ``{"counts": [[n per expert] per MoE layer]}``
-    (one row applies to every layer). A wrong shape is a one-line SpecError naming the fix."""
+def read_expert_counts(path: str | Path) -> list[list[float]]:
+    """Read and check a measured expert-load file, JSON ``{"counts": [[n per expert] per MoE
+    layer]}`` (or the bare matrix; one row applies to every layer): a non-empty matrix of
+    finite non-negative token counts, rows of one length, every row with a routed token.
+    Anything else is a one-line SpecError naming the file and the fix. The geometry's shape is
+    checked by ``expert_load_from_counts``."""
     p = Path(path)
+    fix = 'give a JSON file {"counts": [[tokens per expert] per MoE layer]}'
     try:
         data = json.loads(p.read_text())
         counts = data["counts"] if isinstance(data, dict) else data
         if counts and not isinstance(counts[0], list):
             counts = [counts]
+        arr = np.asarray(counts, dtype=np.float64)
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise SpecError(
-            f"engine.expert_load_file {str(p)!r} is unreadable ({exc}); give a JSON file "
-            '{"counts": [[tokens per expert] per MoE layer]}'
+            f"engine.expert_load_file {str(p)!r} is unreadable ({exc}); {fix}"
         ) from None
+    if arr.ndim != 2 or arr.size == 0 or not np.isfinite(arr).all() or (arr < 0).any():
+        raise SpecError(
+            f"engine.expert_load_file {str(p)!r} is not a matrix of non-negative token counts "
+            f"(layers × experts); {fix}"
+        )
+    if (arr.sum(axis=1) <= 0).any():
+        raise SpecError(
+            f"engine.expert_load_file {str(p)!r}: a layer has no routed token; give counts "
+            "measured over a window that decoded"
+        )
+    return [[float(x) for x in row] for row in arr]
+
+
+def expert_load_from_counts(
+    counts: Sequence[Sequence[float]], *, source: str, experts: int, k: int, layers: int
+) -> ExpertLoad:
+    """The model's expert load from checked counts (``read_expert_counts``): one row per MoE
+    layer or one for all, one count per expert; a wrong shape is a one-line SpecError."""
     rows = len(counts)
     if any(len(r) != experts for r in counts) or rows not in (1, layers):
         raise SpecError(
-            f"engine.expert_load_file {str(p)!r} has {rows} rows of "
+            f"engine.expert_load_file {source!r} has {rows} rows of "
             f"{sorted({len(r) for r in counts})} experts; the model has {layers} MoE layers of "
             f"{experts} experts: give one row per MoE layer (or one row for all)"
         )
     try:
-        return ExpertLoad.from_counts(counts, k, str(p))
+        return ExpertLoad.from_counts(counts, k, source)
     except ValueError as exc:
-        raise SpecError(f"engine.expert_load_file {str(p)!r}: {exc}") from None
+        raise SpecError(f"engine.expert_load_file {source!r}: {exc}") from None
+
+
+def load_expert_load(path: str | Path, *, experts: int, k: int, layers: int) -> ExpertLoad:
+    """Read a measured expert-load file and fit it to the model (both checks above)."""
+    return expert_load_from_counts(
+        read_expert_counts(path), source=str(Path(path)), experts=experts, k=k, layers=layers
+    )

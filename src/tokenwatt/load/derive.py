@@ -13,13 +13,12 @@ from functools import partial
 from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
-from tokenwatt.geometry.routing import load_expert_load
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
 from tokenwatt.load.intervals import probe_intervals
 from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
-from tokenwatt.load.speculation import probe_steps, step_basis
+from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
@@ -38,8 +37,8 @@ from tokenwatt.result import (
     SloDetail,
     StepSummary,
 )
-from tokenwatt.simsettings import SpeculativeSettings
 from tokenwatt.spec import BenchSpec, EngineSection, ProbeSettings
+from tokenwatt.spec.engine import DrafterSection
 from tokenwatt.spec.hardware import HardwareSection
 
 __all__ = [
@@ -70,16 +69,21 @@ def probe_mbu(
     accelerator: Accelerator,
     engine: EngineSection | None = None,
     *,
-    speculative: SpeculativeSettings | None = None,
+    speculative: DrafterSection | None = None,
     kv_stalls: bool = True,
+    block: bool = False,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
     so T and the context sum no longer describe one steady state. The measured regime
     (request rate, prompt lengths, idle share) and the spec's ``engine`` limits feed the
-    mixed-step term (``metrics.mixed_steps``). Speculative decoding (``speculative`` declared,
-    or detected from the chunks) counts s and B from steps (``load.speculation``).
-    ``kv_stalls=False`` does not look for preempted streams (a block of a window without any)."""
+    mixed-step term (``metrics.mixed_steps``); a measured expert load comes from the spec's
+    engine section (read once per run: ``EngineSection.expert_load``). Speculative decoding
+    (``speculative``: the declared drafter, or detected from the chunks) counts s and B from
+    steps (``load.speculation``).
+    ``kv_stalls=False`` does not look for preempted streams (a block of a window without any);
+    ``block=True`` computes the figures only (no routing band or skew comparison: an interval
+    block shows MBU and decode-only MBU, its routing is the window's)."""
     m = run.metrics
     if run.stopped_early or run.interrupted or run.saturated:
         return None
@@ -88,14 +92,6 @@ def probe_mbu(
     pairs = [(r.prompt_tokens, r.output_tokens) for r in run.counted if r.prompt_tokens is not None]
     context, kv_per_token = kv_read_per_output_token(geometry, pairs)
     eng = engine if engine is not None else EngineSection()
-    load = None
-    if eng.expert_load_file is not None and geometry.is_moe:
-        load = load_expert_load(
-            eng.expert_load_file,
-            experts=geometry.experts,
-            k=geometry.experts_per_token,
-            layers=geometry.moe_layers,
-        )
     regime = regime_from_records(
         run.records,
         run.counted,
@@ -104,7 +100,7 @@ def probe_mbu(
         replicas=hardware.replicas,
         chunk_budget_tokens=eng.max_num_batched_tokens,
         slot_limit=eng.max_num_seqs,
-        expert_load=load,
+        expert_load=eng.expert_load(geometry),
         routing_zipf=eng.routing_zipf,
     )
     figures = probe_steps(run.counted, speculative)
@@ -119,6 +115,7 @@ def probe_mbu(
         kv_bytes_per_output_token=kv_per_token,
         multi_token_chunks=m.multi_token_chunks,
         steps=step_basis(figures, speculative, pairs, regime),
+        routing_detail=not block,
     )
     raw = _coalesced(mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures)
     if not kv_stalls:  # the caller knows there are none to correct (``_intervals``' blocks)
@@ -276,7 +273,7 @@ def _mbu_and_engine(
     accelerator: Accelerator | None,
     engine_window: ProbeEngine | None,
     *,
-    declared: SpeculativeSettings | None,
+    declared: DrafterSection | None,
 ) -> tuple[Mbu | None, EngineFigures | None]:
     """The probe's MBU (no geometry or accelerator: none) and the engine's own figures; an
     engine that counted preemptions raises ``kv_pressure`` where the client saw none."""
@@ -339,7 +336,7 @@ def _intervals(
     energy: EnergySummary | None,
     power_series: list[tuple[float, float]] | None,
     *,
-    model: tuple[ModelGeometry | None, Accelerator | None, SpeculativeSettings | None],
+    model: tuple[ModelGeometry | None, Accelerator | None, DrafterSection | None],
 ) -> FigureIntervals | None:
     """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
     with the probe's geometry, accelerator and declared drafter (``model``)."""
@@ -358,6 +355,7 @@ def _intervals(
             spec.engine,
             speculative=declared,
             kv_stalls=stalled,
+            block=True,
         )
 
     return probe_intervals(
@@ -401,7 +399,7 @@ def summarize_probe(
     ``engine_window`` the engine's own figures beside the client's (``load.engine_probe``)."""
     m = run.metrics
     verdict = probe_verdict(run, spec, early_stop_reason)
-    declared = spec.sim.speculative if spec.endpoint.is_sim else None
+    declared = declared_drafter(spec)
     mbu, engine = _mbu_and_engine(
         run, spec, geometry, accelerator, engine_window, declared=declared
     )

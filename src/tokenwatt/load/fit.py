@@ -51,9 +51,11 @@ def longest_request_tokens(spec: BenchSpec) -> int:
 
 
 def check_fits(spec: BenchSpec, geometry: ModelGeometry, accelerator: Accelerator) -> None:
-    """Raise a one-line ``SpecError`` when the stated hardware cannot hold the model; an
-    accelerator given by its bandwidth alone states no memory, so there is nothing to check.
+    """Raise a one-line ``SpecError`` when the stated hardware cannot hold the model, or a
+    declaration of the ``engine`` section does not fit it (``EngineSection.check_against``);
+    an accelerator given by its bandwidth alone states no memory, so there is nothing to check.
     Replicas that share GPUs (MPS) each hold their own weights in N_GPU ÷ R of the memory."""
+    spec.engine.check_against(geometry)
     hw = spec.hardware
     if accelerator.memory_bytes is None:
         return

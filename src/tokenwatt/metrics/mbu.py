@@ -20,7 +20,12 @@ from collections.abc import Iterable
 from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
-from tokenwatt.metrics.routing_band import routing_band, routing_band_note
+from tokenwatt.metrics.routing_band import (
+    ROUTING_SKEW_NOTE_PT,
+    routing_band,
+    routing_skew_note,
+    with_band,
+)
 from tokenwatt.metrics.spec_mbu import StepBasis, geometry_fields, speculative_mbu, step_flags
 from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
 from tokenwatt.spec.hardware import gpu_sharing_note
@@ -51,7 +56,6 @@ SMALL_BATCH = 8.0
 # Measured regime worth a note: share of steps with prompt chunks, of idle time.
 MIXED_STEP_NOTE_FRACTION = 0.05
 IDLE_NOTE_FRACTION = 0.02
-ROUTING_SKEW_NOTE_PT = 0.5  # measured routing moves MBU by more than this against uniform
 # An MBU above 1 + this is an input error, not a figure (``check_rated_bandwidth``): the
 # estimator's validated error is ±2 pt and a window's count noise below 1 pt, so a true MBU
 # near 100 % cannot read above 105 %; real engines peak well below 100 % anyway.
@@ -102,6 +106,7 @@ def compute_mbu(
     multi_token_chunks: bool = False,
     regime: StepRegime | None = None,
     steps: StepBasis | None = None,
+    routing_detail: bool = True,
 ) -> Mbu:
     """MBU = (R·s·W(B) + KV/s) ÷ (N_GPU × rated bandwidth per GPU), with s = 1/τ, B = T·τ/R.
 
@@ -111,9 +116,11 @@ def compute_mbu(
     every request produced one token) the MBU figures are None and ``flags.no_decode`` is set.
     With ``regime`` (the load the client measured and the engine's limits) the headline counts
     the bytes of mixed prefill/decode steps and idle time (:func:`apply_regime`). With
-    ``steps`` (speculative decoding declared or detected) s and B come from the client's
-    steps and W adds the drafter's bytes (``metrics.spec_mbu``; the regime is not applied).
-    """
+    ``steps`` (speculative decoding) s and B come from the client's steps and W counts k + 1
+    routed positions per sequence through the same bytes per step and expert load, plus the
+    drafter's bytes (``metrics.spec_mbu``: routing band and flags included, no busy share).
+    ``routing_detail=False`` (an interval block: its figures only) leaves out the routing band
+    and the measured load's comparison with uniform routing."""
     if replicas < 1 or gpus < 1:
         raise ValueError(f"replicas and gpus must be >= 1, got R={replicas}, N_GPU={gpus}")
     if not _positive(bandwidth_bytes_per_s):
@@ -126,17 +133,18 @@ def compute_mbu(
             mean_context_per_token=mean_context_per_token,
             kv_bytes_per_output_token=kv_bytes_per_output_token,
             draft_kv_bytes_per_output_token=steps.draft_kv_bytes_per_output_token,
-            regime=steps.regime if steps.regime is not None else regime,
+            regime=steps.regime or regime, routing_detail=routing_detail,
         )  # fmt: skip
         if spec is not None:
-            i = spec.inputs
-            base = _flags(geometry, True, i.expected_distinct_experts, i.batch_per_replica, False)
-            return _sharing(check_rated_bandwidth(step_flags(spec, base)), gpus, replicas)
+            return _sharing(
+                check_rated_bandwidth(_geometry_flags(spec, geometry, steps.regime or regime)),
+                gpus,
+                replicas,
+            )
     node_bw = gpus * bandwidth_bytes_per_s
     t = float(output_tokens_per_s)
     tau = float(itl_token_weighted_s)
     decoded = _positive(t) and _positive(tau)
-
     kv_per_s = t * kv_bytes_per_output_token if decoded else 0.0
     s, b, distinct, w, w_per_s, total, idle = _seed_terms(geometry, t, tau, replicas, kv_per_s)
 
@@ -167,7 +175,7 @@ def compute_mbu(
     result = Mbu(mbu=total / node_bw, mbu_weights=w_per_s / node_bw, mbu_kv=kv_per_s / node_bw,
                  inputs=inputs, flags=flags, notes=flags.notes())  # fmt: skip
     if regime is not None:
-        result = apply_regime(result, geometry, regime)
+        result = apply_regime(result, geometry, regime, routing_detail=routing_detail)
     return _sharing(check_rated_bandwidth(result), gpus, replicas)
 
 
@@ -195,6 +203,16 @@ def _seed_terms(
     w = geometry.weight_bytes_per_step(b)
     w_per_s = replicas * s * w
     return s, b, distinct, w, w_per_s, w_per_s + kv_per_s, math.exp(-b)
+
+
+def _geometry_flags(spec: Mbu, geometry: ModelGeometry, regime: StepRegime | None) -> Mbu:
+    """A speculative MBU with the geometry's own flags under its own (the uniform-routing
+    bound only where no expert load was measured)."""
+    i = spec.inputs
+    base = _flags(geometry, True, i.expected_distinct_experts, i.batch_per_replica, False)
+    if regime is not None and regime.expert_load is not None:
+        base = base.model_copy(update={"moe_uniform_routing_upper_bound": False})
+    return step_flags(spec, base)
 
 
 def check_rated_bandwidth(result: Mbu) -> Mbu:
@@ -257,7 +275,9 @@ def _flags(
     )
 
 
-def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mbu:
+def apply_regime(
+    result: Mbu, geometry: ModelGeometry, regime: StepRegime, *, routing_detail: bool = True
+) -> Mbu:
     """Headline = all bytes the decode steps read per elapsed second (mixed steps, busy share,
     measured routing: ``metrics.mixed_steps``); the decode-only figure beside it; flags whose
     notes say which way the measured regime moves the figure and by how much."""
@@ -277,7 +297,7 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
     dec = (mix.decode_only_weight_bytes_per_s + i.kv_bytes_per_s) / node
     notes = _regime_notes(geometry, regime, mix, mbu, dec, node)
     skew = 0.0  # points uniform routing would add over the measured load
-    if regime.expert_load is not None and geometry.is_moe:
+    if regime.expert_load is not None and geometry.is_moe and routing_detail:
         uniform = estimate_mixed_steps(
             geometry,
             batch_per_replica=i.batch_per_replica,
@@ -287,10 +307,7 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
             kv_bytes_per_output_token=i.kv_bytes_per_output_token,
         )
         skew = (uniform.weight_bytes_per_s - mix.weight_bytes_per_s) / node
-        notes.append(
-            f"routing from the measured expert load ({mix.routing}): uniform routing would "
-            f"read {100 * abs(skew):.1f} pt {'higher' if skew >= 0 else 'lower'}"
-        )
+        notes.append(routing_skew_note(mix.routing, skew))
     flags = result.flags.model_copy(
         update={
             "mixed_steps": mix.mixed_step_fraction > MIXED_STEP_NOTE_FRACTION and mbu - dec > 0.001,
@@ -315,13 +332,16 @@ def apply_regime(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mb
         update.update(mbu=None, mbu_weights=None, mbu_kv=None)
     else:
         update.update(mbu=mbu, mbu_weights=mix.weight_bytes_per_s / node, mbu_decode_only=dec)
-    return _with_routing_band(result.model_copy(update=update), geometry, regime)
+    result = result.model_copy(update=update)
+    return _with_routing_band(result, geometry, regime, mix) if routing_detail else result
 
 
-def _with_routing_band(result: Mbu, geometry: ModelGeometry, regime: StepRegime) -> Mbu:
+def _with_routing_band(
+    result: Mbu, geometry: ModelGeometry, regime: StepRegime, mix: MbuMixedSteps
+) -> Mbu:
     """Unmeasured MoE routing: the lower bound under the reference skew beside the uniform
-    headline, its note, and ``routing_unmeasured`` when the band is wider than 1 pt
-    (``metrics.routing_band``)."""
+    headline (``mix``, the headline's own estimate, is the band's upper end), its note, and
+    ``routing_unmeasured`` when the band is wider than 1 pt (``metrics.routing_band``)."""
     i = result.inputs
     if result.mbu is None or i.steps_per_s_per_replica is None or i.batch_per_replica is None:
         return result
@@ -335,19 +355,9 @@ def _with_routing_band(result: Mbu, geometry: ModelGeometry, regime: StepRegime)
         kv_bytes_per_s=i.kv_bytes_per_s or 0.0,
         node_bandwidth_bytes_per_s=i.node_bandwidth_bytes_per_s,
         zipf_s=regime.routing_zipf,
+        upper=mix,
     )
-    if band is None:
-        return result
-    flags = result.flags.model_copy(update={"routing_unmeasured": band.raised})
-    return result.model_copy(
-        update={
-            "mbu_lower_bound": band.mbu_lower,
-            "mbu_decode_only_lower_bound": band.decode_only_lower,
-            "routing_reference": band.reference,
-            "flags": flags,
-            "notes": [*result.notes, routing_band_note(band)],
-        }
-    )
+    return with_band(result, band)
 
 
 def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a figure

@@ -46,10 +46,12 @@ from tokenwatt.spec.engine import DEFAULT_CHUNK_BUDGET_TOKENS
 __all__ = [
     "DEFAULT_CHUNK_BUDGET_TOKENS",
     "StepRegime",
+    "StepWeights",
     "decode_batch_from_intervals",
     "estimate_mixed_steps",
     "idle_fraction_from_intervals",
     "regime_from_records",
+    "step_weights",
 ]
 
 
@@ -151,17 +153,14 @@ def _distinct_by_batch(
 ) -> tuple[FloatArray, FloatArray]:
     """(distinct experts per layer of a decode-only step, of an average step) at each batch;
     ``g_prompts[i]``: G of the prompt tokens of a step at batch b[i] (None: no prompts)."""
-    miss = 1.0 - load.inclusion  # (layers, experts)
     dec, avg = np.zeros_like(b), np.zeros_like(b)
     for i, (v, g) in enumerate(zip(b, g_prompts, strict=True)):
-        kept = np.power(miss, v)
-        dec[i] = (1.0 - kept).sum(axis=1).mean()
-        avg[i] = dec[i] if g is None else (1.0 - kept * g(miss)).sum(axis=1).mean()
+        dec[i], avg[i] = load.expected_distinct_with(float(v), g)
     return dec, avg
 
 
 @dataclass(frozen=True, slots=True)
-class _StepWeights:
+class StepWeights:
     """Per batch of the step law: distinct experts and weight bytes, decode-only and average."""
 
     mixed_share: FloatArray  # f(b): share of steps at batch b with prompt tokens
@@ -172,10 +171,10 @@ class _StepWeights:
     w_avg: FloatArray
 
 
-def _step_weights(
+def step_weights(
     geometry: ModelGeometry, load: ExpertLoad | None, b: FloatArray, *, m: float | FloatArray,
     prompt: float, free: float,
-) -> _StepWeights:  # fmt: skip
+) -> StepWeights:  # fmt: skip
     """W̄(b) of a decode-only and of an average step at each batch b, with m(b) prompts per
     step at that batch (one value for all, or one per batch)."""
     m_b = np.broadcast_to(np.asarray(m, dtype=np.float64), b.shape)
@@ -186,7 +185,7 @@ def _step_weights(
     if load is not None:
         d_dec, d_avg = _distinct_by_batch(load, b, [law[2] for law in laws])
     per = geometry.moe_layers * geometry.expert_bytes if geometry.is_moe else 0.0
-    return _StepWeights(
+    return StepWeights(
         f, p_mixed, d_dec, d_avg, geometry.dense_weight_bytes + per * d_dec,
         geometry.dense_weight_bytes + per * d_avg,
     )  # fmt: skip
@@ -195,14 +194,14 @@ def _step_weights(
 def _byte_law(
     geometry: ModelGeometry, load: ExpertLoad | None, *, tau: float, lam_busy: float,
     prompt: float, free: float, kv_bytes_per_output_token: float, busy: float, b_dec: float,
-) -> tuple[float, float, FloatArray, FloatArray, _StepWeights]:  # fmt: skip
+) -> tuple[float, float, FloatArray, FloatArray, StepWeights]:  # fmt: skip
     """Without the gaps' step law: (steps per busy second, prompts per step, batches, step
     shares, weights) from the Poisson busy-time law, steps lasting in proportion to the bytes
     they read, h(b) = W̄(b) + KV·b, scaled so that the law reproduces the measured τ."""
     b, pt = _busy_batch_law(b_dec / busy)
     m = lam_busy * busy * tau  # first pass: prompts per step at the batch-weighted step time
     for _ in range(3):  # m depends on the step rate, which depends on m: a few passes converge
-        sw = _step_weights(geometry, load, b, m=m, prompt=prompt, free=free)
+        sw = step_weights(geometry, load, b, m=m, prompt=prompt, free=free)
         h = sw.w_avg + kv_bytes_per_output_token * b
         scale = tau * float((pt * b / h).sum()) / float((pt * b).sum())  # seconds per byte
         steps_busy = float((pt / h).sum()) / scale  # decode steps per busy second
@@ -251,7 +250,7 @@ def estimate_mixed_steps(
         m = lam_busy * busy / law.steps_per_s  # prompts per decode step, on average
         # a step admits the prompts that arrived during the step before it: m(b) ∝ its length
         m_b = m * law.step_s / law.mean_step_s
-        sw = _step_weights(g, load, b, m=m_b, prompt=prompt, free=free)
+        sw = step_weights(g, load, b, m=m_b, prompt=prompt, free=free)
     return _summary(
         regime, sw, step_w, b, busy=busy, m=m, prompt=prompt, rate=rate,
         b_counted=b_counted, b_dec=b_dec, moe=load is not None, g=g,
@@ -259,7 +258,7 @@ def estimate_mixed_steps(
 
 
 def _summary(
-    regime: StepRegime, sw: _StepWeights, step_w: FloatArray, b: FloatArray, *, busy: float,
+    regime: StepRegime, sw: StepWeights, step_w: FloatArray, b: FloatArray, *, busy: float,
     m: float, prompt: float, rate: float, b_counted: float, b_dec: float, moe: bool,
     g: ModelGeometry,
 ) -> MbuMixedSteps:  # fmt: skip

@@ -26,10 +26,21 @@ from dataclasses import dataclass
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import REFERENCE_ZIPF_S, ExpertLoad
 from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
+from tokenwatt.result import Mbu, MbuMixedSteps
 
-__all__ = ["ROUTING_BAND_FLAG_PT", "RoutingBand", "routing_band", "routing_band_note"]
+__all__ = [
+    "ROUTING_BAND_FLAG_PT",
+    "ROUTING_SKEW_NOTE_PT",
+    "RoutingBand",
+    "reference_load",
+    "routing_band",
+    "routing_band_note",
+    "routing_skew_note",
+    "with_band",
+]
 
 ROUTING_BAND_FLAG_PT = 1.0  # band wider than this (points of MBU): flag routing_unmeasured
+ROUTING_SKEW_NOTE_PT = 0.5  # measured routing moves MBU by more than this against uniform
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,23 +76,24 @@ def routing_band(
     kv_bytes_per_s: float,
     node_bandwidth_bytes_per_s: float,
     zipf_s: float | None = None,
+    upper: MbuMixedSteps | None = None,
 ) -> RoutingBand | None:
     """The band of an MoE figure whose routing was not measured; None for a dense model or a
-    measured expert load (then the figure is the measured value, no band)."""
+    measured expert load (then the figure is the measured value, no band). ``upper``: the
+    headline's own uniform estimate, when the caller has it (not evaluated again)."""
     if not geometry.is_moe or regime.expert_load is not None:
         return None
-    s = REFERENCE_ZIPF_S if zipf_s is None else zipf_s
-    skewed = ExpertLoad.zipf(geometry.experts, geometry.experts_per_token, s)
+    skewed = reference_load(geometry, zipf_s)
     figures = []
     for load in (None, skewed):
-        mix = estimate_mixed_steps(
+        mix = upper if load is None and upper is not None else estimate_mixed_steps(
             geometry,
             batch_per_replica=batch_per_replica,
             steps_per_s=steps_per_s,
             replicas=replicas,
             regime=dataclasses.replace(regime, expert_load=load),
             kv_bytes_per_output_token=kv_bytes_per_output_token,
-        )
+        )  # fmt: skip
         figures.append(
             (
                 (mix.weight_bytes_per_s + kv_bytes_per_s) / node_bandwidth_bytes_per_s,
@@ -90,6 +102,38 @@ def routing_band(
         )
     (up, dec_up), (low, dec_low) = figures
     return RoutingBand(skewed.source, up, low, dec_up, dec_low)
+
+
+def reference_load(geometry: ModelGeometry, zipf_s: float | None) -> ExpertLoad:
+    """The band's lower-bound routing: Zipf ``zipf_s`` (None: the reference skew)."""
+    s = REFERENCE_ZIPF_S if zipf_s is None else zipf_s
+    return ExpertLoad.zipf(geometry.experts, geometry.experts_per_token, s)
+
+
+def with_band(result: Mbu, band: RoutingBand | None) -> Mbu:
+    """``result`` with the band's lower bounds, its note and ``routing_unmeasured`` when the
+    band is wider than ``ROUTING_BAND_FLAG_PT`` (unchanged without a band)."""
+    if band is None:
+        return result
+    flags = result.flags.model_copy(update={"routing_unmeasured": band.raised})
+    return result.model_copy(
+        update={
+            "mbu_lower_bound": band.mbu_lower,
+            "mbu_decode_only_lower_bound": band.decode_only_lower,
+            "routing_reference": band.reference,
+            "flags": flags,
+            "notes": [*result.notes, routing_band_note(band)],
+        }
+    )
+
+
+def routing_skew_note(source: str, skew: float) -> str:
+    """A measured expert load's note: how far uniform routing would move MBU (``skew``, a
+    fraction of the node's bandwidth, positive when uniform reads higher)."""
+    return (
+        f"routing from the measured expert load ({source}): uniform routing would read "
+        f"{100 * abs(skew):.1f} pt {'higher' if skew >= 0 else 'lower'}"
+    )
 
 
 def routing_band_note(band: RoutingBand) -> str:

@@ -7,8 +7,9 @@ in-memory state.
 
 from __future__ import annotations
 
+from tokenwatt.metrics.mbu import MBU_NOISE_MARGIN
 from tokenwatt.report.format import DASH, fmt_float, fmt_pct, fmt_signed_pct, fmt_tokens_per_s
-from tokenwatt.result import BenchResult, EngineAgreement, ProbeSummary
+from tokenwatt.result import MBU_ENGINE, MBU_SEED, BenchResult, EngineAgreement, ProbeSummary
 
 __all__ = ["ENGINE_HEADER", "EngineRow", "engine_probe", "engine_rows"]
 
@@ -49,7 +50,10 @@ def _agreement_row(a: EngineAgreement) -> EngineRow:
             diff, verdict)  # fmt: skip
 
 
-MBU_ROW_NOTE = "(R·s·W(B) + KV/s) ÷ bandwidth on each side's own B and s; not the headline"
+MBU_ROW_NOTE = (
+    f"client: {MBU_SEED.label}; engine: {MBU_ENGINE.label}; (R·s·W(B) + KV/s) ÷ bandwidth on "
+    "each side's own B and s; not the headline"
+)
 
 
 def engine_rows(p: ProbeSummary) -> list[EngineRow]:
@@ -63,7 +67,7 @@ def engine_rows(p: ProbeSummary) -> list[EngineRow]:
     # the headline (mixed-step bytes, busy share) nor the decode-only figure (the batch from
     # decode intervals), which each differ from it by more than B's and s's disagreement
     client = p.mbu_detail.seed_mbu if p.mbu_detail is not None else None
-    rows.append(("MBU, seed formula", fmt_pct(client), fmt_pct(e.mbu), DASH, MBU_ROW_NOTE))
+    rows.append((MBU_SEED.label, _mbu_cell(client), _mbu_cell(e.mbu), DASH, MBU_ROW_NOTE))
     for label, v in (
         ("requests finished", e.requests_finished),
         ("running (mean)", e.running_mean),
@@ -75,3 +79,11 @@ def engine_rows(p: ProbeSummary) -> list[EngineRow]:
         why = "" if v is not None else "not exposed over the window (never read as 0)"
         rows.append((label, DASH, shown if v is not None else "not exposed", DASH, why))
     return rows
+
+
+def _mbu_cell(mbu: float | None) -> str:
+    """An MBU above the rated bandwidth is an input error, never a figure, on either side
+    (``metrics.mbu.check_rated_bandwidth``)."""
+    if mbu is not None and mbu > 1.0 + MBU_NOISE_MARGIN:
+        return "refused (above the rated bandwidth)"
+    return fmt_pct(mbu)

@@ -43,6 +43,7 @@ from tokenwatt.report.labels import (
 )
 from tokenwatt.report.mbu_text import (
     HEADLINE_NUMERATOR,
+    distinct_experts_at,
     mbu_figures_text,
     mbu_missing_reason,
     mbu_notes,
@@ -325,7 +326,7 @@ def _mbu_inputs(r: BenchResult, p: ProbeSummary) -> str:
         (
             "E[distinct experts]",
             f"{fmt_float(i.expected_distinct_experts)} of {i.experts}" if i.experts else DASH,
-            "per MoE layer at B, uniform routing",
+            f"per MoE layer {distinct_experts_at(i)}",
         ),
         ("W(B)", fmt_bytes(i.weight_bytes_per_step), "weight bytes per step"),
         ("R·s·W(B)", fmt_bytes_per_s(i.weight_bytes_per_s), "weight traffic"),

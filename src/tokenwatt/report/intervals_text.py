@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tokenwatt.report.format import fmt_float, fmt_interval, fmt_tokens_per_s
-from tokenwatt.result import FigureIntervals, ProbeSummary
+from tokenwatt.result import MBU_DECODE_ONLY, FigureIntervals, ProbeSummary
 
 __all__ = ["interval_caption", "interval_rows"]
 
@@ -36,7 +36,7 @@ def _rows(p: ProbeSummary) -> list[Row]:
         ("goodput", p.goodput_output_tokens_per_s, "goodput_output_tokens_per_s", "tok/s",
          fmt_tokens_per_s),
         ("MBU", p.mbu, "mbu", "%", _pct),
-        ("MBU decode-only", None if d is None else d.mbu_decode_only, "mbu_decode_only", "%",
+        (MBU_DECODE_ONLY.label, None if d is None else d.mbu_decode_only, "mbu_decode_only", "%",
          _pct),
         ("tokens per joule", p.tokens_per_joule, "tokens_per_joule", "tok/J", fmt_float),
     ]  # fmt: skip

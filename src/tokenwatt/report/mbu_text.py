@@ -1,18 +1,20 @@
 """MBU in words, shared by the terminal report, the HTML report and ``tokenwatt probe``.
 
-One place says how the two figures (headline ``mbu`` and ``mbu_decode_only``) and the raised
-flags read, so the three views cannot drift apart: every raised flag is shown with the
-direction it moves the figure (docs/methodology.md, "Assumptions and where they bend").
+One place says how the two figures (headline ``mbu`` and ``mbu_decode_only``, each by its one
+word: ``result.MBU_FIGURES``) and the raised flags read, so the three views cannot drift
+apart: every raised flag is shown with the direction it moves the figure
+(docs/methodology.md, "Assumptions and where they bend").
 """
 
 from __future__ import annotations
 
-from tokenwatt.report.format import fmt_pct
-from tokenwatt.result import Mbu
+from tokenwatt.report.format import fmt_float, fmt_pct
+from tokenwatt.result import MBU_DECODE_ONLY, Mbu, MbuInputs
 
 __all__ = [
     "FLAG_DIRECTION",
     "HEADLINE_NUMERATOR",
+    "distinct_experts_at",
     "mbu_figures_text",
     "mbu_missing_reason",
     "mbu_notes",
@@ -46,6 +48,18 @@ FLAG_DIRECTION: dict[str, str] = {
 }
 
 
+def distinct_experts_at(i: MbuInputs) -> str:
+    """Where ``expected_distinct_experts`` was evaluated: the seed's B under uniform routing,
+    or a speculative verify pass's B·(k + 1) positions under its expert load."""
+    if i.speculation is not None:
+        sp = i.speculation
+        return (
+            f"at B·(k + 1) = {fmt_float(i.batch_per_replica)}·{sp.num_tokens + 1} verify "
+            f"positions and riding prompts ({i.moe_layers} layers, {sp.routing} routing)"
+        )
+    return f"at B ({i.moe_layers} layers, uniform routing)"
+
+
 def raised_flags(detail: Mbu | None) -> list[str]:
     """``name: direction`` for every raised flag, in FLAG_DIRECTION's order."""
     if detail is None:
@@ -76,7 +90,7 @@ def mbu_figures_text(mbu: float | None, detail: Mbu | None) -> str:
     if detail.mbu_weights is not None and detail.mbu_kv is not None:
         text += f"  (weights {fmt_pct(detail.mbu_weights)} + KV {fmt_pct(detail.mbu_kv)})"
     if detail.mbu_decode_only is not None:
-        text += f"  ·  decode-only {fmt_pct(detail.mbu_decode_only)}"
+        text += f"  ·  {MBU_DECODE_ONLY.label} {fmt_pct(detail.mbu_decode_only)}"
     if detail.flags.routing_unmeasured and detail.mbu_lower_bound is not None:
         text += (
             f"  ·  routing unmeasured: {fmt_pct(detail.mbu_lower_bound)}–{fmt_pct(mbu)} "

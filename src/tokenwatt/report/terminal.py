@@ -42,6 +42,7 @@ from tokenwatt.report.labels import (
 )
 from tokenwatt.report.mbu_text import (
     HEADLINE_NUMERATOR,
+    distinct_experts_at,
     mbu_figures_text,
     mbu_notes,
     raised_flags,
@@ -233,7 +234,7 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
             (
                 "E[experts]",
                 f"{fmt_float(i.expected_distinct_experts)} of {i.experts}",
-                f"distinct experts per MoE layer at B ({i.moe_layers} layers, uniform routing)",
+                f"distinct experts per MoE layer {distinct_experts_at(i)}",
             )
         )
     if i.speculation is not None:  # speculative decoding: s, B from steps (metrics.spec_mbu)

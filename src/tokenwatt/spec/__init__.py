@@ -7,15 +7,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from tokenwatt.errors import SpecError
 from tokenwatt.spec._base import Section
 from tokenwatt.spec.endpoint import Endpoint, Timeouts
-from tokenwatt.spec.engine import EngineSection
+from tokenwatt.spec.engine import READ_FILES, EngineSection, check_sim_drafter
 from tokenwatt.spec.hardware import CustomAccelerator, HardwareSection
 from tokenwatt.spec.model import ModelSection
 from tokenwatt.spec.power import PowerSection, PowerSourceSpec
@@ -70,6 +70,13 @@ class BenchSpec(Section):
     server_metrics: ServerMetricsSection = Field(default_factory=ServerMetricsSection)
     engine: EngineSection = Field(default_factory=EngineSection)
 
+    @model_validator(mode="after")
+    def _one_drafter(self) -> Self:
+        """The simulator runs the drafter the engine section declares (``check_sim_drafter``)."""
+        if self.endpoint.is_sim:
+            check_sim_drafter(self.engine.drafter, self.sim.speculative)
+        return self
+
 
 # ``endpoint`` and ``hardware`` change every figure, so neither has a default: a spec without
 # ``hardware`` once reported a 70B model on 8 GPUs as 1 × H100 at MBU 200%, and one without
@@ -112,18 +119,20 @@ def format_validation_error(exc: ValidationError, *, source: str = "spec") -> st
     return _cut(f"{_cut(source, _SHOWN_MAX * 2)}: " + "; ".join(parts), ERROR_LINE_MAX)
 
 
-def parse_spec(data: Any, *, source: str = "spec") -> BenchSpec:
+def parse_spec(data: Any, *, source: str = "spec", read_files: bool = True) -> BenchSpec:
+    """Validate a spec; every failure is a one-line ``SpecError``. ``read_files``: read and
+    check the files it names (``engine.expert_load_file``) now, before any load."""
     if not isinstance(data, dict):
         raise SpecError(
             f"{source}: the spec must be a YAML mapping with at least a 'model' section"
         )
     try:
-        return BenchSpec.model_validate(data)
+        return BenchSpec.model_validate(data, context={READ_FILES: read_files})
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, source=source)) from None
 
 
-def load_spec(path: str | Path) -> BenchSpec:
+def load_spec(path: str | Path, *, read_files: bool = True) -> BenchSpec:
     """Read and validate a spec file; every failure is a one-line ``SpecError``."""
     p = Path(path)
     try:
@@ -139,7 +148,7 @@ def load_spec(path: str | Path) -> BenchSpec:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise SpecError(f"{p}: not valid YAML{where}: {problem}") from None
-    return parse_spec(data, source=str(p))
+    return parse_spec(data, source=str(p), read_files=read_files)
 
 
 # Secret-looking keys: api_key, password, authorization, ...; "token" only as a whole word at
