@@ -23,6 +23,7 @@ from tokenwatt.importers.base import (
     latency_from,
     number,
     per_request,
+    when,
 )
 
 __all__ = ["looks_like", "read"]
@@ -83,7 +84,10 @@ def read(doc: Any) -> list[ImportedRun]:
     detail = _details(doc)
     notes = list(NOTES)
     if not detail:
-        notes.append("no per-request arrays (--save-detailed): τ taken as mean TPOT")
+        notes.append(
+            "no per-request arrays (--save-detailed): τ from the pooled mean ITL, lengths "
+            "known only as means (see the MBU notes)"
+        )
     return [
         ImportedRun(
             tool="vllm bench serve",
@@ -103,6 +107,7 @@ def read(doc: Any) -> list[ImportedRun]:
             request_rate_rps=number(doc, "request_throughput"),
             mean_input_tokens=(number(doc, "total_input_tokens") or 0) / max(ok, 1),
             mean_output_tokens=(number(doc, "total_output_tokens") or 0) / max(ok, 1),
+            started_at=when(doc.get("date"), "%Y%m%d-%H%M%S"),
             notes=notes,
             **detail,
         )
