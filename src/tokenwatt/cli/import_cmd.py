@@ -10,7 +10,7 @@ own p99s.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -65,10 +65,21 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
     folder = choose_out_dir(out, f"imported-{spec.name}", overwrite=False)
     folder.mkdir(parents=True, exist_ok=True)
     write_result(result, folder)
+    written = _write_views(runs, result, folder)
     console = Console()
     console.print(f"read {path.name} as {name}: {len(runs)} benchmark(s)", highlight=False)
     console.print(ResultView(result))
-    console.print(f"wrote {folder / 'result.json'}", highlight=False, soft_wrap=True)
+    for out_path in [folder / "result.json", *written]:
+        console.print(f"wrote {out_path}", highlight=False, soft_wrap=True)
+
+
+def _write_views(runs: list[Any], result: Any, folder: Path) -> list[Path]:
+    """The views a measured run gets beside its result: the HTML report and, for runs with
+    per-request records, the Benchmark Report v0.2 files."""
+    from tokenwatt.importers.exports import write_imported_br02
+    from tokenwatt.report.html import write_html
+
+    return [write_html(result, folder), *write_imported_br02(runs, result, folder)]
 
 
 def register(app: typer.Typer) -> None:

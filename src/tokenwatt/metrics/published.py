@@ -208,6 +208,7 @@ def _compute(
     pairs: Sequence[tuple[int, int]],
     t: float,
     tau: float,
+    *,
     regime: StepRegime | None,
     node: tuple[float, int, int],
 ) -> Mbu:
@@ -298,11 +299,15 @@ def mbu_from_figures(
     node = (bandwidth_bytes_per_s, gpus, replicas)
     means = f.lengths_are_means and not f.requests
     closed = f.concurrency is not None
-    mbu = _named(_compute(geometry, pairs, t, tau, regime, node), closed, tau_source, means)
+    mbu = _named(
+        _compute(geometry, pairs, t, tau, regime=regime, node=node), closed, tau_source, means
+    )
     upper_pairs = _upper_pairs(f)
     upper = None
     if upper_pairs is not None:
-        high = _named(_compute(geometry, upper_pairs, t, tau, regime, node), closed, "", False)
+        high = _named(
+            _compute(geometry, upper_pairs, t, tau, regime=regime, node=node), closed, "", False
+        )
         upper = high.mbu if high.mbu is not None else high.mbu_decode_only
         mbu = mbu.model_copy(update={"mbu_lengths_upper_bound": upper})
     return MbuEstimate(
