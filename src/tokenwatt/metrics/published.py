@@ -28,6 +28,7 @@ No formula is derived here; every number goes through ``compute_mbu``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -36,8 +37,16 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import StepRegime
 from tokenwatt.result import Mbu
+from tokenwatt.spec._base import MAX_COUNT, MAX_RATE_RPS, MAX_SECONDS, MAX_TOKENS
 
-__all__ = ["FiguresError", "MbuEstimate", "PublishedFigures", "mbu_from_figures"]
+__all__ = [
+    "FIGURE_BOUNDS",
+    "FiguresError",
+    "MbuEstimate",
+    "PublishedFigures",
+    "mbu_from_figures",
+    "out_of_bounds",
+]
 
 
 class FiguresError(TokenwattError):
@@ -81,8 +90,39 @@ class MbuEstimate:
     # which figure τ was taken from: "itl", "pooled_itl", "tpot" (lengths vary) or
     # "tpot_fixed" (every request the same output length: TPOT is τ)
     tau_source: str
+    lengths: str  # how the lengths are known: per request, as means, or fixed
+    regime: str  # closed loop, or open loop with the idle share measured or unknown
     assumptions: list[str] = field(default_factory=list)
     mbu_lengths_upper: float | None = None  # the band's upper end (the maxima), where known
+
+
+# The largest value each figure may take (a figure past it is a typo or an overflow, never a
+# measurement): the spec's own bounds where it has one, a node far beyond any real one else.
+MAX_TOKENS_PER_S = 1e12  # output tokens/s of a node
+FIGURE_BOUNDS: dict[str, float] = {
+    "output_tokens_per_s": MAX_TOKENS_PER_S,
+    "itl_s": MAX_SECONDS,
+    "pooled_itl_s": MAX_SECONDS,
+    "tpot_s": MAX_SECONDS,
+    "ttft_s": MAX_SECONDS,
+    "concurrency": MAX_COUNT,
+    "request_rate_rps": MAX_RATE_RPS,
+    "input_tokens": MAX_TOKENS,
+    "output_tokens": MAX_TOKENS,
+    "max_input_tokens": MAX_TOKENS,
+    "max_output_tokens": MAX_TOKENS,
+    "idle_fraction": 1.0,
+}
+
+
+def out_of_bounds(f: PublishedFigures) -> tuple[str, float] | None:
+    """The first figure that is not a finite number within ``FIGURE_BOUNDS`` (name, value);
+    None when all are."""
+    for name, bound in FIGURE_BOUNDS.items():
+        value = getattr(f, name)
+        if value is not None and not (math.isfinite(value) and abs(value) <= bound):
+            return name, value
+    return None
 
 
 def _positive(name: str, value: float | None) -> float | None:
@@ -245,7 +285,8 @@ def _named(mbu: Mbu, closed_loop: bool, tau_source: str, means: bool) -> Mbu:
     )
     notes = list(mbu.notes)
     if tau_source in TAU_BIAS:
-        notes.append(f"τ from the file's {tau_source.replace('_', ' ')}: {TAU_BIAS[tau_source]}")
+        label = {"pooled_itl": "the pooled mean ITL", "tpot": "mean TPOT"}[tau_source]
+        notes.append(f"τ from {label}: {TAU_BIAS[tau_source]}")
     if means:
         notes.append("lengths known only as means: the KV term is a lower bound, so is MBU")
     return mbu.model_copy(
@@ -269,6 +310,24 @@ def _upper_pairs(f: PublishedFigures) -> list[tuple[int, int]] | None:
     return [(round(f.max_input_tokens), round(f.max_output_tokens))]
 
 
+def _lengths_said(f: PublishedFigures, mean_in: float, mean_out: float) -> str:
+    """How the lengths behind the KV term are known, in a few words."""
+    if f.requests:
+        return f"per request ({len(f.requests)} requests; means {mean_in:.1f} → {mean_out:.1f})"
+    if f.lengths_are_means:
+        return f"means only ({mean_in:g} → {mean_out:g}, lengths vary): KV a lower bound"
+    return f"fixed ({mean_in:g} → {mean_out:g} tokens, every request)"
+
+
+def _regime_said(f: PublishedFigures) -> str:
+    """The load regime the headline rests on, in a few words."""
+    if f.concurrency is not None:
+        return f"closed loop at concurrency {f.concurrency:g} (batch held, no idle)"
+    if f.idle_fraction is not None:
+        return f"open loop, idle share {f.idle_fraction:g} (measured)"
+    return "open loop, idle share unknown (decode-only figure only)"
+
+
 def mbu_from_figures(
     geometry: ModelGeometry,
     figures: PublishedFigures,
@@ -279,6 +338,12 @@ def mbu_from_figures(
 ) -> MbuEstimate:
     """MBU (headline where the regime is known, decode-only always) from reported figures."""
     f = figures
+    bad = out_of_bounds(f)
+    if bad is not None:
+        name, value = bad
+        raise FiguresError(
+            f"{name} must be a finite number up to {FIGURE_BOUNDS[name]:g}, got {value:g}"
+        )
     for name in ("output_tokens_per_s", "itl_s", "pooled_itl_s", "tpot_s", "concurrency"):
         _positive(name, getattr(f, name))
     _positive("request_rate_rps", f.request_rate_rps)
@@ -320,6 +385,8 @@ def mbu_from_figures(
         mean_input_tokens=mean_in,
         mean_output_tokens=mean_out,
         tau_source=tau_source,
+        lengths=_lengths_said(f, mean_in, mean_out),
+        regime=_regime_said(f),
         assumptions=said,
         mbu_lengths_upper=upper,
     )
