@@ -205,8 +205,11 @@ def test_vllm_run_keeps_the_peers_date_and_tool(tmp_path: Path) -> None:
     src = PEERS / "vllm_sim_detailed.json"
     shutil.copy(src, tmp_path / src.name)
     result, _ = _import(tmp_path / src.name, tmp_path)
-    date = json.loads(src.read_text())["date"]  # vLLM writes YYYYmmdd-HHMMSS
-    assert result.started_at.strftime("%Y%m%d-%H%M%S") == date
+    doc = json.loads(src.read_text())  # vLLM stamps `date` (YYYYmmdd-HHMMSS) as it saves
+    assert result.ended_at is not None
+    assert result.ended_at.strftime("%Y%m%d-%H%M%S") == doc["date"]
+    span = (result.ended_at - result.started_at).total_seconds()
+    assert span == pytest.approx(doc["duration"], abs=1e-6)
     assert result.target is not None and result.target.source_tool == "vllm bench serve"
     assert not any("gives no run date" in w for w in result.warnings)
     shown, _ = _compare(result)

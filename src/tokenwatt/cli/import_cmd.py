@@ -32,6 +32,14 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
     slo_ttft_ms: SloTtftOption = None,
     slo_tpot_ms: SloTpotOption = None,
     sets: SetOption = None,
+    power: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--power",
+            help="a power log of the run (nvidia-smi CSV, nvidia-smi dmon -o DT, DCGM dump); "
+            "repeat for several",
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="output folder (default under results/)")
     ] = None,
@@ -61,7 +69,8 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
         m.source, weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, overrides=m.overrides or None
     )
     accelerator = resolve_accelerator(spec.hardware)
-    result = imported_result(runs, spec, geometry, accelerator, path)
+    energy = _energy(runs, list(power or []), accelerator.tdp_w) if power else None
+    result = imported_result(runs, spec, geometry, accelerator, path, energy=energy)
     folder = choose_out_dir(out, f"imported-{spec.name}", overwrite=False)
     folder.mkdir(parents=True, exist_ok=True)
     write_result(result, folder)
@@ -71,6 +80,31 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
     console.print(ResultView(result))
     for out_path in [folder / "result.json", *written]:
         console.print(f"wrote {out_path}", highlight=False, soft_wrap=True)
+
+
+def _energy(runs: list[Any], logs: list[Path], tdp_w: float | None) -> list[Any]:
+    """Each run's energy from the power logs (their devices summed) over the run's own span:
+    the peer's start and end, else its start plus its duration. A run whose file gives no
+    date cannot be placed on the log's clock and is refused, never guessed."""
+    from tokenwatt.errors import SpecError
+    from tokenwatt.metrics.energy import energy_metrics
+    from tokenwatt.power.logs import log_energy, merge_logs, read_power_log
+
+    log = merge_logs([read_power_log(p) for p in logs])
+    out = []
+    for run in runs:
+        if run.started_at is None:
+            raise SpecError(
+                f"--power: the {run.tool} file gives no run date, so its span cannot be found "
+                "on the log's clock"
+            )
+        start_ns = round(run.started_at.timestamp() * 1e9)
+        end = run.ended_at.timestamp() if run.ended_at is not None else None
+        end_ns = round(end * 1e9) if end is not None else start_ns + round(run.duration_s * 1e9)
+        tokens = round(run.output_tokens_per_s * (end_ns - start_ns) / 1e9)
+        report, audit = log_energy(log, start_ns, end_ns, tdp_w=tdp_w)
+        out.append(energy_metrics(report, tokens, audit=[audit]))
+    return out
 
 
 def _write_views(runs: list[Any], result: Any, folder: Path) -> list[Path]:

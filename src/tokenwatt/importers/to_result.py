@@ -21,7 +21,7 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.importers.base import ImportedRun
 from tokenwatt.metrics.published import MbuEstimate, PublishedFigures, mbu_from_figures
 from tokenwatt.metrics.slo import Limits
-from tokenwatt.result import BenchResult, ProbeSummary, RunTarget, SloDetail
+from tokenwatt.result import BenchResult, EnergySummary, ProbeSummary, RunTarget, SloDetail
 from tokenwatt.spec import BenchSpec
 
 __all__ = ["imported_result"]
@@ -153,8 +153,13 @@ def _mbu_fields(est: MbuEstimate | None) -> dict[str, Any]:
 
 
 def _probe(
-    index: int, run: ImportedRun, spec: BenchSpec, est: MbuEstimate | None, gpus: int
+    index: int,
+    run: ImportedRun,
+    spec: BenchSpec,
+    est: MbuEstimate | None,
+    energy: EnergySummary | None,
 ) -> ProbeSummary:
+    gpus = spec.hardware.gpus
     shares = _attainment(run, Limits.from_spec(spec.slo))
     attainment = None if shares is None else shares[0]
     detail = _verdict(run, spec, attainment)
@@ -175,7 +180,8 @@ def _probe(
         output_tokens_per_s=run.output_tokens_per_s,
         goodput_output_tokens_per_s=goodput,
         goodput_output_tokens_per_s_per_gpu=goodput / gpus,
-        tokens_per_joule=None,
+        tokens_per_joule=None if energy is None else energy.tokens_per_joule,
+        energy=energy,
         slo_passed=not detail.failed,
         slo_detail=detail,
         attainment=attainment,
@@ -200,8 +206,11 @@ def imported_result(
     geometry: ModelGeometry,
     accelerator: Accelerator,
     source: Path,
+    *,
+    energy: Sequence[EnergySummary | None] | None = None,
 ) -> BenchResult:
-    """The result of the imported runs, one probe each, in the file's order."""
+    """The result of the imported runs, one probe each, in the file's order; ``energy`` per
+    run, where a power log beside the file covered it (``power.logs``)."""
     first = runs[0]
     now = datetime.now(UTC)
     starts = [r.started_at for r in runs if r.started_at is not None]
@@ -227,7 +236,7 @@ def imported_result(
     probes = []
     for i, run in enumerate(runs, 1):
         est = _estimate(run, spec, geometry, accelerator)
-        probes.append(_probe(i, run, spec, est, spec.hardware.gpus))
+        probes.append(_probe(i, run, spec, est, energy[i - 1] if energy else None))
     result.probes = probes
     seen: list[str] = []
     for run in runs:

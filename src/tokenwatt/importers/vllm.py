@@ -15,6 +15,7 @@ one gap per streamed chunk after the first). Its definitions against TokenWatt's
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from tokenwatt.importers.base import (
@@ -82,6 +83,7 @@ def read(doc: Any) -> list[ImportedRun]:
     conc = number(doc, "max_concurrency")
     closed = rate is None or rate == float("inf")
     detail = _details(doc)
+    ended = when(doc.get("date"), "%Y%m%d-%H%M%S")
     notes = list(NOTES)
     if not detail:
         notes.append(
@@ -107,7 +109,9 @@ def read(doc: Any) -> list[ImportedRun]:
             request_rate_rps=number(doc, "request_throughput"),
             mean_input_tokens=(number(doc, "total_input_tokens") or 0) / max(ok, 1),
             mean_output_tokens=(number(doc, "total_output_tokens") or 0) / max(ok, 1),
-            started_at=when(doc.get("date"), "%Y%m%d-%H%M%S"),
+            # vLLM stamps ``date`` when it saves the result, at the run's end (to the second)
+            started_at=None if ended is None else ended - timedelta(seconds=duration),
+            ended_at=ended,
             notes=notes,
             **detail,
         )
