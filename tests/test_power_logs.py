@@ -149,3 +149,64 @@ def test_import_power_without_a_run_date_is_refused(
     err = capsys.readouterr().err
     assert ended.value.code == 2 and "gives no run date" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _vllm_dump(start_ms: int, steps: int, tokens_per_s: float, running: float) -> str:
+    """vLLM's /metrics every 500 ms as Prometheus text with sample timestamps: the names and
+    types the simulator's vLLM page carries (fixtures/engine_metrics), the counters rising at
+    ``tokens_per_s`` with ``running`` sequences per engine step."""
+    head = [
+        "# TYPE vllm:num_requests_running gauge",
+        "# TYPE vllm:generation_tokens_total counter",
+        "# TYPE vllm:iteration_tokens_total histogram",
+    ]
+    lines = list(head)
+    for k in range(steps):
+        ms, gen = start_ms + 500 * k, tokens_per_s * 0.5 * k
+        labels = '{engine="0",model_name="tw-sim"}'
+        lines += [
+            f"vllm:num_requests_running{labels} {running} {ms}",
+            f"vllm:generation_tokens_total{labels} {gen} {ms}",
+            f"vllm:iteration_tokens_total_count{labels} {gen / running} {ms}",
+            f"vllm:iteration_tokens_total_sum{labels} {gen} {ms}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def test_import_with_an_engine_dump_gets_the_witness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = PEERS / "vllm_sim_detailed.json"
+    doc = json.loads(src.read_text())
+    end = datetime.strptime(doc["date"], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    first_ms = round((end.timestamp() - doc["duration"] - 2) * 1000)
+    engine_t = 420.0  # the engine's own rate, 4 sequences per step
+    (tmp_path / "metrics.prom").write_text(_vllm_dump(first_ms, 24, engine_t, 4.0))
+    shutil.copy(src, tmp_path / src.name)
+    out = tmp_path / "imp"
+    args = ["import", str(tmp_path / src.name), "--model", "llama-3.1-8b", "--hardware"]
+    args += ["h100-sxm", "--engine-metrics", str(tmp_path / "metrics.prom"), "-o", str(out)]
+    monkeypatch.setattr("sys.argv", ["tokenwatt", *args])
+    with pytest.raises(SystemExit) as ended:
+        cli_main()
+    assert ended.value.code == 0, capsys.readouterr().err
+    p = load_result(out).probes[0]
+    e = p.engine
+    assert e is not None and e.engine == "vllm"
+    assert e.generated_tokens_per_s == pytest.approx(engine_t, rel=1e-6)
+    assert e.batch_per_replica == pytest.approx(4.0, rel=1e-6)  # tokens per engine step
+    agree = {a.figure: a for a in e.agreements}
+    assert p.itl_token_weighted_s is not None
+    client_b = p.output_tokens_per_s * p.itl_token_weighted_s  # B = T·τ/R, R = 1
+    assert agree["B"].client == pytest.approx(client_b, rel=1e-9)
+    assert agree["B"].rel_diff == pytest.approx((client_b - 4.0) / 4.0, rel=1e-6)
+    assert agree["T"].rel_diff == pytest.approx((doc["output_throughput"] - engine_t) / engine_t)
+
+
+def test_engine_dump_without_timestamps_is_one_line(tmp_path: Path) -> None:
+    from tokenwatt.engine.dump import EngineDumpError, parse_engine_dump
+
+    text = 'vllm:num_requests_running{engine="0"} 4\n'
+    with pytest.raises(EngineDumpError, match="no timestamp") as err:
+        parse_engine_dump(text, "m.prom")
+    assert "\n" not in str(err.value)

@@ -40,6 +40,13 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
             "repeat for several",
         ),
     ] = None,
+    engine_metrics: Annotated[
+        Path | None,
+        typer.Option(
+            "--engine-metrics",
+            help="the engine's /metrics scrapes over the run, Prometheus text with timestamps",
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="output folder (default under results/)")
     ] = None,
@@ -71,6 +78,8 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
     accelerator = resolve_accelerator(spec.hardware)
     energy = _energy(runs, list(power or []), accelerator.tdp_w) if power else None
     result = imported_result(runs, spec, geometry, accelerator, path, energy=energy)
+    if engine_metrics is not None:
+        _witness(runs, result, engine_metrics, spec.hardware.replicas)
     folder = choose_out_dir(out, f"imported-{spec.name}", overwrite=False)
     folder.mkdir(parents=True, exist_ok=True)
     write_result(result, folder)
@@ -82,25 +91,59 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
         console.print(f"wrote {out_path}", highlight=False, soft_wrap=True)
 
 
+def _span_ns(run: Any, flag: str) -> tuple[int, int]:
+    """The run's own span in unix ns: the peer's start and end, else its start plus its
+    duration. A run whose file gives no date cannot be placed on a log's clock: refused."""
+    from tokenwatt.errors import SpecError
+
+    if run.started_at is None:
+        raise SpecError(
+            f"{flag}: the {run.tool} file gives no run date, so its span cannot be found on "
+            "the log's clock"
+        )
+    start_ns = round(run.started_at.timestamp() * 1e9)
+    if run.ended_at is not None:
+        return start_ns, round(run.ended_at.timestamp() * 1e9)
+    return start_ns, start_ns + round(run.duration_s * 1e9)
+
+
+def _witness(runs: list[Any], result: Any, dump: Path, replicas: int) -> None:
+    """Each probe's engine figures over its run's span from a metrics dump, and the client's
+    T, B and s against them, as a measured probe's witness (``engine.compare``)."""
+    from tokenwatt.engine.compare import compare_client_engine, engine_batch_and_steps
+    from tokenwatt.engine.dump import read_engine_dump
+    from tokenwatt.engine.window import clip_samples, summarize
+
+    engine, samples = read_engine_dump(dump)
+    for i, (run, probe) in enumerate(zip(runs, result.probes, strict=True)):
+        start_ns, end_ns = _span_ns(run, "--engine-metrics")
+        window = summarize(
+            clip_samples(samples, start_ns, end_ns), engine=engine, url=dump.name,
+            warnings=result.warnings,
+        )  # fmt: skip
+        b, s = engine_batch_and_steps(window, replicas)
+        window = window.model_copy(update={"batch_per_replica": b, "steps_per_s_per_replica": s})
+        tau = probe.itl_token_weighted_s
+        if tau:
+            agreements = compare_client_engine(
+                client_tokens_per_s=probe.output_tokens_per_s, client_tau_s=tau,
+                replicas=replicas, window=window,
+            )  # fmt: skip
+            window = window.model_copy(update={"agreements": agreements})
+        result.probes[i] = probe.model_copy(update={"engine": window})
+
+
 def _energy(runs: list[Any], logs: list[Path], tdp_w: float | None) -> list[Any]:
     """Each run's energy from the power logs (their devices summed) over the run's own span:
     the peer's start and end, else its start plus its duration. A run whose file gives no
     date cannot be placed on the log's clock and is refused, never guessed."""
-    from tokenwatt.errors import SpecError
     from tokenwatt.metrics.energy import energy_metrics
     from tokenwatt.power.logs import log_energy, merge_logs, read_power_log
 
     log = merge_logs([read_power_log(p) for p in logs])
     out = []
     for run in runs:
-        if run.started_at is None:
-            raise SpecError(
-                f"--power: the {run.tool} file gives no run date, so its span cannot be found "
-                "on the log's clock"
-            )
-        start_ns = round(run.started_at.timestamp() * 1e9)
-        end = run.ended_at.timestamp() if run.ended_at is not None else None
-        end_ns = round(end * 1e9) if end is not None else start_ns + round(run.duration_s * 1e9)
+        start_ns, end_ns = _span_ns(run, "--power")
         tokens = round(run.output_tokens_per_s * (end_ns - start_ns) / 1e9)
         report, audit = log_energy(log, start_ns, end_ns, tdp_w=tdp_w)
         out.append(energy_metrics(report, tokens, audit=[audit]))
