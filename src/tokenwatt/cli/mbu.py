@@ -205,7 +205,6 @@ def mbu(  # noqa: PLR0917 - one parameter per flag
     --concurrency 4 --tpot-ms 17.41 --input-tokens 1024 --output-tokens 1024
     """
     from tokenwatt.geometry import load_geometry
-    from tokenwatt.metrics.published import PublishedFigures
 
     hw = _hardware(hardware, bandwidth_tb_s, gpus, replicas)
     geometry = load_geometry(model, weight_dtype=weights, kv_dtype=kv_dtype)
@@ -225,23 +224,7 @@ def mbu(  # noqa: PLR0917 - one parameter per flag
         "weights": weights,
         "kv_dtype": kv_dtype,
     }
-    figures = PublishedFigures(
-        output_tokens_per_s=tokens_per_s,
-        itl_s=_ms(itl_ms),
-        tpot_s=_ms(tpot_ms),
-        ttft_s=_ms(ttft_ms),
-        concurrency=concurrency,
-        request_rate_rps=request_rate,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        idle_fraction=idle_fraction,
-        requests=_pairs_from(requests),
-        lengths_are_means=mean_lengths
-        or max_input_tokens is not None
-        or max_output_tokens is not None,
-        max_input_tokens=max_input_tokens,
-        max_output_tokens=max_output_tokens,
-    )
+    figures = _published(given, requests, mean_lengths=mean_lengths)
     data = _estimate(geometry, figures, hw, given)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -264,6 +247,33 @@ _FLAG_OF: dict[str, tuple[str, float]] = {
     "max_output_tokens": ("--max-output-tokens", 1.0),
     "idle_fraction": ("--idle-fraction", 1.0),
 }
+
+
+def _published(
+    given: dict[str, Any], requests: Path | None, *, mean_lengths: bool
+) -> PublishedFigures:
+    """The flags' figures in the calculator's units (ms to s; exact lengths from a file)."""
+    from tokenwatt.metrics.published import PublishedFigures
+
+    g = given
+    return PublishedFigures(
+        output_tokens_per_s=g["output_tokens_per_s"],
+        itl_s=_ms(g["itl_ms"]),
+        tpot_s=_ms(g["tpot_ms"]),
+        ttft_s=_ms(g["ttft_ms"]),
+        concurrency=g["concurrency"],
+        request_rate_rps=g["request_rate_rps"],
+        input_tokens=g["input_tokens"],
+        output_tokens=g["output_tokens"],
+        idle_fraction=g["idle_fraction"],
+        requests=_pairs_from(requests),
+        # lengths given with their maxima are means of varying ones
+        lengths_are_means=mean_lengths
+        or g["max_input_tokens"] is not None
+        or g["max_output_tokens"] is not None,
+        max_input_tokens=g["max_input_tokens"],
+        max_output_tokens=g["max_output_tokens"],
+    )
 
 
 def _estimate(
