@@ -125,6 +125,14 @@ def test_import_with_a_power_log_gives_tokens_per_joule(
     with pytest.raises(SystemExit) as ended:
         cli_main()
     assert ended.value.code == 0, capsys.readouterr().err
+    # the same log found beside the file without --power (recognised by its content)
+    beside = tmp_path / "beside"
+    monkeypatch.setattr("sys.argv", ["tokenwatt", *args[:6], "-o", str(beside)])
+    with pytest.raises(SystemExit):
+        cli_main()
+    printed = capsys.readouterr()
+    assert "power log found beside" in printed.err and "tok/J" in printed.out
+    assert load_result(beside).probes[0].energy == load_result(out).probes[0].energy
     p = load_result(out).probes[0]
     offset = (start - first).total_seconds()
     joules = _trapezoid_j([w[0] for w in watts], 0.5, offset, offset + doc["duration"])
@@ -132,7 +140,6 @@ def test_import_with_a_power_log_gives_tokens_per_joule(
     assert p.energy is not None and p.energy.energy_j == pytest.approx(joules, rel=0.01)
     assert p.tokens_per_joule == pytest.approx(tokens / joules, rel=0.01)
     assert p.energy.source == "nvidia-smi" and p.energy.audit[0].method == "sampled_power"
-    assert "tok/J" in capsys.readouterr().out
 
 
 def test_import_power_without_a_run_date_is_refused(

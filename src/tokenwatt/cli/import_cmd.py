@@ -37,9 +37,12 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
         typer.Option(
             "--power",
             help="a power log of the run (nvidia-smi CSV, nvidia-smi dmon -o DT, DCGM dump); "
-            "repeat for several",
+            "repeat for several; default: the power logs found beside FILE",
         ),
     ] = None,
+    no_power: Annotated[
+        bool, typer.Option("--no-power", help="do not read power logs found beside FILE")
+    ] = False,
     engine_metrics: Annotated[
         Path | None,
         typer.Option(
@@ -76,7 +79,8 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
         m.source, weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, overrides=m.overrides or None
     )
     accelerator = resolve_accelerator(spec.hardware)
-    energy = _energy(runs, list(power or []), accelerator.tdp_w) if power else None
+    logs = _power_logs(path, runs, power, no_power)
+    energy = _energy(runs, logs, accelerator.tdp_w) if logs else None
     result = imported_result(runs, spec, geometry, accelerator, path, energy=energy)
     if engine_metrics is not None:
         _witness(runs, result, engine_metrics, spec.hardware.replicas)
@@ -89,6 +93,24 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
     console.print(ResultView(result))
     for out_path in [folder / "result.json", *written]:
         console.print(f"wrote {out_path}", highlight=False, soft_wrap=True)
+
+
+def _power_logs(path: Path, runs: list[Any], given: list[Path] | None, off: bool) -> list[Path]:
+    """The logs named by --power, else those found beside the peer's file (said on stderr)."""
+    if given:
+        return list(given)
+    if off:
+        return []
+    from tokenwatt.power.logs import logs_beside
+
+    found = logs_beside(path)
+    if found and any(run.started_at is None for run in runs):
+        typer.echo(f"power logs beside {path.name} not read: the file gives no run date to "
+                   "place them by (name them with --power to be told why)", err=True)  # fmt: skip
+        return []
+    for log in found:
+        typer.echo(f"power log found beside {path.name}: {log.name} (--no-power to skip)", err=True)
+    return found
 
 
 def _span_ns(run: Any, flag: str) -> tuple[int, int]:

@@ -39,6 +39,7 @@ __all__ = [
     "PowerLog",
     "PowerLogError",
     "log_energy",
+    "logs_beside",
     "merge_logs",
     "parse_power_log",
     "read_power_log",
@@ -81,16 +82,51 @@ def read_power_log(path: Path) -> PowerLog:
     return parse_power_log(text, path.name)
 
 
+_SNIFF_BYTES = 4096  # enough for a header and the first samples of every format
+_MAX_BESIDE = 200  # files looked at in the peer file's folder
+
+
+def _kind(lines: list[str]) -> str | None:
+    """Which log format the first lines are, from their own content; None: not a power log."""
+    if not lines:
+        return None
+    if "power.draw" in lines[0] and "timestamp" in lines[0]:
+        return "nvidia-smi"
+    if lines[0].lstrip().startswith("#") and "pwr" in lines[0].split():
+        return "dmon"
+    if any(line.startswith("DCGM_FI_DEV_") for line in lines):
+        return "dcgm"
+    return None
+
+
+def logs_beside(path: Path) -> list[Path]:
+    """Power logs in the folder of a peer's result file, recognised by their first bytes
+    (never their names); the result file itself and unreadable files are skipped."""
+    found = []
+    for entry in sorted(path.parent.iterdir())[:_MAX_BESIDE]:
+        if entry == path or not entry.is_file():
+            continue
+        try:
+            with entry.open("rb") as f:
+                head = f.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        if _kind([line for line in head.splitlines() if line.strip()]) is not None:
+            found.append(entry)
+    return found
+
+
 def parse_power_log(text: str, name: str = "power log") -> PowerLog:
     """The log's format from its text, then its readings; one line naming the problem else."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise PowerLogError(f"{name}: empty")
-    if "power.draw" in lines[0] and "timestamp" in lines[0]:
+    kind = _kind(lines)
+    if kind == "nvidia-smi":
         return _nvidia_smi_csv(lines, name)
-    if lines[0].lstrip().startswith("#") and "pwr" in lines[0].split():
+    if kind == "dmon":
         return _dmon(lines, name)
-    if any(line.startswith("DCGM_FI_DEV_") for line in lines):
+    if kind == "dcgm":
         return _dcgm(lines, name)
     raise PowerLogError(
         f"{name}: not a power log tokenwatt reads (nvidia-smi --query-gpu=timestamp,power.draw "
