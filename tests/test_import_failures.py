@@ -28,6 +28,7 @@ from tokenwatt.importers.to_result import imported_result
 from tokenwatt.report.br02 import BenchmarkReportV02
 from tokenwatt.report.compare import compare_results
 from tokenwatt.report.compare_view import comparison_view
+from tokenwatt.report.format import fmt_pct
 from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import ResultView
 from tokenwatt.result import BenchResult
@@ -177,6 +178,8 @@ def test_failures_over_the_error_limit_fail_in_every_view(fmt: str, tmp_path: Pa
     head = _html_headline(result)
     assert "SLO NOT met" in head and f"{k} of {ended} requests failed" in head
     assert "at any probed rate" not in head and "SLO goodput" not in head
+    if p.mbu is not None:  # the probe's MBU on its card, as the terminal shows it, never "—"
+        assert fmt_pct(p.mbu) in head and fmt_pct(p.mbu) in text
     # compare: no SLO goodput for a failed probe; its warning gives the verdict
     shown, comparison = _compare(result)
     goodput_row = next(r for r in comparison.rows if r.name == "SLO goodput")
