@@ -131,9 +131,11 @@ def _quantile(metric: Literal["ttft", "tpot"]) -> Callable[[BenchResult], float 
 
 
 def _passed(r: BenchResult) -> ProbeSummary | None:
-    """The headline probe where it met the SLO: a failed probe has no SLO goodput."""
+    """The headline probe where it met the SLO and its goodput was measured: a failed probe
+    has no SLO goodput, nor an import without per-request timings (goodput not measured)."""
     h = r.headline_probe
-    return h if h is not None and h.slo_passed else None
+    unmeasured = h is not None and h.phase == "imported" and h.attainment is None
+    return h if h is not None and h.slo_passed and not unmeasured else None
 
 
 def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..., Any]]]:

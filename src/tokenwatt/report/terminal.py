@@ -137,10 +137,13 @@ def one_probe_row(b: ProbeSummary) -> tuple[str, str]:
         verdict = "interrupted"
     elif b.slo_detail is not None and b.slo_detail.error_probe:
         verdict += f" ({b.slo_detail.reason})"
-    text = (
-        f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s  ·  "
-        f"at {rate_text(b)}  ·  one probe, {verdict}"
-    )
+    goodput = f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s"
+    if b.phase == "imported" and b.attainment is None:  # a summary-only file: not measured
+        goodput = (
+            "not measured (no per-request timings in the file; "
+            f"T {fmt_tokens_per_s(b.output_tokens_per_s)} output tok/s)"
+        )
+    text = f"{goodput}  ·  at {rate_text(b)}  ·  one probe, {verdict}"
     return ("SLO goodput" if b.slo_passed else "Goodput"), text
 
 
