@@ -102,3 +102,34 @@ def test_mean_lengths_band_runs_from_fixed_lengths_to_the_maxima() -> None:
     want = low + extra / i.node_bandwidth_bytes_per_s
     assert d.mbu_lengths_upper_bound == pytest.approx(want, rel=1e-9)
     assert d.mbu_lengths_upper_bound > low
+
+
+def test_mlenergy_file_imports_its_own_energy_and_the_node_s_runs(tmp_path: Path) -> None:
+    """ML.ENERGY's result file (tests/fixtures/public): the stated node's configurations
+    only, tokens/J from its own mean power within 1 % of its energy per token, τ its median
+    ITL flagged as reading low, and the same MBU as the real-hardware table's row."""
+    from public_rows import all_rows
+
+    name = "meta-llama__Llama-3.1-8B-Instruct__lm-arena-chat.json"
+    path = Path(__file__).parent / "fixtures" / "public" / "mlenergy" / name
+    doc = json.loads(path.read_text())
+    on_h100 = [c for c in doc["configurations"] if c["gpu_model"] == "H100"]
+    fmt, runs = read_runs(path)
+    assert fmt == "mlenergy" and len(runs) == len(doc["configurations"])
+    spec = BenchSpec.model_validate(
+        {
+            "endpoint": {"url": "http://imported.invalid/x"},
+            "model": {"source": "llama-3.1-8b"},
+            "hardware": {"accelerator": "h100-sxm"},
+        }
+    )
+    acc = get_accelerator("h100-sxm")
+    result = imported_result(runs, spec, load_geometry("llama-3.1-8b"), acc, path)
+    assert len(result.probes) == len(on_h100)  # the B200 configurations left out
+    table = {r.point: r for r in all_rows() if r.gpu == acc.display_name and "8B" in r.model}
+    for p, c in zip(result.probes, on_h100, strict=True):
+        assert p.tokens_per_joule == pytest.approx(1 / c["energy_per_token_joules"], rel=0.01)
+        assert p.itl_token_weighted_s == pytest.approx(c["median_itl_ms"] / 1e3, rel=1e-12)
+        assert {"tau_from_median_itl", "kv_lengths_from_means"} <= set(p.flags)
+        row = table[f"max_num_seqs {c['max_num_seqs']}"]
+        assert p.mbu == pytest.approx(row.mbu, rel=1e-9)

@@ -379,6 +379,9 @@ class MbuFlags(_Strict):
     tau_from_tpot: bool = Field(
         False, description="τ taken as a summary's mean TPOT: B and MBU read high"
     )
+    tau_from_median_itl: bool = Field(
+        False, description="τ taken as a published median ITL (no mean): B and MBU read low"
+    )
     kv_lengths_from_means: bool = Field(
         False,
         description="lengths known only as means: the KV term at fixed lengths is the lower "

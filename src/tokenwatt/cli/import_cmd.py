@@ -64,7 +64,7 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
     from tokenwatt.cli.outdir import choose_out_dir
     from tokenwatt.geometry import load_geometry
     from tokenwatt.importers import read_runs
-    from tokenwatt.importers.to_result import imported_result
+    from tokenwatt.importers.to_result import imported_result, on_node
     from tokenwatt.load.target import resolve_accelerator
     from tokenwatt.report.terminal import ResultView
     from tokenwatt.result import write_result
@@ -79,6 +79,7 @@ def import_file(  # noqa: PLR0917 - one parameter per flag
         m.source, weight_dtype=m.weight_dtype, kv_dtype=m.kv_dtype, overrides=m.overrides or None
     )
     accelerator = resolve_accelerator(spec.hardware)
+    runs, _ = on_node(runs, spec, accelerator)  # a file mixing nodes: the stated node's runs
     logs = _power_logs(path, runs, power, no_power)
     energy = _energy(runs, logs, accelerator.tdp_w) if logs else None
     result = imported_result(runs, spec, geometry, accelerator, path, energy=energy)

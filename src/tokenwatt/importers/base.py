@@ -60,6 +60,12 @@ class ImportedRun:
     itl_token_weighted_s: float | None = None  # τ from per-request records
     max_input_tokens: float | None = None  # longest prompt, where a summary gives it
     max_output_tokens: float | None = None  # longest output, where a summary gives it
+    median_itl_s: float | None = None  # the pooled ITL's median, where no mean is published
+    mean_power_w: float | None = None  # the source's own mean power over its window (GPUs)
+    engine_batch: float | None = None  # the engine's own mean running batch, where published
+    # the node the file says this run ran on (accelerator name, GPUs), where it names one per
+    # run (ML.ENERGY mixes GPUs in one file): only runs on the stated node are imported
+    node: tuple[str, int] | None = None
     started_at: datetime | None = None  # the peer's own run start (UTC), where the file says
     ended_at: datetime | None = None
     notes: list[str] = field(default_factory=list)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from tokenwatt import __version__
+from tokenwatt.errors import HardwareError
 from tokenwatt.geometry.model import ModelGeometry
-from tokenwatt.hardware import Accelerator
-from tokenwatt.importers.base import ImportedRun
+from tokenwatt.hardware import Accelerator, get_accelerator
+from tokenwatt.importers.base import ImportedRun, ImportFileError
 from tokenwatt.metrics.published import MbuEstimate, PublishedFigures, mbu_from_figures
 from tokenwatt.metrics.slo import Limits
 from tokenwatt.result import BenchResult, EnergySummary, ProbeSummary, RunTarget, SloDetail
@@ -34,6 +35,7 @@ def _figures(run: ImportedRun) -> PublishedFigures:
         output_tokens_per_s=run.output_tokens_per_s,
         itl_s=run.itl_token_weighted_s,
         pooled_itl_s=run.itl_s.mean if run.itl_s.mean else None,
+        median_itl_s=run.median_itl_s,
         tpot_s=run.tpot_s.mean,
         concurrency=run.concurrency,
         request_rate_rps=run.request_rate_rps,
@@ -51,7 +53,7 @@ def _estimate(
 ) -> MbuEstimate | None:
     figures = _figures(run)
     if run.output_tokens_per_s <= 0 or not (
-        figures.itl_s or figures.pooled_itl_s or figures.tpot_s
+        figures.itl_s or figures.pooled_itl_s or figures.tpot_s or figures.median_itl_s
     ):
         return None
     return mbu_from_figures(
@@ -200,6 +202,57 @@ def _probe(
     )
 
 
+def on_node(
+    runs: Sequence[ImportedRun],
+    spec: BenchSpec,
+    accelerator: Accelerator,
+    energy: Sequence[EnergySummary | None] | None = None,
+) -> tuple[list[ImportedRun], Sequence[EnergySummary | None] | None]:
+    """The runs on the stated node (accelerator and GPU count) where the file names a node per
+    run; a file whose runs are all elsewhere is refused, naming the nodes it has."""
+    keep = [
+        i
+        for i, r in enumerate(runs)
+        if r.node is None
+        or (_same_accelerator(r.node[0], accelerator) and r.node[1] == spec.hardware.gpus)
+    ]
+    if not keep:
+        nodes = sorted(
+            {f"--hardware {r.node[0].lower()} --gpus {r.node[1]}" for r in runs if r.node}
+        )
+        raise ImportFileError(f"no run on {spec.hardware.gpus} × {accelerator.display_name} in "
+                              f"the file; its nodes: {'; '.join(nodes)}")  # fmt: skip
+    picked = [runs[i] for i in keep]
+    return picked, None if energy is None else [energy[i] for i in keep]
+
+
+def _same_accelerator(name: str, accelerator: Accelerator) -> bool:
+    try:
+        return get_accelerator(name).name == accelerator.name
+    except HardwareError:
+        return False
+
+
+def _own_energy(run: ImportedRun) -> EnergySummary | None:
+    """The source's own energy figure (ML.ENERGY's mean power over its window), where it
+    publishes one: tokens/J = T ÷ that power. None where the file has none."""
+    power = run.mean_power_w
+    t = run.output_tokens_per_s
+    if power is None or not power > 0 or not t > 0:
+        return None
+    return EnergySummary(
+        mean_power_w=power,
+        tokens_per_joule=t / power,
+        joules_per_output_token=power / t,
+        source=run.tool,
+        scope="gpu",
+        kind="energy_counter",
+        measured=True,
+        primary_scope="gpu",
+        warnings=[f"{run.tool}'s own energy figure (its method, its window)"],
+    )
+
+
 def imported_result(
     runs: Sequence[ImportedRun],
     spec: BenchSpec,
@@ -210,7 +263,9 @@ def imported_result(
     energy: Sequence[EnergySummary | None] | None = None,
 ) -> BenchResult:
     """The result of the imported runs, one probe each, in the file's order; ``energy`` per
-    run, where a power log beside the file covered it (``power.logs``)."""
+    run, where a power log beside the file covered it (``power.logs``). Runs the file places
+    on another node than the stated one are left out (``on_node``)."""
+    runs, energy = on_node(runs, spec, accelerator, energy)
     first = runs[0]
     now = datetime.now(UTC)
     starts = [r.started_at for r in runs if r.started_at is not None]
@@ -236,7 +291,8 @@ def imported_result(
     probes = []
     for i, run in enumerate(runs, 1):
         est = _estimate(run, spec, geometry, accelerator)
-        probes.append(_probe(i, run, spec, est, energy[i - 1] if energy else None))
+        measured = energy[i - 1] if energy else None
+        probes.append(_probe(i, run, spec, est, measured or _own_energy(run)))
     result.probes = probes
     seen: list[str] = []
     for run in runs:

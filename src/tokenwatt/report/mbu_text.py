@@ -45,6 +45,7 @@ FLAG_DIRECTION: dict[str, str] = {
     "the band to the reference skew is wider than 1 pt",
     "tau_from_pooled_itl": "reads high (+0.6…+2.3 % on B): τ is the pooled mean ITL",
     "tau_from_tpot": "reads high (B +12 %, +25 % with preemption): τ is mean TPOT",
+    "tau_from_median_itl": "reads low (B 0.66–0.99 × the engine's): τ is a median ITL",
     "kv_lengths_from_means": "lower bound: lengths known only as means, KV at fixed lengths",
 }
 
