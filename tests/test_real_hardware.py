@@ -34,6 +34,8 @@ def test_each_row_holds_its_invariants(row: object) -> None:
     assert "kv_lengths_from_means" in row.flags
     if row.source.startswith("MLPerf"):  # τ is the mean TPOT there: flagged, reads high
         assert "tau_from_tpot" in row.flags
+    else:  # ML.ENERGY gives the median ITL only: flagged, reads low
+        assert "tau_from_median_itl" in row.flags
     # tokens per joule from the source's power and throughput against its own energy/token
     if row.source_tokens_per_joule is not None:
         assert row.tokens_per_joule == pytest.approx(row.source_tokens_per_joule, rel=0.01)
