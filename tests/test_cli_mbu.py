@@ -176,3 +176,72 @@ def test_requests_file_gives_the_probe_s_own_context(
     assert d["mean_context_per_token"] == pytest.approx(p.mean_context_per_token, rel=1e-12)
     assert d["kv_bytes_per_s"] == pytest.approx(p.mbu_detail.inputs.kv_bytes_per_s, rel=1e-9)
     assert data["used"]["mean_output_tokens"] == 64
+
+
+BASE = ["--hardware", "h100-sxm", "--concurrency", "4", "--tpot-ms", "17", *LENGTHS]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--concurrency", "1e308"),
+        ("--tpot-ms", "inf"),
+        ("--input-tokens", "1e300"),
+        ("--output-tokens", "1e300"),
+        ("--ttft-ms", "1e300"),
+        ("--output-tokens-per-s", "1e300"),
+        ("--max-output-tokens", "1e300"),
+    ],
+)
+def test_overflowing_figures_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    args = list(BASE)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    monkeypatch.setattr(sys, "argv", ["tokenwatt", "mbu", "llama-3.1-8b", *args])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    err = capsys.readouterr().err
+    assert ended.value.code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"{flag} must be a finite number up to" in err
+
+
+def test_every_output_names_its_dtypes_lengths_and_regime(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(sys, "argv", ["tokenwatt", "mbu", *ROW])
+    with pytest.raises(SystemExit):
+        cli.main()
+    out = capsys.readouterr().out
+    # FP8 weights were given; the KV dtype was not: said, with the flag that changes it
+    assert "dtypes: weights fp8 (given), KV bf16 (not given" in out and "--kv-dtype" in out
+    assert "lengths: fixed (1024 → 1024 tokens, every request)" in out
+    assert "regime: closed loop at concurrency 4" in out
+    data = _mbu(monkeypatch, capsys, *ROW, "--kv-dtype", "fp8")
+    assert data["assumed"]["kv_dtype"] == "fp8" and data["assumed"]["kv_dtype_given"]
+    assert data["assumed"]["regime"].startswith("closed loop")
+    assert data["assumed"]["tau_from"] == "tpot_fixed"
+
+
+def test_mean_lengths_make_a_flagged_band_with_the_maxima_on_top(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixed = _mbu(monkeypatch, capsys, *ROW)
+    band = _mbu(
+        monkeypatch, capsys, *ROW, "--max-input-tokens", "2048", "--max-output-tokens", "2048"
+    )
+    # the band's lower end is the fixed-length figure, flagged as a lower bound
+    assert band["mbu"] == pytest.approx(fixed["mbu"], rel=1e-12)
+    assert any(f.startswith("kv_lengths_from_means: lower bound") for f in band["flags"])
+    assert any(f.startswith("tau_from_tpot: reads high") for f in band["flags"])
+    # the top: KV at one request of 2048 → 2048 (context 2048 + 2047/2), by hand
+    i = fixed["detail"]["inputs"]
+    kv_per_cached = i["kv_bytes_per_output_token"] / i["mean_context_per_token"]
+    extra = i["output_tokens_per_s"] * (2048 + 2047 / 2 - 1535.5) * kv_per_cached
+    upper = fixed["mbu"] + extra / i["node_bandwidth_bytes_per_s"]
+    assert band["detail"]["mbu_lengths_upper_bound"] == pytest.approx(upper, rel=1e-9)

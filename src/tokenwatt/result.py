@@ -383,6 +383,20 @@ class MbuFlags(_Strict):
     coalesced_chunks: bool = Field(
         False, description="chunks carry several steps: steps not measurable from the client"
     )
+    tau_from_pooled_itl: bool = Field(
+        False, description="τ taken as a summary's pooled mean ITL: B and MBU read slightly high"
+    )
+    tau_from_tpot: bool = Field(
+        False, description="τ taken as a summary's mean TPOT: B and MBU read high"
+    )
+    tau_from_median_itl: bool = Field(
+        False, description="τ taken as a published median ITL (no mean): B and MBU read low"
+    )
+    kv_lengths_from_means: bool = Field(
+        False,
+        description="lengths known only as means: the KV term at fixed lengths is the lower "
+        "end of its band, MBU a lower bound",
+    )
 
     def notes(self) -> list[str]:
         """One line per raised flag, for people."""
@@ -486,6 +500,11 @@ class Mbu(_Strict):
     )
     routing_reference: str | None = Field(
         None, description='the lower bound\'s skew, e.g. "zipf:1.2"'
+    )
+    mbu_lengths_upper_bound: float | None = Field(
+        None,
+        description="lengths known only as means: MBU at the file's longest prompt and output "
+        "(the KV band's upper end; ``mbu`` is its lower end); None where no maxima are known",
     )
     flags: MbuFlags = Field(default_factory=MbuFlags)
     notes: list[str] = Field(default_factory=list, description="one line per raised flag")

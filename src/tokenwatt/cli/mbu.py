@@ -76,6 +76,15 @@ def estimate_dict(
             "mean_input_tokens": est.mean_input_tokens,
             "mean_output_tokens": est.mean_output_tokens,
         },
+        "assumed": {
+            "weight_dtype": geometry.weight_dtype,
+            "weight_dtype_given": given.get("weights") is not None,
+            "kv_dtype": geometry.kv_dtype,
+            "kv_dtype_given": given.get("kv_dtype") is not None,
+            "lengths": est.lengths,
+            "regime": est.regime,
+            "tau_from": est.tau_source,
+        },
         "assumptions": est.assumptions,
         "mbu": est.headline,
         "mbu_decode_only": est.decode_only,
@@ -106,16 +115,38 @@ def _show(data: dict[str, Any]) -> None:
     t.add_row("node bandwidth, TB/s", f"{d['node_bandwidth_bytes_per_s'] / 1e12:.3f}")
     t.add_row("MBU (headline)", fmt_pct(data["mbu"]) if data["mbu"] is not None else "–")
     t.add_row("MBU decode-only", fmt_pct(data["mbu_decode_only"]))
+    upper = data["detail"].get("mbu_lengths_upper_bound")
+    if upper is not None:
+        t.add_row("MBU at the longest lengths (band's top)", fmt_pct(upper))
     console = Console(highlight=False)
     console.print(t)
     given = ", ".join(f"{k} {v}" for k, v in data["given"].items())
     console.print(f"given: {escape(given)}", soft_wrap=True)
+    for line in _basis_lines(data["assumed"]):
+        console.print(escape(line), soft_wrap=True)
     for line in data["assumptions"]:
         console.print(f"assumed: {escape(line)}", soft_wrap=True)
     for line in data["flags"]:
         console.print(f"[yellow]flag:[/] {escape(line)}", soft_wrap=True)
     for line in data["notes"]:
         console.print(f"note: {escape(line)}", soft_wrap=True)
+
+
+def _basis_lines(a: dict[str, Any]) -> list[str]:
+    """What every figure above rests on: the dtypes (given or the model's own), the lengths
+    and the regime; printed on every run, since a silent default moves MBU."""
+
+    def dtype(kind: str, flag: str) -> str:
+        value = a[f"{kind}_dtype"]
+        if a[f"{kind}_dtype_given"]:
+            return f"{value} (given)"
+        return f"{value} (not given: the model's own; {flag} to change)"
+
+    return [
+        f"dtypes: weights {dtype('weight', '--weights')}, KV {dtype('kv', '--kv-dtype')}",
+        f"lengths: {a['lengths']}",
+        f"regime: {a['regime']}",
+    ]
 
 
 def _node(model: str, node: NodeFlags, sets: list[str]) -> tuple[dict[str, Any], Any]:
@@ -179,6 +210,16 @@ def mbu(  # noqa: PLR0917 - one parameter per flag
     input_tokens: Annotated[_F, typer.Option("--input-tokens", help="mean prompt")] = None,
     output_tokens: Annotated[_F, typer.Option("--output-tokens", help="mean output")] = None,
     idle_fraction: Annotated[_F, typer.Option("--idle-fraction", help="measured, 0-1")] = None,
+    max_input_tokens: Annotated[
+        _F, typer.Option("--max-input-tokens", help="longest prompt (lengths vary)")
+    ] = None,
+    max_output_tokens: Annotated[
+        _F, typer.Option("--max-output-tokens", help="longest output (lengths vary)")
+    ] = None,
+    mean_lengths: Annotated[
+        bool,
+        typer.Option("--mean-lengths", help="--input/--output-tokens are means of varying ones"),
+    ] = False,
     requests: Annotated[
         Path | None, typer.Option("--requests", help="TokenWatt requests.jsonl: exact lengths")
     ] = None,
@@ -190,7 +231,6 @@ def mbu(  # noqa: PLR0917 - one parameter per flag
     --concurrency 4 --tpot-ms 17.41 --input-tokens 1024 --output-tokens 1024
     """
     from tokenwatt.geometry import load_geometry
-    from tokenwatt.metrics.published import PublishedFigures
 
     node = NodeFlags(hardware, gpus, replicas, bandwidth_tb_s)
     hw, m = _node(model, node, list(sets or []))
@@ -210,20 +250,13 @@ def mbu(  # noqa: PLR0917 - one parameter per flag
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "idle_fraction": idle_fraction,
+        "max_input_tokens": max_input_tokens,
+        "max_output_tokens": max_output_tokens,
         "requests": None if requests is None else str(requests),
+        "weights": weights,
+        "kv_dtype": kv_dtype,
     }
-    figures = PublishedFigures(
-        output_tokens_per_s=tokens_per_s,
-        itl_s=_ms(itl_ms),
-        tpot_s=_ms(tpot_ms),
-        ttft_s=_ms(ttft_ms),
-        concurrency=concurrency,
-        request_rate_rps=request_rate,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        idle_fraction=idle_fraction,
-        requests=_pairs_from(requests),
-    )
+    figures = _published(given, requests, mean_lengths=mean_lengths)
     data = _estimate(geometry, figures, hw, given)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -231,16 +264,68 @@ def mbu(  # noqa: PLR0917 - one parameter per flag
         _show(data)
 
 
+# Each ``PublishedFigures`` field's flag and the factor from the field's unit to the flag's.
+_FLAG_OF: dict[str, tuple[str, float]] = {
+    "output_tokens_per_s": ("--output-tokens-per-s", 1.0),
+    "itl_s": ("--itl-ms", 1e3),
+    "pooled_itl_s": ("--itl-ms", 1e3),
+    "tpot_s": ("--tpot-ms", 1e3),
+    "ttft_s": ("--ttft-ms", 1e3),
+    "concurrency": ("--concurrency", 1.0),
+    "request_rate_rps": ("--request-rate", 1.0),
+    "input_tokens": ("--input-tokens", 1.0),
+    "output_tokens": ("--output-tokens", 1.0),
+    "max_input_tokens": ("--max-input-tokens", 1.0),
+    "max_output_tokens": ("--max-output-tokens", 1.0),
+    "idle_fraction": ("--idle-fraction", 1.0),
+}
+
+
+def _published(
+    given: dict[str, Any], requests: Path | None, *, mean_lengths: bool
+) -> PublishedFigures:
+    """The flags' figures in the calculator's units (ms to s; exact lengths from a file)."""
+    from tokenwatt.metrics.published import PublishedFigures
+
+    g = given
+    return PublishedFigures(
+        output_tokens_per_s=g["output_tokens_per_s"],
+        itl_s=_ms(g["itl_ms"]),
+        tpot_s=_ms(g["tpot_ms"]),
+        ttft_s=_ms(g["ttft_ms"]),
+        concurrency=g["concurrency"],
+        request_rate_rps=g["request_rate_rps"],
+        input_tokens=g["input_tokens"],
+        output_tokens=g["output_tokens"],
+        idle_fraction=g["idle_fraction"],
+        requests=_pairs_from(requests),
+        # lengths given with their maxima are means of varying ones
+        lengths_are_means=mean_lengths
+        or g["max_input_tokens"] is not None
+        or g["max_output_tokens"] is not None,
+        max_input_tokens=g["max_input_tokens"],
+        max_output_tokens=g["max_output_tokens"],
+    )
+
+
 def _estimate(
     geometry: ModelGeometry, figures: PublishedFigures, hw: dict[str, Any], given: dict[str, Any]
 ) -> dict[str, Any]:
-    from tokenwatt.metrics.published import mbu_from_figures
+    from tokenwatt.metrics.published import FIGURE_BOUNDS, mbu_from_figures, out_of_bounds
 
     for key, value in given.items():
         flag = "--" + key.removesuffix("_rps").replace("_", "-")
         low_ok = key in ("ttft_ms", "idle_fraction", "input_tokens")
         if isinstance(value, float) and not (value >= 0 if low_ok else value > 0):
             raise SpecError(f"{flag} must be {'>=' if low_ok else '>'} 0, got {value:g}")
+    bad = out_of_bounds(figures)
+    if bad is not None:
+        name, value = bad
+        flag, scale = _FLAG_OF[name]
+        raise SpecError(
+            f"{flag} must be a finite number up to {FIGURE_BOUNDS[name] * scale:g}, "
+            f"got {value * scale:g}"
+        )
     if figures.idle_fraction is not None and not 0 <= figures.idle_fraction < 1:
         raise SpecError(f"--idle-fraction must be in [0, 1), got {figures.idle_fraction}")
     est = mbu_from_figures(

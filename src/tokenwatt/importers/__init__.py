@@ -5,7 +5,8 @@ returns one ``ImportedRun`` per load point; ``to_result.imported_result`` makes 
 ``result.json`` that ``report`` and ``compare`` read. Formats: ``vllm bench serve
 --save-result`` (with or without ``--save-detailed``), GuideLLM's ``benchmarks.json``, AIPerf's
 ``profile_export_aiperf.json`` (with its per-request ``profile_export.jsonl`` beside it),
-inference-perf's lifecycle report, and llm-d Benchmark Report v0.2/v0.2.1.
+inference-perf's lifecycle report, llm-d Benchmark Report v0.2/v0.2.1, and ML.ENERGY Benchmark
+result files (with their own energy figures).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tokenwatt.importers import aiperf, br02, guidellm, inference_perf, vllm
+from tokenwatt.importers import aiperf, br02, guidellm, inference_perf, mlenergy, vllm
 from tokenwatt.importers.base import ImportedRun, ImportFileError
 
 __all__ = ["FORMATS", "ImportFileError", "ImportedRun", "detect", "read_runs"]
@@ -29,6 +30,7 @@ FORMATS: dict[str, tuple[Callable[[Any], bool], Reader]] = {
     "guidellm": (guidellm.looks_like, guidellm.read),
     "aiperf": (aiperf.looks_like, aiperf.read),
     "inference-perf": (inference_perf.looks_like, inference_perf.read),
+    "mlenergy": (mlenergy.looks_like, mlenergy.read),
     "vllm": (vllm.looks_like, vllm.read),
 }
 

@@ -28,6 +28,7 @@ from tokenwatt.importers.base import (
     latency_from,
     number,
     per_request,
+    when,
 )
 
 __all__ = ["RECORDS_FILE", "looks_like", "read", "records_beside"]
@@ -110,7 +111,7 @@ def read(doc: Any, records: list[dict[str, Any]] | None = None) -> list[Imported
     per_request = _per_request(records) if records else {}
     notes = list(NOTES)
     if not per_request:
-        notes.append(f"no {RECORDS_FILE} beside it: τ taken as mean TPOT")
+        notes.append(f"no {RECORDS_FILE} beside it: τ and lengths from the summary (MBU notes)")
     rate, conc = _load(doc)
     models = ((doc.get("input_config") or {}).get("models") or {}).get("items") or [{}]
     errors = sum(int(e.get("count", 0)) for e in doc.get("error_summary") or [])
@@ -133,6 +134,10 @@ def read(doc: Any, records: list[dict[str, Any]] | None = None) -> list[Imported
             request_rate_rps=number(doc, "request_throughput", "avg"),
             mean_input_tokens=number(doc, "input_sequence_length", "avg"),
             mean_output_tokens=number(doc, "output_sequence_length", "avg"),
+            max_input_tokens=number(doc, "input_sequence_length", "max"),
+            max_output_tokens=number(doc, "output_sequence_length", "max"),
+            started_at=when(doc.get("start_time")),
+            ended_at=when(doc.get("end_time")),
             notes=notes,
             **per_request,
         )

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from tokenwatt.errors import TokenwattError
 from tokenwatt.result import Latency
 
-__all__ = ["ImportFileError", "ImportedRun", "latency_from", "number", "per_request"]
+__all__ = [
+    "ImportFileError",
+    "ImportedRun",
+    "latency_from",
+    "number",
+    "per_request",
+    "when",
+]
 
 
 class ImportFileError(TokenwattError):
@@ -50,6 +58,16 @@ class ImportedRun:
     # per request (TTFT s, E2E s) of the same requests, for attainment and goodput
     timings: Sequence[tuple[float, float]] | None = None
     itl_token_weighted_s: float | None = None  # τ from per-request records
+    max_input_tokens: float | None = None  # longest prompt, where a summary gives it
+    max_output_tokens: float | None = None  # longest output, where a summary gives it
+    median_itl_s: float | None = None  # the pooled ITL's median, where no mean is published
+    mean_power_w: float | None = None  # the source's own mean power over its window (GPUs)
+    engine_batch: float | None = None  # the engine's own mean running batch, where published
+    # the node the file says this run ran on (accelerator name, GPUs), where it names one per
+    # run (ML.ENERGY mixes GPUs in one file): only runs on the stated node are imported
+    node: tuple[str, int] | None = None
+    started_at: datetime | None = None  # the peer's own run start (UTC), where the file says
+    ended_at: datetime | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -92,3 +110,21 @@ def per_request(rows: Iterable[tuple[int, int, float, float]]) -> dict[str, Any]
         return {}
     tau = decode_s / decode_n if decode_n else None
     return {"pairs": pairs, "timings": timings, "itl_token_weighted_s": tau}
+
+
+def when(value: Any, fmt: str | None = None) -> datetime | None:
+    """A peer's timestamp as an aware UTC datetime: epoch seconds, ISO 8601, or ``fmt``
+    (``strptime``; naive times taken as UTC, as the peers write them); None where absent or
+    unreadable (the run's date is then the import's, said in the result's warnings)."""
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return datetime.fromtimestamp(float(value), UTC)
+        if isinstance(value, datetime):
+            stamp = value
+        elif isinstance(value, str):
+            stamp = datetime.strptime(value, fmt) if fmt else datetime.fromisoformat(value)
+        else:
+            return None
+    except (ValueError, OverflowError, OSError):
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)

@@ -87,10 +87,14 @@ def read(doc: Any) -> list[ImportedRun]:
             request_rate_rps=tput.request_rate.mean if tput.request_rate else None,
             mean_input_tokens=req.input_length.mean if req and req.input_length else None,
             mean_output_tokens=req.output_length.mean if req and req.output_length else None,
+            max_input_tokens=req.input_length.max if req and req.input_length else None,
+            max_output_tokens=req.output_length.max if req and req.output_length else None,
+            started_at=t.start if t is not None else None,
+            ended_at=t.end if t is not None else None,
             notes=[
                 "a Benchmark Report's TPOT and ITL are its harness's own definitions (the "
-                "schema warns they differ between tools); no per-request records: τ taken "
-                "as mean TPOT"
+                "schema warns they differ between tools); no per-request records: τ and "
+                "lengths from the summary (MBU notes)"
             ],
         )
     ]

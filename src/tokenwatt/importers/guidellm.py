@@ -21,6 +21,7 @@ from tokenwatt.importers.base import (
     latency_from,
     number,
     per_request,
+    when,
 )
 
 __all__ = ["looks_like", "read"]
@@ -87,7 +88,7 @@ def _run(b: dict[str, Any], version: str | None, model: str | None) -> ImportedR
     per_request = _requests(b)
     notes = list(NOTES)
     if not per_request:
-        notes.append("no per-request records: τ taken as mean TPOT")
+        notes.append("no per-request records: lengths known only as means (see the MBU notes)")
     return ImportedRun(
         tool="GuideLLM",
         tool_version=version,
@@ -106,6 +107,10 @@ def _run(b: dict[str, Any], version: str | None, model: str | None) -> ImportedR
         request_rate_rps=number(_succ(m, "requests_per_second"), "mean"),
         mean_input_tokens=number(_succ(m, "prompt_token_count"), "mean"),
         mean_output_tokens=number(_succ(m, "output_token_count"), "mean"),
+        max_input_tokens=number(_succ(m, "prompt_token_count"), "max"),
+        max_output_tokens=number(_succ(m, "output_token_count"), "max"),
+        started_at=when(b.get("start_time")),
+        ended_at=when(b.get("end_time")),
         notes=notes,
         **per_request,
     )

@@ -24,7 +24,7 @@ NOTES = [
     "inference-perf's throughput divides the successful requests' output tokens by the whole "
     "benchmark time, not by a steady window",
     "inference-perf's inter_token_latency is per streamed chunk (TokenWatt's chunk ITL); its "
-    "report has no per-request records, so τ is taken as mean TPOT",
+    "report has no per-request records, so τ and lengths come from its summary (MBU notes)",
 ]
 
 
@@ -60,6 +60,8 @@ def read(doc: Any) -> list[ImportedRun]:
             request_rate_rps=number(s, "throughput", "requests_per_sec"),
             mean_input_tokens=number(s, "prompt_len", "mean"),
             mean_output_tokens=number(s, "output_len", "mean"),
+            max_input_tokens=number(s, "prompt_len", "max"),
+            max_output_tokens=number(s, "output_len", "max"),
             notes=list(NOTES),
         )
     ]

@@ -15,6 +15,7 @@ one gap per streamed chunk after the first). Its definitions against TokenWatt's
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from tokenwatt.importers.base import (
@@ -23,6 +24,7 @@ from tokenwatt.importers.base import (
     latency_from,
     number,
     per_request,
+    when,
 )
 
 __all__ = ["looks_like", "read"]
@@ -81,9 +83,13 @@ def read(doc: Any) -> list[ImportedRun]:
     conc = number(doc, "max_concurrency")
     closed = rate is None or rate == float("inf")
     detail = _details(doc)
+    ended = when(doc.get("date"), "%Y%m%d-%H%M%S")
     notes = list(NOTES)
     if not detail:
-        notes.append("no per-request arrays (--save-detailed): τ taken as mean TPOT")
+        notes.append(
+            "no per-request arrays (--save-detailed): τ from the pooled mean ITL, lengths "
+            "known only as means (see the MBU notes)"
+        )
     return [
         ImportedRun(
             tool="vllm bench serve",
@@ -103,6 +109,9 @@ def read(doc: Any) -> list[ImportedRun]:
             request_rate_rps=number(doc, "request_throughput"),
             mean_input_tokens=(number(doc, "total_input_tokens") or 0) / max(ok, 1),
             mean_output_tokens=(number(doc, "total_output_tokens") or 0) / max(ok, 1),
+            # vLLM stamps ``date`` when it saves the result, at the run's end (to the second)
+            started_at=None if ended is None else ended - timedelta(seconds=duration),
+            ended_at=ended,
             notes=notes,
             **detail,
         )

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tokenwatt.errors import ReportError
-from tokenwatt.report.format import fmt_quantile, rel_change
+from tokenwatt.report.format import fmt_quantile, no_boundary_text, rel_change
 from tokenwatt.report.labels import describe_slo
 from tokenwatt.report.pareto import pareto_mask
-from tokenwatt.result import BenchResult, load_result
+from tokenwatt.result import BenchResult, ProbeSummary, load_result
 
 __all__ = [
     "Comparison",
@@ -71,6 +71,7 @@ class ParetoPoint:
     interactivity_tok_s_per_user: float
     slo_passed: bool
     on_frontier: bool = False
+    concurrency: int | None = None  # closed loop: the requests kept in flight
 
 
 def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint, ...]:
@@ -92,6 +93,7 @@ def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint,
                     p.output_tokens_per_s / r.gpus,
                     1 / tpot,
                     p.slo_passed,
+                    concurrency=p.concurrency,
                 )
             )
 
@@ -110,6 +112,7 @@ def pareto_points(runs: Sequence[tuple[str, BenchResult]]) -> tuple[ParetoPoint,
             p.interactivity_tok_s_per_user,
             p.slo_passed,
             on,
+            p.concurrency,
         )
         for p, on in zip(pts, mask, strict=True)
     ]
@@ -127,6 +130,14 @@ def _quantile(metric: Literal["ttft", "tpot"]) -> Callable[[BenchResult], float 
     return get
 
 
+def _passed(r: BenchResult) -> ProbeSummary | None:
+    """The headline probe where it met the SLO and its goodput was measured: a failed probe
+    has no SLO goodput, nor an import without per-request timings (goodput not measured)."""
+    h = r.headline_probe
+    unmeasured = h is not None and h.phase == "imported" and h.attainment is None
+    return h if h is not None and h.slo_passed and not unmeasured else None
+
+
 def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..., Any]]]:
     return [
         (
@@ -134,14 +145,14 @@ def _metric_specs(q_label: str) -> list[tuple[str, str, Any, Better, Callable[..
             "output tok/s",
             "tokens_per_s",
             "higher",
-            lambda r: h.goodput_output_tokens_per_s if (h := r.headline_probe) else None,
+            lambda r: h.goodput_output_tokens_per_s if (h := _passed(r)) else None,
         ),
         (
             "goodput per GPU",
             "output tok/s",
             "tokens_per_s",
             "higher",
-            lambda r: h.goodput_output_tokens_per_s_per_gpu if (h := r.headline_probe) else None,
+            lambda r: h.goodput_output_tokens_per_s_per_gpu if (h := _passed(r)) else None,
         ),
         (
             "tokens per joule",
@@ -290,8 +301,13 @@ def _differences(labels: Sequence[str], results: Sequence[BenchResult]) -> list[
             out.append(f"runs differ in {what} ({shown}): differences are not like for like")
     out += _spec_differences(labels, results)
     for lab, r in zip(labels, results, strict=True):
-        if r.boundary is None:
-            out.append(f"{lab}: no boundary (the SLO failed at every probed rate)")
+        h = r.headline_probe
+        if r.boundary is None and h is not None:
+            verdict = "SLO met" if h.slo_passed else "SLO NOT met"
+            reason = h.slo_detail.reason if h.slo_detail is not None else None
+            out.append(f"{lab}: one probe, {verdict}" + (f" ({reason})" if reason else ""))
+        elif r.boundary is None:
+            out.append(f"{lab}: {no_boundary_text(r)}")
         if r.interrupted:
             out.append(f"{lab}: the run was interrupted; its boundary may be loose")
     return out

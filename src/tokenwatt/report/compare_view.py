@@ -101,7 +101,11 @@ def pareto_view(comparison: Comparison) -> RenderableType:
     index = {label: i for i, label in enumerate(comparison.labels)}
     for p in comparison.pareto:
         star = "★ " if p.on_frontier else ""
-        rate = "single stream" if p.rate_rps is None else f"{p.rate_rps:.3g}"
+        rate = "single stream" if p.probe_index == 0 else "—"
+        if p.rate_rps is not None:
+            rate = f"{p.rate_rps:.3g}"
+        elif p.concurrency is not None and p.probe_index != 0:
+            rate = f"concurrency {p.concurrency}"
         run = Text(f"{star}{p.label}", "bold" if p.on_frontier else "")
         if _simulated(comparison, index.get(p.label, -1)):
             run.append(f" {SIMULATED}", "magenta")

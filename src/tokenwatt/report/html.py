@@ -49,7 +49,7 @@ from tokenwatt.report.mbu_text import (
     mbu_notes,
     raised_flags,
 )
-from tokenwatt.report.terminal import cost_text, energy_text
+from tokenwatt.report.terminal import cost_text, energy_text, one_probe_row
 from tokenwatt.result import BenchResult, ProbeSummary
 
 __all__ = ["REPORT_FILE", "SECTION_IDS", "render_html", "write_html"]
@@ -166,8 +166,18 @@ def _figure(svg: str, caption: str, mark: str = "") -> str:
     return f"<figure>{svg}<figcaption>{text}</figcaption></figure>"
 
 
+def _one_probe(b: ProbeSummary) -> str:
+    """The goodput card of a one-probe folder: the probe's own verdict, as the terminal's."""
+    _, text = one_probe_row(b)
+    figure, _, rest = text.partition("  ·  ")
+    return (
+        f'<div class="value{"" if b.slo_passed else " none"}">{_e(figure)}</div>'
+        f'<div class="detail">{_e(rest)}</div>'
+    )
+
+
 def _headline(r: BenchResult) -> str:
-    b = r.boundary
+    b = r.headline_probe
     if b is None:
         lowest = min((p.rate_rps for p in r.probes if p.rate_rps is not None), default=None)
         why = no_boundary_text(r)
@@ -185,7 +195,9 @@ def _headline(r: BenchResult) -> str:
             f"{_e(fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu))} tok/s per GPU · "
             f"at {_e(fmt_rate(b.rate_rps))}</div>"
         )
-        if no_failure_seen(r) or b.boundary_rate_rps is not None:
+        if r.boundary is None:
+            first = _one_probe(b)
+        elif no_failure_seen(r) or b.boundary_rate_rps is not None:
             main, detail = goodput_headline(r, b)
             first = (
                 f'<div class="value">{_e(main)}</div><div class="detail">'
@@ -210,8 +222,9 @@ def _headline(r: BenchResult) -> str:
             )
         mbu = _mbu_card(b)
     m = _mark(r)
+    label = "SLO goodput" if b is None or b.slo_passed or r.boundary is not None else "Goodput"
     cards = (
-        f'<div class="card first"><div class="label">SLO goodput{m}</div>{first}</div>'
+        f'<div class="card first"><div class="label">{label}{m}</div>{first}</div>'
         f'<div class="card"><div class="label">Tokens per joule{m}</div>{energy}</div>'
         f'<div class="card"><div class="label">MBU (decode bandwidth){m}</div>{mbu}</div>'
     )

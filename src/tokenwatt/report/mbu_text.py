@@ -45,6 +45,10 @@ FLAG_DIRECTION: dict[str, str] = {
     "MBU between the raw-τ and corrected-τ values (see note)",
     "routing_unmeasured": "routing not measured: both figures are uniform upper bounds; "
     "the band to the reference skew is wider than 1 pt",
+    "tau_from_pooled_itl": "reads high (+0.6…+2.3 % on B): τ is the pooled mean ITL",
+    "tau_from_tpot": "reads high (B +12 %, +25 % with preemption): τ is mean TPOT",
+    "tau_from_median_itl": "reads low (B 0.66–0.99 × the engine's): τ is a median ITL",
+    "kv_lengths_from_means": "lower bound: lengths known only as means, KV at fixed lengths",
 }
 
 
@@ -77,6 +81,11 @@ def mbu_missing_reason(detail: Mbu | None) -> str:
         return "refused: above the rated bandwidth (an input is wrong: see the self-checks)"
     if f.over_slot_limit:
         return "not derived (batch above the engine's slot limit)"
+    if detail.mbu_decode_only is not None:
+        return (
+            f"headline not known (idle share not measured)  ·  decode-only "
+            f"{fmt_pct(detail.mbu_decode_only)}"
+        )
     return "not derived (no decode measured)"
 
 
@@ -96,6 +105,8 @@ def mbu_figures_text(mbu: float | None, detail: Mbu | None) -> str:
             f"  ·  routing unmeasured: {fmt_pct(detail.mbu_lower_bound)}–{fmt_pct(mbu)} "
             f"({detail.routing_reference} to uniform)"
         )
+    if detail.mbu_lengths_upper_bound is not None:
+        text += f"  ·  lengths unknown: {fmt_pct(mbu)}–{fmt_pct(detail.mbu_lengths_upper_bound)}"
     return text
 
 

@@ -80,7 +80,8 @@ def rate_text(p: ProbeSummary) -> str:
         f"{achieved} achieved" if counted == achieved else f"{counted} counted, {achieved} achieved"
     )
     if p.rate_rps is None:
-        return f"{fmt_rate(p.achieved_rate_rps)} achieved"
+        closed = f"concurrency {p.concurrency}, " if p.concurrency is not None else ""
+        return f"{closed}{fmt_rate(p.achieved_rate_rps)} achieved"
     return f"{fmt_rate(p.rate_rps)} offered, {held}"
 
 
@@ -128,18 +129,30 @@ def _mbu_text(p: ProbeSummary) -> str:
     return mbu_figures_text(p.mbu, p.mbu_detail)
 
 
+def one_probe_row(b: ProbeSummary) -> tuple[str, str]:
+    """The headline of a folder with one probe and no search (``tokenwatt probe``, an
+    import): its own verdict, and "SLO goodput" only when it passed; the terminal and the
+    HTML report both say this."""
+    verdict = "SLO met" if b.slo_passed else "SLO NOT met"
+    if b.interrupted:
+        verdict = "interrupted"
+    elif b.slo_detail is not None and b.slo_detail.error_probe:
+        verdict += f" ({b.slo_detail.reason})"
+    goodput = f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s"
+    if b.phase == "imported" and b.attainment is None:  # a summary-only file: not measured
+        goodput = (
+            "not measured (no per-request timings in the file; "
+            f"T {fmt_tokens_per_s(b.output_tokens_per_s)} output tok/s)"
+        )
+    text = f"{goodput}  ·  at {rate_text(b)}  ·  one probe, {verdict}"
+    return ("SLO goodput" if b.slo_passed else "Goodput"), text
+
+
 def _goodput_row(result: BenchResult, b: ProbeSummary, *, probe_only: bool) -> tuple[str, str]:
     """The headline's first row. A probe that failed (or was cut by an error or Ctrl-C) is
     never called "SLO goodput"; a boundary without a failure above it is a lower bound."""
     if probe_only:
-        verdict = "SLO met" if b.slo_passed else "SLO NOT met"
-        if b.interrupted:
-            verdict = "interrupted"
-        text = (
-            f"{fmt_tokens_per_s(b.goodput_output_tokens_per_s)} output tok/s  ·  "
-            f"at {rate_text(b)}  ·  one probe, {verdict}"
-        )
-        return ("SLO goodput" if b.slo_passed else "Goodput"), text
+        return one_probe_row(b)
     per_gpu = fmt_tokens_per_s(b.goodput_output_tokens_per_s_per_gpu)
     if b.boundary_rate_rps is None and not no_failure_seen(result):  # no fit: as measured
         text = (
