@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenwatt import httpget
+from tokenwatt.spec import redact_text
 
 __all__ = ["LOG_TAIL_LINES", "ServerFailedError", "ServerProcess", "group_alive"]
 
@@ -144,7 +145,7 @@ class ServerProcess:
                 return time.perf_counter() - t0
             if time.perf_counter() - t0 > timeout_s:
                 raise ServerFailedError(
-                    f"the server was not healthy at {url} within {timeout_s:g} s"
+                    f"the server was not healthy at {redact_text(url)} within {timeout_s:g} s"
                 )
             await asyncio.sleep(_HEALTH_POLL_S)
 

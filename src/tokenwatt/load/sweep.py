@@ -19,7 +19,7 @@ import asyncio
 import copy
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from tokenwatt.load.server_proc import ServerFailedError, ServerProcess
 from tokenwatt.result import BenchResult
 from tokenwatt.spec import BenchSpec, parse_spec, redact, redact_text
 from tokenwatt.spec.dotted import put_dotted
+from tokenwatt.spec.redact import secrets_in
 from tokenwatt.spec.sweep import (
     Scalar,
     SweepPointSettings,
@@ -104,6 +105,7 @@ class _Point:
     values: dict[str, Scalar]
     record: SweepPoint
     folder: Path
+    secrets: list[str] = field(default_factory=list)  # hidden in every line kept (redact)
 
 
 def _new_point(spec: SweepSpec, out: Path, index: int, settings: SweepPointSettings) -> _Point:
@@ -128,10 +130,11 @@ def _prepare(
     """The point's server (not started), health URL and bench spec; a template or spec error
     is a ``TokenwattError`` naming the field."""
     argv = render_command(spec.server.command, p.values)
-    p.record.command = [redact_text(a) for a in argv]
     health = render(spec.server.health_url, p.values, what="server.health_url")
     env = {k: render(v, p.values, what=f"server.env.{k}") for k, v in spec.server.env.items()}
     bench_spec = point_spec(doc, spec, p.values)
+    p.secrets = secrets_in([health, env, bench_spec.model_dump(mode="json")])
+    p.record.command = [redact_text(a, p.secrets) for a in argv]
     server = ServerProcess(
         argv, p.folder / "server.log", env=env, stop_timeout_s=spec.server.stop_timeout_s
     )
@@ -176,7 +179,7 @@ async def _run_point(
     try:
         server, health, bench_spec = _prepare(p, spec, doc)
     except TokenwattError as exc:
-        rec.cause = str(exc)
+        rec.cause = redact_text(str(exc))
         return False
     try:
         wait = (health, spec.server.health_timeout_s)
@@ -185,15 +188,17 @@ async def _run_point(
     except ServerFailedError as exc:
         rec.cause, rec.server_exit_code = exc.cause, server.exit_code
     except TokenwattError as exc:  # the bench refused the point (target unreachable, ...)
-        rec.cause = redact_text(str(exc))
+        rec.cause = str(exc)
     except asyncio.CancelledError:
         rec.status, rec.cause = "interrupted", "stopped by Ctrl-C"
         raise
     except Exception as exc:  # one broken point must not lose the sweep; the cause says what
-        rec.cause = f"{type(exc).__name__}: {redact_text(str(exc))}"
+        rec.cause = f"{type(exc).__name__}: {exc}"
     finally:
         server.stop()  # synchronous: a second Ctrl-C must not skip it
         rec.server_killed = server.killed
+        if rec.cause is not None:  # a log tail or an error may echo a URL or a password
+            rec.cause = redact_text(rec.cause, p.secrets)
     return False
 
 
