@@ -94,6 +94,8 @@ class _Lines:
             p = ev.point
             why = f" ({p.cause})" if p.cause else ""
             c.print(f"  point {ev.index}: {p.status}{why}", highlight=False, markup=False)
+            for w in p.warnings:
+                c.print(f"  warning: {w}", highlight=False, markup=False)
 
 
 def sweep(

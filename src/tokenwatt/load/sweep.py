@@ -10,7 +10,9 @@ what it measured), stops the server and its children, writes the sweep and stops
 
 The server runs in its own process group (``load.server_proc``), so stopping it takes every
 child with it and the terminal's Ctrl-C reaches only the sweep, which then stops the server
-itself.
+itself. Processes that left the group (``setsid``, daemons) are found by session, environment
+marker and the health URL's port, stopped, and named in the point's ``warnings``; a point
+whose leftovers cannot be stopped fails with that cause.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tokenwatt import __version__, httpget
 from tokenwatt.errors import TokenwattError
@@ -44,7 +47,7 @@ from tokenwatt.spec.sweep import (
 )
 from tokenwatt.sweep_result import SweepPoint, SweepResult, operating_point, write_sweep
 
-__all__ = ["SweepEvent", "point_spec", "run_sweep"]
+__all__ = ["SweepEvent", "local_port", "point_spec", "run_sweep"]
 
 SIM_VERSION_PREFIX = "tokenwatt-sim"
 
@@ -69,6 +72,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
+
+
+def local_port(url: str) -> int | None:
+    """The port of a health URL on this machine (a loopback host), where the server listens
+    and its leftovers can be found; None for another host."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+    return port if (parts.hostname or "") in _LOCAL_HOSTS else None
 
 
 def _folder_name(index: int, label: str) -> str:
@@ -136,7 +153,11 @@ def _prepare(
     p.secrets = secrets_in([health, env, bench_spec.model_dump(mode="json")])
     p.record.command = [redact_text(a, p.secrets) for a in argv]
     server = ServerProcess(
-        argv, p.folder / "server.log", env=env, stop_timeout_s=spec.server.stop_timeout_s
+        argv,
+        p.folder / "server.log",
+        env=env,
+        stop_timeout_s=spec.server.stop_timeout_s,
+        port=local_port(health),
     )
     return server, health, bench_spec
 
@@ -197,6 +218,9 @@ async def _run_point(
     finally:
         server.stop()  # synchronous: a second Ctrl-C must not skip it
         rec.server_killed = server.killed
+        rec.warnings += server.warnings
+        if server.leftover_cause is not None:
+            rec.status, rec.cause = "failed", server.leftover_cause
         if rec.cause is not None:  # a log tail or an error may echo a URL or a password
             rec.cause = redact_text(rec.cause, p.secrets)
     return False
