@@ -32,6 +32,7 @@ __all__ = [
     "Leftover",
     "ServerMarks",
     "find_leftovers",
+    "find_marked",
     "listeners",
     "stop_leftovers",
 ]
@@ -149,6 +150,17 @@ def find_leftovers(marks: ServerMarks) -> list[Leftover]:
         ]
         if why:
             found.append(Leftover(pid, name, why))
+    return found
+
+
+def find_marked(var: str, value: str) -> list[Leftover]:
+    """Every live process (but this one) whose environment holds ``var=value``."""
+    me, mark = os.getpid(), f"{var}={value}".encode()
+    found = []
+    for d in _pids():
+        st = _stat(d)
+        if int(d.name) != me and st is not None and st[1] not in "ZX" and _has_mark(d, mark):
+            found.append(Leftover(int(d.name), st[0], ["environment"]))
     return found
 
 
