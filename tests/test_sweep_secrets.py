@@ -238,3 +238,36 @@ def test_no_url_secret_in_any_file_or_line_of_a_sweep(tmp_path: Path) -> None:
         leaks = [where for where, text in texts.items() if secret in text]
         assert not leaks, f"the {name} secret is in {leaks}"
     assert "k=***" in texts[str(folder / "result.json")]
+
+
+def test_a_secret_var_in_the_launch_line_and_a_server_log_is_hidden(tmp_path: Path) -> None:
+    """A token passed on the command line (a var under a secret key) and a health password the
+    server echoes into its log: neither in the point's launch line, cause or sweep.json."""
+    from tokenwatt.load.sweep import run_sweep
+    from tokenwatt.spec.sweep import SweepSpec
+
+    token, password = "hf_S3cretT0kenValue", "EchoedPw991"
+    bench = {
+        "endpoint": {"url": "http://127.0.0.1:1/v1", "model": "m"},
+        "model": {"source": "qwen3-8b"},
+        "hardware": {"accelerator": "h100-sxm"},
+    }
+    spec = SweepSpec.model_validate(
+        {
+            "name": "leaky",
+            "server": {
+                "command": "sh -c 'echo token {hf_token} password {pw}; exit 3'",
+                "health_url": "http://tw:{pw}@127.0.0.1:{port}/health",
+                "health_timeout_s": 5,
+            },
+            "vars": {"hf_token": token, "pw": password},
+            "points": [{"n": 1}],
+            "bench": bench,
+        }
+    )
+    result = asyncio.run(run_sweep(spec, bench, tmp_path))
+    (point,) = result.points
+    assert point.status == "failed" and "exited with code 3" in (point.cause or "")
+    assert "***" in (point.cause or "")  # the log tail was there, redacted
+    shown = " ".join([*point.command, point.cause or "", (tmp_path / "sweep.json").read_text()])
+    assert token not in shown and password not in shown

@@ -150,7 +150,7 @@ def _prepare(
     health = render(spec.server.health_url, p.values, what="server.health_url")
     env = {k: render(v, p.values, what=f"server.env.{k}") for k, v in spec.server.env.items()}
     bench_spec = point_spec(doc, spec, p.values)
-    p.secrets = secrets_in([health, env, bench_spec.model_dump(mode="json")])
+    p.secrets = secrets_in([health, env, spec.vars, bench_spec.model_dump(mode="json")])
     p.record.command = [redact_text(a, p.secrets) for a in argv]
     server = ServerProcess(
         argv,
@@ -249,7 +249,10 @@ async def run_sweep(
             result.points.append(p.record)
             if on_event is not None:
                 on_event(SweepEvent("point_start", index, p.record.label))
-            stop = await _run_point(p, spec, bench_doc, on_event)
+            try:
+                stop = await _run_point(p, spec, bench_doc, on_event)
+            finally:  # a var that is a password only in a rendered URL: hidden in the file too
+                result.sweep = redact(result.sweep, p.secrets)
             write_sweep(result, out)
             if on_event is not None:
                 on_event(SweepEvent("point_done", index, p.record.label, point=p.record))

@@ -72,21 +72,22 @@ def redact_text(text: str, secrets: Iterable[str | None] = ()) -> str:
     return text
 
 
-def redact(value: Any) -> Any:
+def redact(value: Any, secrets: Iterable[str | None] = ()) -> Any:
     """A copy with secrets removed: values under secret-looking keys (keys ending in ``_env``
     name environment variables and are kept) and, in every string, what ``redact_text``
-    removes."""
+    removes (with the literal ``secrets``)."""
+    secrets = tuple(secrets)
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
             key = str(k)
             secret = _SECRET_KEY.search(key) and not key.lower().endswith("_env")
-            out[k] = _HIDDEN if secret and v is not None else redact(v)
+            out[k] = _HIDDEN if secret and v is not None else redact(v, secrets)
         return out
     if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
+        return [redact(v, secrets) for v in value]
     if isinstance(value, str):
-        return redact_text(value)
+        return redact_text(value, secrets)
     return value
 
 
