@@ -126,3 +126,54 @@ def test_the_health_port_is_local_only() -> None:
     assert local_port("http://127.0.0.1:8123/health") == 8123
     assert local_port("http://u:p@localhost/health") == 80
     assert local_port("https://gpu-node-7:8443/health") is None
+
+
+def test_a_leftover_that_cannot_be_stopped_fails_the_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's process cannot be signalled: the kernel answers EPERM. That answer is
+    stood in for (this test runs as one user) for the daemon alone; the point fails naming it."""
+    import os
+    import signal
+
+    from tokenwatt.load import procscan
+
+    real_kill = os.kill
+    daemon: list[int] = []
+
+    def kill(pid: int, sig: int) -> None:
+        if not daemon:
+            daemon.append(daemon_pid(next(tmp_path.glob("points/*/server.log"))))
+        if pid == daemon[0]:
+            raise PermissionError(1, "Operation not permitted")
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(procscan.os, "kill", kill)
+    spec = SweepSpec.model_validate(
+        {
+            "name": "stuck",
+            "server": {
+                "command": "{python} {fake} {port} setsid",
+                "health_url": "http://127.0.0.1:{port}/health",
+                "health_timeout_s": 20,
+                "stop_timeout_s": 0.5,
+            },
+            "vars": {"python": sys.executable, "fake": FAKE},
+            "points": [{"n": 1}],
+            "bench": {
+                "endpoint": {"url": "http://127.0.0.1:1/v1", "model": "m"},
+                "model": {"source": "qwen3-8b"},
+                "hardware": {"accelerator": "h100-sxm"},
+            },
+        }
+    )
+    try:
+        result = asyncio.run(run_sweep(spec, dict(spec.bench), tmp_path))  # type: ignore[arg-type]
+        monkeypatch.undo()
+        (point,) = result.points
+        assert point.status == "failed"
+        assert f"could not be stopped: pid {daemon[0]}" in (point.cause or "")
+        assert alive(daemon[0])
+    finally:
+        if daemon:
+            real_kill(daemon[0], signal.SIGKILL)
