@@ -92,6 +92,9 @@ def test_a_killed_sweep_leaves_no_server(tmp_path: Path) -> None:
     assert guard.returncode == 128 + signal.SIGKILL, text
     assert "killed by signal 9" in text and "stopped what it had started" in text
     assert not alive(child), "the server outlived its killed sweep"
+    sweep = load_sweep(out)  # the point in flight, as the worker left it, and the guard's word
+    assert sweep.interrupted and [p.status for p in sweep.points] == ["interrupted"]
+    assert any("killed by signal 9" in w for w in sweep.warnings)
 
 
 @pytest.mark.slow

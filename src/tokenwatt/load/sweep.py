@@ -226,6 +226,14 @@ async def _run_point(
     return False
 
 
+def _write_in_flight(result: SweepResult, rec: SweepPoint, out: Path) -> None:
+    """``sweep.json`` with the point about to run recorded as interrupted: what the file says
+    if the sweep dies during the point (killed, out of memory); the point's end rewrites it."""
+    rec.status, rec.cause = "interrupted", "the sweep ended during this point"
+    write_sweep(result, out)
+    rec.status, rec.cause = "failed", None
+
+
 async def run_sweep(
     spec: SweepSpec,
     bench_doc: dict[str, Any],
@@ -247,6 +255,7 @@ async def run_sweep(
         for index, settings in enumerate(points):
             p = _new_point(spec, out, index, settings)
             result.points.append(p.record)
+            _write_in_flight(result, p.record, out)
             if on_event is not None:
                 on_event(SweepEvent("point_start", index, p.record.label))
             try:
