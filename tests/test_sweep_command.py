@@ -95,6 +95,7 @@ def test_the_old_substitution_did_run_the_value(tmp_path: Path) -> None:
         ("sh -c 'echo a # {tok}'", "inside a comment"),
         ("sh -c 'cat <<E\n{tok}\nE'", "here-document"),
         ("sh -c 'echo \\{tok}'", "right after a backslash"),
+        ("bash -c 'echo ${tok}'", "right after a $"),  # $'..' would read the value's escapes
         ("bash -c \"echo $'{tok}'\"", "inside $'...'"),
         ("sh -c 'x=$(case a in a) echo {tok};; esac)'", "'case' inside $(...)"),
     ],

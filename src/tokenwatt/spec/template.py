@@ -8,9 +8,9 @@ substituted for the quoting context it stands in, so that it cannot end a quoted
 it is shell-quoted; inside ``'..'`` or ``".."`` the quote is closed, the shell-quoted value
 inserted and the quote reopened (``'pre'`` + ``'value'`` + ``'post'`` is one word to the
 shell). Where no quoting is safe (backticks, ``$'..'``, ``${..}``, arithmetic, a comment, a
-here-document, right after a backslash) the template is refused with one line naming the safe
-form: pass the value as an argument (``sh -c '... "$1" ...' sh {name}``) or through
-``server.env``. A script that *evaluates* its data (``eval``, arithmetic on it) still does so.
+here-document, right after a backslash or a bare ``$``) the template is refused with one line
+naming the safe form: pass the value as an argument (``sh -c '... "$1" ...' sh {name}``) or
+through ``server.env``. A script that *evaluates* its data (``eval``, arithmetic on it) still does so.
 """
 
 from __future__ import annotations
@@ -158,6 +158,7 @@ class _ScriptScan:
         self.depth: list[int] = [0]  # open parentheses per region
         self.poison = ""
         self.escaped = False  # the last piece ended in an unpaired backslash
+        self.dollar = False  # the last piece ended in a bare $ ($'..' would quote the value)
         self.word_start = True
 
     def unsafe_here(self) -> str:
@@ -166,6 +167,8 @@ class _ScriptScan:
         if self.escaped:
             return "right after a backslash"
         top = self.stack[-1]
+        if self.dollar and top == "code":
+            return "right after a $"
         names = {
             "ansi": "inside $'...'",
             "param": "inside ${...}",
@@ -187,7 +190,7 @@ class _ScriptScan:
             self.depth.pop()
 
     def feed(self, text: str) -> None:
-        self.escaped = False
+        self.escaped = self.dollar = False
         i = 0
         while i < len(text) and not self.poison:
             i = self._step(text, i)
@@ -278,4 +281,5 @@ class _ScriptScan:
         if s.startswith("$'", i) and self.stack[-1] != "double":
             self._push("ansi")
             return i + 2
+        self.dollar = i + 1 == len(s)
         return i + 1
