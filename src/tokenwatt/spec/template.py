@@ -10,7 +10,8 @@ inserted and the quote reopened (``'pre'`` + ``'value'`` + ``'post'`` is one wor
 shell). Where no quoting is safe (backticks, ``$'..'``, ``${..}``, arithmetic, a comment, a
 here-document, right after a backslash or a bare ``$``) the template is refused with one line
 naming the safe form: pass the value as an argument (``sh -c '... "$1" ...' sh {name}``) or
-through ``server.env``. A script that *evaluates* its data (``eval``, arithmetic on it) still does so.
+through ``server.env``. A script that *evaluates* its data (``eval``, arithmetic on it) still
+does so.
 """
 
 from __future__ import annotations
