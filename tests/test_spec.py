@@ -101,8 +101,20 @@ def test_redact_removes_secrets_and_keeps_token_counts() -> None:
         (
             "GET https://h/m?api_key=K1&x=1&access_token=T2#f",
             (),
-            "GET https://h/m?api_key=***&x=1&access_token=***#f",
+            "GET https://h/m?api_key=***&x=***&access_token=***#***",
         ),
+        # in a URL every query value is hidden: its name says nothing about the value
+        (
+            "power: up @ http://127.0.0.1:9/metrics?k=TOK1 and http://h/?TOK2;x=TOK3,",
+            (),
+            "power: up @ http://127.0.0.1:9/metrics?k=*** and http://h/?***;x=***",
+        ),
+        (
+            "'http://u:TOK1@h/x?q=' {'url': 'http://h/'}",
+            (),
+            "'http://***@h/x?q=' {'url': 'http://h/'}",
+        ),
+        ("GET /x?api_key=K1&n=3 failed", (), "GET /x?api_key=***&n=3 failed"),
         (
             "HTTP 500: bad Authorization: Bearer sk-abcdef",
             ("sk-abcdef",),

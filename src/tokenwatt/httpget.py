@@ -14,8 +14,10 @@ whatever host a redirect names, even from https to plain http; a loopback URL ne
 through a proxy; every failure is one ``HttpError`` whose reason never carries credentials.
 
 Used by the engine's ``/metrics`` scrape and the power sources' HTTP (Redfish, Prometheus),
-through ``tokenwatt.promscrape`` for Prometheus pages; imports only ``tokenwatt.spec``'s
-redaction, so ``engine`` and ``power`` may both use it.
+through ``tokenwatt.promscrape`` for Prometheus pages, and the sweep's health checks. A URL's
+``user:password@`` is sent as basic auth (every one of those surfaces accepts such a URL) and
+never appears in a message; imports only ``tokenwatt.spec``'s redaction, so ``engine`` and
+``power`` may both use it.
 """
 
 from __future__ import annotations
@@ -31,11 +33,19 @@ import urllib.request
 from collections.abc import Sequence
 from http.client import HTTPMessage
 from typing import IO, Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from tokenwatt.spec import redact_text
 
-__all__ = ["MAX_BODY_BYTES", "BoundError", "HttpError", "basic_auth", "get", "get_bounded"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "BoundError",
+    "HttpError",
+    "basic_auth",
+    "get",
+    "get_bounded",
+    "split_credentials",
+]
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # a metrics page or a Redfish document is kilobytes (dcgm-exporter on 8 GPUs: ~100 KB); a
@@ -220,6 +230,19 @@ def _context(url: str, verify_tls: bool) -> ssl.SSLContext | None:
     return ctx
 
 
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``user:password@`` and the basic-auth header value it stood for
+    (None without userinfo). urllib would send the userinfo as part of the host name and fail
+    as "Name or service not known"; percent-escapes in it are decoded, as RFC 3986 says."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    bare = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return bare, basic_auth(unquote(user), unquote(password))
+
+
 def get(
     url: str,
     *,
@@ -230,7 +253,11 @@ def get(
 ) -> bytes:
     """GET ``url`` with the guards (module doc) and return the body; raise ``HttpError`` on
     anything but a complete 2xx answer within ``timeout_s`` (the whole answer, not each socket
-    read) and ``max_bytes`` (default ``MAX_BODY_BYTES``)."""
+    read) and ``max_bytes`` (default ``MAX_BODY_BYTES``). A ``user:password@`` in the URL is
+    sent as HTTP basic auth, unless ``headers`` already hold an ``Authorization``."""
+    url, auth = split_credentials(url)
+    if auth is not None and not any(k.lower() == "authorization" for k in headers or {}):
+        headers = {**(headers or {}), "Authorization": auth}
     try:
         return get_bounded(
             url,

@@ -28,10 +28,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
 from tokenwatt.errors import ReportError
 from tokenwatt.result import BenchResult
+from tokenwatt.spec import redact
 
 __all__ = [
     "SWEEP_FILE",
@@ -86,7 +94,19 @@ class SweepPoint(_Strict):
     health_s: float | None = Field(None, description="launch → healthy")
     server_exit_code: int | None = Field(None, description="set when the server died on its own")
     server_killed: bool = Field(False, description="the server ignored SIGTERM: SIGKILL")
+    warnings: list[str] = Field(
+        default_factory=list, description="e.g. processes that outlived the stop, found, killed"
+    )
     point: OperatingPoint | None = None
+
+    @field_validator("cause", "command", "warnings")
+    @classmethod
+    def _redact_in(cls, v: Any) -> Any:
+        return redact(v)  # a file written before redaction reached every line
+
+    @field_serializer("cause", "command", "warnings")
+    def _redact_out(self, v: Any) -> Any:
+        return redact(v)  # whatever path filled them, no URL secret is written
 
 
 class SweepResult(_Strict):

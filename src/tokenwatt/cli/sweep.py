@@ -3,16 +3,18 @@
 ``sweep`` restarts the server for every point of the sweep file (``load.sweep``), runs ``bench``
 there, and writes ``DIR/sweep.json``, one folder per point and ``DIR/sweep.html`` (the Pareto
 picture). Ctrl-C stops the server in flight, keeps what was measured and exits 130 (143 for
-SIGTERM). A sweep in which no point passed exits 3. ``pareto`` draws the same picture for any
-set of sweeps and runs.
+SIGTERM). The sweep runs in a worker process under a guard (``load.sweep_guard``) that keeps
+SIGTERM prompt and stops the servers of a worker that was killed. A sweep in which no point
+passed exits 3. ``pareto`` draws the same picture for any set of sweeps and runs.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -116,6 +118,36 @@ class _Lines:
             p = ev.point
             why = f" ({p.cause})" if p.cause else ""
             c.print(f"  point {ev.index}: {p.status}{why}", highlight=False, markup=False)
+            for w in p.warnings:
+                c.print(f"  warning: {w}", highlight=False, markup=False)
+
+
+def _guard(
+    sweep_path: Path,
+    folder: Path,
+    stop_timeout_s: float,
+    *,
+    prices: tuple[float | None, float | None],
+    console: Console,
+) -> NoReturn:
+    """Run this sweep in a worker process under ``load.sweep_guard`` and exit as it did."""
+    import contextlib
+
+    from tokenwatt.errors import TokenwattError
+    from tokenwatt.load.sweep_guard import guard_sweep
+    from tokenwatt.report.sweep_html import write_sweep_html
+
+    argv = [sys.executable, "-m", "tokenwatt", "sweep", str(sweep_path), "--out", str(folder)]
+    for flag, value in zip(("--price-per-gpu-hour", "--price-per-kwh"), prices, strict=True):
+        if value is not None:
+            argv += [flag, repr(value)]
+    outcome = guard_sweep(argv, folder, stop_timeout_s)
+    for note in outcome.notes:
+        console.print(f"sweep: {note}", highlight=False, markup=False)
+    if outcome.notes and (folder / "sweep.json").is_file():
+        with contextlib.suppress(TokenwattError, OSError):
+            console.print(f"picture {write_sweep_html([folder], folder)}", highlight=False)
+    sys.exit(outcome.exit_code)
 
 
 def sweep(  # noqa: PLR0917 - one parameter per flag
@@ -137,11 +169,15 @@ def sweep(  # noqa: PLR0917 - one parameter per flag
     from tokenwatt.cli._loop import run_async, stop_exit_code
     from tokenwatt.cli.outdir import choose_out_dir
     from tokenwatt.load.sweep import run_sweep
+    from tokenwatt.load.sweep_guard import WORKER_VAR
     from tokenwatt.report.sweep_html import write_sweep_html
     from tokenwatt.spec.sweep import load_sweep_spec
 
     console = Console()
     spec = load_sweep_spec(sweep_path)
+    if os.environ.get(WORKER_VAR) != "1":  # the guard: as little work as can be done here
+        folder = choose_out_dir(out, spec.name, overwrite=False)
+        _guard(sweep_path, folder, spec.server.stop_timeout_s, prices=(price, kwh), console=console)
     doc = _with_prices(_bench_doc(spec, sweep_path), price, kwh)
     node = NodeFlags(hardware, gpus, replicas, bandwidth_tb_s)
     doc = _with_node(doc, node, list(sets or []))

@@ -6,8 +6,12 @@ group and everything it forks (vLLM's engine core and workers, a shell's childre
 that group. Stopping signals the *group*: SIGTERM, then SIGKILL after ``stop_timeout_s`` for
 whatever is still there, then a check that the group is empty. Signalling only the PID would
 leave the workers holding GPU memory and the port, and the next point would fail or, worse,
-measure a machine still busy with the last one. A child that calls ``setsid`` itself leaves
-the group and cannot be found this way; the methodology says so.
+measure a machine still busy with the last one. A child that leaves the group (``setsid``, a
+classic double-forking daemon) is found afterwards by its session, the environment marker the
+server starts with, or the port it listens on (``load.procscan``), stopped, and named in
+``warnings``; one that cannot be stopped is ``leftover_cause``. A port someone else already
+listens on before the start fails the point at once: its health check would ask the wrong
+server.
 
 The health wait is bounded and watches the process: a server that exits while starting
 fails the point at once with its exit code and the last lines of its log, instead of
@@ -22,10 +26,19 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenwatt import httpget
+from tokenwatt.load.procscan import (
+    MARK_VAR,
+    ServerMarks,
+    find_leftovers,
+    listeners,
+    stop_leftovers,
+)
+from tokenwatt.spec import redact_text
 
 __all__ = ["LOG_TAIL_LINES", "ServerFailedError", "ServerProcess", "group_alive"]
 
@@ -85,9 +98,13 @@ class ServerProcess:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     stop_timeout_s: float = 10.0
+    port: int | None = None  # the port it serves on this machine (the health URL's)
     proc: subprocess.Popen[bytes] | None = None
     exit_code: int | None = None
     killed: bool = False  # SIGKILL was needed: the server ignored SIGTERM
+    marks: ServerMarks | None = None
+    warnings: list[str] = field(default_factory=list)  # processes that outlived the stop
+    leftover_cause: str | None = None  # some of them could not be stopped
 
     @property
     def pid(self) -> int | None:
@@ -95,6 +112,13 @@ class ServerProcess:
 
     def start(self) -> None:
         """Launch in a new session (its own process group); an unstartable command fails."""
+        before = listeners(self.port) if self.port else frozenset()
+        if before:
+            raise ServerFailedError(
+                f"port {self.port} is already in use (pid {', '.join(map(str, sorted(before)))})"
+                " before the server started: stop what listens there or use {port}"
+            )
+        mark = uuid.uuid4().hex
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             try:
@@ -103,13 +127,14 @@ class ServerProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, **self.env},
+                    env={**os.environ, **self.env, MARK_VAR: mark},
                     start_new_session=True,
                 )
             except OSError as exc:
                 raise ServerFailedError(
                     f"could not start {self.argv[0]!r}: {exc.strerror or exc}"
                 ) from None
+        self.marks = ServerMarks(self.proc.pid, mark, self.port, before)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:
@@ -144,22 +169,27 @@ class ServerProcess:
                 return time.perf_counter() - t0
             if time.perf_counter() - t0 > timeout_s:
                 raise ServerFailedError(
-                    f"the server was not healthy at {url} within {timeout_s:g} s"
+                    f"the server was not healthy at {redact_text(url)} within {timeout_s:g} s"
                 )
             await asyncio.sleep(_HEALTH_POLL_S)
 
     def stop(self) -> None:
-        """SIGTERM to the group, SIGKILL after the grace period, reap; nothing left behind.
-        Idempotent; safe when the server already exited (its group may still hold children)."""
+        """SIGTERM to the group, SIGKILL after the grace period, reap, then whatever left the
+        group (``_stop_leftovers``); nothing left behind. Idempotent; safe when the server
+        already exited (its group may still hold children, and its daemons may live on)."""
         proc = self.proc
         if proc is None:
             return
+        self._stop_group(proc)
+        self._stop_leftovers()
+
+    def _stop_group(self, proc: subprocess.Popen[bytes]) -> None:
         pgid = proc.pid  # the session leader: its PID is the group's id
         self._signal(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout_s
         while time.monotonic() < deadline:
             self.exited()
-            if self.proc is not None and self.proc.returncode is not None and not group_alive(pgid):
+            if proc.returncode is not None and not group_alive(pgid):
                 return
             time.sleep(0.05)
         if group_alive(pgid):
@@ -171,6 +201,27 @@ class ServerProcess:
         end = time.monotonic() + 5.0
         while group_alive(pgid) and time.monotonic() < end:  # orphans reaped by init
             time.sleep(0.05)
+
+    def _stop_leftovers(self) -> None:
+        """Whatever left the group but is still the server's: stopped, and said so."""
+        if self.marks is None:
+            return
+        found = find_leftovers(self.marks)
+        self.marks = None  # once: stop() is idempotent
+        if not found:
+            return
+        names = "; ".join(p.describe() for p in found)
+        self.warnings.append(
+            f"{len(found)} process(es) of the server outlived its stop outside its process "
+            f"group: {names}; stopped (SIGTERM, then SIGKILL)"
+        )
+        left = stop_leftovers(found, self.stop_timeout_s)
+        if left:
+            self.leftover_cause = (
+                "processes of the server could not be stopped: "
+                + "; ".join(p.describe() for p in left)
+                + " (another user's, or unkillable): the machine is not idle"
+            )
 
     @staticmethod
     def _signal(pgid: int, sig: signal.Signals) -> None:

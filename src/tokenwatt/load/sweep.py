@@ -10,7 +10,9 @@ what it measured), stops the server and its children, writes the sweep and stops
 
 The server runs in its own process group (``load.server_proc``), so stopping it takes every
 child with it and the terminal's Ctrl-C reaches only the sweep, which then stops the server
-itself.
+itself. Processes that left the group (``setsid``, daemons) are found by session, environment
+marker and the health URL's port, stopped, and named in the point's ``warnings``; a point
+whose leftovers cannot be stopped fails with that cause.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import asyncio
 import copy
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tokenwatt import __version__, httpget
 from tokenwatt.errors import TokenwattError
@@ -31,6 +34,7 @@ from tokenwatt.load.server_proc import ServerFailedError, ServerProcess
 from tokenwatt.result import BenchResult
 from tokenwatt.spec import BenchSpec, parse_spec, redact, redact_text
 from tokenwatt.spec.dotted import put_dotted
+from tokenwatt.spec.redact import secrets_in
 from tokenwatt.spec.sweep import (
     Scalar,
     SweepPointSettings,
@@ -43,7 +47,7 @@ from tokenwatt.spec.sweep import (
 )
 from tokenwatt.sweep_result import SweepPoint, SweepResult, operating_point, write_sweep
 
-__all__ = ["SweepEvent", "point_spec", "run_sweep"]
+__all__ = ["SweepEvent", "local_port", "point_spec", "run_sweep"]
 
 SIM_VERSION_PREFIX = "tokenwatt-sim"
 
@@ -68,6 +72,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
+
+
+def local_port(url: str) -> int | None:
+    """The port of a health URL on this machine (a loopback host), where the server listens
+    and its leftovers can be found; None for another host."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+    return port if (parts.hostname or "") in _LOCAL_HOSTS else None
 
 
 def _folder_name(index: int, label: str) -> str:
@@ -104,6 +122,7 @@ class _Point:
     values: dict[str, Scalar]
     record: SweepPoint
     folder: Path
+    secrets: list[str] = field(default_factory=list)  # hidden in every line kept (redact)
 
 
 def _new_point(spec: SweepSpec, out: Path, index: int, settings: SweepPointSettings) -> _Point:
@@ -128,12 +147,17 @@ def _prepare(
     """The point's server (not started), health URL and bench spec; a template or spec error
     is a ``TokenwattError`` naming the field."""
     argv = render_command(spec.server.command, p.values)
-    p.record.command = [redact_text(a) for a in argv]
     health = render(spec.server.health_url, p.values, what="server.health_url")
     env = {k: render(v, p.values, what=f"server.env.{k}") for k, v in spec.server.env.items()}
     bench_spec = point_spec(doc, spec, p.values)
+    p.secrets = secrets_in([health, env, spec.vars, bench_spec.model_dump(mode="json")])
+    p.record.command = [redact_text(a, p.secrets) for a in argv]
     server = ServerProcess(
-        argv, p.folder / "server.log", env=env, stop_timeout_s=spec.server.stop_timeout_s
+        argv,
+        p.folder / "server.log",
+        env=env,
+        stop_timeout_s=spec.server.stop_timeout_s,
+        port=local_port(health),
     )
     return server, health, bench_spec
 
@@ -176,7 +200,7 @@ async def _run_point(
     try:
         server, health, bench_spec = _prepare(p, spec, doc)
     except TokenwattError as exc:
-        rec.cause = str(exc)
+        rec.cause = redact_text(str(exc))
         return False
     try:
         wait = (health, spec.server.health_timeout_s)
@@ -185,16 +209,29 @@ async def _run_point(
     except ServerFailedError as exc:
         rec.cause, rec.server_exit_code = exc.cause, server.exit_code
     except TokenwattError as exc:  # the bench refused the point (target unreachable, ...)
-        rec.cause = redact_text(str(exc))
+        rec.cause = str(exc)
     except asyncio.CancelledError:
         rec.status, rec.cause = "interrupted", "stopped by Ctrl-C"
         raise
     except Exception as exc:  # one broken point must not lose the sweep; the cause says what
-        rec.cause = f"{type(exc).__name__}: {redact_text(str(exc))}"
+        rec.cause = f"{type(exc).__name__}: {exc}"
     finally:
         server.stop()  # synchronous: a second Ctrl-C must not skip it
         rec.server_killed = server.killed
+        rec.warnings += server.warnings
+        if server.leftover_cause is not None:
+            rec.status, rec.cause = "failed", server.leftover_cause
+        if rec.cause is not None:  # a log tail or an error may echo a URL or a password
+            rec.cause = redact_text(rec.cause, p.secrets)
     return False
+
+
+def _write_in_flight(result: SweepResult, rec: SweepPoint, out: Path) -> None:
+    """``sweep.json`` with the point about to run recorded as interrupted: what the file says
+    if the sweep dies during the point (killed, out of memory); the point's end rewrites it."""
+    rec.status, rec.cause = "interrupted", "the sweep ended during this point"
+    write_sweep(result, out)
+    rec.status, rec.cause = "failed", None
 
 
 async def run_sweep(
@@ -218,9 +255,13 @@ async def run_sweep(
         for index, settings in enumerate(points):
             p = _new_point(spec, out, index, settings)
             result.points.append(p.record)
+            _write_in_flight(result, p.record, out)
             if on_event is not None:
                 on_event(SweepEvent("point_start", index, p.record.label))
-            stop = await _run_point(p, spec, bench_doc, on_event)
+            try:
+                stop = await _run_point(p, spec, bench_doc, on_event)
+            finally:  # a var that is a password only in a rendered URL: hidden in the file too
+                result.sweep = redact(result.sweep, p.secrets)
             write_sweep(result, out)
             if on_event is not None:
                 on_event(SweepEvent("point_done", index, p.record.label, point=p.record))

@@ -4,8 +4,6 @@ search and power. Validated once at the edge; errors name the field path and wha
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Self
 
@@ -19,6 +17,7 @@ from tokenwatt.spec.engine import READ_FILES, EngineSection, check_sim_drafter
 from tokenwatt.spec.hardware import CustomAccelerator, HardwareSection
 from tokenwatt.spec.model import ModelSection
 from tokenwatt.spec.power import PowerSection, PowerSourceSpec
+from tokenwatt.spec.redact import redact, redact_text
 from tokenwatt.spec.search import ProbeSettings, SearchSettings
 from tokenwatt.spec.server_metrics import ServerMetricsSection
 from tokenwatt.spec.sim import SimSection
@@ -149,54 +148,3 @@ def load_spec(path: str | Path, *, read_files: bool = True) -> BenchSpec:
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise SpecError(f"{p}: not valid YAML{where}: {problem}") from None
     return parse_spec(data, source=str(p), read_files=read_files)
-
-
-# Secret-looking keys: api_key, password, authorization, ...; "token" only as a whole word at
-# the end (auth_token, token), never the token counts a spec is full of (input_tokens, ...).
-_SECRET_KEY = re.compile(
-    r"(api[_-]?key|secret|passw(or)?d|authorization|cookie|credential|(^|[_-])token$)", re.I
-)
-# user:password@ in a URL's authority (greedy to the last @, since a password may hold one)
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/?#\s]*@", re.I)
-# secret-looking query parameters: api_key=, token=, access_token=, password=, sig=, ...
-_QUERY_SECRET = re.compile(
-    r"(?P<name>[?&;][^=&;#\s]*(?:key|token|secret|passw(?:or)?d|auth|sig(?:nature)?|credential)"
-    r"[^=&;#\s]*=)[^&;#\s]*",
-    re.I,
-)
-_SHOWN_SECRET_MIN = 4  # shorter "secrets" would blank ordinary words
-
-
-def redact_text(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with credentials removed: ``user:pass@`` in URLs, secret-looking query
-    parameters, and every literal value in ``secrets`` (an API key, a BMC password).
-
-    The one redaction of free text: spec values, error messages, progress lines and logs
-    all pass through here, so a secret cannot leak by a path that redacts differently.
-    """
-    for secret in secrets:
-        if secret and len(secret) >= _SHOWN_SECRET_MIN and secret in text:
-            text = text.replace(secret, "***")
-    if "://" in text and "@" in text:
-        text = _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
-    if "=" in text:
-        text = _QUERY_SECRET.sub(r"\g<name>***", text)
-    return text
-
-
-def redact(value: Any) -> Any:
-    """A copy with secrets removed: values under secret-looking keys (keys ending in ``_env``
-    name environment variables and are kept) and, in every string, what ``redact_text``
-    removes."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            key = str(k)
-            secret = _SECRET_KEY.search(key) and not key.lower().endswith("_env")
-            out[k] = "***" if secret and v is not None else redact(v)
-        return out
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
-    if isinstance(value, str):
-        return redact_text(value)
-    return value

@@ -16,15 +16,16 @@ settings (slots, batch limits, parallelism) are fixed at launch. A sweep file na
                         http://127.0.0.1:{port}/v1``), laid over the bench spec
 
 ``{port}`` is a free loopback port chosen per point and ``{point}`` the point's index; both
-are always defined. Values are substituted shell-quoted, so a path with spaces stays one
-argument. An unknown placeholder is a one-line error naming it, before anything starts.
+are always defined. The command runs without a shell: it is split into argv first and a value
+fills its argv item as data, so a path with spaces stays one argument and ``;`` or ``$(..)``
+in a value runs nothing; in a shell script the user wrote (``sh -c '...'``) a value is quoted
+for its context or refused (``spec.template``). An unknown placeholder is a one-line error
+naming it, before anything starts.
 """
 
 from __future__ import annotations
 
 import itertools
-import shlex
-import string
 from pathlib import Path
 from typing import Any, Self
 
@@ -35,9 +36,11 @@ from tokenwatt.errors import SpecError
 from tokenwatt.spec import format_validation_error
 from tokenwatt.spec._base import MAX_COUNT, MAX_SECONDS, Section
 from tokenwatt.spec.dotted import yaml_value
+from tokenwatt.spec.template import Scalar, render, render_command
 
 __all__ = [
     "BUILTIN_VARS",
+    "Scalar",
     "ServerSection",
     "SweepPointSettings",
     "SweepSpec",
@@ -51,7 +54,6 @@ __all__ = [
 
 # Placeholders every template may use without declaring them.
 BUILTIN_VARS = ("port", "point")
-Scalar = str | int | float | bool
 SweepPointSettings = dict[str, Scalar]
 
 
@@ -129,27 +131,6 @@ def point_label(settings: SweepPointSettings) -> str:
     return ",".join(f"{k}={v}" for k, v in settings.items()) or "default"
 
 
-def _fields(template: str, what: str) -> list[str]:
-    try:
-        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise SpecError(
-            f"sweep {what}: {exc} in {template!r} (write {{{{ for a literal {{)"
-        ) from None
-
-
-def render(template: str, values: dict[str, Scalar], *, what: str, quote: bool = False) -> str:
-    """``template`` with every ``{name}`` replaced; an unknown name is a one-line error."""
-    for name in _fields(template, what):
-        if not name.isidentifier():
-            raise SpecError(f"sweep {what}: {{{name}}} is not a plain name in {template!r}")
-        if name not in values:
-            known = ", ".join(sorted(values))
-            raise SpecError(f"sweep {what}: {{{name}}} is not defined (known: {known})")
-    shown = {k: shlex.quote(str(v)) if quote else str(v) for k, v in values.items()}
-    return template.format(**shown)
-
-
 def render_value(value: Any, values: dict[str, Scalar], *, what: str) -> Any:
     """A ``set`` value with every string in it rendered: a bare string is then read as YAML
     (``"{slots}"`` → 2, as ``--set`` reads it); strings inside lists and mappings stay text."""
@@ -166,14 +147,6 @@ def _render_nested(value: Any, values: dict[str, Scalar], what: str) -> Any:
     if isinstance(value, dict):
         return {k: _render_nested(v, values, what) for k, v in value.items()}
     return value
-
-
-def render_command(template: str, values: dict[str, Scalar]) -> list[str]:
-    """The launch line as argv: placeholders filled shell-quoted, then split like a shell."""
-    argv = shlex.split(render(template, values, what="server.command", quote=True))
-    if not argv:
-        raise SpecError("sweep server.command is empty: give the server's launch line")
-    return argv
 
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:
