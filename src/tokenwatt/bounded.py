@@ -36,6 +36,7 @@ __all__ = [
     "RESULT_WHOLE_MAX_BYTES",
     "SPEC_MAX_BYTES",
     "check_numbers",
+    "check_regular",
     "checked_float",
     "load_document",
     "open_regular",
@@ -91,6 +92,14 @@ def open_regular(
         os.close(fd)
         raise _refuse(error, path, "not a regular file (a device, FIFO or socket); give a file")
     return fd
+
+
+def check_regular(
+    path: str | Path, *, max_bytes: int, error: type[TokenwattError], what: str = "file"
+) -> None:
+    """Refuse ``path`` unless it is a regular file within ``max_bytes`` (for a reader of its
+    own, such as a line-by-line one, which a device without newlines would never end)."""
+    os.close(open_regular(Path(path), max_bytes=max_bytes, error=error, what=what))
 
 
 def read_bounded(
