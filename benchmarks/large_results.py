@@ -57,7 +57,8 @@ def write_large(out_dir: Path, probes: int) -> Path:
 def measure(*argv: str) -> str:
     cmd = [sys.executable, "-c", _MEASURE, sys.executable, "-m", "tokenwatt", *argv]
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=CAP_S).stdout.strip()
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CAP_S, check=False)
+        return done.stdout.strip()
     except subprocess.TimeoutExpired:
         return f"over {CAP_S} s"
 
@@ -71,9 +72,18 @@ def main() -> None:
         run = args.dir or Path(tmp) / "large"
         path = write_large(run, args.probes)
         print(f"{args.probes} probes, {path.stat().st_size / 2**20:.0f} MiB: {path}", flush=True)
-        print(f"report  (terminal + report.html): {measure('report', str(run), '--width', '120')}", flush=True)
-        print(f"report  --no-html:                {measure('report', str(run), '--no-html')}", flush=True)
-        print(f"compare (the run with itself):    {measure('compare', str(run), str(run))}", flush=True)
+        print(
+            f"report  (terminal + report.html): {measure('report', str(run), '--width', '120')}",
+            flush=True,
+        )
+        print(
+            f"report  --no-html:                {measure('report', str(run), '--no-html')}",
+            flush=True,
+        )
+        print(
+            f"compare (the run with itself):    {measure('compare', str(run), str(run))}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
