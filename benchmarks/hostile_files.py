@@ -20,14 +20,14 @@ Measured on the 2-core VM with other jobs running (cap 2048 MiB, 60 s); exit, wa
     import: -> /dev/urandom            1 MemoryError tb, 19.9 s        2, 3.2 s, 72 MB
     import: 3 GiB file (sparse)        1 MemoryError tb                2 "over the 256 MiB limit"
     import: 200,000-deep array         1 RecursionError tb             2 "nested deeper than 64"
-    import: vLLM NaN / Infinity        0, imported as figures          2 "... is nan: must be finite"
+    import: vLLM NaN / Infinity        0, imported as figures          2 "is nan: must be finite"
     import: vLLM 1e308                 1 OverflowError tb              2 "... 1e+308, beyond ..."
-    import: vLLM negative figures      0, prints "SLO met"             2 "... -5, cannot be negative"
-    import: vLLM duration 0            0, imported                     2 "duration must be over zero"
+    import: vLLM negative figures      0, prints "SLO met"             2 "-5, cannot be negative"
+    import: vLLM duration 0            0, imported                     2 "must be over zero"
     report: result.json -> /dev/zero   1 MemoryError tb, 1898 MB       2, 3.5 s, 88 MB
     report: 200,000-deep array         1 RecursionError tb             2 "nested deeper than 64"
     report: result NaN / Inf / 1e308   0, printed                      2, one line naming the key
-    report: negative figures           0, prints "SLO met"             2 "probes[0]... cannot be negative"
+    report: negative figures           0, prints "SLO met"             2 "cannot be negative"
     compare: result.json -> /dev/zero  1 MemoryError tb, 1854 MB       2, 0.7 s, 45 MB
     compare: negative figures          0, compared                     2 "cannot be negative"
     pareto: result.json -> /dev/zero   1 MemoryError tb, 1898 MB       2, 2.2 s, 88 MB
