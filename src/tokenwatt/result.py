@@ -193,7 +193,7 @@ __all__ = [
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({1, 2, 3})
 RESULT_FILE = "result.json"
-PROBES_KEPT = 200  # probes a streamed (very large) result keeps for the views
+PROBES_KEPT = 64  # probes a streamed (over 16 MiB) result keeps for the views
 
 
 class _Strict(BaseModel):
