@@ -32,6 +32,7 @@ Measured on the 2-core VM with other jobs running (cap 2048 MiB, 60 s); exit, wa
     compare: negative figures          0, compared                     2 "cannot be negative"
     pareto: result.json -> /dev/zero   1 MemoryError tb, 1898 MB       2, 2.2 s, 88 MB
     mbu: --requests /dev/zero          1 MemoryError tb, 1933 MB       2, 1.8 s, 57 MB
+    probe: --dataset sharegpt:/dev/zero  1 MemoryError tb              2 "not a regular file"
 """
 
 from __future__ import annotations
@@ -193,6 +194,11 @@ def _files(d: Path) -> dict[str, Callable[[], list[str]]]:
     )
     cases["pareto: result.json -> /dev/zero"] = lambda: _cmd(
         "pareto", str(zrun / "result.json"), "-o", str(d / "p.html")
+    )
+    cases["probe: --dataset sharegpt:/dev/zero"] = lambda: _cmd(
+        *("probe", "--base-url", "sim", "--model", "llama-3.1-8b", "--rate", "1"),
+        *("--set", "hardware.accelerator=h100-sxm", "--dataset", f"sharegpt:{zero}"),
+        *("-o", str(d / "o3")),
     )
     cases["mbu: --requests /dev/zero"] = lambda: _cmd(
         *("mbu", "llama-3.1-8b", "--hardware", "h100-sxm", "--requests", str(zero)),

@@ -274,3 +274,15 @@ def test_mbu_requests_dev_zero_is_one_line(tmp_path: Path) -> None:
         "--output-tokens-per-s", "100", "--tpot-ms", "20",
     )  # fmt: skip
     _one_line_exit_2(proc, "requests.jsonl", "not a regular file")
+
+
+# ----------------------------------------------------------------------- a prompt dataset
+def test_a_sharegpt_dataset_that_is_a_device_is_one_line(tmp_path: Path) -> None:
+    zero = tmp_path / "sharegpt.json"
+    zero.symlink_to("/dev/zero")
+    proc = _cli(
+        *("probe", "--base-url", "sim", "--model", "llama-3.1-8b", "--rate", "1"),
+        *("--set", "hardware.accelerator=h100-sxm", "--dataset", f"sharegpt:{zero}"),
+        *("-o", str(tmp_path / "o")),
+    )
+    _one_line_exit_2(proc, "sharegpt.json", "not a regular file")

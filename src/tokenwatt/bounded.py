@@ -28,6 +28,7 @@ import yaml
 from tokenwatt.errors import TokenwattError
 
 __all__ = [
+    "DATASET_MAX_BYTES",
     "IMPORT_MAX_BYTES",
     "MAX_DEPTH",
     "MAX_MAGNITUDE",
@@ -49,6 +50,7 @@ __all__ = [
 MIB = 1 << 20
 SPEC_MAX_BYTES = 4 * MIB  # a spec or sweep file: a few kB in practice
 IMPORT_MAX_BYTES = 256 * MIB  # another tool's results, per-request records included
+DATASET_MAX_BYTES = 2048 * MIB  # a prompt dataset (ShareGPT's V3 file is 642 MB)
 RESULT_WHOLE_MAX_BYTES = 16 * MIB  # a result.json read whole; a larger one is streamed
 RESULT_MAX_BYTES = 2048 * MIB  # a streamed result.json (its probes kept only in part)
 MAX_DEPTH = 64  # nesting of lists and mappings; tokenwatt's own files use under 10
