@@ -127,9 +127,9 @@ def resolve_prompt_format(spec: BenchSpec) -> PromptFormat:
 
 
 def _read_lengths_file(path: Path, where: str) -> list[int]:
-    raw = read_bounded(path, max_bytes=IMPORT_MAX_BYTES, error=SpecError, what=f"{where}.file")
+    data = read_bounded(path, max_bytes=IMPORT_MAX_BYTES, error=SpecError, what=f"{where}.file")
     try:
-        text = raw.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{where}.file: {path} is not UTF-8 text (byte {exc.start})") from None
     out: list[int] = []
