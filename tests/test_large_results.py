@@ -102,3 +102,28 @@ def test_below_the_threshold_every_probe_is_kept(many: tuple[Path, BenchResult])
     _, whole = many
     assert [p.index for p in whole.probes] == list(range(N))
     assert not any("the views show" in w for w in whole.warnings)
+
+
+@pytest.mark.usefixtures("small_threshold")
+def test_every_view_says_what_was_left_out(many: tuple[Path, BenchResult]) -> None:
+    """The terminal report prints the note, and compare names it beside the frontier."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from tokenwatt.report.compare import compare_results
+    from tokenwatt.report.compare_view import comparison_view
+    from tokenwatt.report.terminal import ResultView
+    from tokenwatt.result import probes_left_out
+
+    folder, whole = many
+    streamed = load_result(folder)
+    note = probes_left_out(streamed)
+    assert note is not None and probes_left_out(whole) is None
+    out = StringIO()
+    console = Console(file=out, width=400)
+    console.print(ResultView(streamed))
+    assert note in out.getvalue()
+    out.truncate(0)
+    console.print(comparison_view(compare_results([("a", whole), ("b", streamed)])))
+    assert f"b: {note}; the frontier below is drawn from those" in out.getvalue()

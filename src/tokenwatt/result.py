@@ -186,6 +186,7 @@ __all__ = [
     "figure_problem",
     "load_result",
     "probe_figure_problem",
+    "probes_left_out",
     "result_path",
     "write_result",
 ]
@@ -1403,9 +1404,17 @@ class _ProbeKeeper:
         if shown == self.count:
             return None
         return (
-            f"result.json holds {self.count:,} probes; the views show {shown}: the last "
+            f"{_HOLDS} {self.count:,} probes; the views show {shown}: the last "
             f"{len(self.last)} and every {self.stride}th before them (all stay in the file)"
         )
+
+
+_HOLDS = "result.json holds"  # how the note on left-out probes starts: written and found here
+
+
+def probes_left_out(result: BenchResult) -> str | None:
+    """The note a streamed result carries when its views see only some of its probes."""
+    return next((w for w in result.warnings if w.startswith(_HOLDS)), None)
 
 
 def _from_probe_json(data: dict[str, Any]) -> dict[str, Any]:
