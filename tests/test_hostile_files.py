@@ -286,3 +286,19 @@ def test_a_sharegpt_dataset_that_is_a_device_is_one_line(tmp_path: Path) -> None
         *("-o", str(tmp_path / "o")),
     )
     _one_line_exit_2(proc, "sharegpt.json", "not a regular file")
+
+
+@pytest.mark.timeout(60)
+def test_a_sweep_whose_bench_spec_is_a_fifo_stops_before_any_server(tmp_path: Path) -> None:
+    """Opening the FIFO would block the sweep for ever; no server may have started."""
+    import os
+
+    os.mkfifo(tmp_path / "bench.yaml")
+    marker = tmp_path / "started"
+    (tmp_path / "sweep.yaml").write_text(
+        f"server: {{command: 'touch {marker}', health_url: 'http://127.0.0.1:{{port}}/h'}}\n"
+        "grid: {x: [1]}\nbench: bench.yaml\n"
+    )
+    proc = _cli("sweep", str(tmp_path / "sweep.yaml"), "-o", str(tmp_path / "out"))
+    _one_line_exit_2(proc, "bench.yaml", "not a regular file")
+    assert not marker.exists()

@@ -73,7 +73,7 @@ def test_a_bad_probe_outside_the_kept_subset_is_still_refused(
     doc["probes"][3]["output_tokens_per_s"] = 1.0
     text = json.dumps(doc, indent=2).replace('"window_s": ', '"window_s": NaN, "x": ', 1)
     (tmp_path / "result.json").write_text(text)
-    with pytest.raises(ReportError, match="not valid JSON"):
+    with pytest.raises(ReportError, match=r"probes\[0\]: NaN: numbers must be finite"):
         load_result(tmp_path)
 
 

@@ -382,7 +382,9 @@ def parse_piece(piece: bytes, *, source: str, error: type[TokenwattError]) -> An
     try:
         item = orjson.loads(piece)
     except orjson.JSONDecodeError as exc:
-        raise _refuse(error, source, f"not valid JSON ({exc.msg})") from None
+        m = _CONSTANT.search(piece[max(exc.pos - 1, 0) : exc.pos + 9].decode("utf-8", "replace"))
+        why = f"{m.group()}: numbers must be finite" if m else f"not valid JSON ({exc.msg})"
+        raise _refuse(error, source, why) from None
     return item
 
 
