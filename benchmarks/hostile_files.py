@@ -45,6 +45,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -103,6 +104,51 @@ def _outcome(argv: list[str], cwd: Path) -> str:
     return out.strip() or f"wrapper exit {proc.returncode}"
 
 
+IMPORT_EDITS: dict[str, Callable[[dict[str, Any]], dict[str, float]]] = {
+    "NaN": lambda v: {"p99_ttft_ms": float("nan")},
+    "Infinity": lambda v: {"mean_tpot_ms": float("inf")},
+    "1e308": lambda v: {"output_throughput": 1e308},
+    "negative figures": lambda v: {k: -5.0 for k, x in v.items() if isinstance(x, float)},
+    "duration 0": lambda v: {"duration": 0.0},
+}
+RESULT_EDITS: dict[str, dict[str, float]] = {
+    "NaN": {"output_tokens_per_s": float("nan")},
+    "Infinity": {"window_s": float("inf")},
+    "1e308": {"output_tokens_per_s": 1e308},
+    "negative figures": {
+        "goodput_output_tokens_per_s": -5.0,
+        "output_tokens_per_s": -5.0,
+        "attainment": -1.0,
+    },
+}
+
+
+def _write_imports(d: Path) -> list[str]:
+    """A real vLLM result with one kind of impossible figure each: ``d/vllm-NAME.json``."""
+    vllm = json.loads(VLLM.read_text("utf-8"))
+    for name, edit in IMPORT_EDITS.items():
+        (d / f"vllm-{name}.json").write_text(json.dumps({**vllm, **edit(vllm)}))
+    return list(IMPORT_EDITS)
+
+
+def _write_runs(d: Path) -> list[str]:
+    """A real result with impossible first-probe figures (``d/run-NAME``), a symlink to
+    /dev/zero (``run-zero``), a 200,000-deep array (``run-deep``) and the file as is."""
+    result = json.loads(RESULT.read_text("utf-8"))
+    for name, edit in RESULT_EDITS.items():
+        doc = json.loads(json.dumps(result))
+        doc["probes"][0].update(edit)
+        (d / f"run-{name}").mkdir()
+        (d / f"run-{name}" / "result.json").write_text(json.dumps(doc))
+    for name in ("zero", "deep", "good"):
+        (d / f"run-{name}").mkdir()
+    (d / "run-zero" / "result.json").symlink_to("/dev/zero")
+    deep = '{"probes": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    (d / "run-deep" / "result.json").write_text(deep)
+    (d / "run-good" / "result.json").write_text(json.dumps(result))
+    return list(RESULT_EDITS)
+
+
 def _files(d: Path) -> dict[str, Callable[[], list[str]]]:
     """case -> the command line, its files written under ``d``."""
     zero = d / "zero.json"
@@ -125,40 +171,8 @@ def _files(d: Path) -> dict[str, Callable[[], list[str]]]:
         f"bench: {{model: {{source: llama-3.1-8b}}, hardware: {{accelerator: h100-sxm}}, "
         f"endpoint: {{url: sim, extra_body: {_bomb()}}}}}\n"
     )
-    vllm = json.loads(VLLM.read_text("utf-8"))
-    result = json.loads(RESULT.read_text("utf-8"))
-    imports: dict[str, dict[str, float]] = {
-        "NaN": {"p99_ttft_ms": float("nan")},
-        "Infinity": {"mean_tpot_ms": float("inf")},
-        "1e308": {"output_throughput": 1e308},
-        "negative figures": {k: -5.0 for k, v in vllm.items() if isinstance(v, float)},
-        "duration 0": {"duration": 0.0},
-    }
-    for name, edit in imports.items():
-        (d / f"vllm-{name}.json").write_text(json.dumps({**vllm, **edit}))
-    results: dict[str, Callable[[dict], None]] = {
-        "NaN": lambda p: p.update(output_tokens_per_s=float("nan")),
-        "Infinity": lambda p: p.update(window_s=float("inf")),
-        "1e308": lambda p: p.update(output_tokens_per_s=1e308),
-        "negative figures": lambda p: p.update(
-            goodput_output_tokens_per_s=-5.0, output_tokens_per_s=-5.0, attainment=-1.0
-        ),
-    }
-    for name, edit in results.items():
-        doc = json.loads(json.dumps(result))
-        edit(doc["probes"][0])
-        run = d / f"run-{name}"
-        run.mkdir()
-        (run / "result.json").write_text(json.dumps(doc))
-    zrun = d / "run-zero"
-    zrun.mkdir()
-    (zrun / "result.json").symlink_to("/dev/zero")
-    drun = d / "run-deep"
-    drun.mkdir()
-    (drun / "result.json").write_text('{"probes": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    good = d / "run-good"
-    good.mkdir()
-    (good / "result.json").write_text(json.dumps(result))
+    imports, results = _write_imports(d), _write_runs(d)
+    zrun, drun, good = d / "run-zero", d / "run-deep", d / "run-good"
     imp = ("--model", "llama-3.1-8b", "--hardware", "h100-sxm")
     cases: dict[str, Callable[[], list[str]]] = {
         "probe: spec alias bomb in extra_body": lambda: _cmd(
