@@ -302,3 +302,13 @@ def test_a_sweep_whose_bench_spec_is_a_fifo_stops_before_any_server(tmp_path: Pa
     proc = _cli("sweep", str(tmp_path / "sweep.yaml"), "-o", str(tmp_path / "out"))
     _one_line_exit_2(proc, "bench.yaml", "not a regular file")
     assert not marker.exists()
+
+
+def test_an_expert_load_file_that_is_a_device_is_one_line(tmp_path: Path) -> None:
+    from tokenwatt.geometry.routing import load_expert_load
+
+    zero = tmp_path / "load.json"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(SpecError, match=r"expert_load_file .* not a regular file") as exc:
+        load_expert_load(zero, experts=4, k=2, layers=3)
+    assert "\n" not in str(exc.value)

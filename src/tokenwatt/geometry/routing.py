@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from tokenwatt.bounded import IMPORT_MAX_BYTES, read_bounded
 from tokenwatt.errors import SpecError
 
 __all__ = ["REFERENCE_ZIPF_S", "ExpertLoad", "GeneratingFunction", "load_expert_load"]
@@ -111,11 +112,11 @@ def load_expert_load(path: str | Path, *, experts: int, k: int, layers: int) -> 
     (one row applies to every layer). A wrong shape is a one-line SpecError naming the fix."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(read_bounded(p, max_bytes=IMPORT_MAX_BYTES, error=SpecError))
         counts = data["counts"] if isinstance(data, dict) else data
         if counts and not isinstance(counts[0], list):
             counts = [counts]
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+    except (SpecError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise SpecError(
             f"engine.expert_load_file {str(p)!r} is unreadable ({exc}); give a JSON file "
             '{"counts": [[tokens per expert] per MoE layer]}'
