@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tokenwatt"
 _EVERY_PACKAGE = {
     "geometry", "hardware", "spec", "records", "result", "client", "load", "metrics", "power",
     "sim", "report", "cli", "engine", "simsettings", "httpget", "batch_steps",
-    "promscrape",
+    "promscrape", "bounded",
 }  # fmt: skip
 # package → tokenwatt packages it must never import
 FORBIDDEN: dict[str, set[str]] = {
@@ -70,6 +70,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "httpget": _EVERY_PACKAGE - {"httpget", "spec"},
     # one scrape of a Prometheus page (GET, stamp, parse), shared by engine and power
     "promscrape": _EVERY_PACKAGE - {"promscrape", "httpget", "spec"},
+    # the one bounded reader of user files (spec, sweep, import, result): base code
+    "bounded": _EVERY_PACKAGE - {"bounded"},
     # B = T·τ/R and s = 1/τ, shared by metrics (MBU) and engine (the witness): base code
     "batch_steps": _EVERY_PACKAGE - {"batch_steps"},
 }

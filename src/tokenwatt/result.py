@@ -116,13 +116,13 @@ Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -138,6 +138,13 @@ from pydantic import (
     model_validator,
 )
 
+from tokenwatt.bounded import (
+    MAX_MAGNITUDE,
+    RESULT_MAX_BYTES,
+    RESULT_WHOLE_MAX_BYTES,
+    load_document,
+    stream_indented_array,
+)
 from tokenwatt.clock import ClientClock
 from tokenwatt.errors import ReportError
 from tokenwatt.geometry.model import ModelGeometry, upgrade_geometry_dict
@@ -179,7 +186,10 @@ __all__ = [
     "SloDetail",
     "SloSettings",
     "WorkerKeepUp",
+    "figure_problem",
     "load_result",
+    "probe_figure_problem",
+    "probes_left_out",
     "result_path",
     "write_result",
 ]
@@ -187,6 +197,7 @@ __all__ = [
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({1, 2, 3})
 RESULT_FILE = "result.json"
+PROBES_KEPT = 64  # probes a streamed (over 16 MiB) result keeps for the views
 
 
 class _Strict(BaseModel):
@@ -1298,22 +1309,34 @@ def result_path(path_or_dir: str | Path) -> Path:
 
 
 def load_result(path_or_dir: str | Path) -> BenchResult:
-    """Read a result file (or a run directory holding one); failures are one-line ReportErrors."""
+    """Read a result file (or a run directory holding one); failures are one-line ReportErrors.
+
+    Read by the bounded loader (regular file, size, depth, finite numbers); a file over
+    ``RESULT_WHOLE_MAX_BYTES`` is streamed probe by probe and only ``PROBES_KEPT`` of its
+    probes are kept, with a warning saying which; every figure is checked
+    (``figure_problem``) before a view can print it."""
     p = result_path(path_or_dir)
-    try:
-        text = p.read_text("utf-8")
-    except FileNotFoundError:
+    if not p.exists() and not p.is_symlink():
         where = f"{p.parent} has no {RESULT_FILE}" if p.name == RESULT_FILE else f"{p} not found"
-        raise ReportError(f"{where}; give a run directory written by `tokenwatt bench`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise ReportError(f"{p}: cannot read result file ({reason})") from None
+        raise ReportError(f"{where}; give a run directory written by `tokenwatt bench`")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReportError(
-            f"{p}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
+        large = p.stat().st_size > RESULT_WHOLE_MAX_BYTES
+    except OSError as exc:
+        raise ReportError(f"{p}: cannot read result file ({exc.strerror or exc})") from None
+    keeper = _ProbeKeeper(p)
+    if large:
+        data = stream_indented_array(
+            p,
+            "probes",
+            keeper.add,
+            max_bytes=RESULT_MAX_BYTES,
+            error=ReportError,
+            what="result file",
+        )
+    else:
+        data = load_document(
+            p, max_bytes=RESULT_WHOLE_MAX_BYTES, error=ReportError, fmt="json", what="result file"
+        )
     if isinstance(data, dict) and "schema_version" not in data and "summary" in data:
         data = _from_probe_json(data)
     if not isinstance(data, dict) or "schema_version" not in data:
@@ -1327,7 +1350,20 @@ def load_result(path_or_dir: str | Path) -> BenchResult:
             f"{p}: unknown schema_version {version}{newer}; this tokenwatt reads {_versions()}"
         )
     if version == 1:
+        if large:
+            raise ReportError(f"{p}: a version-1 result over the size read whole; upgrade it")
         data = _upgrade_v1(data)
+    if large:
+        data = {**data, "probes": keeper.kept(), "warnings": [*data.get("warnings", [])]}
+        if keeper.note():
+            data["warnings"].append(keeper.note())
+    problem = figure_problem(data)
+    if problem:
+        raise ReportError(f"{p}: {problem}; the file is damaged or was edited")
+    return _validated(p, data)
+
+
+def _validated(p: Path, data: dict[str, Any]) -> BenchResult:
     try:
         return BenchResult.model_validate(data)
     except ValidationError as exc:
@@ -1335,6 +1371,114 @@ def load_result(path_or_dir: str | Path) -> BenchResult:
         loc = ".".join(str(x) for x in err["loc"]) or "<root>"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ReportError(f"{p}: invalid result file: {loc}: {err['msg']}{more}") from None
+
+
+# Figures a view prints as measured: never negative (a latency, a rate, tokens, joules).
+_NON_NEGATIVE = (
+    "rate_rps", "counted_rate_rps", "achieved_rate_rps", "output_tokens_per_s",
+    "itl_token_weighted_s", "batch_per_replica", "mean_context_per_token", "mbu",
+    "goodput_output_tokens_per_s", "goodput_output_tokens_per_s_per_gpu", "tokens_per_joule",
+    "attainment", "requests_ok", "requests_failed", "requests_cancelled", "requests_counted",
+    "window_s", "boundary_rate_rps", "goodput_tokens_per_s_at_boundary", "mean_concurrency",
+)  # fmt: skip
+_LATENCIES = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
+_QS = ("count", "mean", "p50", "p90", "p95", "p99", "max")
+_ENERGY = ("energy_j", "mean_power_w", "joules_per_output_token", "tokens_per_joule", "window_s")
+
+
+_NUMBER = (int, float)  # exactly: a bool is no figure
+
+
+def _number(x: Any) -> bool:
+    return x.__class__ in _NUMBER
+
+
+def probe_figure_problem(probe: Any) -> str | None:
+    """What makes a probe's figures impossible (a probe as read from the file, before
+    validation), in a few words; None when nothing does. Every number is finite and within
+    the loader's bound already; here: no figure negative, and a probe with answered requests
+    has a window longer than zero (its rates divide by it)."""
+    if not isinstance(probe, dict):
+        return None  # not a probe at all: the validation names it
+    named: list[tuple[str, Any]] = [(n, probe.get(n)) for n in _NON_NEGATIVE]
+    for group, keys in [(m, _QS) for m in _LATENCIES] + [("energy", _ENERGY)]:
+        block = probe.get(group)
+        if isinstance(block, dict):
+            named += [(f"{group}.{k}", block.get(k)) for k in keys]
+    for name, value in named:
+        if value.__class__ in _NUMBER and not 0 <= value <= MAX_MAGNITUDE:
+            if value < 0:
+                return f"{name} is {value:g}, and cannot be negative"
+            return f"{name} is {value:.3g}, beyond any measurable figure"
+    ok: Any = probe.get("requests_ok")
+    window_s: Any = probe.get("window_s")
+    if _number(ok) and ok > 0 and _number(window_s) and window_s <= 0:
+        return f"window_s is {window_s:g} with {ok} requests answered"
+    return None
+
+
+def figure_problem(data: dict[str, Any]) -> str | None:
+    """The first impossible figure of a result file's data (``probes[3].ttft_s.p99 is
+    -0.5, and cannot be negative``); None when there is none."""
+    probes = data.get("probes")
+    named = [("single_stream", data.get("single_stream")), ("boundary", data.get("boundary"))]
+    named += [(f"probes[{i}]", q) for i, q in enumerate(probes if isinstance(probes, list) else [])]
+    for where, probe in named:
+        problem = probe_figure_problem(probe)
+        if problem:
+            return f"{where}.{problem}"
+    return None
+
+
+class _ProbeKeeper:
+    """The probes a streamed result keeps, in bounded memory: the last ``PROBES_KEPT // 2``
+    and, of the earlier ones, every ``stride``-th, the stride doubling whenever more than
+    ``PROBES_KEPT // 2`` of those are held. Every probe's figures are checked as it passes,
+    kept or not; the kept ones are validated with the result."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self.stride = 1
+        self.spread: list[tuple[int, Any]] = []
+        self.last: deque[tuple[int, Any]] = deque(maxlen=PROBES_KEPT // 2)
+
+    def add(self, raw: Any) -> None:
+        problem = probe_figure_problem(raw)
+        if problem:
+            raise ReportError(
+                f"{self.path}: probes[{self.count}].{problem}; the file is damaged or was edited"
+            )
+        if len(self.last) == self.last.maxlen:
+            i, old = self.last[0]
+            if i % self.stride == 0:
+                self.spread.append((i, old))
+                if len(self.spread) > PROBES_KEPT // 2:
+                    self.stride *= 2
+                    self.spread = [(j, q) for j, q in self.spread if j % self.stride == 0]
+        self.last.append((self.count, raw))
+        self.count += 1
+
+    def kept(self) -> list[Any]:
+        return [q for _, q in self.spread] + [q for _, q in self.last]
+
+    def note(self) -> str | None:
+        """The warning every view prints when probes were left out; None when none were."""
+        shown = len(self.spread) + len(self.last)
+        if shown == self.count:
+            return None
+        return (
+            f"{_HOLDS} {self.count:,} probes; the views show {shown}: the last "
+            f"{len(self.last)} and every {self.stride}th before them (all stay in the file)"
+        )
+
+
+_HOLDS = "result.json holds"  # how the note on left-out probes starts: written and found here
+
+
+def probes_left_out(result: BenchResult) -> str | None:
+    """The note a streamed result carries when its views see only some of its probes."""
+    return next((w for w in result.warnings if w.startswith(_HOLDS)), None)
 
 
 def _from_probe_json(data: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,6 @@ Schema changelog (``SWEEP_SCHEMA_VERSION``):
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from datetime import datetime
@@ -37,6 +36,7 @@ from pydantic import (
     field_validator,
 )
 
+from tokenwatt.bounded import RESULT_WHOLE_MAX_BYTES, load_document
 from tokenwatt.errors import ReportError
 from tokenwatt.result import BenchResult
 from tokenwatt.spec import redact
@@ -168,10 +168,9 @@ def load_sweep(path: str | Path) -> SweepResult:
     p = Path(path)
     if p.is_dir():
         p = p / SWEEP_FILE
-    try:
-        data = json.loads(p.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"{p}: cannot read the sweep ({exc})") from None
+    data = load_document(
+        p, max_bytes=RESULT_WHOLE_MAX_BYTES, error=ReportError, fmt="json", what="the sweep"
+    )
     if not isinstance(data, dict) or data.get("schema_version") != SWEEP_SCHEMA_VERSION:
         raise ReportError(f"{p}: not a sweep.json of schema {SWEEP_SCHEMA_VERSION}")
     try:

@@ -38,8 +38,10 @@ def _pairs_from(path: Path | None) -> list[tuple[int, int]] | None:
     """(prompt, output) tokens of the counted, finished requests of a TokenWatt requests.jsonl."""
     if path is None:
         return None
+    from tokenwatt.bounded import IMPORT_MAX_BYTES, check_regular
     from tokenwatt.records import read_requests
 
+    check_regular(path, max_bytes=IMPORT_MAX_BYTES, error=SpecError, what="--requests file")
     try:
         rows = read_requests(path)
     except (OSError, ValueError, KeyError) as exc:

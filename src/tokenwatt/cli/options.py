@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from tokenwatt.errors import SpecError
-from tokenwatt.spec import BenchSpec, load_spec, parse_spec
+from tokenwatt.spec import BenchSpec, load_spec, parse_spec, read_spec_document
 from tokenwatt.spec.dotted import put_dotted, yaml_value
 
 __all__ = [
@@ -218,7 +217,7 @@ def _base_doc(spec_path: Path | None) -> tuple[dict[str, Any], str]:
     # the file alone first, so that its own errors name the file (its expert-load file is
     # read once, by the validation of the spec with the flags laid over it)
     load_spec(spec_path, read_files=False)
-    doc: dict[str, Any] = yaml.safe_load(spec_path.read_text("utf-8"))
+    doc: dict[str, Any] = read_spec_document(spec_path)
     return doc, str(spec_path)
 
 

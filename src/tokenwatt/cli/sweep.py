@@ -42,17 +42,14 @@ EXIT_NO_POINT = 3  # no point of the sweep found a boundary
 def _bench_doc(spec: SweepSpec, sweep_path: Path) -> dict[str, Any]:
     """The sweep's bench spec as a mapping: the file it names (relative to the sweep file)
     or the mapping written inline."""
-    import yaml
+    from tokenwatt.spec import read_spec_document
 
     if isinstance(spec.bench, dict):
         return dict(spec.bench)
     path = Path(spec.bench)
     if not path.is_absolute():
         path = sweep_path.parent / path
-    try:
-        doc = yaml.safe_load(path.read_text("utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"sweep bench: cannot read {path} ({exc})") from None
+    doc = read_spec_document(path, what="sweep bench spec")
     if not isinstance(doc, dict):
         raise SpecError(f"sweep bench: {path} is not a YAML mapping (a bench spec)")
     return doc

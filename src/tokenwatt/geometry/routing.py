@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from tokenwatt.bounded import IMPORT_MAX_BYTES, read_bounded
 from tokenwatt.errors import SpecError
 
 __all__ = [
@@ -132,12 +133,12 @@ def read_expert_counts(path: str | Path) -> list[list[float]]:
     p = Path(path)
     fix = 'give a JSON file {"counts": [[tokens per expert] per MoE layer]}'
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(read_bounded(p, max_bytes=IMPORT_MAX_BYTES, error=SpecError))
         counts = data["counts"] if isinstance(data, dict) else data
         if counts and not isinstance(counts[0], list):
             counts = [counts]
         arr = np.asarray(counts, dtype=np.float64)
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+    except (OSError, SpecError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise SpecError(
             f"engine.expert_load_file {str(p)!r} is unreadable ({exc}); {fix}"
         ) from None

@@ -11,15 +11,14 @@ result files (with their own energy figures).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from tokenwatt.bounded import IMPORT_MAX_BYTES, load_document
 from tokenwatt.importers import aiperf, br02, guidellm, inference_perf, mlenergy, vllm
 from tokenwatt.importers.base import ImportedRun, ImportFileError
+from tokenwatt.importers.checks import check_runs
 
 __all__ = ["FORMATS", "ImportFileError", "ImportedRun", "detect", "read_runs"]
 
@@ -36,18 +35,9 @@ FORMATS: dict[str, tuple[Callable[[Any], bool], Reader]] = {
 
 
 def _load(path: Path) -> Any:
-    try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        raise ImportFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise ImportFileError(f"{path}: neither JSON nor YAML") from None
+    # numbers as written (``.inf`` is "unlimited" in a Benchmark Report): checks.check_runs
+    # holds every figure a run takes from the file to finite, non-negative bounds
+    return load_document(path, max_bytes=IMPORT_MAX_BYTES, error=ImportFileError, values=False)
 
 
 def detect(doc: Any) -> str | None:
@@ -73,4 +63,5 @@ def read_runs(path: Path, fmt: str = "auto") -> tuple[str, list[ImportedRun]]:
         runs = FORMATS[name][1](doc)
     if not runs:
         raise ImportFileError(f"{path.name}: no benchmark in the file")
+    check_runs(path, runs)
     return name, runs

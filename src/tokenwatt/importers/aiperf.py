@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from tokenwatt.bounded import IMPORT_MAX_BYTES, read_bounded
 from tokenwatt.importers.base import (
     ImportedRun,
     ImportFileError,
@@ -54,7 +55,8 @@ def records_beside(path: Path) -> list[dict[str, Any]] | None:
     if not beside.is_file():
         return None
     out = []
-    for i, line in enumerate(beside.read_bytes().splitlines(), 1):
+    raw = read_bounded(beside, max_bytes=IMPORT_MAX_BYTES, error=ImportFileError)
+    for i, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
         try:

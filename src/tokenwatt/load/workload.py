@@ -35,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import orjson
 
+from tokenwatt.bounded import DATASET_MAX_BYTES, IMPORT_MAX_BYTES, read_bounded
 from tokenwatt.errors import SpecError
 from tokenwatt.spec import BenchSpec
 from tokenwatt.spec.workload import (
@@ -126,10 +127,11 @@ def resolve_prompt_format(spec: BenchSpec) -> PromptFormat:
 
 
 def _read_lengths_file(path: Path, where: str) -> list[int]:
+    data = read_bounded(path, max_bytes=IMPORT_MAX_BYTES, error=SpecError, what=f"{where}.file")
     try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        raise SpecError(f"{where}.file: cannot read {path} ({exc.strerror or exc})") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{where}.file: {path} is not UTF-8 text (byte {exc.start})") from None
     out: list[int] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -178,12 +180,11 @@ def _estimate_tokens(text: str) -> int:
 def load_sharegpt(dataset: Dataset) -> list[tuple[str, int | None]]:
     """(first human turn, estimated reply tokens or None) per usable conversation, file order."""
     path = dataset.path
+    raw = read_bounded(
+        path, max_bytes=DATASET_MAX_BYTES, error=SpecError, what="workload.dataset.path"
+    )
     try:
-        data: Any = orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise SpecError(
-            f"workload.dataset.path: cannot read {path} ({exc.strerror or exc})"
-        ) from None
+        data: Any = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise SpecError(f"workload.dataset.path: {path} is not valid JSON ({exc})") from None
     if not isinstance(data, list):

@@ -20,7 +20,7 @@ from tokenwatt.errors import ReportError
 from tokenwatt.report.format import fmt_quantile, no_boundary_text, rel_change
 from tokenwatt.report.labels import describe_slo
 from tokenwatt.report.pareto import pareto_mask
-from tokenwatt.result import BenchResult, ProbeSummary, load_result
+from tokenwatt.result import BenchResult, ProbeSummary, load_result, probes_left_out
 
 __all__ = [
     "Comparison",
@@ -310,6 +310,8 @@ def _differences(labels: Sequence[str], results: Sequence[BenchResult]) -> list[
             out.append(f"{lab}: {no_boundary_text(r)}")
         if r.interrupted:
             out.append(f"{lab}: the run was interrupted; its boundary may be loose")
+        if (note := probes_left_out(r)) is not None:
+            out.append(f"{lab}: {note}; the frontier below is drawn from those")
     return out
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Self
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from tokenwatt.bounded import SPEC_MAX_BYTES, load_document
 from tokenwatt.errors import SpecError
 from tokenwatt.spec._base import Section
 from tokenwatt.spec.endpoint import Endpoint, Timeouts
@@ -131,20 +131,12 @@ def parse_spec(data: Any, *, source: str = "spec", read_files: bool = True) -> B
         raise SpecError(format_validation_error(exc, source=source)) from None
 
 
+def read_spec_document(path: str | Path, *, what: str = "spec") -> Any:
+    """A spec-like YAML file as plain data, read by the one bounded loader (size, depth,
+    aliases expanded, finite numbers); every failure a one-line ``SpecError`` naming it."""
+    return load_document(path, max_bytes=SPEC_MAX_BYTES, error=SpecError, fmt="yaml", what=what)
+
+
 def load_spec(path: str | Path, *, read_files: bool = True) -> BenchSpec:
     """Read and validate a spec file; every failure is a one-line ``SpecError``."""
-    p = Path(path)
-    try:
-        text = p.read_text("utf-8")
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read spec ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{p}: not UTF-8 text (byte {exc.start}); save the spec as UTF-8") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(f"{p}: not valid YAML{where}: {problem}") from None
-    return parse_spec(data, source=str(p), read_files=read_files)
+    return parse_spec(read_spec_document(path), source=str(path), read_files=read_files)

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from tokenwatt.bounded import parse_yaml
 from tokenwatt.errors import SpecError
 
 __all__ = ["put_dotted", "yaml_value"]
@@ -37,6 +38,8 @@ def put_dotted(doc: dict[str, Any], key: str, value: Any, *, what: str = "--set"
 def yaml_value(raw: str) -> Any:
     """A flag's text as the YAML value it spells (text that is not YAML stays text)."""
     try:
-        return yaml.safe_load(raw) if raw.strip() else ""
+        if not raw.strip():
+            return ""
+        return parse_yaml(raw, source=f"value {raw[:40]!r}", error=SpecError, syntax_errors=True)
     except yaml.YAMLError:
         return raw

@@ -29,11 +29,10 @@ import itertools
 from pathlib import Path
 from typing import Any, Self
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from tokenwatt.errors import SpecError
-from tokenwatt.spec import format_validation_error
+from tokenwatt.spec import format_validation_error, read_spec_document
 from tokenwatt.spec._base import MAX_COUNT, MAX_SECONDS, Section
 from tokenwatt.spec.dotted import yaml_value
 from tokenwatt.spec.template import Scalar, render, render_command
@@ -152,12 +151,7 @@ def _render_nested(value: Any, values: dict[str, Scalar], what: str) -> Any:
 def load_sweep_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep file; every failure is one line naming the field."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text("utf-8"))
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read sweep ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    data = read_spec_document(p, what="sweep")
     if not isinstance(data, dict):
         raise SpecError(f"{p}: a sweep must be a YAML mapping with server, grid and bench")
     try:
