@@ -5,6 +5,7 @@ each command takes; a name that several memory variants share is asked for."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from tokenwatt.cli import probe as probe_cli
 from tokenwatt.cli import sweep as sweep_cli
 from tokenwatt.errors import SpecError
 from tokenwatt.geometry.config import read_config
+from tokenwatt.load.sweep_guard import WORKER_VAR
 from tokenwatt.result import load_result
 from tokenwatt.spec import BenchSpec
 
@@ -195,6 +197,7 @@ def test_sweep_takes_the_node_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: P
         raise SpecError("stopped before any server")
 
     monkeypatch.setattr(sweep_cli, "_check_first", stop)
+    monkeypatch.setenv(WORKER_VAR, "1")  # the guard's worker: the sweep itself, in-process
     args = [*NODE, "--bandwidth-tb-s", "1.63", "--set", "layers=30"]
     assert _main(monkeypatch, "sweep", str(sweep_file), *args, "-o", str(tmp_path / "o")) == 2
     spec: BenchSpec = seen["spec"]
@@ -267,3 +270,33 @@ def test_fit_check_gives_each_sharing_replica_its_share_of_memory() -> None:
     bare = spec({"custom": {"bandwidth_bytes_per_s": 1e12}, "gpus": 1, "replicas": 4})
     assert resolve_accelerator(bare.hardware).memory_bytes is None
     check_fits(bare, g, resolve_accelerator(bare.hardware))
+
+
+def test_the_sweep_guard_hands_the_node_flags_to_its_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The guard re-runs ``tokenwatt sweep`` in a worker process: the node flags and every
+    ``--set`` must be on the worker's command line, or the worker benches another node."""
+    from tokenwatt.load import sweep_guard
+
+    sweep_file = tmp_path / "sweep.yaml"
+    bench = yaml.safe_load(SPEC) | {"endpoint": {"url": "http://127.0.0.1:1/v1", "model": "m"}}
+    server = {"command": "true {port}", "health_url": "http://127.0.0.1:{port}/h"}
+    doc = {"name": "node", "server": server, "points": [{"x": 1}], "bench": bench}
+    sweep_file.write_text(yaml.safe_dump(doc))
+    seen: list[list[str]] = []
+
+    def guard(argv: list[str], folder: Path, stop_timeout_s: float) -> Any:
+        seen.append(argv)
+        return sweep_guard.GuardOutcome(exit_code=0)
+
+    monkeypatch.delenv(WORKER_VAR, raising=False)
+    monkeypatch.setattr(sweep_guard, "guard_sweep", guard)
+    args = [*NODE, "--bandwidth-tb-s", "1.63", "--set", "layers=30"]
+    assert _main(monkeypatch, "sweep", str(sweep_file), *args, "-o", str(tmp_path / "o")) == 0
+    argv = seen[0]
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        assert any(a == flag and b == value for a, b in itertools.pairwise(argv)), (
+            flag,
+            value,
+        )

@@ -119,12 +119,26 @@ class _Lines:
                 c.print(f"  warning: {w}", highlight=False, markup=False)
 
 
+def _node_args(node: NodeFlags, sets: list[str]) -> list[str]:
+    """The node flags and ``--set`` items as the worker's command line repeats them."""
+    out: list[str] = []
+    flags = ("--hardware", "--gpus", "--replicas", "--bandwidth-tb-s")
+    values = (node.hardware, node.gpus, node.replicas, node.bandwidth_tb_s)
+    for flag, value in zip(flags, values, strict=True):
+        if value is not None:
+            out += [flag, str(value)]
+    for item in sets:
+        out += ["--set", item]
+    return out
+
+
 def _guard(
     sweep_path: Path,
     folder: Path,
     stop_timeout_s: float,
     *,
     prices: tuple[float | None, float | None],
+    node_args: list[str],
     console: Console,
 ) -> NoReturn:
     """Run this sweep in a worker process under ``load.sweep_guard`` and exit as it did."""
@@ -138,6 +152,7 @@ def _guard(
     for flag, value in zip(("--price-per-gpu-hour", "--price-per-kwh"), prices, strict=True):
         if value is not None:
             argv += [flag, repr(value)]
+    argv += node_args
     outcome = guard_sweep(argv, folder, stop_timeout_s)
     for note in outcome.notes:
         console.print(f"sweep: {note}", highlight=False, markup=False)
@@ -174,7 +189,15 @@ def sweep(  # noqa: PLR0917 - one parameter per flag
     spec = load_sweep_spec(sweep_path)
     if os.environ.get(WORKER_VAR) != "1":  # the guard: as little work as can be done here
         folder = choose_out_dir(out, spec.name, overwrite=False)
-        _guard(sweep_path, folder, spec.server.stop_timeout_s, prices=(price, kwh), console=console)
+        node_args = _node_args(NodeFlags(hardware, gpus, replicas, bandwidth_tb_s), sets or [])
+        _guard(
+            sweep_path,
+            folder,
+            spec.server.stop_timeout_s,
+            prices=(price, kwh),
+            node_args=node_args,
+            console=console,
+        )
     doc = _with_prices(_bench_doc(spec, sweep_path), price, kwh)
     node = NodeFlags(hardware, gpus, replicas, bandwidth_tb_s)
     doc = _with_node(doc, node, list(sets or []))
