@@ -154,7 +154,7 @@ def summary_table(result: BenchResult) -> Table:
 
 
 def _simulated(result: BenchResult) -> bool:
-    return result.target is not None and result.target.kind == "sim"
+    return result.simulated
 
 
 def _title(result: BenchResult) -> str:
