@@ -39,14 +39,20 @@ from tokenwatt.cli.options import (
 )
 from tokenwatt.cli.peer_flags import (
     ConcurrencyOption,
+    DatasetNameOption,
     DatasetOption,
+    IgnoreEosOption,
     InputTokensOption,
     MaxConcurrencyOption,
     MaxRequestsOption,
     OutputTokensOption,
     PeerFlags,
     RateOption,
+    RateTypeOption,
     SeedOption,
+    StreamingOption,
+    check_window,
+    show_notes,
 )
 from tokenwatt.errors import SpecError
 
@@ -612,6 +618,10 @@ def register(app: typer.Typer) -> None:
         input_tokens: InputTokensOption = None,
         output_tokens: OutputTokensOption = None,
         dataset: DatasetOption = None,
+        rate_type: RateTypeOption = None,
+        dataset_name: DatasetNameOption = None,
+        ignore_eos: IgnoreEosOption = False,
+        streaming: StreamingOption = False,
         out: ProbeOutOption = None,
         overwrite: OverwriteOption = False,
         sim_mode: SimModeOption = "subprocess",
@@ -631,9 +641,16 @@ def register(app: typer.Typer) -> None:
             input_tokens,
             output_tokens,
             dataset,
+            rate_type,
+            dataset_name,
+            ignore_eos,
+            streaming,
         )
         closed = peer.closed_loop()
+        rate = peer.open_rate()
         _check_flags(sim_mode, rate, closed, max_requests)
+        check_window(max_requests, duration, closed is not None)
+        show_notes(peer)
         flags = Flags(
             base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), peer.spec_fields()
         )
