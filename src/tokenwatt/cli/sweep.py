@@ -110,7 +110,7 @@ def sweep(
     from tokenwatt.cli._loop import run_async, stop_exit_code
     from tokenwatt.cli.outdir import choose_out_dir
     from tokenwatt.load.sweep import run_sweep
-    from tokenwatt.report.sweep_html import write_sweep_html
+    from tokenwatt.report.sweep_html import collect_points, summary_lines, write_sweep_html
     from tokenwatt.spec.sweep import load_sweep_spec
 
     console = Console()
@@ -127,6 +127,8 @@ def sweep(
     except KeyboardInterrupt:
         interrupted = True
     html_path = write_sweep_html([folder], folder)
+    for line in summary_lines(collect_points([folder])[1]):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"sweep: {time.monotonic() - t0:.0f} s; picture {html_path}", highlight=False)
     if interrupted:
         console.print("interrupted: the sweep holds what was measured", highlight=False)
