@@ -76,3 +76,41 @@ def test_nobody_listening_is_not_the_simulator() -> None:
         port = s.getsockname()[1]
     assert server_identity(f"http://127.0.0.1:{port}/v1", SIM_SERVER_NAME) is None
     assert server_identity("not a url", SIM_SERVER_NAME) is None
+
+
+def test_an_identified_endpoint_is_simulated_in_every_view() -> None:
+    """A result whose endpoint said it is the simulator (the spec names an URL, not ``sim``):
+    the terminal headline, report.html, the Benchmark Report's stack and compare all say so."""
+    import io
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from tokenwatt.report.br02_sections import br02_sections
+    from tokenwatt.report.compare import compare_results
+    from tokenwatt.report.html import render_html
+    from tokenwatt.report.terminal import headline
+    from tokenwatt.result import BenchResult
+
+    golden = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
+    data = json.loads(golden.read_text("utf-8"))
+    data["spec"]["endpoint"]["url"] = "http://127.0.0.1:8000/v1"
+    data["target"] = {"kind": "endpoint", "base_url": "http://127.0.0.1:8000/v1"}
+    plain = BenchResult.model_validate(data)
+    data["target"]["server_identity"] = "tokenwatt-sim 0.1.0"
+    found = BenchResult.model_validate(data)
+    assert found.simulated and not plain.simulated
+
+    def terminal(r: BenchResult) -> str:
+        buf = io.StringIO()
+        Console(file=buf, width=200).print(headline(r))
+        return buf.getvalue()
+
+    assert "SIMULATED" in terminal(found) and "SIMULATED" not in terminal(plain)
+    assert render_html(found).count("SIMULATED") >= 3 and "SIMULATED" not in render_html(plain)
+    assert found.boundary is not None and plain.boundary is not None
+    tool = br02_sections(found, found.boundary)["stack"][0]["standardized"]["tool"]
+    assert tool == "tokenwatt-sim"
+    other = br02_sections(plain, plain.boundary)["stack"][0]["standardized"]["tool"]
+    assert other != "tokenwatt-sim"
+    assert compare_results([("a", found), ("b", plain)]).simulated == (True, False)
