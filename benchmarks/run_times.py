@@ -86,7 +86,7 @@ def run_flag_form(tmp: Path, timeout_s: float) -> Timed:
         if m is None:
             raise SystemExit("README's simulator did not start")
         bench = readme_command("bench", "--base-url")
-        args = [a.replace("http://localhost:8000", m.group(1)) for a in bench]
+        args = [a.replace("http://127.0.0.1:8000", m.group(1)) for a in bench]
         return _timed("flag form", args, tmp / "flag", timeout_s, shlex.join(bench))
     finally:
         sim.terminate()

@@ -2,7 +2,7 @@
 README changes what runs here.
 
 The simulator is started by README's own ``tokenwatt sim`` line, with ``--port 0`` added (a
-free port; README's 8000 may be taken), and README's ``localhost:8000`` is pointed at the port
+free port; README's 8000 may be taken), and README's ``127.0.0.1:8000`` is pointed at the port
 it announced. The default suite runs README's probe form, shortened by README's own "first
 look" flags, then README's ``report`` and ``compare`` on its result: the model name README
 passes is served, and the simulated result says SIMULATED in the terminal, in report.html and
@@ -91,7 +91,7 @@ def readme_sim() -> Iterator[str]:
 
 
 def _pointed(args: list[str], url: str) -> list[str]:
-    return [a.replace("http://localhost:8000", url) for a in args]
+    return [a.replace("http://127.0.0.1:8000", url) for a in args]
 
 
 def test_readme_names_the_commands_a_first_hour_needs() -> None:
@@ -104,6 +104,12 @@ def test_readme_names_the_commands_a_first_hour_needs() -> None:
     # the flag form names a served model the README's simulator must answer to
     assert bench[bench.index("--model") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
     assert sim[sim.index("--model") + 1] == "llama-3.1-8b"
+    # README's endpoint is where README's simulator listens by default (127.0.0.1:8000; a
+    # "localhost" that resolves to ::1 first would miss it)
+    assert "--port" not in sim and "--host" not in sim
+    assert bench[bench.index("--base-url") + 1] == "http://127.0.0.1:8000"
+    probe = _command("probe", "--base-url")
+    assert probe[probe.index("--base-url") + 1] == "http://127.0.0.1:8000"
     assert first_look_flags()[0] == "--duration"
 
 
