@@ -114,7 +114,7 @@ _SHORTER = (
     (
         "coarser boundary",
         "`--set search.precision=0.15`",
-        "the boundary within 15 % instead of {precision:.0%}",
+        "the boundary within 15 % instead of {precision_pct:g} %",
     ),
     (
         "shorter windows",
@@ -141,12 +141,13 @@ _SHORTER = (
 
 
 def _shorter(precision: float) -> str:
-    rows = [f"| {a} | {b} | {c.format(precision=precision)} |" for a, b, c in _SHORTER]
+    rows = [f"| {a} | {b} | {c.format(precision_pct=precision * 100)} |" for a, b, c in _SHORTER]
     return "\n".join(["| change | flag | what it costs |", "|---|---|---|", *rows])
 
 
 def page(runs: list[Timed], when: str) -> str:
     p, s = ProbeSettings(), SearchSettings()
+    low = p.min_requests / p.min_duration_s
     rows = "\n".join(_row(t) for t in runs)
     cmds = "\n".join(f"* {t.what}: `{t.command}`" for t in runs)
     return f"""# How long a bench takes, and how to make it shorter
@@ -154,8 +155,8 @@ def page(runs: list[Timed], when: str) -> str:
 This page is written by `benchmarks/run_times.py` from a measured run ({when}); rerun it to
 refresh every figure below.
 
-A bench is a single-stream point ({s.single_stream_requests} requests one at a time), a short
-closed-loop staircase that picks the first rate, then a search of probes. Each probe is a
+A bench is a single-stream point ({s.single_stream_requests} requests one at a time), a
+short closed-loop staircase that picks the first rate, then a search of probes. Each probe is a
 warm-up, a window and a drain (spec `search.probe`, defaults in brackets):
 
 * warm-up `warmup_s` [{p.warmup_s:g} s], stretched to {WARMUP_LIFETIMES:g} request lifetimes
@@ -181,9 +182,9 @@ script; the load average is the 1-minute figure before → after each run:
 |---|---|---|---|---|---|---|
 {rows}
 
-At a low boundary rate (under {p.min_requests} ÷ {p.min_duration_s:g} ≈
-{p.min_requests / p.min_duration_s:.1f} req/s) the {p.min_requests}-request minimum stretches
-each window to {p.min_requests} ÷ rate seconds, and the run takes longer.
+At a low boundary rate (under {p.min_requests} ÷ {p.min_duration_s:g} ≈ {low:.1f} req/s) the
+{p.min_requests}-request minimum stretches each window to {p.min_requests} ÷ rate seconds, and
+the run takes longer.
 
 ## Shorter, in order of what it costs in accuracy
 
