@@ -183,7 +183,7 @@ class PeerFlags:
     def open_rate(self) -> float | None:
         """The open-loop rate: ``--request-rate inf`` is vLLM's "no arrival process", not a
         rate (with ``--max-concurrency N`` it is the closed loop ``closed_loop`` returns)."""
-        return self.rate if self.rate is not None and math.isfinite(self.rate) else None
+        return None if self.rate == math.inf else self.rate
 
     def _rate_type(self) -> str | None:
         """``--rate-type`` checked; its arrival kind (or ``synchronous``), one line if not."""
@@ -200,7 +200,7 @@ class PeerFlags:
         return kind
 
     def _infinite_rate(self) -> None:
-        if self.rate is None or math.isfinite(self.rate) or self.rate <= 0:
+        if self.rate != math.inf:
             return
         if self.max_concurrency is None and self.concurrency is None:
             raise SpecError(
