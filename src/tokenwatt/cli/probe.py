@@ -633,19 +633,9 @@ def register(app: typer.Typer) -> None:
         from tokenwatt.cli.options import Flags, build_spec
 
         peer = PeerFlags(
-            rate,
-            concurrency,
-            max_concurrency,
-            max_requests,
-            seed,
-            input_tokens,
-            output_tokens,
-            dataset,
-            rate_type,
-            dataset_name,
-            ignore_eos,
-            streaming,
-        )
+            rate, concurrency, max_concurrency, max_requests, seed, input_tokens, output_tokens,
+            dataset, rate_type, dataset_name, ignore_eos, streaming,
+        )  # fmt: skip
         closed = peer.closed_loop()
         rate = peer.open_rate()
         _check_flags(sim_mode, rate, closed, max_requests)
