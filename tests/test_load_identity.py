@@ -18,9 +18,11 @@ from tokenwatt.sim import start_sim_thread
 from tokenwatt.sim.names import SIM_SERVER_NAME
 
 
-def _server(pages: dict[str, object]) -> Iterator[str]:
+def _server(pages: dict[str, object], asked: list[str] | None = None) -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if asked is not None:
+                asked.append(self.path)
             if self.path not in pages:
                 self.send_error(404)
                 return
@@ -68,6 +70,15 @@ def test_an_engine_answering_like_vllm_is_not_the_simulator(vllm_like: str) -> N
 
 def test_the_model_card_alone_is_enough(card_only: str) -> None:
     assert server_identity(card_only, SIM_SERVER_NAME) == "tokenwatt-sim (model card)"
+
+
+def test_an_engine_claiming_no_owner_is_not_asked_for_version() -> None:
+    """A stub or engine whose cards name no owner: one GET of its /models, nothing else."""
+    asked: list[str] = []
+    cards = {"object": "list", "data": [{"id": "m"}]}
+    for url in _server({"/v1/models": cards, "/version": {"version": "tokenwatt-sim"}}, asked):
+        assert server_identity(url, SIM_SERVER_NAME) is None
+    assert asked == ["/v1/models"]
 
 
 def test_nobody_listening_is_not_the_simulator() -> None:
