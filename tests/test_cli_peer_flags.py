@@ -200,7 +200,7 @@ def test_bench_max_requests_without_concurrency_sets_each_window(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--max-concurrency", "4", "--rate", "2"], "--max-concurrency beside --rate"),
+        (["--max-concurrency", "4", "--rate", "2"], "--max-concurrency beside a finite --rate"),
         (["--concurrency", "4", "--max-concurrency", "5"], "disagree"),
         (["--concurrency", "2", "--request-rate", "2"], "not both"),
         (["--dataset", "sharegpt"], "give sharegpt:PATH"),
@@ -308,3 +308,166 @@ def test_dataset_sharegpt_runs_real_prompts(spec_file: Path, tmp_path: Path) -> 
     counted = [r for r in map(orjson.loads, lines) if r["phase"] == "window"]
     assert len(counted) == 4
     assert all(10 <= r["prompt_tokens"] <= 17 for r in counted)  # the file's 10-17 words
+
+
+@pytest.mark.parametrize("command", ["bench", "probe"])
+def test_infinite_rate_with_a_concurrency_cap_is_a_closed_loop(
+    monkeypatch: pytest.MonkeyPatch, captured: Captured, spec_file: Path, command: str
+) -> None:
+    """vLLM's default pairing: no arrival process, 8 in flight."""
+    args = ["--request-rate", "inf", "--max-concurrency", "8"]
+    assert _main(monkeypatch, command, str(spec_file), *args) == 0
+    assert captured["ran"] == "probe" and captured["concurrency"] == 8
+    assert captured["rate"] is None
+    assert captured["spec"].search.start_rate_rps is None
+
+
+@pytest.mark.parametrize("command", ["bench", "probe"])
+def test_infinite_rate_alone_says_what_to_add(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    captured: Captured,
+    spec_file: Path,
+    command: str,
+) -> None:
+    assert _main(monkeypatch, command, str(spec_file), "--request-rate", "inf") == 2
+    err = capsys.readouterr().err
+    assert "--request-rate inf" in err and "--max-concurrency N" in err
+    assert "got inf" not in err and len(err.strip().splitlines()) == 1
+    assert "ran" not in captured
+
+
+@pytest.mark.parametrize("command", ["bench", "probe"])
+@pytest.mark.parametrize("kind", ["constant", "poisson", "Constant"])
+def test_rate_type_picks_the_arrival_process(
+    monkeypatch: pytest.MonkeyPatch,
+    captured: Captured,
+    spec_file: Path,
+    command: str,
+    kind: str,
+) -> None:
+    args = ["--rate-type", kind, "--rate", "2"]
+    assert _main(monkeypatch, command, str(spec_file), *args) == 0
+    assert captured["spec"].workload.arrival.kind == kind.lower()
+
+
+@pytest.mark.parametrize("command", ["bench", "probe"])
+def test_rate_type_synchronous_is_one_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, captured: Captured, spec_file: Path, command: str
+) -> None:
+    assert _main(monkeypatch, command, str(spec_file), "--rate-type", "synchronous") == 0
+    assert captured["ran"] == "probe" and captured["concurrency"] == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("sweep", "searches the rate itself"),
+        ("throughput", "--concurrency N"),
+        ("concurrent", "--concurrency N"),
+        ("bursty", "is not one of poisson, constant, synchronous"),
+    ],
+)
+def test_rate_types_that_do_not_apply_say_why(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    spec_file: Path,
+    kind: str,
+    message: str,
+) -> None:
+    assert _main(monkeypatch, "bench", str(spec_file), "--rate-type", kind) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["bench", "probe"])
+def test_no_op_flags_run_with_one_note(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    captured: Captured,
+    spec_file: Path,
+    command: str,
+) -> None:
+    args = ["--dataset-name", "random", "--ignore-eos", "--streaming", "--rate", "2"]
+    assert _main(monkeypatch, command, str(spec_file), *args) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert notes == [
+        "note: --dataset-name random, --ignore-eos, --streaming change nothing here: random "
+        "prompts are the default; output lengths are exact (workload.ignore_eos); requests "
+        "always stream"
+    ]
+    assert captured["spec"].workload.dataset is None
+
+
+def test_each_no_op_flag_alone_is_accepted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], spec_file: Path
+) -> None:
+    for flag in (["--dataset-name", "random"], ["--ignore-eos"], ["--streaming"]):
+        monkeypatch.setattr(probe_cli, "run_probe_command", lambda spec, **kw: None)
+        assert _main(monkeypatch, "probe", str(spec_file), *flag, "--rate", "1") == 0
+        assert f"note: {' '.join(flag)} change nothing here" in capsys.readouterr().err
+
+
+def test_dataset_name_other_than_random_points_at_dataset(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], spec_file: Path
+) -> None:
+    assert _main(monkeypatch, "probe", str(spec_file), "--dataset-name", "sharegpt") == 2
+    assert "--dataset sharegpt:PATH" in capsys.readouterr().err
+
+
+def test_processor_gets_its_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _main(monkeypatch, "bench", "--processor", "meta-llama/x") == 2
+    err = capsys.readouterr().err
+    assert "No such option: --processor; no tokenizer or processor is needed" in err
+
+
+def test_every_unknown_flag_is_answered_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "--output-json",
+        "x",
+        "--frobnicate",
+        "--duraton=3",
+        "--tokenizer",
+        "t",
+        "--output-json",
+    ]
+    assert _main(monkeypatch, "probe", *args) == 2
+    lines = [x.removeprefix("Error: ") for x in capsys.readouterr().err.splitlines()]
+    answered = [x for x in lines if x.startswith("No such option:")]
+    assert answered == [
+        f"No such option: --output-json; {PEER_FLAG_HINTS['--output-json']}",
+        "No such option: --frobnicate",
+        "No such option: --duraton (did you mean --duration?)",
+        f"No such option: --tokenizer; {PEER_FLAG_HINTS['--tokenizer']}",
+    ]
+
+
+@pytest.mark.parametrize("loop", [["--rate", "1"], ["--concurrency", "2"]])
+def test_num_prompts_with_duration_is_refused_on_probe(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    captured: Captured,
+    spec_file: Path,
+    loop: list[str],
+) -> None:
+    """Together one of them was silently ignored (10 prompts, a 3 s window: 3 counted)."""
+    args = [*loop, "--num-prompts", "10", "--duration", "3"]
+    assert _main(monkeypatch, "probe", str(spec_file), *args) == 2
+    err = capsys.readouterr().err
+    assert "--num-prompts 10 and --duration 3 both set where the probe ends" in err
+    assert len(err.strip().splitlines()) == 1 and "ran" not in captured
+
+
+def test_bench_num_prompts_with_duration_sets_both_floors(
+    monkeypatch: pytest.MonkeyPatch, captured: Captured, spec_file: Path
+) -> None:
+    """On bench both are minimums of each window (≥ S seconds and ≥ N requests): no conflict."""
+    args = ["--num-prompts", "10", "--duration", "3"]
+    assert _main(monkeypatch, "bench", str(spec_file), *args) == 0
+    p = captured["spec"].search.probe
+    assert (p.min_requests, p.min_duration_s) == (10, 3.0)

@@ -235,3 +235,34 @@ def test_pareto_frontier_is_drawn_over_passing_probes_only() -> None:
     Console(file=buf, width=120).print(comparison_view(c))
     row = next(x for x in buf.getvalue().splitlines() if "fail" in x.split()[-1:])
     assert "★" not in row
+
+
+def test_a_standalone_simulator_is_simulated_and_named_beside_others() -> None:
+    """An endpoint that said it is the simulator (``target.server_identity``): SIMULATED like a
+    run that started its own, and compare says the simulators differ (a standalone one's
+    settings are not recorded); beside a measured endpoint, that they are not measured."""
+    a, b, c = _data(), _data(), _data()
+    b["target"] = {
+        "kind": "endpoint",
+        "base_url": "http://127.0.0.1:9/v1",
+        "server_identity": "tokenwatt-sim 0.1.0",
+    }
+    c["target"] = {"kind": "endpoint", "base_url": "http://127.0.0.1:9/v1"}
+    rb = _result(b)
+    assert rb.simulated and not _result(c).simulated
+    both = compare_results([("a", _result(a)), ("b", rb)])
+    assert both.simulated == (True, True)
+    assert both.warnings[0] == (
+        "runs differ in the simulator that served them (a: tokenwatt simulator; b: a standalone "
+        "tokenwatt-sim 0.1.0): a standalone simulator's settings are not recorded, so its "
+        "figures may not be like for like"
+    )
+    assert not any("simulator settings" in w for w in both.warnings)
+    real = compare_results([("b", rb), ("c", _result(c))])
+    assert real.warnings[0] == (
+        "runs differ in what served them (b: a standalone tokenwatt-sim 0.1.0; c: an endpoint): "
+        "simulated figures are not measured"
+    )
+    b["geometry"]["name"] = "Llama-3.1-8B"  # and a model that differs is named too
+    models = compare_results([("a", _result(a)), ("b", _result(b))])
+    assert any(w.startswith("runs differ in models (a: Qwen3-30B-A3B") for w in models.warnings)

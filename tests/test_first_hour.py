@@ -235,9 +235,11 @@ def test_bench_with_flags_and_no_spec_against_the_simulator(sim_url: str, tmp_pa
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads((out / "result.json").read_text("utf-8"))
     assert result["spec"]["endpoint"]["url"] == sim_url  # /v1 added to the bare URL
-    assert result["target"]["kind"] == "endpoint"  # a URL: not labelled simulated
+    # a URL, but the endpoint says it is the simulator (its /version): labelled simulated
+    assert result["target"]["kind"] == "endpoint"
+    assert result["target"]["server_identity"].startswith("tokenwatt-sim ")
     assert result["probes"], "no probe ran"
-    assert "SIMULATED" not in run.stdout
+    assert "SIMULATED" in run.stdout
     # max_probes (2 here) is warned once, in the self-check's wording, never in result.warnings
     assert not [w for w in result["warnings"] if "max_probes" in w]
     said = " ".join(run.stdout.split())

@@ -181,7 +181,7 @@ def test_models_health_and_version(sim: RunningSim) -> None:
     models = get_json(sim.url + "/models")
     assert models["data"][0]["id"] == MODEL
     assert models["data"][0]["max_model_len"] == 4096
-    assert models["data"][0]["owned_by"] == "vllm"
+    assert models["data"][0]["owned_by"] == "tokenwatt-sim"
     with urllib.request.urlopen(sim.base_url + "/health", timeout=10) as resp:
         assert resp.status == 200
 

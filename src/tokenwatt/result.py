@@ -1167,6 +1167,11 @@ class RunTarget(_Strict):
     source_tool_version: str | None = Field(None, description="imported: its version")
     source_format: str | None = Field(None, description="imported: the file format read")
     source_file: str | None = Field(None, description="imported: the file's name")
+    server_identity: str | None = Field(
+        None,
+        description="an endpoint that said it is the built-in simulator: what it said "
+        "(its /version, or its model card); None for any other endpoint",
+    )
 
     @field_validator("base_url", mode="after")
     @classmethod
@@ -1287,9 +1292,10 @@ class BenchResult(_Strict):
 
     @property
     def simulated(self) -> bool:
-        """Whether the built-in simulator served the run (older files: their spec's URL)."""
+        """Whether the built-in simulator served the run: started by the run, or an endpoint
+        that said it is one (``target.server_identity``); older files: their spec's URL."""
         if self.target is not None:
-            return self.target.kind == "sim"
+            return self.target.kind == "sim" or self.target.server_identity is not None
         return self.spec.endpoint.is_sim
 
 

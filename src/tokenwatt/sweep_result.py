@@ -12,11 +12,19 @@ Figures of an operating point (the boundary probe of the point's search):
     tokens_per_s_per_user                 1 ÷ median TPOT at the boundary (the interactivity
                                           axis; InferenceX and the peers' Pareto plots)
     tokens_per_joule, joules_per_output_token, joules_per_total_token   the boundary's energy
-    usd_per_mtok                          ``CostFigures.usd_per_mtok`` at the boundary
+    usd_per_mtok                          ``CostFigures.usd_per_mtok`` at the boundary, the
+                                          energy's part left out where the energy is invalid
+    device_unit                           what "per device" means on this hardware: GPU,
+                                          accelerator (TPU, Gaudi, Trainium), CPU socket (a
+                                          bandwidth measured by ``hardware --measure``) or node
+    lower_bound                           the search stopped at its probe or rate limit
+                                          (``LOWER_BOUND_STOPS``): the boundary is at least the
+                                          highest passing rate, not found
 
 Schema changelog (``SWEEP_SCHEMA_VERSION``):
 
-    1 - (issue 20) first version.
+    1 - first version. Additive: ``OperatingPoint`` ``device_unit``, ``slo``, the prices,
+        ``stop_reason``, ``lower_bound``, ``energy_cause``.
 """
 
 from __future__ import annotations
@@ -38,15 +46,18 @@ from pydantic import (
 
 from tokenwatt.bounded import RESULT_WHOLE_MAX_BYTES, load_document
 from tokenwatt.errors import ReportError
-from tokenwatt.result import BenchResult
+from tokenwatt.hardware import Accelerator
+from tokenwatt.result import BenchResult, CostFigures, EnergySummary, SloSettings
 from tokenwatt.spec import redact
 
 __all__ = [
+    "LOWER_BOUND_STOPS",
     "SWEEP_FILE",
     "SWEEP_SCHEMA_VERSION",
     "OperatingPoint",
     "SweepPoint",
     "SweepResult",
+    "device_unit",
     "load_sweep",
     "operating_point",
     "write_sweep",
@@ -55,6 +66,9 @@ __all__ = [
 SWEEP_FILE = "sweep.json"
 SWEEP_SCHEMA_VERSION = 1
 PointStatus = Literal["ok", "failed", "interrupted"]
+# search stops that leave the boundary unfound: it is at least the highest passing rate
+LOWER_BOUND_STOPS = frozenset({"max_probes", "max_rate"})
+_GPU_VENDORS = frozenset({"nvidia", "amd"})
 
 
 class _Strict(BaseModel):
@@ -77,7 +91,18 @@ class OperatingPoint(_Strict):
     joules_per_output_token: float | None = None
     joules_per_total_token: float | None = None
     energy_valid: bool | None = Field(None, description="the energy audit's headline verdict")
-    usd_per_mtok: float | None = None
+    energy_cause: str | None = Field(None, description="invalid energy: the audit's verdict")
+    usd_per_mtok: float | None = Field(
+        None, description="$/Mtok at the boundary; the energy's part only when it is valid"
+    )
+    device_unit: str = Field("GPU", description="GPU, accelerator, CPU socket or node")
+    slo: SloSettings | None = Field(None, description="the SLO the run was judged against")
+    price_per_gpu_hour: float | None = Field(None, description="the spec's price per device-hour")
+    price_per_kwh: float | None = None
+    stop_reason: str | None = Field(None, description="why the search stopped (None: no search)")
+    lower_bound: bool = Field(
+        False, description="the search stopped at its probe or rate limit: boundary ≥ this"
+    )
 
 
 class SweepPoint(_Strict):
@@ -121,17 +146,66 @@ class SweepResult(_Strict):
     warnings: list[str] = Field(default_factory=list)
 
 
+def device_unit(accelerator: Accelerator | None) -> str:
+    """What one of the run's N devices is: a GPU (NVIDIA, AMD), another accelerator from the
+    catalog, a CPU socket (a bandwidth measured on this machine: a CPU engine), or, with no
+    catalog entry to go by, the node."""
+    if accelerator is None:
+        return "node"
+    if accelerator.confidence == "measured":
+        return "CPU socket"
+    if accelerator.vendor in _GPU_VENDORS:
+        return "GPU"
+    return "accelerator" if accelerator.vendor != "custom" else "node"
+
+
+def _energy_cause(e: EnergySummary) -> str | None:
+    """Why the headline energy is invalid: the audit's verdict for its scope, else its flags."""
+    if e.valid:
+        return None
+    for a in e.audit:
+        if a.scope == e.scope and not a.valid:
+            return a.verdict
+    return "; ".join(e.flags) or "the energy audit failed"
+
+
+def _usd(cost: CostFigures | None, energy: EnergySummary | None) -> float | None:
+    """$/Mtok without an invalid energy's part (a result written before that rule kept it)."""
+    if cost is None:
+        return None
+    if energy is not None and not energy.valid:
+        return cost.usd_per_mtok_gpu
+    return cost.usd_per_mtok
+
+
+def _context(result: BenchResult, name: str | None, simulated: bool) -> dict[str, Any]:
+    """What every operating point states besides its figures: the SLO, the prices, the unit
+    and how the search ended."""
+    s, hw = result.search, result.spec.hardware
+    stop = s.stop_reason if s is not None else None
+    return {
+        "name": name or result.name,
+        "simulated": simulated or result.simulated,
+        "gpus": result.gpus,
+        "device_unit": device_unit(result.accelerator),
+        "slo": result.slo,
+        "price_per_gpu_hour": hw.price_per_gpu_hour,
+        "price_per_kwh": hw.price_per_kwh,
+        "stop_reason": stop,
+    }
+
+
 def operating_point(
     result: BenchResult, *, name: str | None = None, simulated: bool = False
 ) -> OperatingPoint:
     """The figures at the boundary of ``result`` (a bench run; a probe's one probe counts as
-    its boundary when it passed). Simulated when the run drove the built-in simulator or
-    the caller knows the server was one (a sweep of ``tokenwatt sim`` servers)."""
+    its boundary when it passed). Simulated when the run drove the built-in simulator (its
+    own or one it found at its URL) or the caller knows the server was one (a sweep of
+    ``tokenwatt sim`` servers)."""
     b = result.boundary
     if b is None and result.search is None and len(result.probes) == 1:
         b = result.probes[0] if result.probes[0].slo_passed else None
-    simulated = simulated or (result.target is not None and result.target.kind == "sim")
-    base = {"name": name or result.name, "simulated": simulated, "gpus": result.gpus}
+    base = _context(result, name, simulated)
     if b is None:
         return OperatingPoint(boundary=False, **base)
     tpot = b.tpot_s.p50
@@ -147,7 +221,9 @@ def operating_point(
         joules_per_output_token=None if e is None else e.joules_per_output_token,
         joules_per_total_token=None if e is None else e.joules_per_total_token,
         energy_valid=None if e is None else e.valid,
-        usd_per_mtok=None if b.cost is None else b.cost.usd_per_mtok,
+        energy_cause=None if e is None else _energy_cause(e),
+        usd_per_mtok=_usd(b.cost, e),
+        lower_bound=base["stop_reason"] in LOWER_BOUND_STOPS,
         **base,
     )
 

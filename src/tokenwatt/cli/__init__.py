@@ -81,12 +81,21 @@ def with_hint(message: str) -> str:
 
 
 def _peer_hint(exc: Exception) -> None:
-    """An unknown flag: the peers' table answers first, click's guess only when it is a typo."""
+    """An unknown flag: the peers' table answers first, click's guess only when it is a typo;
+    several unknown flags on the command line are all answered at once, one line each."""
     from typer._click.exceptions import NoSuchOption
 
-    from tokenwatt.cli.hints import hint_for, typo_suggestions
+    from tokenwatt.cli.hints import hint_for, typo_suggestions, unknown_flags, unknown_flags_message
 
     if not isinstance(exc, NoSuchOption):
+        return
+    ctx = getattr(exc, "ctx", None)
+    params = ctx.command.params if ctx is not None else []
+    known = sorted({o for p in params for o in (*p.opts, *p.secondary_opts)} | {"--help"})
+    flags = unknown_flags(sys.argv[1:], set(known)) if params else []
+    if len(flags) > 1 and exc.option_name in flags:
+        exc.message = unknown_flags_message(flags, [k for k in known if k.startswith("--")])
+        exc.possibilities = None
         return
     hint = hint_for(exc.option_name)
     if hint is not None:

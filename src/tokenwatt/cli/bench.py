@@ -38,14 +38,19 @@ from tokenwatt.cli.options import (
 )
 from tokenwatt.cli.peer_flags import (
     ConcurrencyOption,
+    DatasetNameOption,
     DatasetOption,
+    IgnoreEosOption,
     InputTokensOption,
     MaxConcurrencyOption,
     MaxRequestsOption,
     OutputTokensOption,
     PeerFlags,
     RateOption,
+    RateTypeOption,
     SeedOption,
+    StreamingOption,
+    show_notes,
 )
 
 if TYPE_CHECKING:
@@ -379,6 +384,10 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     input_tokens: InputTokensOption = None,
     output_tokens: OutputTokensOption = None,
     dataset: DatasetOption = None,
+    rate_type: RateTypeOption = None,
+    dataset_name: DatasetNameOption = None,
+    ignore_eos: IgnoreEosOption = False,
+    streaming: StreamingOption = False,
     price: PriceOption = None,
     kwh: KwhOption = None,
     quiet: QuietOption = False,
@@ -395,14 +404,16 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     from tokenwatt.cli.options import Flags, NodeFlags, build_spec
 
     peer = PeerFlags(
-        rate, concurrency, max_concurrency, max_requests, seed, input_tokens, output_tokens, dataset
-    )
+        rate, concurrency, max_concurrency, max_requests, seed, input_tokens, output_tokens,
+        dataset, rate_type, dataset_name, ignore_eos, streaming,
+    )  # fmt: skip
     closed = peer.closed_loop()
     extra: dict[str, object] = peer.spec_fields()
+    show_notes(peer)
     if max_requests is not None and closed is None:
         extra["search.probe.min_requests"] = max_requests
-    if rate is not None:
-        extra["search.start_rate_rps"] = rate
+    if (open_rate := peer.open_rate()) is not None:
+        extra["search.start_rate_rps"] = open_rate
     if duration is not None:
         extra["search.probe.min_duration_s"] = duration
     extra["hardware.price_per_gpu_hour"] = price

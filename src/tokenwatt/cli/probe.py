@@ -43,14 +43,20 @@ from tokenwatt.cli.options import (
 )
 from tokenwatt.cli.peer_flags import (
     ConcurrencyOption,
+    DatasetNameOption,
     DatasetOption,
+    IgnoreEosOption,
     InputTokensOption,
     MaxConcurrencyOption,
     MaxRequestsOption,
     OutputTokensOption,
     PeerFlags,
     RateOption,
+    RateTypeOption,
     SeedOption,
+    StreamingOption,
+    check_window,
+    show_notes,
 )
 from tokenwatt.errors import SpecError
 
@@ -158,7 +164,7 @@ def summary_table(result: BenchResult) -> Table:
 
 
 def _simulated(result: BenchResult) -> bool:
-    return result.target is not None and result.target.kind == "sim"
+    return result.simulated
 
 
 def _title(result: BenchResult) -> str:
@@ -617,6 +623,10 @@ def register(app: typer.Typer) -> None:
         input_tokens: InputTokensOption = None,
         output_tokens: OutputTokensOption = None,
         dataset: DatasetOption = None,
+        rate_type: RateTypeOption = None,
+        dataset_name: DatasetNameOption = None,
+        ignore_eos: IgnoreEosOption = False,
+        streaming: StreamingOption = False,
         out: ProbeOutOption = None,
         overwrite: OverwriteOption = False,
         sim_mode: SimModeOption = "subprocess",
@@ -632,17 +642,14 @@ def register(app: typer.Typer) -> None:
         from tokenwatt.cli.options import Flags, NodeFlags, build_spec
 
         peer = PeerFlags(
-            rate,
-            concurrency,
-            max_concurrency,
-            max_requests,
-            seed,
-            input_tokens,
-            output_tokens,
-            dataset,
-        )
+            rate, concurrency, max_concurrency, max_requests, seed, input_tokens, output_tokens,
+            dataset, rate_type, dataset_name, ignore_eos, streaming,
+        )  # fmt: skip
         closed = peer.closed_loop()
+        rate = peer.open_rate()
         _check_flags(sim_mode, rate, closed, max_requests)
+        check_window(max_requests, duration, closed is not None)
+        show_notes(peer)
         node = NodeFlags(hardware, gpus, replicas, bandwidth_tb_s).spec_fields()
         fields = {**peer.spec_fields(), **node}
         flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), fields)

@@ -182,7 +182,7 @@ def sweep(  # noqa: PLR0917 - one parameter per flag
     from tokenwatt.cli.outdir import choose_out_dir
     from tokenwatt.load.sweep import run_sweep
     from tokenwatt.load.sweep_guard import WORKER_VAR
-    from tokenwatt.report.sweep_html import write_sweep_html
+    from tokenwatt.report.sweep_html import collect_points, summary_lines, write_sweep_html
     from tokenwatt.spec.sweep import load_sweep_spec
 
     console = Console()
@@ -212,6 +212,8 @@ def sweep(  # noqa: PLR0917 - one parameter per flag
     except KeyboardInterrupt:
         interrupted = True
     html_path = write_sweep_html([folder], folder)
+    for line in summary_lines(collect_points([folder])[1]):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"sweep: {time.monotonic() - t0:.0f} s; picture {html_path}", highlight=False)
     if interrupted:
         console.print("interrupted: the sweep holds what was measured", highlight=False)

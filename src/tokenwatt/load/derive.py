@@ -369,12 +369,14 @@ def _intervals(
 
 
 def _cost(spec: BenchSpec, goodput: float, energy: EnergySummary | None) -> CostFigures | None:
-    """$/Mtok at the probe's goodput, from the spec's prices (``metrics.cost``)."""
+    """$/Mtok at the probe's goodput, from the spec's prices (``metrics.cost``); an energy the
+    audit found invalid adds no cost (its part is None, the rental alone is the figure)."""
+    joules = energy.joules_per_output_token if energy is not None and energy.valid else None
     return cost_figures(
         price_per_gpu_hour=spec.hardware.price_per_gpu_hour,
         gpus=spec.hardware.gpus,
         goodput_output_tokens_per_s=goodput,
-        joules_per_output_token=None if energy is None else energy.joules_per_output_token,
+        joules_per_output_token=joules,
         price_per_kwh=spec.hardware.price_per_kwh,
     )
 

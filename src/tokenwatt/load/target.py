@@ -15,6 +15,7 @@ itself the truth being compared (MBU validation), or on a busy client.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,9 +27,11 @@ from tokenwatt.client import StreamClient
 from tokenwatt.errors import SpecError, TargetError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import Accelerator, custom_accelerator, get_accelerator
+from tokenwatt.load.identity import server_identity
 from tokenwatt.metrics.slo import slo_timeouts
 from tokenwatt.result import RunTarget
 from tokenwatt.sim import RunningSim, SimConfig, start_sim_subprocess, start_sim_thread
+from tokenwatt.sim.names import SIM_SERVER_NAME
 from tokenwatt.simsettings import SimSettings
 from tokenwatt.spec import BenchSpec
 from tokenwatt.spec.hardware import HardwareSection
@@ -49,6 +52,7 @@ class Target:
     kind: Literal["remote", "sim"]
     sim_mode: SimMode | None = None
     sim: RunningSim | None = None
+    server_identity: str | None = None  # a remote endpoint that said it is the simulator
 
     @property
     def metrics_url(self) -> str | None:
@@ -65,6 +69,7 @@ class Target:
             model=self.model,
             sim_mode=self.sim_mode if simulated else None,
             sim=SimSettings.model_validate(sim.model_dump()) if simulated else None,
+            server_identity=None if simulated else self.server_identity,
         )
 
 
@@ -178,6 +183,9 @@ async def open_target(
         try:
             models = await client.list_models()
             client.model = _pick_model(ep.model, models, client.safe_url)
+            identity = None
+            if sim is None:  # a simulator this run did not start says what it is
+                identity = await asyncio.to_thread(server_identity, base_url, SIM_SERVER_NAME)
             yield Target(
                 base_url=base_url,
                 model=client.model,
@@ -186,6 +194,7 @@ async def open_target(
                 kind="sim" if sim is not None else "remote",
                 sim_mode=sim_mode if sim is not None else None,
                 sim=sim,
+                server_identity=identity,
             )
         finally:
             await client.aclose()

@@ -46,7 +46,7 @@ def _cfg_id(data: Any) -> str:
 
 def _stack(result: BenchResult, engine_name: str | None) -> list[dict[str, Any]]:
     hw = result.spec.hardware
-    sim = result.target is not None and result.target.kind == "sim"
+    sim = result.simulated
     tool = "tokenwatt-sim" if sim else (engine_name or "unknown")
     model = (result.target.model if result.target else None) or result.model_name
     native = {

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.format import fmt_quantile, no_boundary_text, rel_change
-from tokenwatt.report.labels import describe_slo
+from tokenwatt.report.labels import describe_slo, sim_settings
 from tokenwatt.report.pareto import pareto_mask
 from tokenwatt.result import BenchResult, ProbeSummary, load_result, probes_left_out
 
@@ -245,9 +245,7 @@ def _spec_sections(r: BenchResult) -> dict[str, dict[str, str]]:
     """Each compared section of the run's spec, flattened; the simulator's settings only
     for a simulated run (an endpoint run's ``sim`` section served nothing)."""
     spec = r.spec.model_dump(mode="json")
-    sim = None
-    if r.simulated:
-        sim = r.target.sim if r.target is not None and r.target.sim is not None else r.spec.sim
+    sim = sim_settings(r)
     spec["sim"] = None if sim is None else sim.model_dump(mode="json")
     return {name: _flat(name, spec.get(name)) for name, _ in _SPEC_SECTIONS}
 
@@ -260,11 +258,11 @@ def _spec_differences(labels: Sequence[str], results: Sequence[BenchResult]) -> 
     """One warning per spec section whose settings differ between the runs, naming the
     keys and each run's value: the spec diff behind "not like for like"."""
     flat = [_spec_sections(r) for r in results]
-    all_simulated = all(r.simulated for r in results)
+    all_simulated = all(sim_settings(r) is not None for r in results)
     out = []
     for section, words in _SPEC_SECTIONS:
         if section == "sim" and not all_simulated:
-            continue  # a simulated run beside a measured one: ``_served_by`` says so
+            continue  # beside a measured run (``_served_by`` says so) or a standalone simulator
         keys = sorted(set().union(*(f[section] for f in flat)) - _NAMED_ABOVE)
         differ = [k for k in keys if len({f[section].get(k, "—") for f in flat}) > 1]
         if not differ:
@@ -283,12 +281,31 @@ def _spec_differences(labels: Sequence[str], results: Sequence[BenchResult]) -> 
     return out
 
 
+def _server_kind(r: BenchResult) -> str:
+    """What served a run: the simulator the run started (its settings recorded), a standalone
+    simulator found at the URL (its settings unknown to the run, its version named), or an
+    endpoint."""
+    if not r.simulated:
+        return "an endpoint"
+    t = r.target
+    if t is not None and t.server_identity is not None:
+        return f"a standalone {t.server_identity}"
+    return "tokenwatt simulator"
+
+
 def _served_by(labels: Sequence[str], results: Sequence[BenchResult]) -> list[str]:
-    """A simulated run beside a measured one: the difference is the simulator's model."""
-    kinds = ["tokenwatt simulator" if r.simulated else "an endpoint" for r in results]
+    """Runs served differently: a simulated run beside a measured one (the difference is the
+    simulator's model), or simulators whose settings cannot be compared (a standalone one
+    records none) or whose versions differ."""
+    kinds = [_server_kind(r) for r in results]
     if len(set(kinds)) < 2:
         return []
     shown = "; ".join(f"{lab}: {k}" for lab, k in zip(labels, kinds, strict=True))
+    if all(r.simulated for r in results):
+        return [
+            f"runs differ in the simulator that served them ({shown}): a standalone "
+            "simulator's settings are not recorded, so its figures may not be like for like"
+        ]
     return [f"runs differ in what served them ({shown}): simulated figures are not measured"]
 
 

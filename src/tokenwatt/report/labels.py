@@ -17,6 +17,7 @@ from tokenwatt.report.format import fmt_pct, fmt_quantile
 if TYPE_CHECKING:
     from tokenwatt.hardware import Accelerator
     from tokenwatt.result import BenchResult, EnergySummary, SloSettings
+    from tokenwatt.simsettings import SimSettings
 
 __all__ = [
     "SIMULATED",
@@ -25,6 +26,7 @@ __all__ = [
     "describe_run",
     "describe_slo",
     "power_mark",
+    "sim_settings",
 ]
 
 SIMULATED = "SIMULATED"
@@ -32,6 +34,18 @@ SIMULATED_NOTE = (
     "SIMULATED: served by tokenwatt's built-in simulator, not measured on the hardware named; "
     "every figure follows from the simulator's settings"
 )
+
+
+def sim_settings(result: BenchResult) -> SimSettings | None:
+    """The simulator's settings a simulated run was served with, or None where they are not
+    known: a standalone ``tokenwatt sim`` the run found at its URL (``target.server_identity``)
+    was started with its own flags, and the spec's ``sim`` section served nothing."""
+    if not result.simulated:
+        return None
+    t = result.target
+    if t is None or t.kind == "sim":
+        return t.sim if t is not None and t.sim is not None else result.spec.sim
+    return None
 
 
 def describe_slo(slo: SloSettings) -> str:

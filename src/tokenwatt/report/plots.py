@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.report.format import fmt_quantile
-from tokenwatt.report.labels import SIMULATED, power_mark
+from tokenwatt.report.labels import SIMULATED, power_mark, sim_settings
 from tokenwatt.result import BenchResult, ProbeSummary
 
 if TYPE_CHECKING:
@@ -268,10 +268,8 @@ def mbu_plot(result: BenchResult, geometry: ModelGeometry) -> str:
     b = result.boundary
     if b is not None and b.batch_per_replica is not None and b.mbu is not None:
         _mark_boundary(ax, b.batch_per_replica, b.mbu * 100)
-    if result.simulated:  # the simulator was built from the spec's sim section
-        ax.axhline(
-            result.spec.sim.efficiency * 100, color=MUTED, ls=":", lw=1, label="sim efficiency"
-        )
+    if (sim := sim_settings(result)) is not None:  # known only where the run started it
+        ax.axhline(sim.efficiency * 100, color=MUTED, ls=":", lw=1, label="sim efficiency")
     _batch_axis(ax, result)
     ax.set_xlabel("B, sequences per step per replica")
     ax.set_ylabel("MBU (%)")

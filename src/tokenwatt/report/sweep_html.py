@@ -5,8 +5,14 @@ GPU at the SLO (goodput ÷ N_GPU) against tokens/s per user (1 ÷ median TPOT at
 Each run contributes its *boundary*: the operating point where its SLO still held. The
 frontier is drawn over passing points only (a point without a boundary never met the SLO and
 is listed below, not plotted); every point is labelled with its settings, and simulated
-points are hollow and say "sim". Tokens per joule, the energy audit's verdict and $/Mtok sit
-beside each point in the table.
+points are hollow and say "sim". Tokens per joule, the energy audit's verdict (with its cause
+when invalid) and $/Mtok (without an invalid energy's part) sit beside each point in the table.
+
+What a buyer needs to read the figures stands on the page and in the terminal summary
+(``summary_lines``): the SLO and the prices the points were judged and priced at, each point's
+stop reason, and whether its boundary is only a lower bound (the search stopped at its probe or
+rate limit: "≥"). Per-device figures name the device the hardware has (GPU, accelerator, CPU
+socket, node), never "GPU" for a CPU sweep.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from matplotlib.figure import Figure
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.html import _CSS, _e, _figure, _section, _table
+from tokenwatt.report.labels import SIMULATED_NOTE, describe_slo
 from tokenwatt.report.pareto import pareto_mask
 from tokenwatt.report.plots import _RC, BOUNDARY, FAIL, MUTED, PASS, _to_svg
 from tokenwatt.result import RESULT_FILE, load_result
@@ -32,6 +39,7 @@ __all__ = [
     "PlotPoint",
     "collect_points",
     "render_sweep_html",
+    "summary_lines",
     "write_sweep_html",
 ]
 
@@ -101,14 +109,75 @@ def pareto_svg(points: Sequence[PlotPoint]) -> str | None:
             color = PASS if on else MUTED
             ax.scatter([x], [y], s=60, zorder=3, facecolors="white" if sim else color,
                        edgecolors=color, linewidths=1.6)  # fmt: skip
-            ax.annotate(p.label + (" (sim)" if sim else ""), (x, y), xytext=(5, 5),
+            ax.annotate(_plot_label(p), (x, y), xytext=(5, 5),
                         textcoords="offset points", fontsize=8, color=color)  # fmt: skip
         ax.set_xlabel("tokens/s per user at the boundary (1 ÷ median TPOT)")
-        ax.set_ylabel("goodput output tokens/s per GPU")
-        ax.set_title("Throughput per GPU against interactivity, at the SLO")
+        unit = _unit(points)
+        ax.set_ylabel(f"goodput output tokens/s per {unit}")
+        ax.set_title(f"Throughput per {unit} against interactivity, at the SLO")
         ax.set_ylim(bottom=0)
         ax.legend(loc="best")
         return _to_svg(fig, "Pareto frontier of the sweep")
+
+
+def _unit(points: Sequence[PlotPoint]) -> str:
+    """The device the per-device figures are per; "device" when points differ in it."""
+    units = {p.op.device_unit for p in points if p.op is not None}
+    return units.pop() if len(units) == 1 else "device"
+
+
+def _plot_label(p: PlotPoint) -> str:
+    lower = p.op is not None and p.op.lower_bound
+    return p.label + (" ≥" if lower else "") + (" (sim)" if p.op and p.op.simulated else "")
+
+
+def _distinct(values: Sequence[str]) -> str:
+    """One value, or each distinct value (points judged or priced differently)."""
+    seen = list(dict.fromkeys(values))
+    return seen[0] if len(seen) == 1 else " | ".join(seen) + " (the points differ)"
+
+
+def _slo_text(points: Sequence[PlotPoint]) -> str:
+    slos = [describe_slo(p.op.slo) for p in points if p.op is not None and p.op.slo is not None]
+    return _distinct(slos) if slos else "not recorded"
+
+
+def _price_text(points: Sequence[PlotPoint]) -> str:
+    unit = _unit(points)
+    prices = []
+    for p in points:
+        op = p.op
+        if op is None:
+            continue
+        gpu = op.price_per_gpu_hour
+        text = "none stated ($/Mtok not computed)" if gpu is None else f"{gpu:g} per {unit}-hour"
+        prices.append(
+            text + ("" if op.price_per_kwh is None else f", {op.price_per_kwh:g} per kWh")
+        )
+    return _distinct(prices) if prices else "not recorded"
+
+
+def _energy_text(op: OperatingPoint | None) -> str:
+    if op is None or op.energy_valid is None:
+        return "—"
+    return "valid" if op.energy_valid else f"invalid: {op.energy_cause or 'no cause recorded'}"
+
+
+def _stop_text(p: PlotPoint) -> str:
+    """The search's stop reason, and "lower bound" where the boundary was not found."""
+    op = p.op
+    if op is None or op.stop_reason is None:
+        return "—"
+    return op.stop_reason + (" (boundary is a lower bound)" if op.lower_bound else "")
+
+
+def _per_device(op: OperatingPoint | None) -> float | None:
+    """Goodput per device; a node unit shows the node's goodput (N devices unknown)."""
+    if op is None:
+        return None
+    if op.device_unit == "node":
+        return op.goodput_output_tokens_per_s
+    return op.goodput_output_tokens_per_s_per_gpu
 
 
 def _rows(points: Sequence[PlotPoint]) -> list[list[str]]:
@@ -119,23 +188,64 @@ def _rows(points: Sequence[PlotPoint]) -> list[list[str]]:
         op = p.op
         status = p.status if p.xy is not None or p.status != "ok" else "no boundary"
         cls = "pass" if p.xy is not None else "fail"
-        valid = "—" if op is None or op.energy_valid is None else (
-            "valid" if op.energy_valid else "invalid")  # fmt: skip
+        goodput = _num(_per_device(op), ",.1f")
+        if op is not None and op.lower_bound and goodput != "—":
+            goodput = "≥ " + goodput
         rows.append([
             html.escape(p.label) + (" (sim)" if op is not None and op.simulated else ""),
             f'<span class="{cls}">{html.escape(status)}</span>'
             + (f"<br><small>{html.escape(p.cause)}</small>" if p.cause else ""),
+            html.escape(_stop_text(p)),
             "yes" if on.get(id(p)) else "",
-            _num(None if op is None else op.goodput_output_tokens_per_s_per_gpu, ",.1f"),
+            goodput,
             _num(None if op is None else op.tokens_per_s_per_user, ",.1f"),
             _num(None if op is None else op.tokens_per_joule, ",.3g"),
             _num(None if op is None else op.joules_per_output_token, ",.3g"),
             _num(None if op is None else op.joules_per_total_token, ",.3g"),
-            valid,
+            html.escape(_energy_text(op)),
             _num(None if op is None else op.usd_per_mtok, ",.3g"),
             html.escape(p.folder),
         ])  # fmt: skip
     return rows
+
+
+def _context_html(points: Sequence[PlotPoint]) -> str:
+    """The SLO, the prices and the reading rules, above the figure and the table."""
+    items = [
+        f"<li><b>SLO</b>: {_e(_slo_text(points))}</li>",
+        f"<li><b>Price</b>: {_e(_price_text(points))}; $/Mtok leaves out an energy the audit "
+        "found invalid</li>",
+        f"<li><b>Per {_e(_unit(points))}</b>: goodput ÷ the run's device count</li>",
+    ]
+    if any(p.op is not None and p.op.lower_bound for p in points):
+        items.append(
+            "<li><b>≥</b>: the search stopped at its probe or rate limit before it found the "
+            "boundary; the point is the highest passing rate, a lower bound</li>"
+        )
+    if any(p.op is not None and p.op.simulated for p in points):
+        items.append(f"<li><b>(sim)</b>: {_e(SIMULATED_NOTE)}</li>")
+    return "<ul class='context'>" + "".join(items) + "</ul>"
+
+
+def summary_lines(points: Sequence[PlotPoint]) -> list[str]:
+    """The sweep's terminal summary: the SLO and price once, then one line per point with its
+    status, stop reason, goodput per device (≥ for a lower bound), energy and cost."""
+    unit = _unit(points)
+    out = [f"SLO: {_slo_text(points)}", f"price: {_price_text(points)}"]
+    for p in points:
+        op = p.op
+        line = f"{p.label}{' (sim)' if op is not None and op.simulated else ''}: {p.status}"
+        if p.cause:
+            line += f" ({p.cause})"
+        if op is not None:
+            line += f"; stop {_stop_text(p)}"
+            if op.boundary and (g := _per_device(op)) is not None:
+                line += f"; goodput {'≥ ' if op.lower_bound else ''}{g:,.1f} tok/s per {unit}"
+            line += f"; energy {_energy_text(op)}"
+            if op.usd_per_mtok is not None:
+                line += f"; {op.usd_per_mtok:,.3g} per Mtok"
+        out.append(line)
+    return out
 
 
 def render_sweep_html(title: str, points: Sequence[PlotPoint]) -> str:
@@ -145,9 +255,10 @@ def render_sweep_html(title: str, points: Sequence[PlotPoint]) -> str:
         if svg is not None
         else f'<p class="none" style="color:{FAIL}">No point met the SLO: no frontier.</p>'
     )
-    headers = ["point", "status", "frontier", "goodput tok/s/GPU", "tok/s/user", "tokens/J",
-               "J/output tok", "J/total tok", "energy", "$/Mtok", "folder"]  # fmt: skip
-    table = _table(headers, _rows(points), left=(0, 1, 10))
+    headers = ["point", "status", "stop", "frontier", f"goodput tok/s/{_unit(points)}",
+               "tok/s/user", "tokens/J", "J/output tok", "J/total tok", "energy", "$/Mtok",
+               "folder"]  # fmt: skip
+    table = _table(headers, _rows(points), left=(0, 1, 2, 9, 11))
     data = [
         {"label": p.label, "status": p.status, "cause": p.cause, "folder": p.folder,
          "point": None if p.op is None else p.op.model_dump(mode="json")}
@@ -157,7 +268,8 @@ def render_sweep_html(title: str, points: Sequence[PlotPoint]) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>TokenWatt sweep · {_e(title)}</title><style>{_CSS}</style></head><body><main>"
-        f"<header><h1>{_e(title)}</h1><p class='sub'>{len(points)} points</p></header>"
+        f"<header><h1>{_e(title)}</h1><p class='sub'>{len(points)} points</p>"
+        f"{_context_html(points)}</header>"
         f"{_section('frontier', 'Pareto frontier at the SLO', fig)}"
         f"{_section('points', 'Points', table)}"
         f'</main><script type="application/json" id="sweep-json">{payload}</script>'

@@ -6,6 +6,7 @@ which the server sends in vLLM's error shape. Unknown fields are ignored, as ser
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,9 +102,16 @@ def _messages_tokens(messages: Any) -> int:
 
 
 def parse_request(
-    body: Any, *, chat: bool, served_model: str, max_model_len: int, want_prompt: bool = False
+    body: Any,
+    *,
+    chat: bool,
+    served_model: str,
+    max_model_len: int,
+    want_prompt: bool = False,
+    accepts: Callable[[str], bool] | None = None,
 ) -> Parsed:
-    """The request's fields, checked; ``want_prompt`` also returns the prompt's tokens."""
+    """The request's fields, checked; ``want_prompt`` also returns the prompt's tokens;
+    ``accepts`` says which other model names are this model (``sim.names``)."""
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     model = body.get("model")
@@ -111,7 +119,7 @@ def parse_request(
         model = served_model
     elif not isinstance(model, str):
         raise _bad("'model' must be a string", "model")
-    elif model != served_model:
+    elif model != served_model and not (accepts is not None and accepts(model)):
         raise ApiError(404, f"The model `{model}` does not exist.", "model")
 
     if chat:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import time
@@ -31,6 +32,7 @@ from tokenwatt.sim.api import ApiError, parse_request
 from tokenwatt.sim.config import SimConfig
 from tokenwatt.sim.engine import ABORTED, FINISHED, ReplicaEngine, SimRequest, Step
 from tokenwatt.sim.metrics import EngineStats, make_registry
+from tokenwatt.sim.names import SIM_SERVER_NAME, accepts_model, served_names
 from tokenwatt.sim.node import SimNode
 from tokenwatt.sim.tokens import WORDS
 from tokenwatt.sim.truth import Lateness, ReplicaTruth, TruthLog
@@ -339,6 +341,9 @@ class SimServer:
         self.truth_log = TruthLog(config.truth_log) if config.truth_log else None
         self.registry = make_registry(self.snapshot)
         self.created = int(time.time())
+        self._accepts = functools.partial(
+            accepts_model, served=config.served_model_name, geometry=config.geometry
+        )
         self.drivers: list[ReplicaDriver] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._sinks: set[_Sink] = set()
@@ -439,26 +444,21 @@ class SimServer:
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return _json({"version": f"tokenwatt-sim {__version__}"})
+        return _json({"version": f"{SIM_SERVER_NAME} {__version__}"})
 
     async def models(self, request: web.Request) -> web.Response:
+        """One model card per name served (``sim.names``), owned by the simulator."""
         c = self.config
-        return _json(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": c.served_model_name,
-                        "object": "model",
-                        "created": self.created,
-                        "owned_by": "vllm",
-                        "root": c.geometry.name,
-                        "parent": None,
-                        "max_model_len": c.max_model_len,
-                    }
-                ],
-            }
-        )
+        card = {
+            "object": "model",
+            "created": self.created,
+            "owned_by": SIM_SERVER_NAME,
+            "root": c.geometry.name,
+            "parent": None,
+            "max_model_len": c.max_model_len,
+        }
+        names = served_names(c.served_model_name, c.geometry)
+        return _json({"object": "list", "data": [{"id": n, **card} for n in names]})
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
@@ -504,6 +504,7 @@ class SimServer:
             chat=chat,
             served_model=c.served_model_name,
             max_model_len=c.max_model_len,
+            accepts=self._accepts,
             want_prompt=c.prefix_caching,
         )
         loop = asyncio.get_running_loop()
