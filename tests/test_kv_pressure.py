@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from builders import streamed_record
 from test_validation_moe import Case
 from test_validation_single_stream import step_records
 from tokenwatt.hardware import get_accelerator
@@ -32,12 +33,7 @@ MS = 1_000_000
 
 def _rec(rid: int, stamps_ms: list[float]) -> RequestRecord:
     stamps = [round(t * MS) for t in stamps_ms]
-    return RequestRecord(
-        request_id=rid, scheduled_ns=stamps[0] - 50 * MS, prompt_tokens_client=100,
-        max_tokens=len(stamps), sent_ns=stamps[0] - 50 * MS, first_token_ns=stamps[0],
-        end_ns=stamps[-1], done_ns=stamps[-1], chunk_ns=stamps, chunk_tokens=[1] * len(stamps),
-        prompt_tokens=100, completion_tokens=len(stamps),
-    )  # fmt: skip
+    return streamed_record(rid, stamps, sent_ns=stamps[0] - 50 * MS, prompt_tokens=100)
 
 
 def _steady(

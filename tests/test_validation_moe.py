@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from builders import streamed_record
 from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad
@@ -99,14 +100,8 @@ def _token_records(sim: VirtualSim, reqs: list[Any], n_in: int) -> list[RequestR
         tok = sim.token_ns[r.rid]
         if tok:
             out.append(
-                RequestRecord(
-                    request_id=r.rid, scheduled_ns=r.arrival_ns, prompt_tokens_client=n_in,
-                    max_tokens=len(tok), sent_ns=r.arrival_ns, first_token_ns=tok[0],
-                    end_ns=tok[-1], done_ns=tok[-1], chunk_ns=list(tok),
-                    chunk_tokens=[1] * len(tok), prompt_tokens=n_in,
-                    completion_tokens=len(tok), saw_done=True,
-                )
-            )  # fmt: skip
+                streamed_record(r.rid, tok, sent_ns=r.arrival_ns, prompt_tokens=n_in, saw_done=True)
+            )
     return out
 
 
