@@ -78,7 +78,7 @@ def bench_config(
         prefill_cost=False,
         max_num_seqs=max(streams, 256),
         max_model_len=max_tokens + 128,
-        kv_cache_bytes=float(streams * (max_tokens + 128) * 256 * 2),
+        kv_cache_gib=streams * (max_tokens + 128) * 256 * 2 / 2**30,
     )
     return config, max_tokens
 

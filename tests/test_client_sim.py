@@ -81,6 +81,6 @@ def test_stall() -> None:
 
 
 def test_keepalive_comments_are_ignored() -> None:
-    for running in _sim(keepalive_interval_s=0.002):
+    for running in _sim(keepalive_s=0.002):
         recs = _run(running.url, n=3)
         assert all(r.ok and r.completion_tokens == 20 and len(r.chunk_ns) == 20 for r in recs)

@@ -164,7 +164,7 @@ def kv_case(
     assert batch is not None
     regime = StepRegime(
         request_rate_rps=len(counted) / window_s, mean_prompt_tokens=float(n_in),
-        mean_output_tokens=out / len(counted), chunk_budget_tokens=cfg.max_batched_tokens,
+        mean_output_tokens=out / len(counted), chunk_budget_tokens=cfg.settings.max_batched_tokens,
         idle_fraction=idle_fraction_from_intervals(
             [(r.sent_ns, r.end_ns) for r in records], w0, w1, 1  # type: ignore[misc]
         ),

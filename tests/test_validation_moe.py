@@ -171,8 +171,8 @@ def run_case(
         mean_prompt_tokens=float(n_in),
         mean_output_tokens=out_tokens / len(counted),
         idle_fraction=idle,
-        chunk_budget_tokens=cfg.max_batched_tokens,
-        slot_limit=cfg.max_num_seqs,
+        chunk_budget_tokens=cfg.settings.max_batched_tokens,
+        slot_limit=cfg.settings.max_num_seqs,
         expert_load=load,
         decode_batch=decode_batch_from_intervals(
             [(r.first_token_ns, r.last_token_ns) for r in reqs], w0, w1, 1
@@ -192,7 +192,7 @@ def run_case(
     recs = _token_records(sim, reqs, n_in)
     probe_regime = regime_from_records(
         recs, [r for r in recs if w0 <= r.sent_ns < w1], w0, w1, replicas=1,  # type: ignore[operator]
-        chunk_budget_tokens=cfg.max_batched_tokens, slot_limit=cfg.max_num_seqs,
+        chunk_budget_tokens=cfg.settings.max_batched_tokens, slot_limit=cfg.settings.max_num_seqs,
         expert_load=load,
     )  # fmt: skip
     assert probe_regime is not None and probe_regime.step_law is not None
