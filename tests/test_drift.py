@@ -121,6 +121,7 @@ def _spec(url: str) -> BenchSpec:
     )
 
 
+@pytest.mark.slow  # a real-time bench (~45 s); quick: the same rules in virtual time below
 @pytest.mark.timeout(240)
 def test_a_server_that_slows_down_after_the_search_gets_no_boundary(tmp_path: Path) -> None:
     async def main() -> Any:
