@@ -4,6 +4,7 @@ spec and failed the simulator), and the spec can ask for a truth log."""
 
 from __future__ import annotations
 
+import gc
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,6 +109,15 @@ def test_spec_cli_and_simconfig_agree(knob: str, value: Any, valid: bool, busy_p
     assert spec_accepts(knob, value) is valid
     assert simconfig_accepts(knob, value) is valid
     assert cli_accepts(knob, value, busy_port) is valid
+
+
+def test_a_failed_start_hands_the_collector_back(busy_port: int) -> None:
+    """``tokenwatt sim`` freezes the heap and turns automatic collection off before it binds
+    (a process of its own); a start that fails on a busy port undoes both, so a process that
+    called it in-process (a test, a library user) keeps its collector."""
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert cli_accepts("efficiency", 0.5, busy_port)  # refused only by the busy port
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_every_knob_is_a_cli_flag_and_a_spec_key() -> None:

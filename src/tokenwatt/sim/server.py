@@ -367,6 +367,21 @@ class SimServer:
             gc.collect()
             gc.freeze()
             gc.disable()
+        try:
+            runner, site = await self._bind(host, port)
+        except BaseException:
+            if self.manage_gc:  # a start that failed (a busy port) hands the collector back
+                gc.enable()
+                gc.unfreeze()
+            raise
+        self._runner = runner
+        server = site._server
+        assert server is not None
+        sock = server.sockets[0]  # type: ignore[attr-defined]
+        self.host, self.port = sock.getsockname()[:2]
+
+    async def _bind(self, host: str, port: int) -> tuple[web.AppRunner, web.TCPSite]:
+        """Start the drivers and serve on ``host:port``; what ``start`` cleans up on failure."""
         self.drivers = [ReplicaDriver(self, e) for e in self.node.replicas]
         self._tasks = [asyncio.create_task(d.run()) for d in self.drivers]
         if self.config.settings.keepalive_s:
@@ -377,11 +392,7 @@ class SimServer:
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
-        self._runner = runner
-        server = site._server
-        assert server is not None
-        sock = server.sockets[0]  # type: ignore[attr-defined]
-        self.host, self.port = sock.getsockname()[:2]
+        return runner, site
 
     async def stop(self) -> None:
         for sink in list(self._sinks):
