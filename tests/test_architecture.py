@@ -41,11 +41,12 @@ ALLOWED: dict[str, set[str]] = {
     "records": _ROOT,
     "geometry": _ROOT,
     "hardware": _ROOT,
-    "spec": _ROOT | {"simsettings"},
+    # the engine section parses and checks a measured expert load when the spec loads
+    "spec": _ROOT | {"simsettings", "geometry"},
     # the result types hold the spec, geometry and accelerator a run used; never the reverse
     "result": _ROOT | {"spec", "geometry", "hardware", "simsettings", "result_probe_json"},
-    # the sweep's record sits beside the result it summarises
-    "sweep_result": _ROOT | {"result"},
+    # the sweep's record sits beside the result it summarises (secrets out by the spec's redact)
+    "sweep_result": _ROOT | {"result", "spec"},
     # the one guarded, bounded GET: uses only the spec's redaction (no credentials in a message)
     "httpget": {"spec"},
     # one scrape of a Prometheus page (GET, stamp, parse), shared by engine and power
