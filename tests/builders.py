@@ -17,12 +17,12 @@ SIM_MODEL = "sim-8b"  # the name the standard simulator serves its model under
 
 
 def sim8b_config(**kw: Any) -> SimConfig:
-    """The simulator most client and engine tests talk to: Llama-3.1-8B on one H100, served
+    """The simulator most client and engine tests talk to: Llama-3.1-8B on one H100 SXM, served
     as ``sim-8b``, a 4,096-token context, no prefill cost (a request's first token comes one
     decode step after it arrives). ``kw`` overrides or adds ``SimConfig`` fields."""
     base: dict[str, Any] = {
         "geometry": load_geometry("llama-3.1-8b"),
-        "accelerator": get_accelerator("h100"),
+        "accelerator": get_accelerator("h100-sxm"),
         "served_model_name": SIM_MODEL,
         "max_model_len": 4096,
         "prefill_cost": False,
