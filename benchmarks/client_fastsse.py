@@ -4,7 +4,6 @@
     python benchmarks/client_fastsse.py --mode paced --streams 1000 --itl-ms 10 --duration 10
     python benchmarks/client_fastsse.py --mode burst --burst-streams 100
     python benchmarks/client_fastsse.py --workers 2               # streams dealt to 2 processes
-    python benchmarks/client_fastsse.py --mode pool --workers 2   # through load.workers.WorkerPool
 
 Paced: fastsse (--mode paced --stamp) sends one token per stream every --itl-ms on absolute
 deadlines and writes its CLOCK_MONOTONIC send time into each chunk, so the client's timestamp error
@@ -21,8 +20,8 @@ Burst: fastsse writes each whole response at once; tokens/s is the client's pars
 
 --workers N: the streams (slot k to worker k mod N) run in N spawned processes, each pinned to
 one of --worker-cores, with one common start; tokens/s are summed and the timestamp error's
-percentiles are taken over every worker's events together. --mode pool runs an open-loop
-schedule through tokenwatt.load.workers.WorkerPool and prints its keep-up figures.
+percentiles are taken over every worker's events together. (The product's own worker senders
+are measured through the command: ``tokenwatt probe SPEC --workers N``, keep-up in result.json.)
 
 Server pinned to --server-core, client to --client-core (taskset / sched_setaffinity). The issue's
 target: ≥ 100,000 streamed tokens/s over 1,000 streams at 10 ms, every stream in flight, p99
@@ -51,8 +50,6 @@ from pathlib import Path
 from typing import Any
 
 from tokenwatt.client import StreamClient
-from tokenwatt.load.arrivals import OpenLoopSchedule
-from tokenwatt.load.workers import ClientConfig, ScheduledRequest, WorkerPool
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec.endpoint import Timeouts
 
@@ -308,80 +305,6 @@ async def run_burst(args: argparse.Namespace, port: int) -> dict[str, Any]:
     }
 
 
-async def run_pool(args: argparse.Namespace, port: int) -> dict[str, Any]:
-    """The worker mechanism itself (tokenwatt.load.workers.WorkerPool) on an open-loop schedule.
-
-    Constant arrivals at streams ÷ (max_tokens × itl) requests/s keep about --streams in flight;
-    the window is --duration after --ramp-s + --warmup-s. Timestamp error needs fastsse's stamps
-    (an event hook), which the pool does not carry: the pool reports its own keep-up figures.
-    """
-    rate_rps = args.streams * 1000 / (args.itl_ms * args.max_tokens)
-    lead_ns = int((args.ramp_s + args.warmup_s) * 1e9)
-    offsets = OpenLoopSchedule("constant", rate_rps, 0).first(
-        int(rate_rps * (args.ramp_s + args.warmup_s + args.duration))
-    )
-    sched = [
-        ScheduledRequest(i, off, [1, 2, 3, 4], 4, args.max_tokens) for i, off in enumerate(offsets)
-    ]
-    cfg = ClientConfig(
-        f"http://127.0.0.1:{port}/v1",
-        api="completions",
-        model="gemma-3-270m",
-        timeouts=Timeouts(connect_s=30, first_token_s=60, idle_s=30, total_s=600),
-        stream_usage=args.stream_usage,
-        max_connections=args.streams + 16,
-        ignore_eos=args.ignore_eos,
-    )
-    if args.ray:
-        from tokenwatt.load.ray_workers import RayWorkerPool
-
-        address = None if args.ray == "local" else args.ray
-        res: Any = await RayWorkerPool(args.workers, cfg, address=address).run(sched)
-    else:
-        res = await WorkerPool(args.workers, cfg, pin=True).run(sched)
-    w0 = res.start_ns + lead_ns
-    w1 = w0 + int(args.duration * 1e9)
-    tokens = sum(
-        n
-        for r in res.records
-        for t, n in zip(r.chunk_ns, r.chunk_tokens, strict=True)
-        if w0 <= t < w1
-    )
-    # streams in flight at 100 ms steps of the window, from the records' send and done times
-    spans = [(r.sent_ns, r.done_ns) for r in res.records if r.sent_ns and r.done_ns]
-    in_flight = [sum(1 for a, b in spans if a <= t < b) for t in range(w0, w1, 100_000_000)]
-    offsets = [
-        f"{o.offset_ns / 1e3:.1f} ± {o.uncertainty_ns / 1e3:.1f} µs"
-        for o in getattr(res, "offsets", [])
-    ]
-    return {
-        "mode": "pool" + (" (ray)" if args.ray else ""),
-        "clock_offsets": offsets,
-        "workers": len(res.workers),
-        "rate_rps": rate_rps,
-        "tokens_per_s": tokens / args.duration,
-        "expected_tokens_per_s": args.streams * 1000 / args.itl_ms,
-        "in_flight_min": min(in_flight),
-        "in_flight_median": pct(in_flight, 0.5),
-        "requests": len(res.records),
-        "failed": sum(1 for r in res.records if not r.ok),
-        "kept_up": res.kept_up,
-        "client_bound": res.client_bound,
-        "keep_up_problems": res.keep_up_problems(),
-        "per_worker": [
-            {
-                "core": w.core,
-                "busy": round(w.busy_fraction or float("nan"), 3),
-                "lateness_ms_p99": (w.send_lateness_p99_s or 0) * 1e3,
-                "exact_share": round(w.exact_share or float("nan"), 4),
-                "coalesced_reads": w.coalesced_reads,
-                "events": w.events,
-            }
-            for w in res.workers
-        ],
-    }
-
-
 def _loop_factory(no_uvloop: bool) -> tuple[Any, str]:
     if not no_uvloop:
         try:
@@ -468,7 +391,7 @@ def _run_workers(args: argparse.Namespace, mode: str, port: int) -> dict[str, An
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=["paced", "burst", "both", "pool"], default="both")
+    ap.add_argument("--mode", choices=["paced", "burst", "both"], default="both")
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--max-tokens", type=int, default=200, help="tokens per paced request")
@@ -499,16 +422,13 @@ def main() -> None:
         "--workers",
         type=int,
         default=1,
-        help="client processes; > 1 deals the streams over spawned workers (load.workers)",
+        help="client processes; > 1 deals the streams over spawned workers, slot k to k mod N",
     )
     ap.add_argument(
         "--worker-cores",
         default="",
         help="comma-separated cores for the workers, cycled (default: --client-core, then "
         "the other usable cores)",
-    )
-    ap.add_argument(
-        "--ray", default="", help="--mode pool on Ray actors: local (start one here), auto, ADDRESS"
     )
     ap.add_argument("--worker-lead-s", type=float, default=4.0, help="spawn time before start")
     ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
@@ -522,8 +442,7 @@ def main() -> None:
         args.worker_cores = [int(c) for c in args.worker_cores.split(",")]
     else:
         args.worker_cores = [args.client_core] + [c for c in usable if c != args.client_core]
-    pin_here = args.workers == 1 and args.mode != "pool"  # pool workers pin themselves
-    if pin_here and args.client_core >= 0 and hasattr(os, "sched_setaffinity"):
+    if args.workers == 1 and args.client_core >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.client_core})
     if args.nice:
         os.nice(args.nice)
@@ -552,12 +471,9 @@ def main() -> None:
     )
     for mode in modes:
         port = free_port()
-        proc = start_fastsse(args, "paced" if mode == "pool" else mode, port)
+        proc = start_fastsse(args, mode, port)
         try:
-            if mode == "pool":
-                with asyncio.Runner(loop_factory=loop_factory) as runner:
-                    res = runner.run(run_pool(args, port))
-            elif args.workers > 1:
+            if args.workers > 1:
                 res = _run_workers(args, mode, port)
             else:
                 runner_fn = run_paced if mode == "paced" else run_burst

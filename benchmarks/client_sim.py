@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--ramp-s", type=float, default=1.0)
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--model", default="llama-3.1-8b", help="geometry preset")
-    ap.add_argument("--accelerator", default="h100")
+    ap.add_argument("--accelerator", default="h100-sxm")
     ap.add_argument("--efficiency", type=float, default=0.5)
     ap.add_argument("--server-core", type=int, default=0)
     ap.add_argument("--client-core", type=int, default=1)

@@ -15,10 +15,8 @@ appends each search's probes (rate, counts, miss flags in send order) to a JSON-
 interval, how many intervals were open below and above),
 so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
 is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
-``--stop reported`` (the default, as ``tokenwatt bench`` searches) stops each search on the
-reported interval at ``REPORTED_DESIGN_EFFECT`` (``load.search``: the low end closed by a
-sized probe); ``--stop search`` on the search's own D = 1 interval (the figures before). The
-row adds the searches whose reported interval at that D lies within ± 5 % of its point.
+Each search stops on its own D = 1 interval, as ``tokenwatt bench`` searches. The row adds the
+searches whose reported interval at that D lies within ± 5 % of its point.
 ``--checks`` follows each converged search with ``tokenwatt bench``'s drift checks
 (``load.bench._drift_checks``: a re-test at the highest pass and a confirmation at the fitted
 point, each failing only on 194 judged requests), judged as the bench judges them
@@ -135,7 +133,6 @@ def main() -> None:
     ap.add_argument("--reference", type=float, default=None, help="skip computing it")
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
     ap.add_argument("--summarize", type=Path, nargs="+", help="print the table from dumps")
-    ap.add_argument("--stop", choices=["reported", "search"], default="reported")
     ap.add_argument("--checks", action="store_true", help="the bench's drift checks after")
     args = ap.parse_args()
     if args.summarize:
@@ -149,10 +146,8 @@ def main() -> None:
     for k in range(args.searches):
         probe = VirtualProbe(c, lifetimes=args.lifetimes)
         s = BoundarySearch(
-            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30,
-            report_design_effect=REPORTED_DESIGN_EFFECT if args.stop == "reported" else None,
-        )  # fmt: skip
-        probe.pass_judged = lambda s=s: s.pass_judged
+            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30
+        )
         out = asyncio.run(s.run())
         changed = args.checks and checks(probe, out, args.first_seed + k)
         if changed:

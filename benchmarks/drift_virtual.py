@@ -64,7 +64,6 @@ def main() -> None:
         seed = args.first_seed + k
         probe = VirtualProbe(c, lifetimes=WARMUP_LIFETIMES)
         s = BoundarySearch(probe, start_rate_rps=2.0, allowed=0.01, seed=seed, max_probes=30)
-        probe.pass_judged = lambda s=s: s.pass_judged
         out = asyncio.run(s.run())
         levels = [
             virtual_level(st.outcome.payload, st.outcome.evidence.judged, st.rate_rps)

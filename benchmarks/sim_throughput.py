@@ -68,7 +68,7 @@ def bench_config(
 ) -> tuple[SimConfig, int]:
     """The benchmark's node (H100, efficiency 0.5, no prefill cost) and its max_tokens: long
     enough to outlast warm-up and window (tokens = seconds × steps/s)."""
-    acc = get_accelerator("h100")
+    acc = get_accelerator("h100-sxm")
     eff = 0.5
     max_tokens = int((warmup_s + window_s + 5) * 1e3 / step_ms)
     config = SimConfig(
@@ -78,7 +78,7 @@ def bench_config(
         prefill_cost=False,
         max_num_seqs=max(streams, 256),
         max_model_len=max_tokens + 128,
-        kv_cache_bytes=float(streams * (max_tokens + 128) * 256 * 2),
+        kv_cache_gib=streams * (max_tokens + 128) * 256 * 2 / 2**30,
     )
     return config, max_tokens
 

@@ -1,81 +1,74 @@
 """The dependency direction the architecture promises, checked on the source itself.
 
-cli → load/report → client/metrics/power → geometry/hardware/spec/records/result; the
-result types (``tokenwatt.result``) sit at the base, so ``load`` writes the result without
-touching the views package; sim uses geometry and hardware only (its ground truth must not
+Each package may import only the packages docs/architecture.md's map lets it (``ALLOWED``, an
+allow-list: a package or import the map does not name fails); cli → load/report →
+client/metrics/power/engine → geometry/hardware/spec/records/result/clock/errors; the result
+types (``tokenwatt.result``) sit at the base, so ``load`` writes the result without touching
+the views package; sim uses geometry, hardware and simsettings only (its ground truth must not
 share code with the derivation it checks); ``load.target`` alone may start the simulator;
-nothing imports cli. No exceptions.
+nothing imports cli. No exceptions. A forbidden import planted in each package must fail the
+checker (``test_a_planted_forbidden_import_fails_in_every_package``).
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tokenwatt"
 
-_EVERY_PACKAGE = {
-    "geometry", "hardware", "spec", "records", "result", "client", "load", "metrics", "power",
-    "sim", "report", "cli", "engine", "simsettings", "httpget", "batch_steps",
-    "promscrape", "bounded",
-}  # fmt: skip
-# package → tokenwatt packages it must never import
-FORBIDDEN: dict[str, set[str]] = {
-    "geometry": {"client", "load", "metrics", "power", "sim", "report", "cli", "spec", "result"},
-    "hardware": {
-        "client",
-        "load",
-        "metrics",
-        "power",
-        "sim",
-        "report",
-        "cli",
-        "geometry",
-        "result",
-    },
-    "spec": {"client", "load", "metrics", "power", "sim", "report", "cli", "result"},
-    "records": {"client", "load", "metrics", "power", "sim", "report", "cli", "result"},
-    # the engine witness returns result types (EngineFigures, EngineAgreement): never the reverse
-    "result": {"client", "load", "metrics", "power", "sim", "report", "cli", "engine"},
-    # the sweep's record sits beside the result it summarises
-    "sweep_result": {"client", "load", "metrics", "power", "sim", "report", "cli"},
-    # the simulator's knobs, shared by spec, sim and cli: base code that imports no tokenwatt
-    "simsettings": _EVERY_PACKAGE - {"simsettings"},
-    "client": {"load", "metrics", "power", "sim", "report", "cli", "result"},
-    "metrics": {"client", "load", "power", "sim", "report", "cli"},
-    # the audit returns the result's EnergyAudit
-    "power": {"client", "load", "sim", "report", "cli"},
-    "sim": {
-        "client",
-        "load",
-        "metrics",
-        "power",
-        "report",
-        "cli",
-        "spec",
-        "records",
-        "result",
-        "batch_steps",
-    },
-    "report": {"client", "load", "sim", "cli", "importers"},
-    # another tool's file → a result: reads with report.br02, derives with metrics
-    "importers": {"client", "load", "power", "sim", "cli", "engine"},
-    "load": {"cli", "report"},
-    "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
-    # the one guarded, bounded GET of the scraping threads (engine, power): base code that
-    # uses only the spec's redaction (no credentials in a message)
-    "httpget": _EVERY_PACKAGE - {"httpget", "spec"},
-    # one scrape of a Prometheus page (GET, stamp, parse), shared by engine and power
-    "promscrape": _EVERY_PACKAGE - {"promscrape", "httpget", "spec"},
+# the base every layer above may use: one clock, the user's errors, the bounded file reader
+_ROOT = {"clock", "errors", "bounded"}
+# the layer under client/metrics/power/engine (the simulator's knobs come with the result,
+# which records the settings a simulated run used)
+_BASE = _ROOT | {"geometry", "hardware", "spec", "records", "result", "simsettings"}
+# package (or top-level module) → the tokenwatt packages it may import; nothing else
+ALLOWED: dict[str, set[str]] = {
+    "__init__": set(),
+    "__main__": {"cli"},
+    "clock": set(),
+    "errors": set(),
     # the one bounded reader of user files (spec, sweep, import, result): base code
-    "bounded": _EVERY_PACKAGE - {"bounded"},
+    "bounded": {"errors"},
+    # the simulator's knobs, shared by spec, sim and cli: base code that imports no tokenwatt
+    "simsettings": set(),
     # B = T·τ/R and s = 1/τ, shared by metrics (MBU) and engine (the witness): base code
-    "batch_steps": _EVERY_PACKAGE - {"batch_steps"},
+    "batch_steps": set(),
+    # reads a pre-3 probe.json: imports nothing of tokenwatt
+    "result_probe_json": set(),
+    "examples": set(),
+    "records": _ROOT,
+    "geometry": _ROOT,
+    "hardware": _ROOT,
+    # the engine section parses and checks a measured expert load when the spec loads
+    "spec": _ROOT | {"simsettings", "geometry"},
+    # the result types hold the spec, geometry and accelerator a run used; never the reverse
+    "result": _ROOT | {"spec", "geometry", "hardware", "simsettings", "result_probe_json"},
+    # the sweep's record sits beside the result it summarises (secrets out by the spec's redact)
+    "sweep_result": _ROOT | {"result", "spec", "hardware"},
+    # the one guarded, bounded GET: uses only the spec's redaction (no credentials in a message)
+    "httpget": {"spec"},
+    # one scrape of a Prometheus page (GET, stamp, parse), shared by engine and power
+    "promscrape": {"clock", "httpget"},
+    "client": _ROOT | {"records", "spec"},
+    "metrics": _BASE | {"batch_steps"},
+    # the audit returns the result's EnergyAudit
+    "power": _BASE | {"httpget", "promscrape"},
+    # the engine witness returns result types (EngineFigures, EngineAgreement)
+    "engine": _BASE | {"batch_steps", "httpget", "promscrape"},
+    "sim": _ROOT | {"geometry", "hardware", "simsettings"},
+    "load": _BASE
+    | {"client", "metrics", "power", "engine", "sweep_result", "httpget", "promscrape", "sim"},
+    "report": _BASE | {"metrics", "sweep_result"},
+    # another tool's file → a result: reads with report.br02, derives with metrics
+    "importers": _BASE | {"metrics", "report"},
+    "cli": {p.stem for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    - {"cli", "__init__", "__main__"},
 }
-SIM_ALLOWED_IN = {"load/target.py"}
+SIM_ALLOWED_IN = {"load/target.py"}  # the one load module that may start the simulator
 
 
 def _imports(path: Path) -> set[str]:
@@ -96,27 +89,82 @@ def _imports(path: Path) -> set[str]:
 
 
 def _modules() -> list[Path]:
-    skip = {"cli", "__main__.py"}  # the command line sits on top of everything
-    return sorted(p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in skip)
+    return sorted(SRC.rglob("*.py"))
+
+
+def _package(rel: PurePosixPath) -> str:
+    return rel.parts[0].removesuffix(".py")
+
+
+def _layer_violations(rel: PurePosixPath, imported: set[str]) -> set[str]:
+    """The tokenwatt packages module ``rel`` (relative to src/tokenwatt) imports against the
+    map: outside its package's ``ALLOWED`` (cli is in none but ``__main__``'s), sim from load
+    beyond ``SIM_ALLOWED_IN``. A package missing from ``ALLOWED`` may import nothing."""
+    package = _package(rel)
+    allowed = set(ALLOWED.get(package, set())) | {package}
+    if package == "load" and rel.as_posix() not in SIM_ALLOWED_IN:
+        allowed.discard("sim")
+    return imported - allowed
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
 def test_imports_point_one_way(path: Path) -> None:
-    rel = path.relative_to(SRC)
-    package = rel.parts[0].removesuffix(".py")
-    imported = _imports(path)
-    assert "cli" not in imported, f"{rel} imports tokenwatt.cli"
-    forbidden = set(FORBIDDEN.get(package, set()))
-    if package == "load" and rel.as_posix() not in SIM_ALLOWED_IN:
-        forbidden.add("sim")
-    bad = imported & forbidden
+    rel = PurePosixPath(path.relative_to(SRC).as_posix())
+    bad = _layer_violations(rel, _imports(path))
     assert not bad, f"{rel} imports {sorted(bad)}, against the layering in docs/architecture.md"
+
+
+def test_every_package_has_its_row_in_the_allow_list() -> None:
+    """A new package or top-level module arrives with what it may import, not unchecked."""
+    found = {_package(PurePosixPath(p.relative_to(SRC).as_posix())) for p in _modules()}
+    assert found == set(ALLOWED), (
+        f"add to ALLOWED: {sorted(found - set(ALLOWED))}; remove: {sorted(set(ALLOWED) - found)}"
+    )
 
 
 def test_the_checker_sees_imports(tmp_path: Path) -> None:
     sample = tmp_path / "x.py"
     sample.write_text("import tokenwatt.sim.engine\nfrom tokenwatt.client import sse\n")
     assert _imports(sample) == {"sim", "client"}
+
+
+def _forbidden_for(package: str) -> list[str]:
+    """Every package ``package`` may not import."""
+    every = set(ALLOWED) - {"__init__", "__main__"}
+    return sorted(every - ALLOWED[package] - {package})
+
+
+def test_only_the_command_line_may_import_everything() -> None:
+    """cli sits on top of everything (no import of it is forbidden); every other package has
+    forbidden imports, cli among them, so the planted-import test below reaches each."""
+    assert [p for p in sorted(ALLOWED) if not _forbidden_for(p)] == ["cli"]
+    assert all("cli" in _forbidden_for(p) for p in ALLOWED if p not in {"cli", "__main__"})
+
+
+@pytest.mark.parametrize("package", sorted(set(ALLOWED) - {"cli"}), ids=str)
+def test_a_planted_forbidden_import_fails_in_every_package(package: str, tmp_path: Path) -> None:
+    """Plant each forbidden import in a module of ``package`` (a temp file at the package's
+    path, read by the same parser as the real modules): the checker must name it, and must
+    pass the same module with only an allowed import."""
+    rel = PurePosixPath(f"{package}.py" if package in _TOP_LEVEL else f"{package}/planted.py")
+    for target in _forbidden_for(package):
+        planted = tmp_path / f"{package}-{target}.py"
+        planted.write_text(f"from tokenwatt.{target} import something\n")
+        assert _layer_violations(rel, _imports(planted)) == {target}, (package, target)
+    fine = sorted(ALLOWED[package] - {"sim"} if package == "load" else ALLOWED[package])
+    clean = tmp_path / f"{package}-clean.py"
+    clean.write_text("".join(f"import tokenwatt.{t}\n" for t in fine) or "import os\n")
+    assert _layer_violations(rel, _imports(clean)) == set(), package
+
+
+def test_load_may_start_the_simulator_only_from_target(tmp_path: Path) -> None:
+    planted = tmp_path / "x.py"
+    planted.write_text("from tokenwatt.sim import start_sim_thread\n")
+    assert _layer_violations(PurePosixPath("load/probe.py"), _imports(planted)) == {"sim"}
+    assert _layer_violations(PurePosixPath("load/target.py"), _imports(planted)) == set()
+
+
+_TOP_LEVEL = {p.stem for p in SRC.glob("*.py")}
 
 
 ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
@@ -249,8 +297,8 @@ def _modules_imported(path: Path) -> set[str]:
 
 
 def _sender_implementations() -> set[str]:
-    """The ways requests leave: every module of ``load.send`` beyond the seam, and the
-    fixed-schedule pools (``load.workers``, ``load.ray_workers``) they build on."""
+    """The ways requests leave: every module of ``load.send`` beyond the seam, and the worker
+    and Ray helpers (``load.workers``, ``load.ray_workers``) they build on."""
     found = {f"tokenwatt.load.send.{p.stem}" for p in SEND.glob("*.py") if p.stem not in SEAM}
     return found | {"tokenwatt.load.workers", "tokenwatt.load.ray_workers"}
 

@@ -13,7 +13,6 @@ from scipy.stats import chi2
 from tokenwatt.metrics.boundary import (
     BoundaryFit,
     Evidence,
-    clean_requests_to_close,
     fit_boundary,
     fit_limit,
     profile_threshold,
@@ -215,32 +214,6 @@ def test_reported_interval_reads_the_low_end_through_d_and_the_high_end_as_drawn
     point, low4, _ = fit_limit(ALPHA, pts, design_effect=4.0, profile_ends=True)
     _, _, high1 = fit_limit(ALPHA, pts, design_effect=1.0, profile_ends=True)
     assert (rep.rate_rps, rep.low_rps, rep.high_rps) == (point, low4, high1)
-
-
-# README's flag form, measured: 6 of 107 over the TPOT limit at 13.8 req/s, 282 clean at 12.6
-FLAG_FORM = [Evidence(13.8, 107, {"ttft_p99": 0, "tpot_p99": 6}),
-             Evidence(12.6, 282, {"ttft_p99": 0, "tpot_p99": 0})]  # fmt: skip
-
-
-def test_clean_requests_to_close_the_low_end_by_hand() -> None:
-    """Excluding r* below a rate at D = 5 forces p ≥ α at it and every probe above; the clean
-    passes there then cost (m + n)·(−ln 0.99) of log-likelihood, the failures above nothing
-    (their p̂ is above α already). The allowed drop is 5 · 3.8415/2 = 9.6036, so
-    m + n ≥ 9.6036 / 0.0100503 = 955.55: 956 clean requests in all, 674 beside the 282 at
-    12.6, whether the new ones go to 12.6 itself (re-measured, combined) or just below it
-    (12.38: the pass at 12.6 lies above it). Above the pass only the new probe counts: 956."""
-    assert 5 * chi2.ppf(0.95, 1) / 2 / -math.log(0.99) == pytest.approx(955.55, abs=0.01)
-    assert clean_requests_to_close(FLAG_FORM, ALPHA, 12.38) == 674
-    assert clean_requests_to_close(FLAG_FORM, ALPHA, 12.6) == 674
-    assert clean_requests_to_close(FLAG_FORM, ALPHA, 13.0) == 956
-    assert clean_requests_to_close(FLAG_FORM, ALPHA, 12.38, design_effect=1.0) == 0  # 282 ≥ 192
-    assert clean_requests_to_close(FLAG_FORM, ALPHA, 12.38, most=600) is None
-    for n, closed in ((673, False), (674, True)):
-        ev = [*FLAG_FORM, Evidence(12.38, n, {"ttft_p99": 0, "tpot_p99": 0})]
-        rep = reported_boundary(ev, ALPHA)  # the reported low end lies within the step's
-        step = fit_boundary(ev, ALPHA, design_effect=5.0)
-        assert (step.low_rps is not None and step.low_rps >= 12.38) is closed
-        assert (rep.low_rps is not None and rep.low_rps >= 12.38) is closed
 
 
 def test_relative_reach_is_the_farther_end_over_the_point() -> None:

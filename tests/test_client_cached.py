@@ -8,24 +8,16 @@ from __future__ import annotations
 
 import asyncio
 
+from builders import sim8b_config
 from tokenwatt.client import StreamClient
 from tokenwatt.client.openai import Prompt
-from tokenwatt.geometry import load_geometry
-from tokenwatt.hardware import get_accelerator
 from tokenwatt.records import RequestRecord, read_requests, write_requests
 from tokenwatt.sim import SimConfig, start_sim_thread
 from tokenwatt.spec.endpoint import Timeouts
 
 
 def _config(prefix_caching: bool) -> SimConfig:
-    return SimConfig(
-        geometry=load_geometry("llama-3.1-8b"),
-        accelerator=get_accelerator("h100-sxm"),
-        served_model_name="sim-8b",
-        max_model_len=4096,
-        prefill_cost=False,
-        prefix_caching=prefix_caching,
-    )
+    return sim8b_config(prefix_caching=prefix_caching)
 
 
 def _send(url: str, api: str, prompts: list[Prompt], max_tokens: int = 5) -> list[RequestRecord]:

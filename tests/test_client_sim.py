@@ -6,32 +6,16 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
+from builders import sim8b_config
 from tokenwatt.client import StreamClient
-from tokenwatt.geometry import load_geometry
-from tokenwatt.hardware import get_accelerator
 from tokenwatt.records import RequestRecord
-from tokenwatt.sim import RunningSim, SimConfig, start_sim_thread
+from tokenwatt.sim import RunningSim, start_sim_thread
 from tokenwatt.spec.endpoint import Timeouts
 
 
 def _sim(**kw: Any) -> Iterator[RunningSim]:
-    cfg = SimConfig(
-        geometry=load_geometry("llama-3.1-8b"),
-        accelerator=get_accelerator("h100-sxm"),
-        served_model_name="sim-8b",
-        max_model_len=4096,
-        prefill_cost=False,
-        **kw,
-    )
-    with start_sim_thread(cfg) as running:
+    with start_sim_thread(sim8b_config(**kw)) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[RunningSim]:
-    yield from _sim()
 
 
 def _run(url: str, n: int = 1, api: str = "completions", **kw: Any) -> list[RequestRecord]:
@@ -97,6 +81,6 @@ def test_stall() -> None:
 
 
 def test_keepalive_comments_are_ignored() -> None:
-    for running in _sim(keepalive_interval_s=0.002):
+    for running in _sim(keepalive_s=0.002):
         recs = _run(running.url, n=3)
         assert all(r.ok and r.completion_tokens == 20 and len(r.chunk_ns) == 20 for r in recs)

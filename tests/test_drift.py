@@ -121,6 +121,7 @@ def _spec(url: str) -> BenchSpec:
     )
 
 
+@pytest.mark.slow  # a real-time bench (~45 s); quick: the same rules in virtual time below
 @pytest.mark.timeout(240)
 def test_a_server_that_slows_down_after_the_search_gets_no_boundary(tmp_path: Path) -> None:
     async def main() -> Any:
@@ -192,7 +193,6 @@ def test_a_burst_near_the_boundary_is_not_a_change() -> None:
     c = CASES["dense"]
     probe = VirtualProbe(c, lifetimes=WARMUP_LIFETIMES)
     s = BoundarySearch(probe, start_rate_rps=2.0, allowed=0.01, seed=1010, max_probes=30)
-    probe.pass_judged = lambda: s.pass_judged
     out = asyncio.run(s.run())
     healthy = drift_checks(probe, out, 1010)
     assert [x.kind for x in healthy] == ["re-test", "confirmation"]

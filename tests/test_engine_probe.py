@@ -139,6 +139,8 @@ def test_engine_mbu_stands_beside_the_client_seed_figure(tmp_path: Path) -> None
                    MBU_ROW_NOTE)  # fmt: skip
 
 
+@pytest.mark.slow  # end to end through the CLI; quick: test_engine_sim's test of the same name
+# (the comparison and its cause) and the self-check and table test below
 def test_idle_replica_is_flagged_with_its_cause(tmp_path: Path) -> None:
     """Two replicas, one stream: the client's B = T·τ/R halves; the engine's stays 1."""
     data, stdout = _probe(tmp_path, replicas=2, concurrency=1)
@@ -224,6 +226,8 @@ server_metrics: {interval_s: 0.1}
 """
 
 
+@pytest.mark.slow  # a whole bench; each probe's engine figures come from the one derivation
+# probe and bench share (load.derive), checked quickly by the probe tests here
 def test_bench_stores_engine_figures_for_every_probe(tmp_path: Path) -> None:
     """`tokenwatt bench`: every probe (single stream too) carries the engine's figures and
     its series file; T agrees with the simulator's count within 2% at every search probe. The

@@ -8,17 +8,15 @@ its generation counter over the window equals the client's Σ completion tokens.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
+from builders import sim8b_config
 from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
 from tokenwatt.engine import EngineScraper, clip_samples, compare_client_engine, summarize
-from tokenwatt.geometry import load_geometry
-from tokenwatt.hardware import get_accelerator
 from tokenwatt.records import RequestRecord
-from tokenwatt.sim import RunningSim, SimConfig, start_sim_thread
+from tokenwatt.sim import RunningSim, start_sim_thread
 from tokenwatt.spec.endpoint import Timeouts
 
 pytestmark = pytest.mark.timeout(180)
@@ -27,19 +25,6 @@ pytestmark = pytest.mark.timeout(180)
 # one's admission (and the first step of the window); the engine's tokens per step does not.
 # That gap is about one step per request, so B agrees to ~1/OUT: 400 tokens keep it < 0.5%.
 STREAMS, ROUNDS, OUT = 6, 2, 400
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[RunningSim]:
-    cfg = SimConfig(
-        geometry=load_geometry("llama-3.1-8b"),
-        accelerator=get_accelerator("h100-sxm"),
-        served_model_name="sim-8b",
-        max_model_len=4096,
-        prefill_cost=False,
-    )
-    with start_sim_thread(cfg) as running:
-        yield running
 
 
 async def _closed_loop(url: str, scraper: EngineScraper) -> list[RequestRecord]:
@@ -102,14 +87,7 @@ def test_client_and_engine_agree_on_t_and_b(sim: RunningSim) -> None:
 def test_idle_replica_is_flagged_with_its_cause() -> None:
     """Two replicas behind one endpoint, one stream: one replica idles the whole window.
     Client B = T·τ/R halves (R = 2), the engine's tokens per step stays 1: flagged, cause idle."""
-    cfg = SimConfig(
-        geometry=load_geometry("llama-3.1-8b"),
-        accelerator=get_accelerator("h100-sxm"),
-        served_model_name="sim-8b",
-        max_model_len=4096,
-        prefill_cost=False,
-        replicas=2,
-    )
+    cfg = sim8b_config(replicas=2)
     with start_sim_thread(cfg) as running:
         scraper = EngineScraper(running.metrics_url, "vllm", interval_s=0.05)
 

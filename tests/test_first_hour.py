@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tokenwatt.cli.options import Flags, apply_set, build_spec
+from tokenwatt.cli.outdir import choose_out_dir, remove_stale
 from tokenwatt.errors import SpecError
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
@@ -229,6 +230,8 @@ def _flags_run(url: str, out: Path, *more: str) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow  # three benches (~1 min): the quick checks are the probe form above and
+# test_out_folder_rules_by_hand (the --out and --overwrite rules this test runs end to end)
 def test_bench_with_flags_and_no_spec_against_the_simulator(sim_url: str, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     run = _flags_run(sim_url, out)
@@ -263,6 +266,34 @@ def test_bench_with_flags_and_no_spec_against_the_simulator(sim_url: str, tmp_pa
     assert over.returncode == 0, over.stdout + over.stderr
     assert not (out / "requests-09.jsonl").exists()
     assert (out / "result.json").read_bytes() != before
+
+
+def test_out_folder_rules_by_hand(tmp_path: Path) -> None:
+    """``--out``: a missing or empty folder is used as it is; one holding anything gives a
+    fresh ``<name>-YYYYmmdd-HHMMSS`` folder inside it (the earlier run untouched);
+    ``--overwrite`` uses the folder itself, and once the new run has written, only the run
+    files older than it are removed (others, and the new run's, stay)."""
+    out = tmp_path / "runs"
+    assert choose_out_dir(out, "demo") == out  # missing
+    out.mkdir()
+    assert choose_out_dir(out, "demo") == out  # empty
+    (out / "result.json").write_text("{}", "utf-8")
+    fresh = choose_out_dir(out, "demo run")
+    assert fresh.parent == out and fresh.name.startswith("demo-run-") and not fresh.exists()
+    stamp = fresh.name.removeprefix("demo-run-")
+    assert len(stamp) == 15 and stamp[8] == "-" and stamp.replace("-", "").isdigit()
+    assert choose_out_dir(out, "demo", overwrite=True) == out
+    old = [out / "result.json", out / "requests-09.jsonl", out / "report.html"]
+    for f in old[1:]:
+        f.write_text("{}", "utf-8")
+    mine = out / "notes.txt"  # not a run file: never removed
+    mine.write_text("keep", "utf-8")
+    started_ns = max(f.stat().st_mtime_ns for f in [*old, mine]) + 1
+    new = out / "requests-01.jsonl"
+    new.write_text("{}", "utf-8")
+    os.utime(new, ns=(started_ns + 1, started_ns + 1))  # written by the new run
+    assert sorted(remove_stale(out, started_ns)) == sorted(old)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "requests-01.jsonl"]
 
 
 def test_unwritable_out_is_one_line_at_the_start(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def test_gpt_oss_sim_capacity_counts_the_sliding_layers() -> None:
     sim = SimConfig(
         geometry=g,
         accelerator=get_accelerator("h100-sxm"),
-        kv_cache_bytes=10 * GIB,
+        kv_cache_gib=10,
         max_model_len=8192,
         prefill_cost=False,
     )
@@ -94,7 +94,7 @@ def test_sliding_only_model_sim_capacity() -> None:
     cfg = SimConfig(
         geometry=g,
         accelerator=get_accelerator("h100-sxm"),
-        kv_cache_bytes=8 * GIB,
+        kv_cache_gib=8,
         max_model_len=4096,
         prefill_cost=False,
     )
@@ -113,7 +113,7 @@ def test_sliding_only_sim_preempts_when_its_real_capacity_is_full() -> None:
     cfg = SimConfig(
         geometry=g,
         accelerator=get_accelerator("h100-sxm"),
-        kv_cache_bytes=20 * 2**20,
+        kv_cache_gib=20 / 1024,
         max_model_len=160,
         prefill_cost=False,
     )

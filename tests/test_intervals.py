@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from builders import streamed_record
 from tokenwatt.load.intervals import (
     MBU_HALF_WIDTH_NOTE,
     block_edges,
@@ -250,11 +251,7 @@ def test_block_edges_tile_the_window() -> None:
 def _record(rid: int, sent_s: float, n: int, gap_s: float, ttft: float) -> RequestRecord:
     sent = round(sent_s * S)
     stamps = [sent + round((ttft + i * gap_s) * S) for i in range(n)]
-    return RequestRecord(
-        request_id=rid, scheduled_ns=sent, prompt_tokens_client=100, max_tokens=n, sent_ns=sent,
-        first_token_ns=stamps[0], end_ns=stamps[-1], done_ns=stamps[-1], chunk_ns=stamps,
-        chunk_tokens=[1] * n, prompt_tokens=100, completion_tokens=n,
-    )  # fmt: skip
+    return streamed_record(rid, stamps, sent_ns=sent, prompt_tokens=100)
 
 
 def _run(recs: list[RequestRecord], w1_s: float) -> ProbeRun:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from builders import streamed_record
 from test_validation_moe import Case
 from test_validation_single_stream import step_records
 from tokenwatt.hardware import get_accelerator
@@ -32,12 +33,7 @@ MS = 1_000_000
 
 def _rec(rid: int, stamps_ms: list[float]) -> RequestRecord:
     stamps = [round(t * MS) for t in stamps_ms]
-    return RequestRecord(
-        request_id=rid, scheduled_ns=stamps[0] - 50 * MS, prompt_tokens_client=100,
-        max_tokens=len(stamps), sent_ns=stamps[0] - 50 * MS, first_token_ns=stamps[0],
-        end_ns=stamps[-1], done_ns=stamps[-1], chunk_ns=stamps, chunk_tokens=[1] * len(stamps),
-        prompt_tokens=100, completion_tokens=len(stamps),
-    )  # fmt: skip
+    return streamed_record(rid, stamps, sent_ns=stamps[0] - 50 * MS, prompt_tokens=100)
 
 
 def _steady(
@@ -168,7 +164,7 @@ def kv_case(
     assert batch is not None
     regime = StepRegime(
         request_rate_rps=len(counted) / window_s, mean_prompt_tokens=float(n_in),
-        mean_output_tokens=out / len(counted), chunk_budget_tokens=cfg.max_batched_tokens,
+        mean_output_tokens=out / len(counted), chunk_budget_tokens=cfg.settings.max_batched_tokens,
         idle_fraction=idle_fraction_from_intervals(
             [(r.sent_ns, r.end_ns) for r in records], w0, w1, 1  # type: ignore[misc]
         ),

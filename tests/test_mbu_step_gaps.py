@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from builders import streamed_record
 from test_mbu import DENSE, EXPERT_BYTES, H100_BW, MOE
 from test_mbu_mixed import _mbu
 from tokenwatt.metrics.mixed_steps import regime_from_records
@@ -21,20 +22,7 @@ from tokenwatt.records import RequestRecord
 
 
 def _rec(i: int, chunks: list[int], tokens: list[int] | None = None) -> RequestRecord:
-    return RequestRecord(
-        request_id=i,
-        scheduled_ns=chunks[0] - 5,
-        prompt_tokens_client=64,
-        max_tokens=len(chunks),
-        sent_ns=chunks[0] - 5,
-        first_token_ns=chunks[0],
-        end_ns=chunks[-1],
-        done_ns=chunks[-1],
-        chunk_ns=chunks,
-        chunk_tokens=tokens or [1] * len(chunks),
-        prompt_tokens=64,
-        completion_tokens=sum(tokens or [1] * len(chunks)),
-    )
+    return streamed_record(i, chunks, sent_ns=chunks[0] - 5, prompt_tokens=64, tokens=tokens)
 
 
 # One engine, four steps: [0, 10) decodes A; [10, 20) A and B; [20, 50) A and B while a prompt

@@ -88,7 +88,7 @@ def test_tokens_per_joule_matches_the_simulators_truth(tmp_path: Path) -> None:
         accelerator=H100,
         efficiency=0.5,
         prefill_cost=True,
-        kv_cache_bytes=8e9,
+        kv_cache_gib=8e9 / 2**30,
         max_model_len=4096,
         truth_log=log,
     )

@@ -9,7 +9,6 @@ import random
 import pytest
 
 from tokenwatt.load.search import BoundarySearch, ProbeOutcome, probe_seed
-from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, reported_boundary
 
 MU = 10.0  # service rate, requests/s
 LIMIT_S = 1.0  # p99 waiting-time limit
@@ -293,61 +292,3 @@ def test_a_walk_that_turns_starts_its_steps_anew() -> None:
     assert phases[7:] == ["confirm", "grow", "grow", "grow"]
     assert out2.steps[7].rate_rps == pytest.approx(7.0)
     assert [st.rate_rps for st in out2.steps[8:]] == pytest.approx([7.7, 9.317, 13.641], rel=1e-4)
-
-
-STEP_STAR = 10.0  # fit-mode model: no request misses below this rate, half of them above
-
-
-def _fit_mode_search(design_effect: float | None) -> BoundarySearch[tuple[float, int]]:
-    """A search whose probe judges 200 requests (or the count the search asks a pass to wait
-    for, ``pass_judged``) with exact miss counts: none below ``STEP_STAR``, half above."""
-    holder: list[BoundarySearch[tuple[float, int]]] = []
-
-    async def probe(rate: float, seed: int) -> ProbeOutcome[tuple[float, int]]:
-        need = holder[0].pass_judged
-        n = max(200, need or 0)
-        v = 0 if rate < STEP_STAR else n // 2
-        ev = Evidence(rate, n, {"tpot_p99": v})
-        return ProbeOutcome(v == 0, evidence=ev, payload=(rate, need or 0))
-
-    s = BoundarySearch(
-        probe, start_rate_rps=9.0, allowed=0.01, precision=0.05, first_step=1.1,
-        report_design_effect=design_effect,
-    )  # fmt: skip
-    holder.append(s)
-    return s
-
-
-def test_the_search_does_not_stop_while_the_reported_low_end_is_open() -> None:
-    """Stopping on its own (D = 1) interval the search ends with 200-request clean passes
-    below the boundary, which at D = 5 (read as 40 independent requests) cannot place the
-    low end: the reported interval is open below. Stopping on the reported interval it goes
-    on: a probe in the band below the point whose pass waits for the count that closes the
-    low end, by hand 956 − 200 = 756 (the clean pass at 9.9 lies above it and is pooled:
-    ``test_boundary_fit.test_clean_requests_to_close_the_low_end_by_hand``), then the plain
-    fit rules for the high end, until the reported interval is within ±5 % of its point."""
-    plain = run(_fit_mode_search(None))
-    assert plain.stop_reason == "converged"
-    assert plain.fit is not None and plain.fit.relative_half_width is not None
-    assert plain.fit.relative_half_width <= 0.05
-    assert reported_boundary(plain.evidence, 0.01).low_rps is None
-
-    search = _fit_mode_search(REPORTED_DESIGN_EFFECT)
-    out = run(search)
-    assert out.stop_reason == "converged"
-    rep = out.reported
-    assert rep == reported_boundary(out.evidence, 0.01)
-    assert rep.relative_reach is not None and rep.relative_reach <= 0.05
-    assert out.precision_reached == rep.relative_reach
-    assert rep.low_rps is not None and rep.high_rps is not None
-    assert rep.low_rps <= STEP_STAR <= rep.high_rps
-    # it stopped at the first probe after which the reported interval was within ±5 %
-    for k in range(len(out.steps) - 1):
-        early = reported_boundary(out.evidence[: k + 1], 0.01).relative_reach
-        assert early is None or early > 0.05
-    sized = [s for s in out.steps if s.outcome.payload is not None and s.outcome.payload[1]]
-    assert len(sized) == 1 and sized[0].passed and sized[0].phase == "fit"
-    point = reported_boundary(out.evidence[: sized[0].index - 1], 0.01).rate_rps
-    assert point is not None and point * 0.95 <= sized[0].rate_rps < point
-    assert sized[0].outcome.payload == (sized[0].rate_rps, 956 - 200)
-    assert [s.rate_rps for s in out.steps[: len(plain.steps)]] == [s.rate_rps for s in plain.steps]

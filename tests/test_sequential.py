@@ -143,20 +143,6 @@ def test_a_check_calls_a_failure_only_on_as_many_requests_as_a_pass_needs() -> N
     assert SequentialStop(limits).should_stop(burst)  # a search probe stops at once
 
 
-def test_a_probe_sized_to_close_the_low_end_passes_only_on_its_count() -> None:
-    """A search probe sized by ``clean_requests_to_close`` (674 by hand for README's flag
-    form) does not close its window at the 194th clean request, as a plain probe does, but at
-    the 674th; a clear failure still stops it at once."""
-    limits = Limits("percentile", 0.5, None, None, 0.99, 0.9)
-    stop = SequentialStop(limits, min_pass_judged=674)
-    clean = [_record(i, 0.1) for i in range(673)]
-    assert SequentialStop(limits).should_close(clean[:194])
-    assert not stop.should_close(clean[:194]) and not stop.should_close(clean)
-    assert stop.should_close([*clean, _record(673, 0.1)])
-    slow = [_record(i, 0.9) for i in range(3)]
-    assert SequentialStop(limits, min_pass_judged=674).should_stop(slow)
-
-
 # --- the fail side with known misses still in flight ---------------------------------------
 
 

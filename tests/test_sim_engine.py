@@ -44,7 +44,7 @@ def test_dense_step_times_match_hand_calculation() -> None:
 
 def test_prefill_cost_and_overhead_are_added() -> None:
     geom = geometry(active_params=8_000_000_000)
-    sim = VirtualSim(config(geom, prefill_cost=True, prefill_efficiency=0.4, step_overhead_s=0.002))
+    sim = VirtualSim(config(geom, prefill_cost=True, prefill_efficiency=0.4, step_overhead_ms=2.0))
     sim.submit(0.0, prompt_tokens=1000, max_tokens=2)
     sim.run()
     prefill = 1000 * 2 * 8e9 / (H100.peak_flops("bf16") * 0.4)  # type: ignore[operator]
@@ -190,7 +190,7 @@ def test_fcfs_order_of_first_tokens() -> None:
 def test_kv_exhaustion_preempts_the_newest_and_recomputes() -> None:
     # 10 blocks of 16 tokens: two 70-token prompts fill them; growth past 80 tokens preempts
     per_token = 65536
-    sim = VirtualSim(config(kv_cache_bytes=10 * BLOCK_SIZE * per_token, max_model_len=160))
+    sim = VirtualSim(config(kv_cache_gib=10 * BLOCK_SIZE * per_token / 2**30, max_model_len=160))
     old = sim.submit(0.0, 70, 80)
     new = sim.submit(0.0, 70, 80)
     sim.run()
@@ -219,16 +219,16 @@ def test_kv_capacity_in_blocks() -> None:
 
 def test_kv_cache_smaller_than_one_request_is_an_error() -> None:
     with pytest.raises(SpecError, match="max_model_len"):
-        config(kv_cache_bytes=4 * BLOCK_SIZE * 65536, max_model_len=4096)
+        config(kv_cache_gib=4 * BLOCK_SIZE * 65536 / 2**30, max_model_len=4096)
 
 
 def test_model_that_does_not_fit_is_an_error() -> None:
     with pytest.raises(SpecError, match="do not fit"):
-        config(geometry(dense_weight_bytes=200_000_000_000), kv_cache_bytes=None)
+        config(geometry(dense_weight_bytes=200_000_000_000), kv_cache_gib=None)
 
 
 def test_default_kv_cache_is_memory_minus_weights() -> None:
-    c = config(kv_cache_bytes=None, gpus_per_replica=2)
+    c = config(kv_cache_gib=None, gpus_per_replica=2)
     d = c.derive()
     assert d.kv_cache_bytes == pytest.approx(80e9 * 2 * 0.9 - 1e9)
     assert d.num_blocks == int(d.kv_cache_bytes // (16 * 65536))

@@ -79,8 +79,8 @@ def run_efficiency_check(tmp_path: Path, duration_s: float, streams: int) -> Non
         geometry(name="eff", dense_weight_bytes=16_000_000_000),  # ≈9.6 ms steps at 0.5
         efficiency=0.5,
         prefill_cost=False,
-        step_overhead_s=0.0,
-        kv_cache_bytes=20e9,
+        step_overhead_ms=0.0,
+        kv_cache_gib=20e9 / 2**30,
         truth_log=truth,
     )
     with start_sim_subprocess(c) as sim:
@@ -133,7 +133,7 @@ def test_cli_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
 
 def test_child_prints_a_json_ready_line_and_stops_on_sigterm(tmp_path: Path) -> None:
     truth = tmp_path / "t.jsonl"
-    c = config(kv_cache_bytes=4e9, truth_log=truth, replicas=2)
+    c = config(kv_cache_gib=4e9 / 2**30, truth_log=truth, replicas=2)
     request = json.dumps({"config": c.to_dict(), "host": "127.0.0.1", "port": 0})
     proc = subprocess.Popen(
         [sys.executable, "-m", "tokenwatt.sim.child"],
@@ -160,7 +160,7 @@ def test_child_prints_a_json_ready_line_and_stops_on_sigterm(tmp_path: Path) -> 
 
 
 def test_start_sim_subprocess_reads_the_ready_line() -> None:
-    with start_sim_subprocess(config(kv_cache_bytes=4e9)) as sim:
+    with start_sim_subprocess(config(kv_cache_gib=4e9 / 2**30)) as sim:
         assert sim.process is not None
         with urllib.request.urlopen(sim.url + "/models", timeout=10) as resp:
             assert json.loads(resp.read())["data"][0]["id"] == "toy"
@@ -271,7 +271,7 @@ def test_several_tokens_per_chunk() -> None:
 
 def test_keepalive_comments_are_sent_and_ignored_by_clients() -> None:
     slow = geometry(dense_weight_bytes=50_000_000_000)  # ≈30 ms steps
-    with start_sim_thread(config(slow, keepalive_interval_s=0.01, kv_cache_bytes=20e9)) as sim:
+    with start_sim_thread(config(slow, keepalive_s=0.01, kv_cache_gib=20e9 / 2**30)) as sim:
         body = raw_stream(sim.base_url, {"prompt": "hi", "max_tokens": 5, "ignore_eos": True})
         client = openai.OpenAI(base_url=sim.url, api_key="x", max_retries=0, timeout=20)
         texts = [
@@ -335,7 +335,7 @@ def test_a_slow_reader_gets_every_frame_in_order() -> None:
     to the transport's buffer; a reader that stops reading (tiny buffers on both ends, then a
     pause) must still get the whole stream, intact and in order, once it reads again."""
     n = 3000
-    with start_sim_thread(config(kv_cache_bytes=4e9)) as sim:
+    with start_sim_thread(config(kv_cache_gib=4e9 / 2**30)) as sim:
         assert sim.server is not None
         host, port = sim.base_url.removeprefix("http://").split(":")
         data = json.dumps({"prompt": "hi", "max_tokens": n, "ignore_eos": True, "stream": True})

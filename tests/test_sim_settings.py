@@ -4,6 +4,7 @@ spec and failed the simulator), and the spec can ask for a truth log."""
 
 from __future__ import annotations
 
+import gc
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,15 +67,9 @@ def spec_accepts(knob: str, value: Any) -> bool:
 
 
 def simconfig_accepts(knob: str, value: Any) -> bool:
-    """``SimConfig`` built directly, in its own units (seconds, bytes)."""
-    kw = {
-        "step_overhead_ms": ("step_overhead_s", lambda v: v / 1e3),
-        "kv_cache_gib": ("kv_cache_bytes", lambda v: v * 2**30),
-        "keepalive_s": ("keepalive_interval_s", lambda v: v),
-    }
-    name, conv = kw.get(knob, (knob, lambda v: v))
+    """``SimConfig`` built directly."""
     try:
-        config(**{name: conv(value)})
+        config(**{knob: value})
     except SpecError as exc:
         assert knob in str(exc)
         return False
@@ -116,6 +111,15 @@ def test_spec_cli_and_simconfig_agree(knob: str, value: Any, valid: bool, busy_p
     assert cli_accepts(knob, value, busy_port) is valid
 
 
+def test_a_failed_start_hands_the_collector_back(busy_port: int) -> None:
+    """``tokenwatt sim`` freezes the heap and turns automatic collection off before it binds
+    (a process of its own); a start that fails on a busy port undoes both, so a process that
+    called it in-process (a test, a library user) keeps its collector."""
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert cli_accepts("efficiency", 0.5, busy_port)  # refused only by the busy port
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
 def test_every_knob_is_a_cli_flag_and_a_spec_key() -> None:
     from tokenwatt.cli.sim import sim
     from tokenwatt.spec.sim import SimSection
@@ -136,10 +140,10 @@ def test_spec_truth_log_reaches_the_simulator(tmp_path: Path) -> None:
         }
     )
     c = sim_config(spec)
-    assert c.truth_log == str(log) and c.prefix_caching is True
-    assert c.step_overhead_s == pytest.approx(0.002)
+    assert c.settings.truth_log == str(log) and c.settings.prefix_caching is True
+    assert c.derive().step_overhead_s == pytest.approx(0.002)
     other = tmp_path / "other.jsonl"
-    assert sim_config(spec, truth_log=other).truth_log == str(other)  # the caller's wins
+    assert sim_config(spec, truth_log=other).settings.truth_log == str(other)  # the caller's wins
 
 
 def test_unknown_sim_key_is_rejected_by_name() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from builders import sim8b_config
 from tokenwatt.client import StreamClient
 from tokenwatt.engine import EngineScraper, clip_samples, compare_client_engine, summarize
 from tokenwatt.engine.speculation import spec_counters_from_text
@@ -28,10 +29,7 @@ K = 3
 
 
 def _config(**kw: Any) -> SimConfig:
-    return SimConfig(
-        geometry=load_geometry("llama-3.1-8b"), accelerator=get_accelerator("h100-sxm"),
-        served_model_name="sim-8b", max_model_len=4096, prefill_cost=False, **kw,
-    )  # fmt: skip
+    return sim8b_config(**kw)
 
 
 def _stream(url: str, n: int, max_tokens: int) -> list[RequestRecord]:

@@ -51,7 +51,7 @@ def config(geom: ModelGeometry | None = None, **kw: Any) -> SimConfig:
         "geometry": geom or geometry(),
         "accelerator": H100,
         "max_model_len": 4096,
-        "kv_cache_bytes": 4e9,
+        "kv_cache_gib": 4e9 / 2**30,
         "prefill_cost": False,
     }
     base.update(kw)

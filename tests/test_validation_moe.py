@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from builders import streamed_record
 from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad
@@ -99,14 +100,8 @@ def _token_records(sim: VirtualSim, reqs: list[Any], n_in: int) -> list[RequestR
         tok = sim.token_ns[r.rid]
         if tok:
             out.append(
-                RequestRecord(
-                    request_id=r.rid, scheduled_ns=r.arrival_ns, prompt_tokens_client=n_in,
-                    max_tokens=len(tok), sent_ns=r.arrival_ns, first_token_ns=tok[0],
-                    end_ns=tok[-1], done_ns=tok[-1], chunk_ns=list(tok),
-                    chunk_tokens=[1] * len(tok), prompt_tokens=n_in,
-                    completion_tokens=len(tok), saw_done=True,
-                )
-            )  # fmt: skip
+                streamed_record(r.rid, tok, sent_ns=r.arrival_ns, prompt_tokens=n_in, saw_done=True)
+            )
     return out
 
 
@@ -176,8 +171,8 @@ def run_case(
         mean_prompt_tokens=float(n_in),
         mean_output_tokens=out_tokens / len(counted),
         idle_fraction=idle,
-        chunk_budget_tokens=cfg.max_batched_tokens,
-        slot_limit=cfg.max_num_seqs,
+        chunk_budget_tokens=cfg.settings.max_batched_tokens,
+        slot_limit=cfg.settings.max_num_seqs,
         expert_load=load,
         decode_batch=decode_batch_from_intervals(
             [(r.first_token_ns, r.last_token_ns) for r in reqs], w0, w1, 1
@@ -197,7 +192,7 @@ def run_case(
     recs = _token_records(sim, reqs, n_in)
     probe_regime = regime_from_records(
         recs, [r for r in recs if w0 <= r.sent_ns < w1], w0, w1, replicas=1,  # type: ignore[operator]
-        chunk_budget_tokens=cfg.max_batched_tokens, slot_limit=cfg.max_num_seqs,
+        chunk_budget_tokens=cfg.settings.max_batched_tokens, slot_limit=cfg.settings.max_num_seqs,
         expert_load=load,
     )  # fmt: skip
     assert probe_regime is not None and probe_regime.step_law is not None

@@ -76,7 +76,7 @@ def single_stream(
         idle_fraction=idle_fraction_from_intervals(
             ((r.arrival_ns, r.last_token_ns) for r in reqs), w0, w1, 1
         ),
-        chunk_budget_tokens=cfg.max_batched_tokens,
+        chunk_budget_tokens=cfg.settings.max_batched_tokens,
         decode_batch=decode_batch_from_intervals(
             [(r.first_token_ns, r.last_token_ns) for r in reqs], w0, w1, 1
         ),

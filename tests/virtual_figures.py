@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from builders import streamed_record
 from test_validation_single_stream import step_records
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
@@ -83,12 +84,9 @@ def records(sim: VirtualSim, reqs: list[Any], case: Case) -> list[RequestRecord]
         if not tok:
             continue
         out.append(
-            RequestRecord(
-                request_id=r.rid, scheduled_ns=r.arrival_ns,
-                prompt_tokens_client=case.prompt_tokens,
-                max_tokens=case.output_tokens, sent_ns=r.arrival_ns, first_token_ns=tok[0],
-                end_ns=tok[-1], done_ns=tok[-1], chunk_ns=list(tok), chunk_tokens=[1] * len(tok),
-                prompt_tokens=case.prompt_tokens, completion_tokens=len(tok), saw_done=True,
+            streamed_record(
+                r.rid, tok, sent_ns=r.arrival_ns, prompt_tokens=case.prompt_tokens,
+                max_tokens=case.output_tokens, saw_done=True,
             )
         )  # fmt: skip
     return out

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,12 +108,12 @@ def run_window(
 
 
 def _decision_point(
-    run: VirtualRun, test: Sprt, limits: Limits, min_pass: int = 0, min_fail: int = 0
+    run: VirtualRun, test: Sprt, limits: Limits, min_fail: int = 0
 ) -> tuple[str | None, int, int]:
     """(decision, requests finished, send-order prefix) at the first decided moment, as the
     real probe polls it: a failure from every finished request, a pass from the requests
     sent before the oldest one still running (``load.probe``'s send-order prefix), once that
-    prefix holds ``min_pass`` (``SequentialStop.min_pass_judged``); a failure once ``min_fail``
+    prefix decides it; a failure once ``min_fail``
     have finished (``min_fail_judged``: the drift checks)."""
     order = sorted(range(len(run.lats)), key=lambda i: run.done_s[i])
     flags = [miss_counts(limits, [r]) for r in run.lats]
@@ -133,19 +132,19 @@ def _decision_point(
             prefix += 1
         if n >= min_fail and decide_probe(test, seen, n) == "fail":
             return "fail", n, prefix
-        if prefix >= min_pass and decide_probe(test, pre, prefix) == "pass":
+        if decide_probe(test, pre, prefix) == "pass":
             return "pass", n, prefix
     return None, len(order), prefix
 
 
 def sequential_outcome(
-    run: VirtualRun, test: Sprt, limits: Limits = LIMITS, min_pass: int = 0, min_fail: int = 0
+    run: VirtualRun, test: Sprt, limits: Limits = LIMITS, min_fail: int = 0
 ) -> ProbeOutcome[VirtualRun]:
     """The probe's verdict as the sequential test would have reached it, in virtual time: a
     decided failure stops at once (judged: the finished requests); a decided pass closes the
     window and every counted request sent before then drains and is judged (nearest rank)."""
     order = sorted(range(len(run.lats)), key=lambda i: run.done_s[i])
-    decision, n_done, _ = _decision_point(run, test, limits, min_pass, min_fail)
+    decision, n_done, _ = _decision_point(run, test, limits, min_fail)
     cut = len(run.lats)
     if decision is not None:
         t = run.done_s[order[n_done - 1]]
@@ -197,16 +196,13 @@ def reference_boundary(
 class VirtualProbe:
     """The search's probe callable in virtual time, with the bench's warm-up rule: at least
     ``warmup_s`` and ``lifetimes`` request lifetimes (median E2E at the nearest lower rate
-    measured so far, as ``load.bench`` stretches it). ``pass_judged``: where the search says
-    how many judged requests the probe in flight needs before its pass (``BoundarySearch.
-    pass_judged``, as ``load.bench`` hands it to the sequential test and the window)."""
+    measured so far, as ``load.bench`` stretches it)."""
 
     case: Case
     lifetimes: float
     warmup_s: float = 10.0
     test: Sprt = field(default_factory=lambda: Sprt(0.01))
     e2e_s: dict[float, float] | None = None
-    pass_judged: Callable[[], int | None] | None = None
     min_fail_judged: int = 0  # the drift checks: a failure only on as many as a pass needs
 
     async def __call__(self, rate: float, seed: int) -> ProbeOutcome[VirtualRun]:
@@ -214,10 +210,9 @@ class VirtualProbe:
         lower = [r for r in known if r <= rate]
         life = known[max(lower)] if lower else 0.0
         warm = max(self.warmup_s, self.lifetimes * life)
-        need = (self.pass_judged() if self.pass_judged is not None else None) or 0
-        run = run_window(self.case, rate, seed, window_requests=max(200, int(rate * 60), need),
+        run = run_window(self.case, rate, seed, window_requests=max(200, int(rate * 60)),
                          warmup_s=warm)  # fmt: skip
-        out = sequential_outcome(run, self.test, min_pass=need, min_fail=self.min_fail_judged)
+        out = sequential_outcome(run, self.test, min_fail=self.min_fail_judged)
         known[rate] = float(np.median(np.subtract(run.done_s, run.sent_s)))
         self.e2e_s = known
         return out

@@ -43,7 +43,7 @@ ErrorKind = Literal[
     "stream_error",  # a JSON error object inside a 200 stream
     "truncated",  # a 200 stream that ended (framing end or clean close) without a proper end
     "cancelled",  # ended by the client (probe end, early stop, Ctrl-C) while in flight
-    "worker_lost",  # the worker process sending it died before reporting it (load.workers)
+    "worker_lost",  # the worker process sending it died before reporting it (load.send)
 ]
 RequestStatus = Literal["ok", "error", "cancelled"]
 STAMP_TYPECODE = "q"  # int64: monotonic nanoseconds

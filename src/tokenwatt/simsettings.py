@@ -13,6 +13,7 @@ Fields are in the units a person writes (``step_overhead_ms``, ``kv_cache_gib``)
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -233,6 +234,11 @@ class SimSettings(BaseModel):
         None,
         description="speculative decoding: METHOD:K:ACCEPTANCE, e.g. mtp:3:0.8 (off when unset)",
     )
+
+    @field_validator("truth_log", mode="before")
+    @classmethod
+    def _truth_log(cls, v: object) -> object:
+        return os.fspath(v) if isinstance(v, os.PathLike) else v
 
     @field_validator("speculative", mode="before")
     @classmethod

@@ -111,7 +111,7 @@ def _announce(server: SimServer) -> None:
     print(
         f"tokenwatt sim: {config.served_model_name} on {config.replicas} × "
         f"{config.gpus_per_replica} × {config.accelerator.name}, efficiency "
-        f"{config.efficiency:g}, {d.num_blocks} KV blocks/replica; serving "
+        f"{config.settings.efficiency:g}, {d.num_blocks} KV blocks/replica; serving "
         f"{server.url}  (metrics {server.metrics_url})",
         flush=True,
     )

@@ -42,7 +42,6 @@ from tokenwatt.load.search import (
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
 from tokenwatt.metrics.boundary import (
-    REPORTED_DESIGN_EFFECT,
     BoundaryFit,
     Evidence,
     reported_boundary,
@@ -99,14 +98,6 @@ class BenchEvent:
 OnEvent = Callable[[BenchEvent], None]
 # A probe's warm-up lasts at least this many request lifetimes (see _Run.settings_for).
 WARMUP_LIFETIMES = 3.0
-# Stop the search on the reported interval (``load.search``: report_design_effect, its low end
-# closed by a long sized probe) instead of its own D = 1 one. Built and measured, not used: in
-# virtual time such searches' reported intervals (D = 5, calibrated on ~200-request passes) held
-# the long-run boundary in 8 of 102 dense and 8 of 60 MoE searches (the D = 1 stop: 97-98 %):
-# clean passes of 700-1,100 requests 2-6 % above it are common, its misses coming in rare
-# bursts; on the wall clock README's flag form took 8 min for 13.25 (13.01-13.47, 95 %) against
-# a long-run 12.96 (docs/methodology.md, "Stopping on the reported interval").
-SEARCH_STOPS_ON_REPORTED = False
 
 
 class _InterruptedError(Exception):
@@ -165,15 +156,12 @@ class _Run:
         settings: ProbeSettings | None = None,
         concurrency: int | None = None,
         max_requests: int | None = None,
-        pass_judged: int | None = None,
     ) -> ProbeSummary:
-        """One probe. ``pass_judged``: the fewest judged requests before its pass is called
-        (a search probe sized to close the reported interval's low end, ``load.search``):
-        the sequential test waits for them and the window is long enough to hold them."""
+        """One probe."""
         spec = self.spec
         if settings is None and rate_rps is not None:
             settings = self.settings_for(rate_rps)
-        seq, settings = self._sequential_stop(rate_rps, phase, settings, pass_judged)
+        seq = self._sequential_stop(rate_rps, phase, settings)
         probe_settings = settings or spec.search.probe
         stopper = None if seq is not None else early_stop_for(spec, rate_rps, probe_settings)
 
@@ -232,22 +220,16 @@ class _Run:
         return summary
 
     def _sequential_stop(
-        self, rate_rps: float | None, phase: str, settings: ProbeSettings | None,
-        pass_judged: int | None,
-    ) -> tuple[SequentialStop | None, ProbeSettings | None]:  # fmt: skip
-        """The probe's sequential test (None: the fixed-window early stop decides), and the
-        settings with a window long enough for ``pass_judged``."""
+        self, rate_rps: float | None, phase: str, settings: ProbeSettings | None
+    ) -> SequentialStop | None:
+        """The probe's sequential test (None: the fixed-window early stop decides)."""
         base = settings or self.spec.search.probe
         if not (self.sequential and rate_rps is not None and base.early_stop):
-            return None, settings
+            return None
         seq = SequentialStop(Limits.from_spec(self.spec.slo))
         if phase == "check":  # read by its median TPOT (metrics.drift): a full window
             seq.min_fail_judged = seq.test.clean_pass_n
-        if pass_judged:
-            seq.min_pass_judged = pass_judged
-            if base.min_requests < pass_judged:
-                settings = base.model_copy(update={"min_requests": pass_judged})
-        return seq, settings
+        return seq
 
     def _record(self, summary: ProbeSummary, *, interrupted: bool) -> None:
         """Keep the probe in the result and write the file now: a kill after this loses
@@ -601,13 +583,7 @@ async def _search(bench: _Run) -> None:
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1
-        s = await bench.measure(
-            index,
-            rate_rps=rate,
-            seed=seed,
-            phase=search.current_phase,
-            pass_judged=search.pass_judged,
-        )
+        s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase)
         return outcome_of(s)
 
     def on_step(step: SearchStepT[ProbeSummary]) -> None:
@@ -636,9 +612,6 @@ async def _search(bench: _Run) -> None:
         max_probes=ss.max_probes,
         seed=spec.workload.seed,
         allowed=limits.allowed_violation_fraction if bench.sequential else None,
-        report_design_effect=(
-            REPORTED_DESIGN_EFFECT if bench.sequential and SEARCH_STOPS_ON_REPORTED else None
-        ),
         on_step=on_step,
         # A start from the staircase or the spec is an estimate of the boundary: walk away
         # from it in steps that begin at the width the search stops at (a pass and a failure

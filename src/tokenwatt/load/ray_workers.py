@@ -1,9 +1,9 @@
-"""Workers as Ray actors across a cluster's nodes (optional extra: ``tokenwatt[ray]``).
+"""Ray plumbing for the live Ray sender (optional extra: ``tokenwatt[ray]``).
 
-The same engine as ``load.workers`` (one schedule drawn once, dealt k mod N, compact record
-batches, lost requests as ``worker_lost`` failures), with actors instead of local processes:
-``RayWorkerPool(n, client_config, address=None|"auto"|ADDRESS)``, one actor per CPU asked for,
-spread over the cluster's nodes (``scheduling_strategy="SPREAD"``).
+``load.send.ray_actors`` sends a probe's requests from Ray actors spread over a cluster's
+nodes; this module holds what it needs from Ray itself: the import with its one-line error, the
+session (joined or started, the command's signal handlers kept), actors spread one per CPU,
+and each actor's clock.
 
 Clocks. Every node times on its own monotonic clock, and two hosts' monotonic clocks share
 neither origin nor, exactly, rate. Durations inside one request (TTFT, ITL, E2E) are taken on
@@ -11,45 +11,31 @@ one node and need no conversion. To place the schedule and the window, the coord
 each actor's clock offset by exchange (Cristian): it reads its own monotonic clock before and
 after asking the actor for its monotonic clock; the actor's reading belongs somewhere in that
 round trip, so offset = actor − midpoint with uncertainty ± half the round trip (the smallest of
-several exchanges is kept). The actor is told to start at coordinator start + offset, and every
-stamp of its records is shifted back by the offset, so all records land on the coordinator's
-clock; ``RayPoolResult.offsets`` reports each offset and its uncertainty. On one machine the true
-offset is 0, which the tests use as the independent truth. An exchange over monotonic clocks
-needs no wall-clock agreement (NTP steps do not move it); drift between hosts over a probe is not
-corrected (crystal drift is parts per million: microseconds per minute).
+several exchanges is kept). A slot is put onto the actor's clock by adding the offset, and
+every stamp of its records is shifted back by it (:func:`shift_stamps`), so all records land on
+the coordinator's clock. On one machine the true offset is 0, which the tests use as the
+independent truth. An exchange over monotonic clocks needs no wall-clock agreement (NTP steps do
+not move it); drift over a probe is tracked by ``load.clock_track``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import signal
 import threading
 from array import array
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
-from tokenwatt.load.wire import unpack_records
-from tokenwatt.load.workers import (
-    ClientConfig,
-    PoolResult,
-    ScheduledRequest,
-    collect_share,
-    deal,
-    send_share,
-)
 from tokenwatt.records import STAMP_TYPECODE, RequestRecord
 
 __all__ = [
     "ClockActor",
     "ClockOffset",
-    "RayPoolResult",
-    "RayWorkerPool",
     "measure_offset",
     "ray_module",
     "ray_session",
@@ -58,7 +44,6 @@ __all__ = [
 ]
 
 _EXCHANGES = 7  # clock exchanges per actor; the one with the shortest round trip is kept
-_LEAD_NS = 200_000_000  # common start this long after the offsets are measured
 _STAMP_FIELDS = ("scheduled_ns", "sent_ns", "first_token_ns", "end_ns", "done_ns")
 
 
@@ -155,35 +140,6 @@ class ClockActor:
         return str(ray_module().get_runtime_context().get_node_id())
 
 
-class _Actor(ClockActor):
-    """One worker: its own StreamClient on the actor's event loop, batches kept for ``take``."""
-
-    def __init__(self, cfg: ClientConfig, requests: list[ScheduledRequest], interval_s: float):
-        self.cfg = cfg
-        self.requests = requests
-        self.interval_s = interval_s
-        self.batches: list[bytes] = []
-
-    async def run(self, start_ns: int) -> float:
-        client: StreamClient = self.cfg.make_client()
-        try:
-            return await send_share(
-                client,
-                self.requests,
-                start_ns,
-                ignore_eos=self.cfg.ignore_eos,
-                sink=self.batches.append,
-                interval_s=self.interval_s,
-            )
-        finally:
-            await client.aclose()
-
-    async def take(self) -> list[bytes]:
-        out = list(self.batches)
-        self.batches.clear()  # the same list: send_share's sink holds its append
-        return out
-
-
 @dataclass(frozen=True, slots=True)
 class ClockOffset:
     """An actor's monotonic clock minus the coordinator's, measured by exchange."""
@@ -194,24 +150,6 @@ class ClockOffset:
     uncertainty_ns: int  # half the shortest round trip
 
 
-@dataclass(slots=True)
-class RayPoolResult(PoolResult):
-    """A pool run on Ray; stamps are on the coordinator's clock, ± each worker's uncertainty."""
-
-    offsets: list[ClockOffset] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Handle:
-    worker: int
-    actor: Any
-    requests: list[ScheduledRequest]
-    offset: ClockOffset | None = None
-    received: list[RequestRecord] = field(default_factory=list)
-    busy_fraction: float | None = None
-    cause: str | None = None
-
-
 def shift_stamps(rec: RequestRecord, by_ns: int) -> RequestRecord:
     """``rec`` with every stamp moved by ``-by_ns``: an actor's clock onto the coordinator's."""
     for name in _STAMP_FIELDS:
@@ -220,84 +158,3 @@ def shift_stamps(rec: RequestRecord, by_ns: int) -> RequestRecord:
             setattr(rec, name, v - by_ns)
     rec.chunk_ns = array(STAMP_TYPECODE, [t - by_ns for t in rec.chunk_ns])
     return rec
-
-
-class RayWorkerPool:
-    """N Ray actors sending one schedule together. ``address``: None starts a local Ray (or
-    uses the one already initialised), "auto" or "ray://host:port" joins a cluster."""
-
-    def __init__(
-        self,
-        n: int,
-        client_config: ClientConfig,
-        *,
-        address: str | None = None,
-        batch_interval_s: float = 0.1,
-    ) -> None:
-        if n < 1:
-            raise ValueError(f"workers must be >= 1, got {n}")
-        self.n = n
-        self.config = client_config
-        self.address = address
-        self.batch_interval_s = batch_interval_s
-        self.actors: list[Any] = []
-
-    async def run(self, schedule: Sequence[ScheduledRequest]) -> RayPoolResult:
-        ray = ray_session(self.address)
-        shares = deal(schedule, self.n)
-        actors = spread_actors(_Actor, [(self.config, s, self.batch_interval_s) for s in shares])
-        handles = [
-            _Handle(i, a, share) for i, (a, share) in enumerate(zip(actors, shares, strict=True))
-        ]
-        self.actors = [h.actor for h in handles]
-        try:
-            for h in handles:
-                h.offset = await measure_offset(h.actor, h.worker)
-            start_ns = now_ns() + _LEAD_NS
-            await asyncio.gather(*(self._follow(h, start_ns) for h in handles))
-            return self._collect(handles, start_ns)
-        finally:
-            for h in handles:
-                ray.kill(h.actor, no_restart=True)
-            self.actors = []
-
-    async def _follow(self, h: _Handle, start_ns: int) -> None:
-        """Collect an actor's batches until its run ends; an actor that dies ends it."""
-        ray = ray_module()
-        assert h.offset is not None
-        run_ref = h.actor.run.remote(start_ns + h.offset.offset_ns)
-        while True:
-            finished, _ = ray.wait([run_ref], timeout=0)
-            try:
-                batches = await h.actor.take.remote()
-                for b in batches:
-                    h.received.extend(
-                        shift_stamps(r, h.offset.offset_ns) for r in unpack_records(b)
-                    )
-                if finished:
-                    h.busy_fraction = float(await run_ref)
-                    return
-            except ray.exceptions.RayError as exc:
-                h.cause = f"Ray actor lost: {type(exc).__name__}"
-                return
-            await asyncio.sleep(self.batch_interval_s)
-
-    def _collect(self, handles: list[_Handle], start_ns: int) -> RayPoolResult:
-        records: list[RequestRecord] = []
-        stats = []
-        for h in handles:
-            msg = f"worker {h.worker} (Ray actor) ended before reporting this request: {h.cause}"
-            merged, st = collect_share(
-                h.worker,
-                h.requests,
-                h.received,
-                start_ns=start_ns,
-                lost_message=msg,
-                busy_fraction=h.busy_fraction,
-                cause=h.cause,
-            )
-            records.extend(merged)
-            stats.append(st)
-        records.sort(key=lambda r: r.request_id)
-        offsets = [h.offset for h in handles if h.offset is not None]
-        return RayPoolResult(records, stats, start_ns, offsets)

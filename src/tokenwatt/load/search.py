@@ -49,27 +49,6 @@ sits within precision/2 of it, the fitted point) and stops when the interval's h
 within ``precision`` of its point. No confirmation re-run: a rate already measured is probed
 again only when both candidates have been measured (the data there are undecided or
 contradict each other), and then both measurements enter the fit together.
-
-**Stopping on the reported interval** (``report_design_effect`` D set, e.g. to
-``metrics.boundary.REPORTED_DESIGN_EFFECT``; ``tokenwatt bench`` does not, see
-``load.bench.SEARCH_STOPS_ON_REPORTED``: measured, such searches' intervals held the long-run
-boundary in under 10 % of dense virtual-time searches): the interval the user sees is
-``metrics.boundary.reported_boundary`` (ends between probes, the low end read through D), and
-the search goes on until *that* interval lies within ± ``precision`` of its point
-(``BoundaryFit.relative_reach``), not only its own D = 1 one. A clean pass of n requests
-excludes the boundary below it at D only once n/D ≥ ~192, and the sequential test passes a
-probe at 194, so the low end usually stays open or far below when the D = 1 interval has
-converged. Then the next probe **closes the low end** (``_close_next``): a rate in the band
-[point · (1 − precision), point) whose pass, of a size worked out in advance
-(``metrics.boundary.clean_requests_to_close``: the fewest clean requests that make the
-interval at D exclude the boundary below that rate, counting the clean passes above it that
-the constraint pools with), closes the low end inside the band. The probe's pass waits for
-that many judged requests (``pass_judged``, read by the probe callable: ``load.bench`` gives it
-to the sequential test and the window); a clear failure still stops it at once. Candidates:
-fresh rates on a grid of quarter-precision steps below the point, and the passes already in
-the band (a re-measured rate is combined in the fit, never replaced); the cheapest wins, a
-fresh rate on a tie (the issue: re-measure only to resolve a contradiction), then the one
-nearest three quarters down the band.
 """
 
 from __future__ import annotations
@@ -83,9 +62,7 @@ from tokenwatt.metrics.boundary import (
     BOUNDARY_CONFIDENCE,
     BoundaryFit,
     Evidence,
-    clean_requests_to_close,
     fit_boundary,
-    reported_boundary,
 )
 
 __all__ = [
@@ -200,16 +177,11 @@ class SearchOutcome(Generic[P]):
     stop_reason: StopReason = "interrupted"
     precision_target: float = 0.05
     fit: BoundaryFit | None = None  # fit mode: the boundary with its interval
-    reported: BoundaryFit | None = None  # fit mode stopping on it: the reported interval
     evidence: list[Evidence] = field(default_factory=list)  # fit mode: each probe, as placed
 
     @property
     def precision_reached(self) -> float | None:
-        """Stopping on the reported interval: how far its farther end lies from its point
-        (``BoundaryFit.relative_reach``; None while an end is open). Fit mode: the interval's
-        half width over its point; else the bracket's width."""
-        if self.reported is not None:
-            return self.reported.relative_reach
+        """Fit mode: the interval's half width over its point; else the bracket's width."""
         if self.fit is not None and self.fit.relative_half_width is not None:
             return self.fit.relative_half_width
         if self.lo_rps is None or self.hi_rps is None:
@@ -256,7 +228,6 @@ class BoundarySearch(Generic[P]):
         design_effect: float = 1.0,
         on_step: Callable[[SearchStep[P]], None] | None = None,
         first_step: float | None = None,
-        report_design_effect: float | None = None,
     ) -> None:
         if not (math.isfinite(start_rate_rps) and start_rate_rps > 0):
             raise ValueError(f"start_rate_rps must be > 0, got {start_rate_rps}")
@@ -290,11 +261,6 @@ class BoundarySearch(Generic[P]):
         self.current_phase: Phase = "grow"  # of the probe in flight, for progress displays
         self.first_step = first_step
         self._walk: tuple[int, int] = (0, 0)  # (direction, steps taken in it)
-        # fit mode: stop on the reported interval (low end read through this D), not D = 1
-        self.report_design_effect = report_design_effect
-        # the fewest judged requests the probe in flight must have before its pass is called
-        # (a probe that closes the reported low end; None: the sequential test's own)
-        self.pass_judged: int | None = None
 
     def _factor(self, direction: int) -> float:
         """The factor of the next step of a walk up (+1) or down (−1) from a rate:
@@ -304,16 +270,12 @@ class BoundarySearch(Generic[P]):
         self._walk = (direction, k)
         return step_factor(k, self.growth, self.first_step)
 
-    async def _run_one(self, rate: float, phase: Phase, pass_judged: int | None = None) -> bool:
+    async def _run_one(self, rate: float, phase: Phase) -> bool:
         out = self.outcome
         index = len(out.steps) + 1
         seed = probe_seed(self.seed, index)
         self.current_phase = phase
-        self.pass_judged = pass_judged
-        try:
-            result = await self._probe(rate, seed)
-        finally:
-            self.pass_judged = None
+        result = await self._probe(rate, seed)
         placed = bracket_rate(rate, result)
         if result.halt is not None:
             out.stop_reason = result.halt
@@ -358,31 +320,16 @@ class BoundarySearch(Generic[P]):
             self.outcome.fit = fit_boundary(
                 self._evidence, self.allowed, self.confidence, self.design_effect
             )
-            if self.report_design_effect is not None:
-                self.outcome.reported = reported_boundary(
-                    self._evidence, self.allowed, self.confidence, self.report_design_effect
-                )
 
-    def _fit_next(self) -> tuple[float, Phase, int | None] | None:
-        """Fit mode: the next rate (with the judged requests its pass needs, if sized), or
-        None when the interval is narrow enough: the search's own (D = 1), and, stopping on
-        the reported one, that one too (within ± precision of its point)."""
+    def _fit_next(self) -> tuple[float, Phase] | None:
+        """Fit mode: the next rate, or None when the interval is narrow enough (its half width
+        within ``precision`` of its point)."""
         fit = self.outcome.fit
         if fit is None or fit.rate_rps is None:
             return None
         half = fit.relative_half_width
         if half is not None and half <= self.precision:
-            if self.report_design_effect is None:
-                return None
-            reach = self.outcome.precision_reached
-            if reach is not None and reach <= self.precision:
-                return None
-            low = None if self.outcome.reported is None else self.outcome.reported.low_rps
-            if low is None or low < fit.rate_rps * (1.0 - self.precision):
-                close = self._close_next(fit.rate_rps)
-                if close is not None:
-                    return close
-            # the high end (D = 1, as the search's own) is narrowed by the rules below
+            return None
         measured = [e.rate_rps for e in self._evidence]
 
         def fresh(r: float) -> bool:
@@ -392,41 +339,8 @@ class BoundarySearch(Generic[P]):
         middle = math.sqrt(lo * hi) if lo is not None and hi is not None else fit.rate_rps
         for r in (middle, fit.rate_rps):
             if fresh(r):
-                return min(r, self.max_rate_rps), "fit", None
-        return min(middle, self.max_rate_rps), "confirm", None
-
-    def _close_next(self, point_rps: float) -> tuple[float, Phase, int | None] | None:
-        """The probe that closes the reported low end within the band [point·(1 − precision),
-        point): the cheapest candidate by ``clean_requests_to_close`` (see the module
-        docstring); None when no candidate can (the plain fit rules go on)."""
-        assert self.allowed is not None and self.report_design_effect is not None
-        p = self.precision
-        measured = [e.rate_rps for e in self._evidence]
-        band_lo = point_rps * (1.0 - p)
-        fresh = [
-            point_rps * (1.0 - p * k / 4.0)
-            for k in range(1, 5)
-            if all(abs(math.log(point_rps * (1.0 - p * k / 4.0) / m)) >= p / 4 for m in measured)
-        ]
-        passes = [r for r, ok in self._verdicts.items() if ok and band_lo <= r < point_rps]
-        # on a tie, nearest three quarters down the band: a pass there still closes the low
-        # end inside it, and it sits further from the point (short windows read the point
-        # high, so a probe near it is the likelier to fail)
-        middle = point_rps * (1.0 - 0.75 * p)
-        best: tuple[int, int, float, float] | None = None  # (cost, re-measure, distance, rate)
-        for again, rates in ((0, fresh), (1, passes)):
-            for r in rates:
-                n = clean_requests_to_close(
-                    self._evidence, self.allowed, r, self.confidence, self.report_design_effect
-                )
-                if n is None or n == 0 or r > self.max_rate_rps:
-                    continue
-                key = (n, again, abs(math.log(r / middle)), r)
-                if best is None or key < best:
-                    best = key
-        if best is None:
-            return None
-        return best[3], ("confirm" if best[1] else "fit"), best[0]
+                return min(r, self.max_rate_rps), "fit"
+        return min(middle, self.max_rate_rps), "confirm"
 
     def _budget_left(self) -> bool:
         return len(self.outcome.steps) < self.max_probes

@@ -51,7 +51,6 @@ __all__ = [
     "BoundaryFit",
     "Evidence",
     "binomial_upper",
-    "clean_requests_to_close",
     "fit_boundary",
     "fit_limit",
     "isotonic",
@@ -117,7 +116,7 @@ class BoundaryFit:
     def relative_reach(self) -> float | None:
         """How far the farther end lies from the point, over the point: the interval is
         within ± this of its point (None: an end is open). What "a boundary within ±5 %"
-        means; the search stops on it for the reported interval (``load.search``)."""
+        means."""
         if self.rate_rps is None or self.low_rps is None or self.high_rps is None:
             return None
         reach = max(self.rate_rps - self.low_rps, self.high_rps - self.rate_rps)
@@ -405,47 +404,6 @@ def reported_boundary(
     low = fit_boundary(evidence, allowed, confidence, design_effect, profile_ends=True)
     high = fit_boundary(evidence, allowed, confidence, 1.0, profile_ends=True)
     return BoundaryFit(high.rate_rps, low.low_rps, high.high_rps, confidence, high.limit)
-
-
-def clean_requests_to_close(
-    evidence: Sequence[Evidence],
-    allowed: float,
-    rate_rps: float,
-    confidence: float = BOUNDARY_CONFIDENCE,
-    design_effect: float = REPORTED_DESIGN_EFFECT,
-    *,
-    most: int = 100_000,
-) -> int | None:
-    """The fewest judged requests, all within every limit, that a probe at ``rate_rps`` must
-    add to ``evidence`` for the interval read through ``design_effect`` to exclude the
-    boundary below ``rate_rps`` (its step statistic: the low end at a probed rate ≥
-    ``rate_rps``); 0 when the evidence already does, None when even ``most`` would not.
-
-    The count a closing probe is sized by (``load.search``): the reported low end, between
-    probes, lies within the step statistic's ends, so it is then ≥ ``rate_rps`` too. By hand,
-    with only clean passes at and above ``rate_rps`` (m requests in all) below the failures:
-    p ≥ α there costs (m + n)·(−ln(1 − α)), so n = ⌈D·χ²₁(c)/2 / (−ln(1 − α))⌉ − m (956 − m
-    at p99, 95 %, D = 5). The evidence's own rates place a re-measured rate's counts with it
-    (``_pooled``): the same function sizes a re-measurement."""
-    names = sorted({k for e in evidence for k in e.misses})
-
-    def closes(n: int) -> bool:
-        extra = [Evidence(rate_rps, n, dict.fromkeys(names, 0))] if n > 0 else []
-        fit = fit_boundary([*evidence, *extra], allowed, confidence, design_effect)
-        return fit.low_rps is not None and fit.low_rps >= rate_rps
-
-    if not names or not closes(most):
-        return None
-    if closes(0):
-        return 0
-    lo, hi = 0, most  # closes(lo) is False, closes(hi) is True
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if closes(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def binomial_upper(misses: int, n: int, confidence: float) -> float:

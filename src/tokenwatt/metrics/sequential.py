@@ -151,10 +151,6 @@ class SequentialStop:
     # a failure is not called on fewer judged requests than this (the drift checks: the first
     # few requests to finish in a failing window are the fast ones, not its median TPOT)
     min_fail_judged: int = 0
-    # a pass is not called on fewer judged requests than this (a probe sized to close the
-    # boundary's reported low end: ``metrics.boundary.clean_requests_to_close``); a clear
-    # failure still stops it at once
-    min_pass_judged: int = 0
     decision: Decision | None = None
     judged: int = 0
     misses: dict[str, int] = field(default_factory=dict)
@@ -229,4 +225,4 @@ class SequentialStop:
         return True
 
     def should_close(self, done: Sequence[RequestRecord]) -> bool:
-        return self._update(done) == "pass" and self.judged >= self.min_pass_judged
+        return self._update(done) == "pass"

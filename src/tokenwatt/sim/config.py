@@ -7,8 +7,7 @@ uses on every step (KV blocks, seconds per byte, seconds per prefill token, powe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,89 +32,50 @@ BLOCK_SIZE = 16  # tokens per KV block, as in vLLM
 KV_MEMORY_FRACTION = 0.9  # share of HBM the engine may use (vLLM's gpu_memory_utilization)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SimConfig:
-    """One simulated node: R replicas of an engine serving ``geometry`` on ``accelerator``.
+    """One simulated node: R replicas of an engine serving ``geometry`` on ``accelerator``,
+    with its knobs as one ``SimSettings`` (the one definition of each knob and of what is
+    valid; read them as ``config.settings.efficiency``).
 
-    ``kv_cache_blocks`` (16 tokens each) or ``kv_cache_bytes`` is per replica; neither derives it
-    as accelerator memory ×
-    gpus_per_replica × 0.9 − all weight bytes (an error, not a clamp, when that is not
-    positive: the model does not fit). Power per GPU is ``idle_w`` (default
-    ``idle_power_fraction`` × TDP) plus the rest of TDP in proportion to how busy the
+    ``SimConfig(geometry, accelerator, efficiency=0.3, ...)``: keyword knobs are
+    ``SimSettings`` fields, in its units (``step_overhead_ms``, ``kv_cache_gib``), laid over
+    ``settings`` (default: every knob's default); an unknown or invalid one is a ``SpecError``
+    naming it. ``kv_cache_blocks`` (16 tokens each) or ``kv_cache_gib`` is per replica; neither
+    derives it as accelerator memory × gpus_per_replica × 0.9 − all weight bytes (an error, not
+    a clamp, when that is not positive: the model does not fit). Power per GPU is ``idle_w``
+    (default ``idle_power_fraction`` × TDP) plus the rest of TDP in proportion to how busy the
     roofline resource of the moment is (see docs/methodology.md).
     """
 
     geometry: ModelGeometry
     accelerator: Accelerator
-    gpus_per_replica: int = 1
-    replicas: int = 1
-    efficiency: float = 0.5
-    prefill_efficiency: float = 0.5
-    prefill_cost: bool = True
-    step_overhead_s: float = 0.0
-    routing: str = "uniform"
-    max_num_seqs: int = 256
-    max_batched_tokens: int = 8192
-    kv_cache_bytes: float | None = None
-    kv_cache_blocks: int | None = None  # overrides kv_cache_bytes: vLLM's num_gpu_blocks
-    max_model_len: int = 32768
-    seed: int = 0
-    served_model_name: str = ""
-    idle_power_fraction: float = 0.15
-    idle_w: float | None = None
-    tdp_w: float | None = None
-    truth_log: str | Path | None = None
-    output_len: str = "geometric:256"
-    prefix_caching: bool = False  # vLLM's automatic prefix caching, 16-token blocks
-    # wire-format knobs for testing clients (off by default)
-    tokens_per_chunk: int = 1
-    keepalive_interval_s: float | None = None
-    error_after_tokens: int | None = None
-    stall_after_tokens: int | None = None
-    # timing of the real-time driver
-    spin_s: float = 0.0015
-    # speculative decoding (SpeculativeSettings as a dict, so the config travels as JSON)
-    speculative: dict[str, Any] | None = None
-    draft_geometry: ModelGeometry | None = None  # method draft: the draft model
+    settings: SimSettings
+    gpus_per_replica: int
+    replicas: int
+    served_model_name: str
+    draft_geometry: ModelGeometry | None  # speculative method draft: the draft model
 
-    def __post_init__(self) -> None:
-        if not self.served_model_name:
-            self.served_model_name = self.geometry.name
+    def __init__(
+        self,
+        geometry: ModelGeometry,
+        accelerator: Accelerator,
+        *,
+        settings: SimSettings | None = None,
+        gpus_per_replica: int = 1,
+        replicas: int = 1,
+        served_model_name: str = "",
+        draft_geometry: ModelGeometry | None = None,
+        **knobs: Any,
+    ) -> None:
+        self.geometry = geometry
+        self.accelerator = accelerator
+        self.settings = _with_knobs(settings or SimSettings(), knobs)
+        self.gpus_per_replica = gpus_per_replica
+        self.replicas = replicas
+        self.served_model_name = served_model_name or geometry.name
+        self.draft_geometry = draft_geometry
         self.validate()
-
-    def settings(self) -> SimSettings:
-        """These knobs as ``SimSettings``, validated there: the one definition of what is valid.
-
-        Raises ``SpecError`` (one line naming the knob) when a knob is out of range.
-        """
-        try:
-            return SimSettings(
-                efficiency=self.efficiency,
-                prefill_efficiency=self.prefill_efficiency,
-                prefill_cost=self.prefill_cost,
-                step_overhead_ms=self.step_overhead_s * 1e3,
-                routing=self.routing,
-                max_num_seqs=self.max_num_seqs,
-                max_batched_tokens=self.max_batched_tokens,
-                kv_cache_gib=None if self.kv_cache_bytes is None else self.kv_cache_bytes / _GIB,
-                kv_cache_blocks=self.kv_cache_blocks,
-                max_model_len=self.max_model_len,
-                output_len=self.output_len,
-                prefix_caching=self.prefix_caching,
-                seed=self.seed,
-                idle_power_fraction=self.idle_power_fraction,
-                idle_w=self.idle_w,
-                tdp_w=self.tdp_w,
-                tokens_per_chunk=self.tokens_per_chunk,
-                keepalive_s=self.keepalive_interval_s,
-                error_after_tokens=self.error_after_tokens,
-                stall_after_tokens=self.stall_after_tokens,
-                spin_s=self.spin_s,
-                truth_log=None if self.truth_log is None else str(self.truth_log),
-                speculative=self.speculative,
-            )
-        except ValidationError as exc:
-            raise SpecError(settings_error(exc)) from None
 
     @classmethod
     def from_settings(
@@ -128,41 +88,19 @@ class SimConfig:
         replicas: int = 1,
         served_model_name: str = "",
     ) -> SimConfig:
-        """The node these settings describe on this model and hardware."""
-        s = settings
-        spec = s.speculative
+        """The node these settings describe on this model and hardware (the draft model of
+        ``speculative.draft_model`` loaded here)."""
+        spec = settings.speculative
         draft = None
         if spec is not None and spec.draft_model is not None:
             draft = load_geometry(spec.draft_model)
         return cls(
-            geometry=geometry,
-            accelerator=accelerator,
+            geometry,
+            accelerator,
+            settings=settings,
             gpus_per_replica=gpus_per_replica,
             replicas=replicas,
-            efficiency=s.efficiency,
-            prefill_efficiency=s.prefill_efficiency,
-            prefill_cost=s.prefill_cost,
-            step_overhead_s=s.step_overhead_ms / 1e3,
-            routing=s.routing,
-            max_num_seqs=s.max_num_seqs,
-            max_batched_tokens=s.max_batched_tokens,
-            kv_cache_bytes=None if s.kv_cache_gib is None else s.kv_cache_gib * _GIB,
-            kv_cache_blocks=s.kv_cache_blocks,
-            max_model_len=s.max_model_len,
-            seed=s.seed,
             served_model_name=served_model_name,
-            idle_power_fraction=s.idle_power_fraction,
-            idle_w=s.idle_w,
-            tdp_w=s.tdp_w,
-            truth_log=s.truth_log,
-            output_len=s.output_len,
-            prefix_caching=s.prefix_caching,
-            tokens_per_chunk=s.tokens_per_chunk,
-            keepalive_interval_s=s.keepalive_s,
-            error_after_tokens=s.error_after_tokens,
-            stall_after_tokens=s.stall_after_tokens,
-            spin_s=s.spin_s,
-            speculative=None if spec is None else spec.model_dump(),
             draft_geometry=draft,
         )
 
@@ -172,7 +110,7 @@ class SimConfig:
             raise SpecError("sim gpus_per_replica is invalid: give an integer >= 1")
         if self.replicas < 1:
             raise SpecError("sim replicas is invalid: give an integer >= 1")
-        settings = self.settings()
+        settings = self.settings
         if settings.speculative is not None:
             if settings.speculative.method == "draft" and self.draft_geometry is None:
                 raise SpecError(
@@ -184,7 +122,7 @@ class SimConfig:
                     f"sim speculative method mtp: {self.geometry.name} has no MTP layers "
                     "(num_nextn_predict_layers); use method draft or ngram"
                 )
-        if self.prefill_cost and not self.accelerator.peak_flops(self.geometry.weight_dtype):
+        if settings.prefill_cost and not self.accelerator.peak_flops(self.geometry.weight_dtype):
             raise SpecError(
                 f"sim prefill cost needs a peak FLOP/s for {self.accelerator.name}; give one in "
                 "hardware.custom or turn prefill cost off (--no-prefill-cost)"
@@ -196,30 +134,41 @@ class SimConfig:
 
     # -- travel as JSON (to the child process of start_sim_subprocess) -------------------
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "geometry":
-                value = self.geometry.to_dict()
-            elif f.name == "draft_geometry":
-                value = None if self.draft_geometry is None else self.draft_geometry.to_dict()
-            elif f.name == "accelerator":
-                value = self.accelerator.to_dict()
-            elif isinstance(value, Path):
-                value = str(value)
-            out[f.name] = value
-        return out
+        draft = self.draft_geometry
+        return {
+            "geometry": self.geometry.to_dict(),
+            "accelerator": self.accelerator.to_dict(),
+            "settings": self.settings.model_dump(),
+            "gpus_per_replica": self.gpus_per_replica,
+            "replicas": self.replicas,
+            "served_model_name": self.served_model_name,
+            "draft_geometry": None if draft is None else draft.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SimConfig:
         data = dict(data)
-        data["geometry"] = ModelGeometry.from_dict(dict(data["geometry"]))
-        if data.get("draft_geometry") is not None:
-            data["draft_geometry"] = ModelGeometry.from_dict(dict(data["draft_geometry"]))
-        acc = dict(data["accelerator"])
+        draft = data.pop("draft_geometry", None)
+        acc = dict(data.pop("accelerator"))
         acc["aliases"] = tuple(acc.get("aliases", ()))
-        data["accelerator"] = Accelerator(**acc)
-        return cls(**data)
+        return cls(
+            ModelGeometry.from_dict(dict(data.pop("geometry"))),
+            Accelerator(**acc),
+            settings=SimSettings.model_validate(data.pop("settings")),
+            draft_geometry=None if draft is None else ModelGeometry.from_dict(dict(draft)),
+            **data,
+        )
+
+
+def _with_knobs(settings: SimSettings, knobs: dict[str, Any]) -> SimSettings:
+    """``settings`` with ``knobs`` laid over it, validated by ``SimSettings`` (a one-line
+    ``SpecError`` naming each bad or unknown knob)."""
+    if not knobs:
+        return settings
+    try:
+        return SimSettings.model_validate({**settings.model_dump(), **knobs})
+    except ValidationError as exc:
+        raise SpecError(settings_error(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,13 +184,14 @@ class Derived:
     s_per_prefill_token: float  # 2 × active params / (peak FLOP/s × GPUs × prefill efficiency)
     tdp_w: float | None  # per GPU; None: no power model
     idle_w: float  # per GPU
+    step_overhead_s: float  # fixed time added to every step
     zipf_s: float | None
     output_len: OutputLength
     speculative: SpeculativeSettings | None = None
 
     @classmethod
     def of(cls, c: SimConfig) -> Derived:
-        g, acc = c.geometry, c.accelerator
+        g, acc, k = c.geometry, c.accelerator, c.settings
         weights = float(g.dense_weight_bytes + g.moe_layers * g.experts * g.expert_bytes)
         # The engine gives every cached token a slot in every layer group (one block table per
         # sequence), so a block costs BLOCK_SIZE tokens × the KV bytes of *all* attention
@@ -250,10 +200,10 @@ class Derived:
         # capacity 2×.) Hand-built geometries without groups fall back to the full-context size.
         per_token = max(1, g.kv_bytes_per_token_all_layers or g.kv_bytes_per_token_full_context)
         block = per_token * BLOCK_SIZE
-        if c.kv_cache_blocks is not None:
-            kv = float(c.kv_cache_blocks * block)
-        elif c.kv_cache_bytes is not None:
-            kv = float(c.kv_cache_bytes)
+        if k.kv_cache_blocks is not None:
+            kv = float(k.kv_cache_blocks * block)
+        elif k.kv_cache_gib is not None:
+            kv = float(k.kv_cache_gib * _GIB)
         else:
             if acc.memory_bytes is None:
                 raise SpecError(
@@ -273,19 +223,19 @@ class Derived:
                 f"sim kv cache ({kv:.0f} B) holds no {BLOCK_SIZE}-token block of {block} B; "
                 "give a larger kv_cache_gib"
             )
-        if blocks * BLOCK_SIZE < c.max_model_len:
+        if blocks * BLOCK_SIZE < k.max_model_len:
             raise SpecError(
                 f"sim kv cache holds {blocks * BLOCK_SIZE} tokens, fewer than max_model_len "
-                f"({c.max_model_len}); give a larger kv_cache_gib or a smaller max_model_len"
+                f"({k.max_model_len}); give a larger kv_cache_gib or a smaller max_model_len"
             )
         bw = acc.bandwidth_bytes_per_s * c.gpus_per_replica
         peak = acc.peak_flops(g.weight_dtype)
-        if c.prefill_cost and peak:
-            s_tok = 2.0 * g.active_params / (peak * c.gpus_per_replica * c.prefill_efficiency)
+        if k.prefill_cost and peak:
+            s_tok = 2.0 * g.active_params / (peak * c.gpus_per_replica * k.prefill_efficiency)
         else:
             s_tok = 0.0
-        tdp = c.tdp_w if c.tdp_w is not None else acc.tdp_w
-        idle = c.idle_w if c.idle_w is not None else (tdp or 0.0) * c.idle_power_fraction
+        tdp = k.tdp_w if k.tdp_w is not None else acc.tdp_w
+        idle = k.idle_w if k.idle_w is not None else (tdp or 0.0) * k.idle_power_fraction
         if tdp is not None and idle > tdp:
             raise SpecError(f"sim idle_w ({idle} W) exceeds the TDP ({tdp} W); lower idle_w")
         return cls(
@@ -294,15 +244,14 @@ class Derived:
             kv_block_bytes=block,
             num_blocks=blocks,
             bandwidth_bytes_per_s=bw,
-            s_per_byte=1.0 / (bw * c.efficiency),
+            s_per_byte=1.0 / (bw * k.efficiency),
             s_per_prefill_token=s_tok,
             tdp_w=tdp,
             idle_w=idle,
-            zipf_s=parse_routing(c.routing),
-            output_len=parse_output_len(c.output_len),
-            speculative=None
-            if c.speculative is None
-            else SpeculativeSettings.model_validate(c.speculative),
+            step_overhead_s=k.step_overhead_ms / 1e3,
+            zipf_s=parse_routing(k.routing),
+            output_len=parse_output_len(k.output_len),
+            speculative=k.speculative,
         )
 
     def to_dict(self) -> dict[str, Any]:

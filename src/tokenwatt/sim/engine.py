@@ -195,7 +195,7 @@ class ReplicaEngine:
         self.d = derived if derived is not None else config.derive()
         g = config.geometry
         self.geometry = g
-        self.rng = np.random.default_rng([config.seed, index])
+        self.rng = np.random.default_rng([config.settings.seed, index])
         self.routing: DistinctExperts = make_routing(
             g.experts, g.experts_per_token, g.moe_layers, self.d.zipf_s, self.rng
         )
@@ -206,7 +206,7 @@ class ReplicaEngine:
         self.running: list[SimRequest] = []
         self.num_blocks = self.d.num_blocks
         self.free_blocks = self.d.num_blocks
-        self.prefix = PrefixCache() if config.prefix_caching else None
+        self.prefix = PrefixCache() if config.settings.prefix_caching else None
         self._evicted = 0  # evictions of the step being planned, before its last reconcile
         self.steps = 0
         self.preemptions = 0
@@ -221,7 +221,7 @@ class ReplicaEngine:
         if settings is None:
             return None
         g = self.geometry
-        rng = np.random.default_rng([config.seed, self.index, 1])
+        rng = np.random.default_rng([config.settings.seed, self.index, 1])
         mtp_routing = None
         if settings.method == "mtp" and g.is_moe:
             mtp_routing = make_routing(
@@ -293,7 +293,7 @@ class ReplicaEngine:
     # -- one step -----------------------------------------------------------------
     def plan(self, t_start_ns: int) -> Step | None:
         """Schedule, advance and price one step starting at ``t_start_ns``; None if idle."""
-        budget = self.config.max_batched_tokens
+        budget = self.config.settings.max_batched_tokens
         running = self.running
         scheduled: list[tuple[SimRequest, int]] = []
         preempted: list[SimRequest] = []
@@ -337,7 +337,7 @@ class ReplicaEngine:
 
         cached: list[tuple[int, int]] = []
         if not preempted:
-            cap = self.config.max_num_seqs
+            cap = self.config.settings.max_num_seqs
             waiting = self.waiting
             while waiting and budget > 0 and len(running) < cap:
                 req = waiting[0]
@@ -445,16 +445,16 @@ class ReplicaEngine:
             counts, verdict = self._verify(spec, emits, verified, finished)
         if finished:
             self._retire(finished)
-        c, d = self.config, self.d
+        knobs, d = self.config.settings, self.d
         batch = len(contexts)
         kv_bytes = self.kv.total(contexts)
         distinct, weight_bytes, draft_bytes = self._weights(contexts, prefill_tokens)
         memory_s = (weight_bytes + kv_bytes + draft_bytes) * d.s_per_byte
         prefill_s = prefill_tokens * d.s_per_prefill_token
-        overhead_s = c.step_overhead_s
+        overhead_s = d.step_overhead_s
         duration = memory_s + prefill_s + overhead_s
         energy = self._idle_power_w * duration + self._dyn_w * (
-            memory_s * c.efficiency + prefill_s * c.prefill_efficiency
+            memory_s * knobs.efficiency + prefill_s * knobs.prefill_efficiency
         )
         self.steps += 1
         return Step(

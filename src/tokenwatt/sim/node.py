@@ -23,7 +23,7 @@ class SimNode:
         self.config = config
         self.derived = config.derive()
         self.replicas = [ReplicaEngine(config, i, self.derived) for i in range(config.replicas)]
-        self._rng = np.random.default_rng([config.seed, 1_000_003])
+        self._rng = np.random.default_rng([config.settings.seed, 1_000_003])
         self._next_rid = 0
         self._rr = 0
 
@@ -57,7 +57,11 @@ class SimNode:
         """``prompt``: the prompt's tokens, for prefix caching (None: shares no prefix)."""
         self._next_rid += 1
         target = self.output_tokens(max_tokens, min_tokens, ignore_eos)
-        names = block_hashes(prompt) if prompt is not None and self.config.prefix_caching else ()
+        names = (
+            block_hashes(prompt)
+            if prompt is not None and self.config.settings.prefix_caching
+            else ()
+        )
         return SimRequest(
             self._next_rid, prompt_tokens, max_tokens, target, arrival_ns, sink, names
         )

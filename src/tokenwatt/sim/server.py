@@ -85,16 +85,16 @@ class _Sink:
         self.transport: asyncio.Transport | None = None
         self.fd = -1  # the socket's descriptor: step frames are written to it directly
         self.pending = 0  # tokens held back for a multi-token chunk
-        self.error_after = config.error_after_tokens
-        self.stall_after = config.stall_after_tokens
+        self.error_after = config.settings.error_after_tokens
+        self.stall_after = config.settings.stall_after_tokens
         self.ended = False  # nothing more will be written (finished, errored, stalled)
         self.frames: list[bytes | None] = [None] * len(WORDS)  # token frames by word
         # A frame depends only on its word unless it carries running usage counts.
         self.cacheable = not renderer.continuous_usage
         self.fast = (
             stream
-            and config.tokens_per_chunk == 1
-            and config.speculative is None  # a chunk of 1 + accepted tokens per step
+            and config.settings.tokens_per_chunk == 1
+            and config.settings.speculative is None  # a chunk of 1 + accepted tokens per step
             and self.error_after is None
             and self.stall_after is None
         )
@@ -130,8 +130,8 @@ class ReplicaDriver:
         self.stats = server.stats[engine.index]
         self._wake = asyncio.Event()
         self.last_deadline_ns = 0
-        self.spin_ns = round(server.config.spin_s * 1e9)
-        self.tokens_per_chunk = server.config.tokens_per_chunk
+        self.spin_ns = round(server.config.settings.spin_s * 1e9)
+        self.tokens_per_chunk = server.config.settings.tokens_per_chunk
 
     def wake(self) -> None:
         self._wake.set()
@@ -336,9 +336,9 @@ class SimServer:
         t0 = now_ns()
         self.truth = [ReplicaTruth(r.idle_power_w, t0) for r in self.node.replicas]
         k = self.node.derived.speculative.num_tokens if self.node.derived.speculative else 0
-        self.stats = [EngineStats(config.max_model_len, k) for _ in self.node.replicas]
+        self.stats = [EngineStats(config.settings.max_model_len, k) for _ in self.node.replicas]
         self.lateness = Lateness()
-        self.truth_log = TruthLog(config.truth_log) if config.truth_log else None
+        self.truth_log = TruthLog(config.settings.truth_log) if config.settings.truth_log else None
         self.registry = make_registry(self.snapshot)
         self.created = int(time.time())
         self._accepts = functools.partial(
@@ -372,9 +372,24 @@ class SimServer:
             gc.collect()
             gc.freeze()
             gc.disable()
+        try:
+            runner, site = await self._bind(host, port)
+        except BaseException:
+            if self.manage_gc:  # a start that failed (a busy port) hands the collector back
+                gc.enable()
+                gc.unfreeze()
+            raise
+        self._runner = runner
+        server = site._server
+        assert server is not None
+        sock = server.sockets[0]  # type: ignore[attr-defined]
+        self.host, self.port = sock.getsockname()[:2]
+
+    async def _bind(self, host: str, port: int) -> tuple[web.AppRunner, web.TCPSite]:
+        """Start the drivers and serve on ``host:port``; what ``start`` cleans up on failure."""
         self.drivers = [ReplicaDriver(self, e) for e in self.node.replicas]
         self._tasks = [asyncio.create_task(d.run()) for d in self.drivers]
-        if self.config.keepalive_interval_s:
+        if self.config.settings.keepalive_s:
             self._tasks.append(asyncio.create_task(self._keepalive()))
         runner = web.AppRunner(
             self.app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None
@@ -382,11 +397,7 @@ class SimServer:
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
-        self._runner = runner
-        server = site._server
-        assert server is not None
-        sock = server.sockets[0]  # type: ignore[attr-defined]
-        self.host, self.port = sock.getsockname()[:2]
+        return runner, site
 
     async def stop(self) -> None:
         for sink in list(self._sinks):
@@ -415,7 +426,7 @@ class SimServer:
         return f"http://{_host(self.host)}:{self.port}/metrics"
 
     async def _keepalive(self) -> None:
-        interval = self.config.keepalive_interval_s
+        interval = self.config.settings.keepalive_s
         assert interval is not None
         while True:
             await asyncio.sleep(interval)
@@ -455,7 +466,7 @@ class SimServer:
             "owned_by": SIM_SERVER_NAME,
             "root": c.geometry.name,
             "parent": None,
-            "max_model_len": c.max_model_len,
+            "max_model_len": c.settings.max_model_len,
         }
         names = served_names(c.served_model_name, c.geometry)
         return _json({"object": "list", "data": [{"id": n, **card} for n in names]})
@@ -503,9 +514,9 @@ class SimServer:
             body,
             chat=chat,
             served_model=c.served_model_name,
-            max_model_len=c.max_model_len,
+            max_model_len=c.settings.max_model_len,
             accepts=self._accepts,
-            want_prompt=c.prefix_caching,
+            want_prompt=c.settings.prefix_caching,
         )
         loop = asyncio.get_running_loop()
         done: asyncio.Future[str] = loop.create_future()

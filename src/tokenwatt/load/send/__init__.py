@@ -2,7 +2,6 @@
 implementations (``local``: asyncio tasks here, ``processes``: worker processes,
 ``ray_actors``: Ray actors), opened with their refusals by ``opening.open_sender``.
 
-Nothing is imported here: ``load.workers`` shares the send call and the timing rule of
-``base``, and the implementations import ``load.workers``, so importing the package itself
-must not pull them in.
+Nothing is imported here: a module that needs only the seam (``base``) must not pull in
+worker processes or Ray by importing the package.
 """

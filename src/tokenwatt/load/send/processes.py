@@ -1,8 +1,8 @@
 """Worker processes fed live by a probe: the probe keeps its window, the workers send.
 
-``load.workers.WorkerPool`` sends a schedule known in full beforehand. A probe cannot know
-its schedule in advance: its window closes on time, count, an early stop or a saturated
-sender, and its drain lasts until the counted requests have ended. So :class:`LivePool`
+A probe cannot know its schedule in advance: its window closes on time, count, an early stop
+or a saturated sender, and its drain lasts until the counted requests have ended. So
+:class:`LivePool`
 keeps the probe's own loop (``load.probe``) as the one place where those rules run, and
 only moves the *sending* out of the process:
 
