@@ -64,6 +64,8 @@ FORBIDDEN: dict[str, set[str]] = {
     # another tool's file → a result: reads with report.br02, derives with metrics
     "importers": {"client", "load", "power", "sim", "cli", "engine"},
     "load": {"cli", "report"},
+    # calibrate on measured points, replay on a target: reads results, never measures
+    "predict": {"client", "load", "power", "report", "cli", "engine", "importers"},
     "engine": {"client", "load", "metrics", "power", "sim", "report", "cli"},
     # the one guarded, bounded GET of the scraping threads (engine, power): base code that
     # uses only the spec's redaction (no credentials in a message)
