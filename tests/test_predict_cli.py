@@ -18,7 +18,7 @@ from tokenwatt.hardware import get_accelerator
 
 RESULT = Path(__file__).parent / "fixtures" / "report" / "probe-v2"
 FIELDS = ["model", "hardware", "gpus", "batch", "tpot_ms", "input_tokens", "output_tokens",
-          "power_w"]  # fmt: skip
+          "power_w", "prompt_tokens_per_step"]  # fmt: skip
 
 
 def _run(
@@ -48,6 +48,7 @@ def _sim_rows() -> list[dict[str, Any]]:
             "model": "llama-3.1-8b", "hardware": "h100-sxm", "gpus": 1, "batch": b,
             "tpot_ms": p.step_s * 1e3, "input_tokens": PROMPT, "output_tokens": OUTPUT,
             "power_w": p.power_w_per_gpu,
+            "prompt_tokens_per_step": 0,  # the closed batch's prompts all ran before decode
         })  # fmt: skip
     return rows
 
@@ -78,18 +79,28 @@ def test_published_rows_predict_the_b200_simulator(
 def test_result_folder_single_point_by_hand(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One probe: floor 0, so τ' = τ × (H100 bandwidth ÷ B200 bandwidth) exactly."""
+    """One probe: floor 0, so τ' = τ × x'/x, x = bytes ÷ bandwidth + prompt FLOPs ÷ peak,
+    every figure read from the fixture's own MBU inputs."""
+    raw = json.loads((RESULT / "result.json").read_text())
+    i = raw["probes"][0]["mbu_detail"]["inputs"]
+    mixed = i["mixed_steps"]
+    nbytes = i["weight_bytes_per_step"] + i["kv_bytes_per_s"] / i["steps_per_s_per_replica"]
+    flops = (
+        2
+        * raw["geometry"]["active_params"]
+        * mixed["prompts_per_step"]
+        * (mixed["uncached_prompt_tokens"])
+    )
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    x_src = nbytes / h100.bandwidth_bytes_per_s + flops / h100.bf16_dense_flops
+    x_dst = nbytes / b200.bandwidth_bytes_per_s + flops / b200.bf16_dense_flops
     rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200", "--json")
     assert rc == 0, err
     data = json.loads(out)
     (point,) = data["points"]
-    ratio = (
-        get_accelerator("h100-sxm").bandwidth_bytes_per_s
-        / get_accelerator("b200").bandwidth_bytes_per_s
-    )
     measured = point["measured"]["tpot_ms"]
-    assert measured == pytest.approx(8.895442939, rel=1e-6)  # the fixture's τ
-    assert point["predicted"]["tpot_ms"] == pytest.approx(measured * ratio, rel=1e-9)
+    assert measured == pytest.approx(i["itl_token_weighted_s"] * 1e3, rel=1e-9)
+    assert point["predicted"]["tpot_ms"] == pytest.approx(measured * x_dst / x_src, rel=1e-9)
     assert data["calibration"]["floor_ms"] == 0.0
     assert any("floor is taken as 0" in n for n in data["calibration"]["notes"])
     # the fixture's energy is marked invalid: no tokens/J is predicted from it

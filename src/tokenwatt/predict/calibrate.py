@@ -2,13 +2,17 @@
 
 The model is the simulator's roofline: a decode step of B sequences takes
 
-    τ(B) = floor + bytes(B) ÷ (GPUs × rated bandwidth × efficiency)
+    τ(B) = floor + x ÷ efficiency,
+    x = bytes(B) ÷ (GPUs × rated bandwidth) + prompt FLOPs per step ÷ (GPUs × rated FLOP/s)
 
-with bytes(B) = W(B) + KV(B). Two constants stand for the software stack: ``efficiency``
-(the share of rated bandwidth the kernels reach while reading) and ``floor_s`` (launch,
-scheduling, all-reduce: time that does not scale with bytes). The achieved MBU it implies,
-eff(B) = x/(floor + x/efficiency) with x the rated read time, rises with B towards
-``efficiency``: the batch dependence of MBU, with no third constant. The fit is linear least
+with bytes(B) = W(B) + KV(B): the simulator's step price (memory time + prompt compute +
+overhead) with one efficiency for both rated figures. Two constants stand for the software
+stack: ``efficiency`` (the share of the rated figures the kernels reach) and ``floor_s``
+(launch, scheduling, all-reduce: time that scales with neither bytes nor FLOPs). One shared
+efficiency is a choice forced by the data, not a finding: with the batch as the only thing
+that varies, a dense model's x is linear in B, so separate memory and compute efficiencies
+cannot both be fitted. The achieved MBU it implies, x/(floor + x/efficiency), rises with B
+towards ``efficiency``: the batch dependence of MBU, with no third constant. The fit is linear least
 squares on relative error (each point weighted 1/τ), so a 5 ms step and a 50 ms step count
 alike; a negative floor is refused by refitting with the floor at zero.
 """
@@ -52,13 +56,14 @@ class Calibration:
     def max_abs_residual(self) -> float:
         return max((abs(r) for r in self.residuals), default=0.0)
 
-    def step_s(self, rated_read_s: float) -> float:
-        """τ for a step whose bytes take ``rated_read_s`` at rated bandwidth."""
-        return self.floor_s + rated_read_s / self.efficiency
+    def step_s(self, rated_s: float) -> float:
+        """τ for a step whose bytes and prompt FLOPs take ``rated_s`` at the rated figures."""
+        return self.floor_s + rated_s / self.efficiency
 
-    def read_share(self, rated_read_s: float) -> float:
-        """u: the share of a step spent reading (1 − floor/τ), the power law's load axis."""
-        return (rated_read_s / self.efficiency) / self.step_s(rated_read_s)
+    def busy_share(self, rated_s: float) -> float:
+        """u: the share of a step spent reading or computing (1 − floor/τ), the power law's
+        load axis."""
+        return (rated_s / self.efficiency) / self.step_s(rated_s)
 
 
 def _fit_step(xs: np.ndarray, taus: np.ndarray, with_floor: bool) -> tuple[float, float]:
@@ -76,7 +81,7 @@ def calibrate(points: Sequence[StepPoint]) -> Calibration:
     """Fit efficiency and floor (floor only with two or more distinct batches)."""
     if not points:
         raise PredictError("no decode point to calibrate on; give a result with measured probes")
-    xs = np.array([p.rated_read_s for p in points])
+    xs = np.array([p.rated_s for p in points])
     taus = np.array([p.step_s for p in points])
     if not (np.all(np.isfinite(taus)) and np.all(taus > 0)):
         raise PredictError("a point's step time (ITL/TPOT) is missing or not positive")
@@ -101,5 +106,5 @@ def calibrate(points: Sequence[StepPoint]) -> Calibration:
     cal = Calibration(eff, floor, residuals, None, tuple(notes))
     if cal.rms_residual == 0.0:
         notes.append("no degree of freedom left: the interval rests on the transfer error only")
-    power = fit_power([p for p in points], cal.read_share)
+    power = fit_power(points, cal.busy_share)
     return Calibration(eff, floor, residuals, power, tuple(notes))

@@ -1,9 +1,9 @@
 """Power against load, as a share of TDP: P/TDP = idle_share + slope × u.
 
-u is the share of each step spent reading memory (1 − floor/τ from the calibration), the
-load axis that carries to another accelerator: the simulator's own power model has exactly
-this shape (idle power plus the rest of TDP in proportion to busy reading), and a real GPU's
-power rises with the same memory traffic. Fitted where two or more points measured power
+u is the share of each step spent reading memory or computing prompts (1 − floor/τ from the
+calibration), the load axis that carries to another accelerator: the simulator's own power
+model has exactly this shape (idle power plus the rest of TDP in proportion to busy work),
+and a real GPU's power rises with the same traffic. Fitted where two or more points measured power
 with distinct loads; one point gives a flat share (slope 0) and says so; none gives no law.
 """
 
@@ -28,9 +28,9 @@ class PowerLaw:
     slope: float
     residuals: tuple[float, ...]  # measured ÷ fitted − 1
 
-    def share(self, read_share: float) -> float:
+    def share(self, busy_share: float) -> float:
         """P/TDP at load u, held within [0, 1]: a prediction never exceeds the rating."""
-        return min(1.0, max(0.0, self.idle_share + self.slope * read_share))
+        return min(1.0, max(0.0, self.idle_share + self.slope * busy_share))
 
     @property
     def rms_residual(self) -> float:
@@ -41,10 +41,10 @@ class PowerLaw:
         return math.sqrt(sum(r * r for r in self.residuals) / dof)
 
 
-def fit_power(points: Sequence[StepPoint], read_share: Callable[[float], float]) -> PowerLaw | None:
+def fit_power(points: Sequence[StepPoint], busy_share: Callable[[float], float]) -> PowerLaw | None:
     """Least squares of P/TDP on u over the points that measured power; None without any."""
     rows = [
-        (read_share(p.rated_read_s), p.power_w_per_gpu / p.tdp_w_per_gpu)
+        (busy_share(p.rated_s), p.power_w_per_gpu / p.tdp_w_per_gpu)
         for p in points
         if p.power_w_per_gpu is not None and p.tdp_w_per_gpu
     ]

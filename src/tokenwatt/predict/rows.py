@@ -4,7 +4,9 @@ A row names the model, the hardware and GPUs, the load (concurrency, or the mean
 source measured), the median or mean TPOT/ITL and the mean lengths; throughput and power
 when the source measured them. B is the row's batch, else T·τ/R, else its concurrency. The
 KV a step reads is B × the KV bytes one token reads at the mean context of a generated
-token, input + output/2 (the seed's context sum over a request, per token).
+token, input + output/2 (the seed's context sum over a request, per token). The prompt
+tokens a step carries are B × input ÷ output: in a steady closed loop each request's prompt
+is prefilled once per its output tokens' worth of steps (a row may give its own count).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class PublishedRow(BaseModel):
     batch: float | None = Field(None, gt=0, le=1e7, allow_inf_nan=False)
     output_tokens_per_s: float | None = Field(None, gt=0, le=1e12, allow_inf_nan=False)
     power_w: float | None = Field(None, gt=0, le=1e8, allow_inf_nan=False)
+    prompt_tokens_per_step: float | None = Field(
+        None, ge=0, le=1e9, allow_inf_nan=False,
+        description="prompt tokens one decode step carries; None: B × input ÷ output",
+    )  # fmt: skip
     label: str | None = None
 
     def batch_per_replica(self) -> float:
@@ -82,12 +88,17 @@ def _point(row: PublishedRow, geometry: ModelGeometry) -> StepPoint:
     batch = row.batch_per_replica()
     context = round(row.input_tokens + row.output_tokens / 2.0)
     power = None if row.power_w is None else row.power_w / row.gpus
+    prompt_tokens = row.prompt_tokens_per_step
+    if prompt_tokens is None:
+        prompt_tokens = batch * row.input_tokens / row.output_tokens
     return StepPoint(
         label=row.label or f"{row.model} {row.hardware} B={batch:g}",
         batch=batch,
         step_s=row.tpot_ms / 1e3,
         weight_bytes_per_step=geometry.weight_bytes_per_step(batch),
         kv_bytes_per_step=batch * geometry.kv_bytes_read(context),
+        prefill_flops_per_step=2.0 * geometry.active_params * prompt_tokens,
+        peak_flops_per_gpu=acc.peak_flops(geometry.weight_dtype),
         gpus_per_replica=max(1, row.gpus // row.replicas),
         replicas=row.replicas,
         bandwidth_bytes_per_s_per_gpu=acc.bandwidth_bytes_per_s,

@@ -1,12 +1,12 @@
 """Each measured point replayed on a target accelerator, with a 95 % interval.
 
-The target keeps the point's batch (capped by ``max_batch`` if given) and its bytes per
-step (W(B) + KV, recomputed from the geometry when the cap changes B), and prices the step
-with the calibrated stack on the target's rated bandwidth and GPU count:
-τ' = floor + bytes ÷ (GPUs' × bandwidth' × efficiency). Throughput is the replicas' B ÷ τ'
-times the source's decode share (the prefill and ramp share it measured at that point);
-tokens/J divides it by the target's GPUs × TDP' × the power law's share at the target's
-read share.
+The target keeps the point's batch (capped by ``max_batch`` if given), its bytes per step
+(W(B) + KV, recomputed from the geometry when the cap changes B) and its prompt FLOPs per
+step, and prices the step with the calibrated stack on the target's rated figures and GPU
+count: τ' = floor + (bytes ÷ (GPUs' × bandwidth') + FLOPs ÷ (GPUs' × peak')) ÷ efficiency.
+Throughput is the replicas' B ÷ τ' times the source's decode share (the prefill and ramp
+share it measured at that point); tokens/J divides it by the target's GPUs × TDP' × the
+power law's share at the target's busy share.
 
 The interval: relative σ = √(σ_fit² + σ_transfer²) around the prediction, ±1.96σ, where
 σ_fit is the calibration's residual standard error and σ_transfer the stated error of
@@ -82,13 +82,26 @@ def _interval(value: float, sigma: float) -> Interval:
     return Interval(max(0.0, value * (1.0 - half)), value * (1.0 + half))
 
 
-def _bytes_at(point: StepPoint, batch: float, geometry: ModelGeometry | None) -> float:
-    if batch == point.batch:
-        return point.bytes_per_step
-    if geometry is None:
-        raise PredictError("a batch cap below the source's batch needs the model's geometry")
-    kv = point.kv_bytes_per_step * batch / point.batch  # same context per sequence
-    return geometry.weight_bytes_per_step(batch) + kv
+def _rated_s_at(
+    point: StepPoint, batch: float, geometry: ModelGeometry | None, acc: Accelerator, gpus: int
+) -> float:
+    """x on the target: bytes at its bandwidth plus prompt FLOPs at its peak (both scale with
+    the batch as the source's did: same context and prompt share per sequence)."""
+    nbytes = point.bytes_per_step
+    if batch != point.batch:
+        if geometry is None:
+            raise PredictError("a batch cap below the source's batch needs the model's geometry")
+        kv = point.kv_bytes_per_step * batch / point.batch
+        nbytes = geometry.weight_bytes_per_step(batch) + kv
+    flops = point.prefill_flops_per_step * batch / point.batch
+    rated = nbytes / (gpus * acc.bandwidth_bytes_per_s)
+    if flops > 0:
+        dtype = geometry.weight_dtype if geometry is not None else "bf16"
+        peak = acc.peak_flops(dtype)
+        if not peak:
+            raise PredictError(f"{acc.name} has no rated FLOP/s in the catalog; prompts need it")
+        rated += flops / (gpus * peak)
+    return rated
 
 
 def _one(
@@ -99,13 +112,13 @@ def _one(
     gpus = target.gpus_per_replica or point.gpus_per_replica
     replicas = target.replicas or point.replicas
     batch = min(point.batch, target.max_batch) if target.max_batch else point.batch
-    read_s = _bytes_at(point, batch, geometry) / (gpus * acc.bandwidth_bytes_per_s)
-    tau = cal.step_s(read_s)
+    rated_s = _rated_s_at(point, batch, geometry, acc, gpus)
+    tau = cal.step_s(rated_s)
     tput = replicas * batch / tau * point.decode_share
     tpj = power = None
     tpj_iv = None
     if cal.power is not None and acc.tdp_w:
-        power = acc.tdp_w * cal.power.share(cal.read_share(read_s))
+        power = acc.tdp_w * cal.power.share(cal.busy_share(rated_s))
         if power > 0:
             tpj = tput / (replicas * gpus * power)
             tpj_sigma = math.sqrt(sigma**2 + cal.power.rms_residual**2)
