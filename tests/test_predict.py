@@ -117,3 +117,24 @@ def test_batch_cap_reprices_the_step_from_the_geometry() -> None:
     truth = sim_run("llama-3.1-8b", "h100-sxm", 8).point.step_s
     assert pred.batch == 8
     assert pred.tpot_s == pytest.approx(truth, rel=0.02)
+
+
+def test_probes_of_an_open_loop_give_back_the_efficiency() -> None:
+    """End to end through the client's derivation: three Poisson probes in virtual time,
+    summarized as ``bench`` summarizes them (mixed prefill steps, B = T·τ/R, W(B) and KV from
+    the MBU inputs), calibrate to the simulator's efficiency (0.5 for reading and for
+    prompts alike, no overhead) within 2 %; the floor found is under 5 % of the shortest step."""
+    from tokenwatt.predict import points_from_probes
+    from virtual_figures import probe_summary
+    from virtual_probe import CASES
+
+    case = CASES["dense"]
+    probes = [probe_summary(case, rate, 1, 30.0, 10.0) for rate in (2.0, 6.0, 10.0)]
+    points = points_from_probes(
+        probes, load_geometry(case.model), get_accelerator(case.accelerator)
+    )
+    assert len(points) == 3
+    assert all(p.prefill_flops_per_step > 0 for p in points)  # prompts ran inside the steps
+    cal = calibrate(points)
+    assert cal.efficiency == pytest.approx(case.efficiency, rel=0.02)
+    assert abs(cal.floor_s) < 0.05 * min(p.step_s for p in points)

@@ -9,7 +9,12 @@ point on a target accelerator through the same roofline and attaches an interval
 from __future__ import annotations
 
 from tokenwatt.predict.calibrate import Calibration, calibrate
-from tokenwatt.predict.points import PredictError, StepPoint, points_from_result
+from tokenwatt.predict.points import (
+    PredictError,
+    StepPoint,
+    points_from_probes,
+    points_from_result,
+)
 from tokenwatt.predict.rows import PublishedRow, points_from_rows, read_rows_csv
 from tokenwatt.predict.transfer import Prediction, Target, predict_points, transfer_error
 
@@ -21,6 +26,7 @@ __all__ = [
     "StepPoint",
     "Target",
     "calibrate",
+    "points_from_probes",
     "points_from_result",
     "points_from_rows",
     "predict_points",

@@ -11,12 +11,15 @@ point is read, never re-derived; a probe without a measured decode regime is ski
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokenwatt.errors import TokenwattError
+from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.hardware import Accelerator
 from tokenwatt.result import BenchResult, ProbeSummary
 
-__all__ = ["PredictError", "StepPoint", "points_from_result"]
+__all__ = ["PredictError", "StepPoint", "points_from_probes", "points_from_result"]
 
 
 class PredictError(TokenwattError):
@@ -74,7 +77,7 @@ class StepPoint:
         return self.output_tokens_per_s * self.step_s / (self.replicas * self.batch)
 
 
-def _probe_point(probe: ProbeSummary, result: BenchResult, tdp_w: float | None) -> StepPoint | None:
+def _probe_point(probe: ProbeSummary, geom: ModelGeometry, acc: Accelerator) -> StepPoint | None:
     detail = probe.mbu_detail
     if detail is None:
         return None
@@ -94,8 +97,6 @@ def _probe_point(probe: ProbeSummary, result: BenchResult, tdp_w: float | None) 
         power = energy.mean_power_w / i.gpus
     mixed = i.mixed_steps
     prompt_tokens = 0.0 if mixed is None else mixed.prompts_per_step * mixed.uncached_prompt_tokens
-    geom, acc = result.geometry, result.accelerator
-    assert geom is not None and acc is not None  # checked by points_from_result
     return StepPoint(
         label=f"probe {probe.index}",
         batch=i.batch_per_replica,
@@ -109,8 +110,15 @@ def _probe_point(probe: ProbeSummary, result: BenchResult, tdp_w: float | None) 
         bandwidth_bytes_per_s_per_gpu=i.bandwidth_bytes_per_s_per_gpu,
         output_tokens_per_s=i.output_tokens_per_s,
         power_w_per_gpu=power,
-        tdp_w_per_gpu=tdp_w,
+        tdp_w_per_gpu=acc.tdp_w,
     )
+
+
+def points_from_probes(
+    probes: Sequence[ProbeSummary], geometry: ModelGeometry, accelerator: Accelerator
+) -> list[StepPoint]:
+    """The probes with a measured decode regime, as points (the others are skipped)."""
+    return [pt for p in probes if (pt := _probe_point(p, geometry, accelerator)) is not None]
 
 
 def points_from_result(result: BenchResult) -> list[StepPoint]:
@@ -119,8 +127,7 @@ def points_from_result(result: BenchResult) -> list[StepPoint]:
         why = result.mbu_unavailable or "no geometry or accelerator recorded"
         raise PredictError(f"the result has no MBU inputs ({why}); re-run with model.source set")
     probes = [p for p in (result.single_stream, *result.probes) if p is not None]
-    tdp = result.accelerator.tdp_w
-    points = [pt for p in probes if (pt := _probe_point(p, result, tdp)) is not None]
+    points = points_from_probes(probes, result.geometry, result.accelerator)
     if not points:
         raise PredictError(
             "the result has no probe with a measured decode regime (B, τ, W(B), KV/s); "
