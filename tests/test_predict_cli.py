@@ -151,6 +151,11 @@ def test_refusals_on_the_source(
     assert rc == 2
     assert "one model on one accelerator" in err
     rows = _sim_rows()[:1]
+    del rows[0]["batch"]  # no batch, throughput or concurrency: B cannot be had
+    rc, _, err = _run(monkeypatch, capsys, str(_rows_csv(tmp_path / "d.csv", rows)), "--to", "b200")
+    assert rc == 2
+    assert "row 2: give batch, output_tokens_per_s or concurrency" in err
+    rows = _sim_rows()[:1]
     rows[0]["tpot_ms"] = "-3"
     rc, _, err = _run(monkeypatch, capsys, str(_rows_csv(tmp_path / "c.csv", rows)), "--to", "b200")
     assert rc == 2

@@ -57,7 +57,7 @@ class PublishedRow(BaseModel):
         if self.concurrency is not None:
             return self.concurrency / self.replicas
         raise PredictError(
-            f"row {self.label or self.model}: give batch, output_tokens_per_s or concurrency"
+            f"{self.label or self.model}: give batch, output_tokens_per_s or concurrency (B)"
         )
 
 
