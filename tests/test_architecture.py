@@ -65,6 +65,8 @@ ALLOWED: dict[str, set[str]] = {
     "report": _BASE | {"metrics", "sweep_result"},
     # another tool's file → a result: reads with report.br02, derives with metrics
     "importers": _BASE | {"metrics", "report"},
+    # calibrate on measured points, replay on a target: reads results, never measures
+    "predict": _BASE,
     "cli": {p.stem for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
     - {"cli", "__init__", "__main__"},
 }

@@ -63,9 +63,9 @@ _hide_flag_types()
 
 
 def _register() -> None:
-    from tokenwatt.cli import bench, geometry, import_cmd, mbu, probe, report, sim, sweep
+    from tokenwatt.cli import bench, geometry, import_cmd, mbu, predict, probe, report, sim, sweep
 
-    for module in (geometry, sim, probe, bench, report, mbu, import_cmd, sweep):
+    for module in (geometry, sim, probe, bench, report, mbu, import_cmd, sweep, predict):
         module.register(app)
 
 

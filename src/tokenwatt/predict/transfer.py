@@ -1,0 +1,153 @@
+"""Each measured point replayed on a target accelerator, with a 95 % interval.
+
+The target keeps the point's batch (capped by ``max_batch`` if given), its bytes per step
+(W(B) + KV, recomputed from the geometry when the cap changes B) and its prompt FLOPs per
+step, and prices the step with the calibrated stack on the target's rated figures and GPU
+count: τ' = floor + (bytes ÷ (GPUs' × bandwidth') + FLOPs ÷ (GPUs' × peak')) ÷ efficiency.
+Throughput is the replicas' B ÷ τ' times the source's decode share (the prefill and ramp
+share it measured at that point); tokens/J divides it by the target's GPUs × TDP' × the
+power law's share at the target's busy share.
+
+The interval: relative σ = √(σ_fit² + σ_transfer²) around the prediction, ±1.96σ, where
+σ_fit is the calibration's residual standard error and σ_transfer the stated error of
+moving the stack to other hardware (``transfer_error``): 0 on the same accelerator, 10 %
+to another of the same vendor (memory generation, kernel maturity), 20 % across vendors.
+These two figures are stated, not fitted: no scored measurement sets them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.hardware import Accelerator
+from tokenwatt.predict.calibrate import Calibration
+from tokenwatt.predict.points import PredictError, StepPoint
+
+__all__ = ["Prediction", "Target", "predict_points", "transfer_error"]
+
+Z_95 = 1.959963984540054
+SAME_VENDOR_TRANSFER = 0.10  # relative σ: another accelerator of the same vendor
+OTHER_VENDOR_TRANSFER = 0.20  # relative σ: another vendor's accelerator and software stack
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the workload is to run: accelerator, GPUs per replica, replicas, batch cap."""
+
+    accelerator: Accelerator
+    gpus_per_replica: int | None = None  # None: the source's
+    replicas: int | None = None  # None: the source's
+    max_batch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    low: float
+    high: float
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One source point on the target: PREDICTED figures and their 95 % intervals."""
+
+    label: str
+    batch: float
+    tpot_s: float
+    tpot_interval_s: Interval
+    output_tokens_per_s: float
+    output_tokens_per_s_interval: Interval
+    tokens_per_joule: float | None
+    tokens_per_joule_interval: Interval | None
+    power_w_per_gpu: float | None
+    relative_sigma: float
+    source_tpot_s: float
+
+
+def transfer_error(source: Accelerator | None, target: Accelerator) -> float:
+    """The stated relative σ of moving a calibrated stack from ``source`` to ``target``."""
+    if source is None:
+        return OTHER_VENDOR_TRANSFER
+    if source.name == target.name:
+        return 0.0
+    if source.vendor == target.vendor:
+        return SAME_VENDOR_TRANSFER
+    return OTHER_VENDOR_TRANSFER
+
+
+def _interval(value: float, sigma: float) -> Interval:
+    half = Z_95 * sigma
+    return Interval(max(0.0, value * (1.0 - half)), value * (1.0 + half))
+
+
+def _rated_s_at(
+    point: StepPoint, batch: float, geometry: ModelGeometry | None, acc: Accelerator, gpus: int
+) -> float:
+    """x on the target: bytes at its bandwidth plus prompt FLOPs at its peak (both scale with
+    the batch as the source's did: same context and prompt share per sequence)."""
+    nbytes = point.bytes_per_step
+    if batch != point.batch:
+        if geometry is None:
+            raise PredictError("a batch cap below the source's batch needs the model's geometry")
+        kv = point.kv_bytes_per_step * batch / point.batch
+        nbytes = geometry.weight_bytes_per_step(batch) + kv
+    flops = point.prefill_flops_per_step * batch / point.batch
+    rated = nbytes / (gpus * acc.bandwidth_bytes_per_s)
+    if flops > 0:
+        dtype = geometry.weight_dtype if geometry is not None else "bf16"
+        peak = acc.peak_flops(dtype)
+        if not peak:
+            raise PredictError(f"{acc.name} has no rated FLOP/s in the catalog; prompts need it")
+        rated += flops / (gpus * peak)
+    return rated
+
+
+def _one(
+    cal: Calibration, point: StepPoint, target: Target, geometry: ModelGeometry | None,
+    sigma: float,
+) -> Prediction:  # fmt: skip
+    acc = target.accelerator
+    gpus = target.gpus_per_replica or point.gpus_per_replica
+    replicas = target.replicas or point.replicas
+    batch = min(point.batch, target.max_batch) if target.max_batch else point.batch
+    rated_s = _rated_s_at(point, batch, geometry, acc, gpus)
+    tau = cal.step_s(rated_s)
+    tput = replicas * batch / tau * point.decode_share
+    tpj = power = None
+    tpj_iv = None
+    if cal.power is not None and acc.tdp_w:
+        power = acc.tdp_w * cal.power.share(cal.busy_share(rated_s))
+        if power > 0:
+            tpj = tput / (replicas * gpus * power)
+            tpj_sigma = math.sqrt(sigma**2 + cal.power.rms_residual**2)
+            tpj_iv = _interval(tpj, tpj_sigma)
+    return Prediction(
+        label=point.label,
+        batch=batch,
+        tpot_s=tau,
+        tpot_interval_s=_interval(tau, sigma),
+        output_tokens_per_s=tput,
+        output_tokens_per_s_interval=_interval(tput, sigma),
+        tokens_per_joule=tpj,
+        tokens_per_joule_interval=tpj_iv,
+        power_w_per_gpu=power,
+        relative_sigma=sigma,
+        source_tpot_s=point.step_s,
+    )
+
+
+def predict_points(
+    cal: Calibration,
+    points: Sequence[StepPoint],
+    target: Target,
+    *,
+    source: Accelerator | None,
+    geometry: ModelGeometry | None = None,
+) -> list[Prediction]:
+    """One prediction per source point, in the source's order."""
+    if target.max_batch is not None and target.max_batch < 1:
+        raise PredictError(f"--max-batch {target.max_batch}: give a batch cap of at least 1")
+    sigma = math.sqrt(cal.rms_residual**2 + transfer_error(source, target.accelerator) ** 2)
+    return [_one(cal, p, target, geometry, sigma) for p in points]

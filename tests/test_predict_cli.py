@@ -1,0 +1,162 @@
+"""``tokenwatt predict``: its two inputs (a result folder, a CSV of published rows), its
+refusals (one line, exit 2) and the shape of ``--json``, against the simulator's truth and a
+hand calculation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_predict import BATCHES, EFFICIENCY, OUTPUT, PROMPT, sim_run
+from tokenwatt import cli
+from tokenwatt.hardware import get_accelerator
+
+RESULT = Path(__file__).parent / "fixtures" / "report" / "probe-v2"
+FIELDS = ["model", "hardware", "gpus", "batch", "tpot_ms", "input_tokens", "output_tokens",
+          "power_w", "prompt_tokens_per_step"]  # fmt: skip
+
+
+def _run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["tokenwatt", "predict", *args])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    out = capsys.readouterr()
+    return int(ended.value.code or 0), out.out, out.err
+
+
+def _rows_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def _sim_rows() -> list[dict[str, Any]]:
+    rows = []
+    for b in BATCHES:
+        p = sim_run("llama-3.1-8b", "h100-sxm", b).point
+        assert p.power_w_per_gpu is not None
+        rows.append({
+            "model": "llama-3.1-8b", "hardware": "h100-sxm", "gpus": 1, "batch": b,
+            "tpot_ms": p.step_s * 1e3, "input_tokens": PROMPT, "output_tokens": OUTPUT,
+            "power_w": p.power_w_per_gpu,
+            "prompt_tokens_per_step": 0,  # the closed batch's prompts all ran before decode
+        })  # fmt: skip
+    return rows
+
+
+def test_published_rows_predict_the_b200_simulator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _rows_csv(tmp_path / "rows.csv", _sim_rows())
+    rc, out, err = _run(monkeypatch, capsys, str(path), "--to", "b200", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["kind"] == "PREDICTED"
+    assert data["target"]["accelerator"] == "b200"
+    assert data["calibration"]["efficiency"] == pytest.approx(EFFICIENCY, rel=0.02)
+    assert data["transfer_error"] == pytest.approx(0.10)
+    assert len(data["points"]) == len(BATCHES)
+    for point, b in zip(data["points"], BATCHES, strict=True):
+        truth = sim_run("llama-3.1-8b", "b200", b)
+        pred = point["predicted"]
+        assert set(pred) >= {"tpot_ms", "interval", "output_tokens_per_s", "tokens_per_joule"}
+        assert pred["tpot_ms"] == pytest.approx(truth.point.step_s * 1e3, rel=0.03)
+        lo, hi = pred["interval"]["tpot_ms"]
+        assert lo < truth.point.step_s * 1e3 < hi
+        assert pred["tokens_per_joule"] == pytest.approx(truth.tokens_per_joule, rel=0.03)
+        assert pred["interval"]["level"] == 0.95
+
+
+def test_result_folder_single_point_by_hand(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One probe: floor 0, so τ' = τ × x'/x, x = bytes ÷ bandwidth + prompt FLOPs ÷ peak,
+    every figure read from the fixture's own MBU inputs."""
+    raw = json.loads((RESULT / "result.json").read_text())
+    i = raw["probes"][0]["mbu_detail"]["inputs"]
+    mixed = i["mixed_steps"]
+    nbytes = i["weight_bytes_per_step"] + i["kv_bytes_per_s"] / i["steps_per_s_per_replica"]
+    flops = (
+        2
+        * raw["geometry"]["active_params"]
+        * mixed["prompts_per_step"]
+        * (mixed["uncached_prompt_tokens"])
+    )
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    x_src = nbytes / h100.bandwidth_bytes_per_s + flops / h100.bf16_dense_flops
+    x_dst = nbytes / b200.bandwidth_bytes_per_s + flops / b200.bf16_dense_flops
+    rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    (point,) = data["points"]
+    measured = point["measured"]["tpot_ms"]
+    assert measured == pytest.approx(i["itl_token_weighted_s"] * 1e3, rel=1e-9)
+    assert point["predicted"]["tpot_ms"] == pytest.approx(measured * x_dst / x_src, rel=1e-9)
+    assert data["calibration"]["floor_ms"] == 0.0
+    assert any("floor is taken as 0" in n for n in data["calibration"]["notes"])
+    # the fixture's energy is marked invalid: no tokens/J is predicted from it
+    assert point["predicted"]["tokens_per_joule"] is None
+
+
+def test_terminal_output_is_marked_predicted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, _ = _run(monkeypatch, capsys, str(RESULT), "--to", "h200")
+    assert rc == 0
+    assert "PREDICTED on NVIDIA H200" in out
+    assert "calibration: efficiency" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--to", "zz-9000"], "unknown accelerator 'zz-9000'"),
+        (["--to", "b200", "--source-missing"], "No such option"),
+    ],
+)
+def test_refusals_on_the_target(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    args: list[str], needle: str,
+) -> None:  # fmt: skip
+    rc, out, err = _run(monkeypatch, capsys, str(RESULT), *args)
+    assert rc == 2
+    assert needle in err
+    assert "Traceback" not in err + out
+
+
+def test_refusals_on_the_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = _run(monkeypatch, capsys, str(tmp_path / "nope"), "--to", "b200")
+    assert rc == 2
+    assert "no such file or folder" in err
+    rows = _sim_rows()[:2]
+    for r in rows:
+        del r["tpot_ms"]
+    rc, _, err = _run(monkeypatch, capsys, str(_rows_csv(tmp_path / "a.csv", rows)), "--to", "b200")
+    assert rc == 2
+    assert "tpot_ms" in err and len(err.strip().splitlines()) == 1
+    rows = _sim_rows()[:2]
+    rows[1]["model"] = "qwen3-8b"
+    rc, _, err = _run(monkeypatch, capsys, str(_rows_csv(tmp_path / "b.csv", rows)), "--to", "b200")
+    assert rc == 2
+    assert "one model on one accelerator" in err
+    rows = _sim_rows()[:1]
+    del rows[0]["batch"]  # no batch, throughput or concurrency: B cannot be had
+    rc, _, err = _run(monkeypatch, capsys, str(_rows_csv(tmp_path / "d.csv", rows)), "--to", "b200")
+    assert rc == 2
+    assert "row 2: give batch, output_tokens_per_s or concurrency" in err
+    rows = _sim_rows()[:1]
+    rows[0]["tpot_ms"] = "-3"
+    rc, _, err = _run(monkeypatch, capsys, str(_rows_csv(tmp_path / "c.csv", rows)), "--to", "b200")
+    assert rc == 2
+    assert "line 2: tpot_ms" in err
