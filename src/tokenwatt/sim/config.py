@@ -67,6 +67,7 @@ class SimConfig:
     truth_log: str | Path | None = None
     output_len: str = "geometric:256"
     prefix_caching: bool = False  # vLLM's automatic prefix caching, 16-token blocks
+    reasoning: str = "off"  # chat output streamed as reasoning_content first (SimSettings)
     # wire-format knobs for testing clients (off by default)
     tokens_per_chunk: int = 1
     keepalive_interval_s: float | None = None
@@ -102,6 +103,7 @@ class SimConfig:
                 max_model_len=self.max_model_len,
                 output_len=self.output_len,
                 prefix_caching=self.prefix_caching,
+                reasoning=self.reasoning,
                 seed=self.seed,
                 idle_power_fraction=self.idle_power_fraction,
                 idle_w=self.idle_w,
@@ -157,6 +159,7 @@ class SimConfig:
             truth_log=s.truth_log,
             output_len=s.output_len,
             prefix_caching=s.prefix_caching,
+            reasoning=s.reasoning,
             tokens_per_chunk=s.tokens_per_chunk,
             keepalive_interval_s=s.keepalive_s,
             error_after_tokens=s.error_after_tokens,
