@@ -11,11 +11,16 @@ import orjson
 import pytest
 import yaml
 
+from tokenwatt.client import StreamClient
 from tokenwatt.errors import SpecError
+from tokenwatt.geometry import load_geometry
+from tokenwatt.hardware import get_accelerator
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target
 from tokenwatt.load.traces import TraceReplay, load_agent_trace, load_trace
+from tokenwatt.sim import SimConfig, start_sim_thread
 from tokenwatt.spec import parse_spec
+from tokenwatt.spec.endpoint import Timeouts
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "src/tokenwatt/examples/traces/weka_sample"
@@ -122,3 +127,63 @@ def test_replay_hits_the_ideal_rate_in_the_simulator(monkeypatch: pytest.MonkeyP
     print(f"WEKA sample: ideal {ideal:.4f}, simulator {measured:.4f}, client {client:.4f}")
     assert measured == pytest.approx(ideal, abs=0.02)
     assert client == pytest.approx(ideal, abs=0.02)
+
+
+def _conversations(tmp_path: Path) -> Path:
+    """A: 20 blocks, then B: one 2040-token prompt with 8 tokens out (all 128 blocks of the
+    capped cache), then A's second turn: its first 20 blocks again and one more."""
+    a = [
+        {"t": 0.0, "type": "s", "in": 1280, "out": 2, "hash_ids": list(range(1, 21))},
+        {"t": 2.0, "type": "s", "in": 1354, "out": 2, "hash_ids": list(range(1, 22))},
+    ]
+    b = [{"t": 0.0, "type": "s", "in": 2040, "out": 8, "hash_ids": list(range(1, 32))}]
+    for name, reqs in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_bytes(orjson.dumps({"requests": reqs}))
+    return tmp_path
+
+
+def _sequential(trace_dir: Path, kv_cache_blocks: int | None) -> list[int]:
+    """Each request of the replay sent after the previous ended; their cached tokens."""
+    trace = load_agent_trace(trace_dir)
+    plans = list(TraceReplay(trace, prompt_format="token_ids", seed=0, block_tokens=64).plans())
+    cfg = SimConfig(
+        geometry=load_geometry("llama-3.1-8b"),
+        accelerator=get_accelerator("h100-sxm"),
+        served_model_name="sim",
+        max_model_len=2048,
+        prefill_cost=False,
+        prefix_caching=True,
+        kv_cache_blocks=kv_cache_blocks,
+    )
+    timeouts = Timeouts(connect_s=5, first_token_s=20, idle_s=10, total_s=60)
+
+    async def main(url: str) -> list[int]:
+        c = StreamClient(url, api="completions", model="sim", timeouts=timeouts)
+        out = []
+        for p in plans:
+            rec = await c.stream(
+                request_id=p.index,
+                scheduled_ns=0,
+                prompt=p.prompt,
+                max_tokens=p.max_tokens,
+                prompt_tokens_client=p.prompt_tokens_client,
+            )
+            assert rec.ok, rec.error_message
+            out.append(rec.cached_tokens or 0)
+        await c.aclose()
+        return out
+
+    with start_sim_thread(cfg) as sim:
+        return asyncio.run(main(sim.url))
+
+
+def test_a_capped_cache_falls_below_the_ideal_as_worked_by_hand(tmp_path: Path) -> None:
+    """Ideal: A's second turn finds its 20 blocks, 1280 of 4674 tokens (0.274). With the cache
+    capped at 128 16-token blocks (2048 tokens), B's 2048 tokens take every block, so A's
+    blocks are evicted before A returns: the measured rate falls to 0. Large cache: the ideal."""
+    folder = _conversations(tmp_path)
+    trace = load_agent_trace(folder)
+    assert [r.input_tokens for r in trace.rows] == [1280, 2040, 1354]  # A, B (t = 1 s), A
+    assert trace.ideal_hit_rate(64) == pytest.approx(1280 / 4674)
+    assert _sequential(folder, None) == [0, 0, 1280]
+    assert _sequential(folder, 128) == [0, 0, 0]
