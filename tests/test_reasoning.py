@@ -185,6 +185,13 @@ def test_simulated_reasoning_stream_counts_both_in_t_tau_and_mbu(tmp_path: Path)
         # the answer starts `thinking` decode steps after the first token
         assert r.chunk_ns[thinking] == r.first_answer_ns
     assert sum(r.reasoning_tokens for r in run.records) == truth_reasoning
+    # the probe's figures: reasoning tokens apart, and the two first-token times
+    assert m.reasoning_output_tokens == thinking * len(run.counted)
+    assert m.ttft_reasoning_s is not None and m.ttft_answer_s is not None
+    assert m.ttft_reasoning_s.count == m.ttft_answer_s.count == m.requests_ok
+    assert m.ttft_reasoning_s.p50 == pytest.approx(m.ttft_s.p50)
+    assert m.ttft_answer_s.p50 is not None and m.ttft_reasoning_s.p50 is not None
+    gap_s = m.ttft_answer_s.p50 - m.ttft_reasoning_s.p50  # `thinking` decode steps
     # T and τ count reasoning tokens: every counted request delivered all n of them
     assert m.counted_output_tokens == OUT_TOKENS * len(run.counted)
     geo = load_geometry("llama-3.1-8b")
@@ -192,6 +199,7 @@ def test_simulated_reasoning_stream_counts_both_in_t_tau_and_mbu(tmp_path: Path)
     step_s = geo.dense_weight_bytes / (acc.bandwidth_bytes_per_s * 0.5)
     assert m.itl_token_weighted_s is not None
     assert step_s * 0.97 < m.itl_token_weighted_s < step_s * 1.3  # answer-only n would be 4/3×
+    assert gap_s == pytest.approx(thinking * m.itl_token_weighted_s, rel=0.2)
     mbu = probe_mbu(run, geo, spec.hardware, acc)
     assert mbu is not None and mbu.mbu is not None
     truth = _truth_mbu(log, run.window_start_ns, run.window_end_ns, acc.bandwidth_bytes_per_s)
