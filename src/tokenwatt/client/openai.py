@@ -138,7 +138,10 @@ def _kind_of(choice: Any, api: Api) -> int:
         if delta is None and choice.get("text"):
             return ANSWER
     if isinstance(delta, dict):
-        kind = ANSWER if delta.get("content") or delta.get("tool_calls") else 0
+        if delta.get("content"):  # the common chunk: no further look-ups
+            mixed = delta.get("reasoning_content") or delta.get("reasoning")
+            return ANSWER | REASONING if mixed else ANSWER
+        kind = ANSWER if delta.get("tool_calls") else 0
         if delta.get("reasoning_content") or delta.get("reasoning"):
             kind |= REASONING
         return kind
@@ -353,7 +356,7 @@ class StreamInterpreter:
                         fr = c.get("finish_reason")
                         if fr:
                             self.finish_reason = str(fr)
-                        if not kind & ANSWER:  # (the common completions case checked inline)
+                        if kind != ANSWER:  # (the common completions case checked inline)
                             kind |= ANSWER if c.get("text") else _kind_of(c, api)
             if kind:
                 if self.text_parts is not None:
