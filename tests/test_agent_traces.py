@@ -187,3 +187,21 @@ def test_a_capped_cache_falls_below_the_ideal_as_worked_by_hand(tmp_path: Path) 
     assert trace.ideal_hit_rate(64) == pytest.approx(1280 / 4674)
     assert _sequential(folder, None) == [0, 0, 1280]
     assert _sequential(folder, 128) == [0, 0, 0]
+
+
+def test_bounds_refuse_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file over the size bound is refused before it is parsed; past the row bound, the
+    request that crosses it is named."""
+    import tokenwatt.load.agent_traces as agent
+    from tokenwatt.load import traces
+
+    monkeypatch.setattr(agent, "MAX_CONVERSATION_BYTES", 100)
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "c.json").write_bytes(b'{"requests": []}' + b" " * 100)
+    with pytest.raises(SpecError, match="over 100 a file"):
+        load_agent_trace(big)
+    monkeypatch.setattr(agent, "MAX_CONVERSATION_BYTES", 1 << 20)
+    monkeypatch.setattr(traces, "MAX_TRACE_ROWS", 5)
+    with pytest.raises(SpecError, match=r"conversation_1\.json requests\[4\]: more than 5"):
+        load_agent_trace(SAMPLE)  # conversation 1's sixth request, its subagent's counted

@@ -51,7 +51,7 @@ _MAX_ID = 2**63 - 1
 
 
 def _fail(path: Path, where: str, what: str) -> SpecError:
-    return SpecError(f"workload.trace.path: {path} {where}: {what}")
+    return SpecError(f"workload.trace.path: {path}{' ' + where if where else ''}: {what}")
 
 
 def _length(v: Any, path: Path, where: str, name: str) -> int:
