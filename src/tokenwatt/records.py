@@ -63,6 +63,10 @@ class RequestRecord:
     sent_ns: int | None = None  # request bytes handed to the kernel
     first_token_ns: int | None = None  # arrival of the first content chunk
     end_ns: int | None = None  # arrival of the last content chunk
+    # reasoning models: arrival of the first chunk carrying reasoning text, and of the first
+    # carrying answer text (content, tool calls); first_token_ns is the earlier of the two
+    first_reasoning_ns: int | None = None
+    first_answer_ns: int | None = None
     done_ns: int | None = None  # stream finished ([DONE] / close) or failed
     # arrival of each content chunk, and the tokens in it: flat machine-integer arrays (8 and
     # 4 bytes an entry), not lists of Python ints (40 and 8): a probe keeps every record of
@@ -71,6 +75,9 @@ class RequestRecord:
     chunk_tokens: array[int] = field(default_factory=lambda: array(TOKENS_TYPECODE))
     prompt_tokens: int | None = None  # the server's usage.prompt_tokens, else client count
     completion_tokens: int | None = None  # the server's usage.completion_tokens, else fallback
+    # of the output tokens, those in chunks that carried only reasoning text (by the same
+    # count as chunk_tokens); they are output tokens all the same
+    reasoning_tokens: int = 0
     usage_source: Literal["server", "fallback"] = "server"
     status: RequestStatus = "ok"
     http_status: int | None = None
@@ -119,6 +126,11 @@ class RequestRecord:
         if self.completion_tokens is not None:
             return self.completion_tokens
         return sum(self.chunk_tokens)
+
+    @property
+    def answer_tokens(self) -> int:
+        """Output tokens that are not reasoning tokens."""
+        return max(0, self.output_tokens - self.reasoning_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field but ``answer_text`` (never persisted)."""

@@ -985,6 +985,11 @@ class ProbeSummary(_Strict):
     tpot_s: Latency
     itl_s: Latency = Field(description="chunk-level inter-arrival gaps")
     e2e_s: Latency
+    reasoning_output_tokens: int | None = Field(
+        None, description="of the output tokens, those streamed as reasoning (None: no reasoning)"
+    )
+    ttft_reasoning_s: Latency | None = Field(None, description="time to first reasoning token")
+    ttft_answer_s: Latency | None = Field(None, description="time to first answer token")
     steps: StepSummary | None = Field(
         None, description="steps, acceptance length, ITL per chunk and per token (issue 19)"
     )

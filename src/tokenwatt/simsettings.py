@@ -24,7 +24,9 @@ __all__ = [
     "SimSettings",
     "SpeculativeSettings",
     "parse_output_len",
+    "parse_reasoning",
     "parse_routing",
+    "reasoning_tokens",
     "settings_error",
 ]
 
@@ -64,6 +66,35 @@ def parse_output_len(text: str) -> OutputLength:
     raise ValueError(
         f"{text!r} is invalid; use max, fixed:N, uniform:A:B or geometric:MEAN (MEAN >= 1)"
     )
+
+
+def parse_reasoning(text: str) -> tuple[str, float]:
+    """``off`` → ("off", 0); ``tokens:N`` → the first N output tokens (N ≥ 1);
+    ``fraction:F`` → the first ⌊F × n⌋ of a request's n output tokens (0 < F ≤ 1).
+    ValueError otherwise."""
+    parts = text.strip().split(":")
+    try:
+        if parts == ["off"]:
+            return ("off", 0.0)
+        if parts[0] == "tokens" and len(parts) == 2 and int(parts[1]) >= 1:
+            return ("tokens", float(int(parts[1])))
+        if parts[0] == "fraction" and len(parts) == 2:
+            f = float(parts[1])
+            if 0 < f <= 1:
+                return ("fraction", f)
+    except ValueError:
+        pass
+    raise ValueError(f"{text!r} is invalid; use off, tokens:N (N >= 1) or fraction:F (0 < F <= 1)")
+
+
+def reasoning_tokens(rule: tuple[str, float], output_tokens: int) -> int:
+    """How many of a request's ``output_tokens`` the simulator streams as reasoning."""
+    kind, value = rule
+    if kind == "tokens":
+        return min(int(value), output_tokens)
+    if kind == "fraction":
+        return math.floor(value * output_tokens)
+    return 0
 
 
 def parse_routing(text: str) -> float | None:
@@ -198,6 +229,11 @@ class SimSettings(BaseModel):
         False, description="reuse cached 16-token prompt blocks (vLLM automatic prefix caching)"
     )
     seed: int = Field(0, description="random seed of routing and output lengths")
+    reasoning: str = Field(
+        "off",
+        description="chat only: the first output tokens streamed as delta.reasoning_content "
+        "before the answer: off, tokens:N or fraction:F of each request's output",
+    )
     idle_power_fraction: float = Field(
         0.15, description="idle power per GPU as a fraction of TDP", ge=0, le=1, allow_inf_nan=False
     )
@@ -249,6 +285,12 @@ class SimSettings(BaseModel):
     @classmethod
     def _routing(cls, v: str) -> str:
         parse_routing(v)
+        return v
+
+    @field_validator("reasoning")
+    @classmethod
+    def _reasoning(cls, v: str) -> str:
+        parse_reasoning(v)
         return v
 
     @field_validator("output_len")

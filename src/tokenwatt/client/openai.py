@@ -7,7 +7,9 @@ read itself (so JSON never delays a read) and finally fills the ``RequestRecord`
 Rules (docs/methodology.md has the reasoning):
 * A content chunk carries non-empty ``text`` (completions) or a non-empty ``delta.content``,
   ``delta.reasoning_content``/``delta.reasoning`` or ``delta.tool_calls`` (chat). A chat chunk that
-  only carries the role is not a token.
+  only carries the role is not a token. Reasoning tokens are output tokens; a chunk that carries
+  reasoning and nothing else is a reasoning chunk, and its tokens are counted apart too
+  (``reasoning_tokens``); the first chunk carrying each kind is stamped.
 * Tokens per content chunk come from the running ``usage.completion_tokens`` the server sends
   with ``continuous_usage_stats`` (difference to the previous usage); tokens reported on a
   non-content chunk move to the next content chunk, or to the last one if none follows. Without
@@ -118,28 +120,37 @@ def sent_token_limit(body: Mapping[str, Any]) -> int | None:
     return max(sent) if sent else None
 
 
-def _text_of(choice: Any, api: Api) -> bool:
-    """Whether one choice carries generated output (a token)."""
+ANSWER = 1  # a choice carries answer output: text, delta.content or delta.tool_calls
+REASONING = 2  # a choice carries delta.reasoning_content or delta.reasoning
+
+
+def _kind_of(choice: Any, api: Api) -> int:
+    """What output one choice carries: 0, ``ANSWER``, ``REASONING`` or both (bits)."""
     if not isinstance(choice, dict):
-        return False
+        return 0
     if api == "completions":
-        text = choice.get("text")
-        if text:
-            return True
+        if choice.get("text"):
+            return ANSWER
         # a server may answer /completions in chat shape; accept it
         delta = choice.get("delta")
     else:
         delta = choice.get("delta")
         if delta is None and choice.get("text"):
-            return True
+            return ANSWER
     if isinstance(delta, dict):
-        return bool(
-            delta.get("content")
-            or delta.get("reasoning_content")
-            or delta.get("reasoning")
-            or delta.get("tool_calls")
-        )
-    return False
+        if delta.get("content"):  # the common chunk: no further look-ups
+            mixed = delta.get("reasoning_content") or delta.get("reasoning")
+            return ANSWER | REASONING if mixed else ANSWER
+        kind = ANSWER if delta.get("tool_calls") else 0
+        if delta.get("reasoning_content") or delta.get("reasoning"):
+            kind |= REASONING
+        return kind
+    return 0
+
+
+def _text_of(choice: Any, api: Api) -> bool:
+    """Whether one choice carries generated output (a token)."""
+    return _kind_of(choice, api) != 0
 
 
 def _content_text(choices: Any) -> str:
@@ -230,6 +241,8 @@ class StreamInterpreter:
         "count_error",
         "error",
         "finish_reason",
+        "first_answer_ns",
+        "first_reasoning_ns",
         "hook",
         "last_read",
         "max_tokens",
@@ -239,6 +252,9 @@ class StreamInterpreter:
         "prev_cum",
         "prompt_tokens",
         "protocol_error",
+        "reasoning_chunks",
+        "reasoning_last",
+        "reasoning_usage",
         "response_id",
         "run_in_read",
         "text_parts",
@@ -277,6 +293,13 @@ class StreamInterpreter:
         self.completion_tokens: int | None = None  # from the last usage object
         self.prompt_tokens: int | None = None
         self.response_id: str | None = None  # the first event's "id" (one per answer)
+        # reasoning: chunks that carry only reasoning text, their tokens from running usage,
+        # whether the last content chunk was one; the first stamp of each kind of output
+        self.reasoning_chunks = 0
+        self.reasoning_usage = 0
+        self.reasoning_last = False
+        self.first_reasoning_ns: int | None = None
+        self.first_answer_ns: int | None = None
 
     def add(self, payload: bytes, stamp_ns: int, read_index: int) -> None:
         self.pending_payloads.append(payload)
@@ -326,19 +349,22 @@ class StreamInterpreter:
             usage = obj.get("usage")
             delta_tokens = self._read_usage(usage) if isinstance(usage, dict) else -1
             choices = obj.get("choices")
-            content = False
+            kind = 0
             if isinstance(choices, list):
                 for c in choices:
                     if isinstance(c, dict):
                         fr = c.get("finish_reason")
                         if fr:
                             self.finish_reason = str(fr)
-                        if not content and (c.get("text") or _text_of(c, api)):
-                            content = True  # (the common completions case checked inline)
-            if content:
+                        if kind != ANSWER:  # (the common completions case checked inline)
+                            kind |= ANSWER if c.get("text") else _kind_of(c, api)
+            if kind:
                 if self.text_parts is not None:
                     self.text_parts.append(_content_text(choices))
                 self.chunk_ns.append(stamps[i])
+                reasoning = kind == REASONING
+                if reasoning or self.first_answer_ns is None or self.reasoning_last:
+                    self._note_kind(kind, stamps[i])  # (an answer's later chunks skip it)
                 r = reads[i]
                 if r == self.last_read:
                     self.run_in_read += 1
@@ -357,9 +383,24 @@ class StreamInterpreter:
                             f"at {self.prev_cum})"
                         )
                     self.chunk_usage.append(delta_tokens + self.carried)
+                    if reasoning:
+                        self.reasoning_usage += delta_tokens + self.carried
                     self.carried = 0
             elif delta_tokens > 0:
                 self.carried += delta_tokens
+
+    def _note_kind(self, kind: int, stamp_ns: int) -> None:
+        """A content chunk's kind: its stamp may be the first of its kind; a chunk of reasoning
+        alone is counted (a chunk with answer text too counts as answer)."""
+        if kind & REASONING and self.first_reasoning_ns is None:
+            self.first_reasoning_ns = stamp_ns
+        if kind & ANSWER:
+            self.reasoning_last = False
+            if self.first_answer_ns is None:
+                self.first_answer_ns = stamp_ns
+        else:
+            self.reasoning_last = True
+            self.reasoning_chunks += 1
 
     def _read_usage(self, usage: dict[str, Any]) -> int:
         """Take a chunk's usage block; the tokens it adds to the running completion count
@@ -423,9 +464,13 @@ class StreamInterpreter:
                 if self.carried:
                     tokens[-1] += self.carried
                 rec.chunk_tokens_source = "usage"
+                rec.reasoning_tokens = self.reasoning_usage + (
+                    self.carried if self.reasoning_last else 0
+                )
             else:
                 tokens = [1] * len(chunk_ns)
                 rec.chunk_tokens_source = "fallback"
+                rec.reasoning_tokens = self.reasoning_chunks
             rec.chunk_tokens = array(TOKENS_TYPECODE, tokens)
             if self.completion_tokens is not None:
                 rec.completion_tokens = self.completion_tokens
@@ -437,6 +482,8 @@ class StreamInterpreter:
         if chunk_ns:
             rec.first_token_ns = chunk_ns[0]
             rec.end_ns = chunk_ns[-1]
+        rec.first_reasoning_ns = self.first_reasoning_ns
+        rec.first_answer_ns = self.first_answer_ns
         rec.coalesced_reads = self.coalesced
         rec.finish_reason = self.finish_reason
         rec.prompt_tokens = (
@@ -466,6 +513,7 @@ def drop_counts(rec: RequestRecord, chunks: int | None = None) -> None:
     rec.chunk_tokens = array(TOKENS_TYPECODE, [0]) * n
     rec.chunk_tokens_source = "fallback"
     rec.completion_tokens = 0
+    rec.reasoning_tokens = 0
     rec.usage_source = "fallback"
 
 

@@ -429,6 +429,9 @@ def summarize_probe(
         tpot_s=m.tpot_s,
         itl_s=m.itl_chunk_s,
         e2e_s=m.e2e_s,
+        reasoning_output_tokens=m.reasoning_output_tokens if m.ttft_reasoning_s else None,
+        ttft_reasoning_s=m.ttft_reasoning_s,
+        ttft_answer_s=m.ttft_answer_s,
         steps=probe_steps(run.counted, declared).model_copy(
             update={
                 "engine_acceptance_length": None if engine is None else engine.acceptance_length

@@ -33,6 +33,7 @@ import numpy as np
 import orjson
 
 from tokenwatt.errors import SpecError
+from tokenwatt.load.agent_traces import agent_rows
 from tokenwatt.load.workload import PromptFormat, RequestPlan, random_prompt
 from tokenwatt.spec._base import MAX_TOKENS
 from tokenwatt.spec.workload import Trace as TraceSpec
@@ -43,12 +44,13 @@ __all__ = [
     "TraceReplay",
     "TraceRow",
     "TraceRows",
+    "load_agent_trace",
     "load_trace",
     "parse_azure",
     "parse_mooncake",
 ]
 
-TraceFormat = Literal["azure", "mooncake"]
+TraceFormat = Literal["azure", "mooncake", "weka"]
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _Row = tuple[int, int, int, tuple[int, ...]]  # (time ns, input, output, hash ids)
 _STREAM_TRACE_PROMPT, _STREAM_TRACE_BLOCK = 0x54524350, 0x5452424B  # "TRCP", "TRBK"
@@ -133,6 +135,23 @@ class Trace:
                 "workload.trace: a rate needs at least two rows at different times in the trace"
             )
         return (len(self.offsets_ns) - 1) / self.span_s
+
+    def ideal_hit_rate(self, block_tokens: int) -> float:
+        """The prefix-cache hit rate an unbounded cache reaches on this trace: Σ over rows in
+        arrival order of the tokens in their leading run of full blocks whose ids an earlier
+        row sent, ÷ Σ prompt tokens (blocks of ``block_tokens``)."""
+        seen: set[int] = set()
+        hit = 0
+        bounds = self.hash_bounds.tolist()
+        for i, tokens in enumerate(self.input_tokens.tolist()):
+            row = self.hash_ids[bounds[i] : bounds[i + 1]].tolist()
+            for j, h in enumerate(row):
+                if h not in seen or (j + 1) * block_tokens > tokens:
+                    break
+                hit += block_tokens
+            seen.update(row)
+        total = int(self.input_tokens.sum())
+        return hit / total if total else 0.0
 
     def time_scale_for(self, rate_rps: float) -> float:
         """The ``time_scale`` that replays this trace at a mean rate of ``rate_rps``."""
@@ -305,8 +324,20 @@ def parse_mooncake(source: str | IO[str], path: Path) -> Trace:
     return cols.ordered("mooncake")
 
 
+def load_agent_trace(path: Path, *, stagger_s: float = 1.0) -> Trace:
+    """WEKA / kv-cache-tester agent conversations (``load.agent_traces``) as one ``Trace``,
+    conversation k starting ``stagger_s`` × k after the first."""
+    cols = _Columns(path)
+    for where, t, n_in, n_out, hashes in agent_rows(path, stagger_s=stagger_s):
+        cols.add(where, t, n_in, n_out, hashes)
+    return cols.ordered("weka")
+
+
 def load_trace(path: Path, fmt: TraceFormat) -> Trace:
-    """Stream and parse a trace file; problems are one-line ``SpecError``s naming the line."""
+    """Stream and parse a trace file; problems are one-line ``SpecError``s naming the line.
+    ``weka``: a folder of agent conversations (``load.agent_traces``)."""
+    if fmt == "weka":
+        return load_agent_trace(path)
     try:
         with path.open(encoding="utf-8", newline="") as f:
             return parse_azure(f, path) if fmt == "azure" else parse_mooncake(f, path)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -28,6 +28,8 @@ from tokenwatt.metrics.request import (
     e2e_s,
     is_counted,
     tpot_s,
+    ttft_answer_s,
+    ttft_reasoning_s,
     ttft_s,
 )
 from tokenwatt.metrics.slo import Limits, RequestLatency
@@ -116,6 +118,11 @@ class ProbeMetrics(BaseModel):
     slo_attainment: float | None
     goodput_requests_per_s: float | None
     goodput_output_tokens_per_s: float | None
+    # reasoning models (None / 0 when no counted request streamed reasoning): reasoning tokens
+    # are in every output figure above; these split them out
+    reasoning_output_tokens: int = 0  # Σ reasoning tokens over counted requests
+    ttft_reasoning_s: Latency | None = None  # first reasoning chunk − sent, counted successes
+    ttft_answer_s: Latency | None = None  # first answer chunk − sent, counted successes
 
 
 def _rate(x: float, window_s: float) -> float | None:
@@ -269,4 +276,18 @@ def compute_probe_metrics(
         **_prompt_figures(ok),
         **_chunk_figures(counted),
         **_slo_figures(judged, slo, window_s, _rate(tokens, window_s)),
+        **_reasoning_figures(counted, ok),
     )
+
+
+def _reasoning_figures(
+    counted: Sequence[RequestRecord], ok: Sequence[RequestRecord]
+) -> dict[str, Any]:
+    """Reasoning tokens and the two first-token times, only where reasoning was streamed."""
+    if not any(r.first_reasoning_ns is not None for r in counted):
+        return {}
+    return {
+        "reasoning_output_tokens": sum(r.reasoning_tokens for r in counted),
+        "ttft_reasoning_s": summarize([v for r in ok if (v := ttft_reasoning_s(r)) is not None]),
+        "ttft_answer_s": summarize([v for r in ok if (v := ttft_answer_s(r)) is not None]),
+    }

@@ -2,8 +2,11 @@
 
 TTFT = first content chunk − request sent; E2E = last content chunk − request sent (a
 trailing usage-only chunk does not extend it); TPOT = (E2E − TTFT) / (n − 1) for n ≥ 2
-output tokens (the vLLM / MLPerf definition). ``latency`` (distributions) and ``slo`` (the
-verdict) both read requests through these, so a figure and its check cannot disagree.
+output tokens (the vLLM / MLPerf definition). Reasoning tokens are output tokens in every one
+of these; a reasoning model's stream also has a time to first reasoning token and a time to
+first answer token (first chunk of each kind − request sent), TTFT being the earlier.
+``latency`` (distributions) and ``slo`` (the verdict) both read requests through these, so a
+figure and its check cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,7 +15,16 @@ from collections.abc import Iterable
 
 from tokenwatt.records import RequestRecord
 
-__all__ = ["counted_records", "decode_ns", "e2e_s", "is_counted", "tpot_s", "ttft_s"]
+__all__ = [
+    "counted_records",
+    "decode_ns",
+    "e2e_s",
+    "is_counted",
+    "tpot_s",
+    "ttft_answer_s",
+    "ttft_reasoning_s",
+    "ttft_s",
+]
 
 _NS = 1e9
 
@@ -32,6 +44,21 @@ def ttft_s(rec: RequestRecord) -> float | None:
     if rec.sent_ns is None or rec.first_token_ns is None:
         return None
     return (rec.first_token_ns - rec.sent_ns) / _NS
+
+
+def ttft_reasoning_s(rec: RequestRecord) -> float | None:
+    """First chunk carrying reasoning text − request sent; None without reasoning."""
+    if rec.sent_ns is None or rec.first_reasoning_ns is None:
+        return None
+    return (rec.first_reasoning_ns - rec.sent_ns) / _NS
+
+
+def ttft_answer_s(rec: RequestRecord) -> float | None:
+    """First chunk carrying answer text (content, tool calls) − request sent; None when the
+    answer never began (e.g. all ``max_tokens`` went to reasoning)."""
+    if rec.sent_ns is None or rec.first_answer_ns is None:
+        return None
+    return (rec.first_answer_ns - rec.sent_ns) / _NS
 
 
 def e2e_s(rec: RequestRecord) -> float | None:

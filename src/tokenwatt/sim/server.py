@@ -37,6 +37,7 @@ from tokenwatt.sim.node import SimNode
 from tokenwatt.sim.tokens import WORDS
 from tokenwatt.sim.truth import Lateness, ReplicaTruth, TruthLog
 from tokenwatt.sim.wire import KEEPALIVE_FRAME, ChunkRenderer, error_body, new_request_id
+from tokenwatt.simsettings import parse_reasoning, reasoning_tokens
 
 __all__ = ["SimServer"]
 
@@ -66,6 +67,7 @@ class _Sink:
         "fd",
         "frames",
         "pending",
+        "reasoning_frames",
         "renderer",
         "stall_after",
         "stream",
@@ -89,6 +91,8 @@ class _Sink:
         self.stall_after = config.settings.stall_after_tokens
         self.ended = False  # nothing more will be written (finished, errored, stalled)
         self.frames: list[bytes | None] = [None] * len(WORDS)  # token frames by word
+        # reasoning tokens' frames by word (a frame of their own); the same list when off
+        self.reasoning_frames = self.frames
         # A frame depends only on its word unless it carries running usage counts.
         self.cacheable = not renderer.continuous_usage
         self.fast = (
@@ -208,10 +212,11 @@ class ReplicaDriver:
             idx = req.generated - 1
             if sink.fast:  # the hot path: a cached frame, one per word
                 if sink.cacheable and req.state != FINISHED and idx:
-                    frame = sink.frames[idx % n_words]
+                    cache = sink.frames if idx >= sink.renderer.reasoning else sink.reasoning_frames
+                    frame = cache[idx % n_words]
                     if frame is None:
                         frame = sink.renderer.tokens(idx, 1, None)
-                        sink.frames[idx % n_words] = frame
+                        cache[idx % n_words] = frame
                 else:  # first or last token, or per-chunk usage that differs every chunk
                     finish = req.finish_reason if req.state == FINISHED else None
                     frame = sink.renderer.tokens(idx, 1, finish)
@@ -332,6 +337,8 @@ class SimServer:
     def __init__(self, config: SimConfig, *, manage_gc: bool = False) -> None:
         self.config = config
         self.manage_gc = manage_gc
+        self.reasoning_rule = parse_reasoning(config.settings.reasoning)
+        self.reasoning_tokens = 0  # truth: reasoning tokens the requests admitted will stream
         self.node = SimNode(config)
         t0 = now_ns()
         self.truth = [ReplicaTruth(r.idle_power_w, t0) for r in self.node.replicas]
@@ -539,6 +546,10 @@ class SimServer:
             sink=sink,
             prompt=p.prompt,
         )
+        if chat and self.reasoning_rule[0] != "off":
+            renderer.reasoning = reasoning_tokens(self.reasoning_rule, req.target_tokens)
+            self.reasoning_tokens += renderer.reasoning
+            sink.reasoning_frames = [None] * len(WORDS)
         resp: web.StreamResponse | None = None
         if p.stream:
             resp = web.StreamResponse(status=200, headers=SSE_HEADERS)

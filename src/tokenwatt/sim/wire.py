@@ -77,6 +77,7 @@ class ChunkRenderer:
         "include_usage",
         "model",
         "prompt_tokens",
+        "reasoning",
         "request_id",
     )
 
@@ -99,12 +100,18 @@ class ChunkRenderer:
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage
         self.cached_tokens: int | None = None  # set with prefix caching: usage reports it
+        # chat: output tokens 0 .. reasoning−1 go out as delta.reasoning_content (vLLM's
+        # reasoning parser shape), the rest as delta.content
+        self.reasoning = 0
 
-    def _chunk(self, text: str, finish: str | None, completion_tokens: int) -> dict[str, Any]:
+    def _chunk(
+        self, text: str, finish: str | None, completion_tokens: int, reasoning: bool = False
+    ) -> dict[str, Any]:
         if self.chat:
+            key = "reasoning_content" if reasoning else "content"
             choice: dict[str, Any] = {
                 "index": 0,
-                "delta": {"content": text} if text or finish is None else {},
+                "delta": {key: text} if text or finish is None else {},
                 "logprobs": None,
                 "finish_reason": finish,
             }
@@ -172,7 +179,17 @@ class ChunkRenderer:
         body = b""
         if self.chat and start == 0:
             body += self.role_event()
-        body += sse(self._chunk(output_text(start, count), finish, start + count))
+        r = self.reasoning if self.chat else 0
+        answer = True
+        if start < r:  # reasoning tokens first, in an event of their own
+            n = min(count, r - start)
+            answer = n < count
+            body += sse(
+                self._chunk(output_text(start, n), None if answer else finish, start + n, True)
+            )
+            start, count = start + n, count - n
+        if answer:
+            body += sse(self._chunk(output_text(start, count), finish, start + count))
         if finish is not None:
             body += self.tail_events(start + count)
         return frame(body)
@@ -200,9 +217,13 @@ class ChunkRenderer:
         """The non-streaming body."""
         text = output_text(0, completion_tokens)
         if self.chat:
+            r = min(self.reasoning, completion_tokens)
+            message = {"role": "assistant", "content": output_text(r, completion_tokens - r)}
+            if r:
+                message["reasoning_content"] = output_text(0, r)
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish,
                 "stop_reason": None,

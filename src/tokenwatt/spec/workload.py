@@ -136,9 +136,10 @@ class Trace(Section):
     """A timestamped trace to replay: arrival times and per-request lengths come from it."""
 
     path: Path = Field(description="trace file")
-    format: Literal["azure", "mooncake"] = Field(
+    format: Literal["azure", "mooncake", "weka"] = Field(
         description="azure: CSV TIMESTAMP,ContextTokens,GeneratedTokens; mooncake: JSONL "
-        "timestamp (ms), input_length, output_length, hash_ids"
+        "timestamp (ms), input_length, output_length, hash_ids; weka: a folder of agent "
+        "conversations (kv-cache-tester JSON, 64-token hash_ids blocks)"
     )
     time_scale: float = Field(
         1.0,
@@ -147,8 +148,18 @@ class Trace(Section):
         description="multiplies every arrival offset: 0.5 replays at twice the rate",
     )
     block_tokens: int = Field(
-        512, ge=1, le=MAX_TOKENS, description="tokens per Mooncake hash_ids block"
+        512, ge=1, le=MAX_TOKENS, description="tokens per hash_ids block (weka: always 64)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _weka_blocks(cls, data: Any) -> Any:
+        """WEKA traces name 64-token blocks: the default there, and nothing else accepted."""
+        if isinstance(data, dict) and data.get("format") == "weka":
+            if data.get("block_tokens", 64) != 64:
+                raise ValueError("block_tokens: WEKA agent traces use 64-token blocks")
+            data = {**data, "block_tokens": 64}
+        return data
 
 
 class ThinkFixed(Section):
