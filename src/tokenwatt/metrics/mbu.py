@@ -374,7 +374,7 @@ def apply_regime(
 def _with_routing_band(
     result: Mbu, geometry: ModelGeometry, regime: StepRegime, mix: MbuMixedSteps
 ) -> Mbu:
-    """Unmeasured MoE routing: the lower bound under the reference skew beside the uniform
+    """Unmeasured MoE routing: the fewest-experts lower bound beside the uniform
     headline (``mix``, the headline's own estimate, is the band's upper end), its note, and
     ``routing_unmeasured`` when the band is wider than 1 pt (``metrics.routing_band``)."""
     i = result.inputs
