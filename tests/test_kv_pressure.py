@@ -119,7 +119,7 @@ def test_flag_both_ways_and_its_direction() -> None:
     assert "B 10.0; with them 12.0, +20 %" in note  # B = T·τ: 500 × 0.020 against 500 × 0.024
     counted = mark_kv_pressure(fixed, pressure=None, engine_preemptions=369.0)
     assert counted.flags.kv_pressure
-    assert "369 preemptions" in counted.notes[-1] and "may read high" in counted.notes[-1]
+    assert "369 preemptions" in counted.notes[-1] and "MBU reads low" in counted.notes[-1]
 
 
 # -- the simulator under KV pressure, virtual time -------------------------------------------
@@ -212,6 +212,9 @@ def test_kv_pressure_in_the_simulator_is_seen_and_corrected() -> None:
     assert preempted > 10 and stalls.stalls > preempted / 2
     assert fixed.flags.kv_pressure and not raw.flags.kv_pressure
     assert b_raw > truth.mean_batch * 1.2  # the miss: B reads high under preemption
+    # τ as measured (all an engine counter without client stalls has): MBU reads LOW, the
+    # direction the counter-only note states
+    assert raw.mbu < truth.all_bytes
     assert abs(b_fixed - truth.mean_batch) < abs(b_raw - truth.mean_batch)
     lo, hi = sorted((raw.mbu, fixed.mbu))
     assert lo - 0.005 < truth.all_bytes < hi + 0.005  # the note's band holds the truth

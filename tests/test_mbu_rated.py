@@ -22,7 +22,7 @@ import yaml
 
 from tokenwatt.geometry import load_geometry
 from tokenwatt.load.target import sim_config
-from tokenwatt.metrics.mbu import MBU_NOISE_MARGIN, compute_mbu
+from tokenwatt.metrics.mbu import RATED_BANDWIDTH_LIMIT, compute_mbu
 from tokenwatt.result import Mbu
 from tokenwatt.sim import RunningSim, start_sim_thread
 from tokenwatt.spec import parse_spec
@@ -49,12 +49,13 @@ def test_figure_kept_up_to_the_margin_and_refused_beyond() -> None:
     bw = 1e15  # far above need: a small figure, nothing refused
     base = _mbu(bw)
     assert base.mbu is not None and base.mbu < 0.1
-    # MBU ∝ 1/bandwidth: these bandwidths put it at exactly 0.99, 1 + margin − 0.01, + 0.01.
+    # MBU ∝ 1/bandwidth: these bandwidths put it at exactly 0.99, the limit − 0.001, + 0.001.
     under = _mbu(bw * base.mbu / 0.99)
-    edge = _mbu(bw * base.mbu / (1 + MBU_NOISE_MARGIN - 0.01))
-    over = _mbu(bw * base.mbu / (1 + MBU_NOISE_MARGIN + 0.01))
+    edge = _mbu(bw * base.mbu / (RATED_BANDWIDTH_LIMIT - 0.001))
+    over = _mbu(bw * base.mbu / (RATED_BANDWIDTH_LIMIT + 0.001))
+    assert RATED_BANDWIDTH_LIMIT == 1.0  # one threshold: the rating itself
     assert under.mbu == pytest.approx(0.99)
-    assert edge.mbu == pytest.approx(1 + MBU_NOISE_MARGIN - 0.01)
+    assert edge.mbu == pytest.approx(RATED_BANDWIDTH_LIMIT - 0.001)
     assert not edge.flags.above_rated_bandwidth
     assert over.mbu is None and over.mbu_weights is None and over.mbu_kv is None
     assert over.flags.above_rated_bandwidth
@@ -67,7 +68,7 @@ def test_refusal_names_the_likely_inputs_and_the_gpus_needed() -> None:
     ratio = r.inputs.bytes_per_s / r.inputs.node_bandwidth_bytes_per_s  # type: ignore[operator]
     assert ratio > 2
     note = r.notes[0]
-    assert note.startswith(f"MBU refused: the derived traffic is {ratio:.1f}× the rated")
+    assert note.startswith(f"MBU refused: the derived traffic is {ratio:.2f}× the rated")
     for name in ("hardware.gpus", "hardware.accelerator", "hardware.replicas", "weight dtype"):
         assert name in note
     assert f"at least {int(-(-ratio // 1))} such GPUs" in note

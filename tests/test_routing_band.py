@@ -1,8 +1,9 @@
 """The routing band (``metrics.routing_band``) against hand calculations, and its flag both ways.
 
-Without a measured expert load an MoE MBU is the uniform value (upper bound) with the value
-under the reference skew beside it; ``routing_unmeasured`` is raised when they differ by more
-than 1 pt, at any batch, and never for a dense model or a measured load.
+Without a measured expert load an MoE MBU is the uniform value (upper bound) with the value at
+the fewest experts any routing reads (k per layer per step) beside it; ``routing_unmeasured``
+is raised when they differ by more than 1 pt, at any batch, and never for a dense model or a
+measured load.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import math
 
 import pytest
 
-from test_mbu import DENSE, MOE, _geom
+from test_mbu import DENSE, EXPERT_BYTES, MOE, _geom
 from test_mbu_mixed import _mbu
-from tokenwatt.geometry.routing import REFERENCE_ZIPF_S, ExpertLoad
+from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.metrics.mixed_steps import StepRegime
 from tokenwatt.metrics.routing_band import routing_band
 
@@ -82,7 +83,7 @@ def test_band_arithmetic_hand_calculation() -> None:
 def test_band_is_none_for_dense_and_for_a_measured_load() -> None:
     d = _mbu(DENSE, batch=40.0)
     assert d.mbu_lower_bound is None and not d.flags.routing_unmeasured
-    load = ExpertLoad.zipf(MOE.experts, MOE.experts_per_token, REFERENCE_ZIPF_S)
+    load = ExpertLoad.zipf(MOE.experts, MOE.experts_per_token, 1.2)
     m = _mbu(MOE, batch=140.0, expert_load=load)
     assert m.mbu_lower_bound is None and not m.flags.routing_unmeasured
     assert not any("routing not measured" in n for n in m.notes)
@@ -90,13 +91,13 @@ def test_band_is_none_for_dense_and_for_a_measured_load() -> None:
 
 @pytest.mark.parametrize("batch", [4.0, 24.0, 140.0, 240.0])
 def test_flag_raised_at_every_batch_where_the_band_is_wide(batch: float) -> None:
-    """128 experts top-8: under Zipf 1.2 whole experts stay cold even at B 240, so the flag is
-    raised where the old small-batch flag (``moe_uniform_routing_upper_bound``) is quiet."""
+    """128 experts top-8: a routing may keep all but 8 experts cold even at B 240, so the flag
+    is raised where the small-batch flag (``moe_uniform_routing_upper_bound``) is quiet."""
     r = _mbu(MOE, batch=batch)
     assert r.mbu is not None and r.mbu_lower_bound is not None and r.mbu_decode_only is not None
     assert r.mbu - r.mbu_lower_bound > 0.01
     assert r.flags.routing_unmeasured
-    assert r.routing_reference == f"zipf:{REFERENCE_ZIPF_S:g}"
+    assert r.routing_reference == "fewest:8"
     assert r.mbu_decode_only_lower_bound is not None
     assert r.mbu_decode_only_lower_bound < r.mbu_decode_only
     note = next(n for n in r.notes if n.startswith("routing not measured"))
@@ -107,16 +108,48 @@ def test_flag_raised_at_every_batch_where_the_band_is_wide(batch: float) -> None
 
 
 def test_flag_quiet_when_the_band_is_narrow() -> None:
-    """A few-expert model at a batch where both routings touch every expert: band < 1 pt."""
-    few = _geom(
-        layers=32, moe_layers=32, experts=8, experts_per_token=2,
+    """Every token reads every expert (k = E): uniform and the fewest coincide, band 0."""
+    every = _geom(
+        layers=32, moe_layers=32, experts=2, experts_per_token=2,
         dense_weight_bytes=2_000_000_000, expert_bytes=176_160_768,
     )  # fmt: skip
-    r = _mbu(few, batch=256.0)
+    r = _mbu(every, batch=24.0)
     assert r.mbu is not None and r.mbu_lower_bound is not None
-    assert r.mbu - r.mbu_lower_bound < 0.01
+    assert r.mbu_lower_bound == pytest.approx(r.mbu, abs=1e-12)
     assert not r.flags.routing_unmeasured
     # the user's own skew: s = 0 is uniform routing, a band of zero
     flat = _mbu(MOE, batch=24.0, routing_zipf=0.0)
     assert flat.mbu_lower_bound == pytest.approx(flat.mbu, abs=1e-12)
     assert not flat.flags.routing_unmeasured
+
+
+def test_fewest_bound_hand_calculation() -> None:
+    """The lower end by hand: every step reads dense + k experts per MoE layer whatever its
+    batch, so with the steps lasting τ each (no KV, no prompts, no idle) the weight traffic is
+    (dense + layers·k·expert) / τ; the fewest load reads exactly k experts for any token count."""
+    fewest = ExpertLoad.fewest(MOE.experts, MOE.experts_per_token)
+    assert fewest.source == "fewest:8"
+    for tokens in (1, 3, 40, 4000):
+        assert fewest.expected_distinct_fixed(tokens) == pytest.approx(8.0, abs=1e-12)
+    assert fewest.expected_distinct_fixed(0) == 0.0
+    tau = 0.02
+    regime = StepRegime(
+        request_rate_rps=0.0, mean_prompt_tokens=0.0, mean_output_tokens=1e9, idle_fraction=0.0,
+        decode_batch=50.0,
+    )  # fmt: skip
+    band = routing_band(
+        MOE, regime, batch_per_replica=50.0, steps_per_s=1 / tau, replicas=1,
+        kv_bytes_per_output_token=0.0, kv_bytes_per_s=0.0, node_bandwidth_bytes_per_s=1e12,
+    )  # fmt: skip
+    assert band is not None and band.reference == "fewest:8"
+    hand = (2_000_000_000 + 48 * 8 * EXPERT_BYTES) / tau / 1e12
+    assert band.mbu_lower == pytest.approx(hand, rel=1e-9)
+    assert band.decode_only_lower == pytest.approx(hand, rel=1e-9)
+    # no routing reads fewer: the lower end sits below every Zipf skew, however steep
+    for s in (0.6, 1.2, 2.0, 4.0):
+        z = routing_band(
+            MOE, regime, batch_per_replica=50.0, steps_per_s=1 / tau, replicas=1,
+            kv_bytes_per_output_token=0.0, kv_bytes_per_s=0.0,
+            node_bandwidth_bytes_per_s=1e12, zipf_s=s,
+        )  # fmt: skip
+        assert z is not None and band.mbu_lower < z.mbu_lower < band.mbu_upper

@@ -187,7 +187,8 @@ def run_case(
         "mean_context_per_token": ctx,
         "kv_bytes_per_output_token": kv_tok,
     }
-    seed_mbu = compute_mbu(g, **kw).mbu
+    seed = compute_mbu(g, **kw).inputs.bytes_per_s  # the seed's arithmetic, even when refused
+    seed_mbu = None if seed is None else seed / node_bw
     mbu = compute_mbu(g, regime=regime, **kw)
     recs = _token_records(sim, reqs, n_in)
     probe_regime = regime_from_records(

@@ -2,10 +2,10 @@
 
 Virtual time (``test_validation_moe.run_case``: the client's view of every request, truth from
 the simulator's own step log over the same window, elapsed-time denominator). The simulator
-routes by Zipf s (0.8, 1.2 — the reference skew); the client is given no expert load, so
-MBU is the uniform value (upper bound) and ``mbu_lower_bound`` the value under the reference
-skew. Done when, in every case, either the headline is within 1 pt of its truth, or the truth
-lies inside [lower, upper] and ``routing_unmeasured`` is raised; the same for decode-only.
+routes by Zipf s (0.8, 1.2); the client is given no expert load, so MBU is the uniform value
+(upper bound) and ``mbu_lower_bound`` the value at the fewest experts any routing reads. Done
+when, in every case, either the headline is within 1 pt of its truth, or the truth lies inside
+[lower, upper] and ``routing_unmeasured`` is raised; the same for decode-only.
 Models the code was not tuned on: Qwen3-235B-A22B's shape (128 experts, 94 layers), a
 few-expert model (Mixtral 8×7B), many-expert MLA (DeepSeek-V3, the Kimi-K2 shape) and a
 dense one (no band). The printed rows are the methodology's table ("MBU: routing not

@@ -378,8 +378,8 @@ class MbuFlags(_Strict):
     )
     routing_unmeasured: bool = Field(
         False,
-        description="MoE routing not measured: MBU is the uniform upper bound and the band to "
-        "the reference skew's value is wider than 1 pt",
+        description="MoE routing not measured: MBU is the uniform upper bound and the band "
+        "down to the fewest experts any routing reads is wider than 1 pt",
     )
     above_rated_bandwidth: bool = Field(
         False,
@@ -503,11 +503,12 @@ class Mbu(_Strict):
     )
     mbu_lower_bound: float | None = Field(
         None,
-        description="routing not measured: MBU under the reference skew (``mbu`` is the "
-        "uniform value, the upper bound); None for dense models or a measured expert load",
+        description="routing not measured: MBU at the fewest experts any routing reads "
+        "(``mbu`` is the uniform value, the upper bound); None for dense models or a measured "
+        "expert load",
     )
     mbu_decode_only_lower_bound: float | None = Field(
-        None, description="the decode-only figure under the reference skew"
+        None, description="the decode-only figure at the fewest experts any routing reads"
     )
     routing_reference: str | None = Field(
         None, description='the lower bound\'s skew, e.g. "zipf:1.2"'

@@ -26,7 +26,6 @@ from tokenwatt.bounded import IMPORT_MAX_BYTES, read_bounded
 from tokenwatt.errors import SpecError
 
 __all__ = [
-    "REFERENCE_ZIPF_S",
     "ExpertLoad",
     "GeneratingFunction",
     "expert_load_from_counts",
@@ -34,14 +33,6 @@ __all__ = [
     "read_expert_counts",
 ]
 
-# The skew the MBU routing band's lower bound assumes when no expert load was measured
-# (docs/methodology.md, "MBU: the routing band"): Zipf exponent s over the experts' popularity
-# ranks, π_r ∝ r^−s. Published profiles of DeepSeek-V3, Qwen3-235B and Llama 4 report
-# persistent per-layer imbalance without one exponent to quote, so this is a stated reference,
-# not a measurement: at s = 1.2 on 128 experts top-8 the top expert takes ~8× the uniform
-# share and half the experts carry under a fifth of the tokens. The truth lies inside the band
-# for any routing at most this skewed; the spec's engine.routing_zipf sets another.
-REFERENCE_ZIPF_S = 1.2
 
 FloatArray = npt.NDArray[np.float64]
 # G_X evaluated element-wise at x = 1 − π (an array): E[x^X] for the step's routed tokens X.
@@ -81,6 +72,17 @@ class ExpertLoad:
             raise ValueError(f"Zipf exponent must be a finite number >= 0, got {s}")
         ranks = np.arange(1, experts + 1, dtype=np.float64)
         return cls.from_counts([(ranks**-s).tolist()], k, f"zipf:{s:g}")
+
+    @classmethod
+    def fewest(cls, experts: int, k: int) -> ExpertLoad:
+        """The routing that touches the fewest experts any routing could: every token picks the
+        same k experts (π = 1 for k of them, 0 for the rest), so every step that routes at
+        least one token reads exactly k experts per MoE layer. Each token picks k *distinct*
+        experts, so no step can read fewer, whatever the batch: a true lower bound, where an
+        assumed exponent would be a guess."""
+        if not 1 <= k <= experts:
+            raise ValueError(f"top-k must lie in 1..experts, got k={k}, experts={experts}")
+        return cls.from_counts([[1.0] * k + [0.0] * (experts - k)], k, f"fewest:{k}")
 
     @property
     def experts(self) -> int:

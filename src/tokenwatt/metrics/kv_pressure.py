@@ -199,7 +199,10 @@ def mark_kv_pressure(
                 f"[{100 * lo:.1f}, {100 * hi:.1f}] %"
             )
     else:
-        note += ": B and MBU may read high (τ counts the time preempted sequences waited); the "
-        note += "client saw no stall to correct them by"
+        note += (
+            ": MBU reads low (recomputed prefills and the waits lengthen τ, so s = 1/τ counts "
+            "too few steps; in validation τ as measured read 1.7 pt under the truth at 173 "
+            "preemptions) while B = T·τ/R reads high; the client saw no stall to correct them by"
+        )
     flags = corrected.flags.model_copy(update={"kv_pressure": True})
     return corrected.model_copy(update={"flags": flags, "notes": [*corrected.notes, note]})

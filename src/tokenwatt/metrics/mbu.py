@@ -32,8 +32,8 @@ from tokenwatt.spec.hardware import gpu_sharing_note
 
 __all__ = [
     "LOW_LOAD_BATCH",
-    "MBU_NOISE_MARGIN",
     "MOE_UNTOUCHED_FRACTION",
+    "RATED_BANDWIDTH_LIMIT",
     "SMALL_BATCH",
     "StepRegime",
     "apply_regime",
@@ -56,10 +56,12 @@ SMALL_BATCH = 8.0
 # Measured regime worth a note: share of steps with prompt chunks, of idle time.
 MIXED_STEP_NOTE_FRACTION = 0.05
 IDLE_NOTE_FRACTION = 0.02
-# An MBU above 1 + this is an input error, not a figure (``check_rated_bandwidth``): the
-# estimator's validated error is ±2 pt and a window's count noise below 1 pt, so a true MBU
-# near 100 % cannot read above 105 %; real engines peak well below 100 % anyway.
-MBU_NOISE_MARGIN = 0.05
+# The one threshold of rated bandwidth: no figure above it is printed. An engine cannot draw
+# bytes faster than its HBM's rating, and the estimator's error is two-sided (±2 pt), so a
+# reading above 100 % cannot be told from a wrong input by any margin, while real engines peak
+# well below it: above it the figure is either explained by routing (``check_rated_bandwidth``:
+# an MoE band whose lower end is below it) or refused, never printed as "100.9 %".
+RATED_BANDWIDTH_LIMIT = 1.0
 
 
 def kv_read_per_output_token(
@@ -216,31 +218,37 @@ def _geometry_flags(spec: Mbu, geometry: ModelGeometry, regime: StepRegime | Non
 
 
 def check_rated_bandwidth(result: Mbu) -> Mbu:
-    """An MBU above 100 % is an error, never a figure (issue 15).
+    """An MBU above ``RATED_BANDWIDTH_LIMIT`` is never printed as a figure.
 
-    The engine cannot draw bytes faster than the HBM's rated bandwidth, so a derived MBU above
-    1 + ``MBU_NOISE_MARGIN`` means an input is wrong: the node has more GPUs than the spec
-    says, another accelerator, more replicas, or weights more compressed than config.json
-    states. The figure is withdrawn (the inputs stay, so the arithmetic can be redone), the
-    ``above_rated_bandwidth`` flag is raised and the first note names the likely inputs.
+    The engine cannot draw bytes faster than the HBM's rated bandwidth. On an MoE model whose
+    routing was not measured the headline assumes uniform routing, the most bytes any routing
+    reads; when the band's lower end (the fewest experts any routing reads) is within the
+    rating, the excess is evidence that the routing is skewed, not that an input is wrong: the
+    figure is kept as the band [lower, rating] (``_skew_explains``). Otherwise an input is
+    wrong: the node has more GPUs than the spec says, another accelerator, more replicas, or
+    weights more compressed than config.json states. The figure is withdrawn (the inputs
+    stay, so the arithmetic can be redone), ``above_rated_bandwidth`` is raised and the first
+    note names the likely inputs.
     """
-    if result.mbu is None or result.mbu <= 1.0 + MBU_NOISE_MARGIN:
+    if result.mbu is None or result.mbu <= RATED_BANDWIDTH_LIMIT:
         return result
+    low = result.mbu_lower_bound
+    if result.flags.routing_unmeasured and low is not None and low <= RATED_BANDWIDTH_LIMIT:
+        return _skew_explains(result)
     i = result.inputs
     per_gpu_tb_s = i.bandwidth_bytes_per_s_per_gpu / 1e12
     gpus_needed = math.ceil(result.mbu * i.gpus)
     note = (
-        f"MBU refused: the derived traffic is {result.mbu:.1f}× the rated bandwidth of "
+        f"MBU refused: the derived traffic is {result.mbu:.2f}× the rated bandwidth of "
         f"{i.gpus} GPU(s) × {per_gpu_tb_s:.2f} TB/s, which is impossible, so an input is wrong. "
         f"Check hardware.gpus (the traffic needs at least {gpus_needed} such GPUs), "
         "hardware.accelerator, hardware.replicas, and the weight dtype (quantized weights "
         "read fewer bytes than config.json says)"
     )
-    mixed = i.mixed_steps
-    if i.experts and (mixed is None or mixed.routing == "uniform"):
+    if i.experts and low is not None:
         note += (
-            "; on this MoE model routing is taken as uniform, which reads high under skewed "
-            "routing: give a measured expert load (engine.expert_load_file)"
+            f"; even if every token picked the same experts (the fewest any routing reads) it "
+            f"would need {100 * low:.0f} % of the rating"
         )
     flags = result.flags.model_copy(update={"above_rated_bandwidth": True})
     return result.model_copy(
@@ -249,7 +257,34 @@ def check_rated_bandwidth(result: Mbu) -> Mbu:
             "mbu_weights": None,
             "mbu_kv": None,
             "mbu_decode_only": None,
+            "mbu_lower_bound": None,
+            "mbu_decode_only_lower_bound": None,
             "flags": flags,
+            "notes": [note, *result.notes],
+        }
+    )
+
+
+def _skew_explains(result: Mbu) -> Mbu:
+    """Uniform routing would read more than the rating allows, the fewest experts would not:
+    the truth lies in [lower, rating], so the headline (the band's upper end) is the rating
+    and the note says why; the decode-only figure is capped the same way."""
+    assert result.mbu is not None
+    cap = RATED_BANDWIDTH_LIMIT
+    kv = result.mbu_kv or 0.0
+    dec = result.mbu_decode_only
+    note = (
+        f"uniform routing would read {100 * result.mbu:.1f} % of the rated bandwidth, which is "
+        "impossible, so the routing is skewed (tokens share experts), not an input wrong: MBU "
+        f"is stated as its band [{100 * (result.mbu_lower_bound or 0.0):.1f}, "
+        f"{100 * cap:.0f}] %, the rating its upper end; a measured expert load "
+        "(engine.expert_load_file) gives the figure"
+    )
+    return result.model_copy(
+        update={
+            "mbu": cap,
+            "mbu_weights": max(cap - kv, 0.0),
+            "mbu_decode_only": None if dec is None else min(dec, cap),
             "notes": [note, *result.notes],
         }
     )
@@ -339,7 +374,7 @@ def apply_regime(
 def _with_routing_band(
     result: Mbu, geometry: ModelGeometry, regime: StepRegime, mix: MbuMixedSteps
 ) -> Mbu:
-    """Unmeasured MoE routing: the lower bound under the reference skew beside the uniform
+    """Unmeasured MoE routing: the fewest-experts lower bound beside the uniform
     headline (``mix``, the headline's own estimate, is the band's upper end), its note, and
     ``routing_unmeasured`` when the band is wider than 1 pt (``metrics.routing_band``)."""
     i = result.inputs

@@ -71,7 +71,7 @@ class StepRegime:
     # token interval clipped to it (Little's law without the counted set's Poisson noise);
     # None: B·(1 − 1/n̄) from T·τ/R
     decode_batch: float | None = None
-    routing_zipf: float | None = None  # the routing band's reference skew (None: the default)
+    routing_zipf: float | None = None  # a stated skew for the band (None: the fewest experts)
     # measured from the four stamps of every request (``metrics.prompt_phase``): share of the
     # window a replica ran prompts with no decode in flight (the single stream: every prompt),
     # and the share of prompt time a decode was in flight; None: not measured (0 and 1)

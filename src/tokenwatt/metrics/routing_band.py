@@ -1,4 +1,4 @@
-"""Routing nobody measured is a range: MBU under uniform routing and under a stated skew.
+"""Routing nobody measured is a range: MBU from uniform routing down to the fewest experts.
 
 An MoE step reads every expert its tokens picked. How many that is depends on the router's
 per-expert load, which the client never sees: uniform routing touches the most experts (the
@@ -6,16 +6,18 @@ seed's upper bound), a skewed router fewer (its tokens collide on popular expert
 measured expert load (``engine.expert_load_file`` or an engine's expert-load counters) the
 weight term is therefore bounded, not known:
 
-    upper = the mixed-step estimate with π_r = k/E          (uniform: the printed headline)
-    lower = the same estimate with π_r ∝ r^−s, Σ π_r = k     (Zipf s: the reference skew)
+    upper = the mixed-step estimate with π_r = k/E       (uniform: the printed headline)
+    lower = the same estimate with every token on the same k experts  (``ExpertLoad.fewest``)
 
-Both use the same measured s = 1/τ, B = T·τ/R, idle share and prompt regime; only the
-distinct experts per step differ, so the KV term is common and the band is the weight term's.
-For any routing at most as skewed as the reference the truth lies inside [lower, upper]
-(``geometry.routing.REFERENCE_ZIPF_S`` says why that exponent). The decode-only figure gets
-its own band the same way. ``routing_unmeasured`` is raised whenever the band is wider than
-``ROUTING_BAND_FLAG_PT`` — at every batch, because skew keeps whole experts cold even at a
-batch where uniform routing would touch them all.
+Each token picks k distinct experts, so a step that routes any token reads at least k experts
+per MoE layer, and exactly k when every token agrees: no routing can read fewer, so the lower
+end is a true bound at every batch and every skew, not an assumed exponent (real routers have
+no published exponent to assume). Both ends use the same measured s = 1/τ, B = T·τ/R, idle
+share and prompt regime; only the distinct experts per step differ, so the KV term is common
+and the band is the weight term's. A spec's ``engine.routing_zipf`` replaces the bound by the
+value under that stated skew (the user's assumption, labelled ``zipf:s``). The decode-only
+figure gets its own band the same way. ``routing_unmeasured`` is raised whenever the band is
+wider than ``ROUTING_BAND_FLAG_PT``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tokenwatt.geometry.model import ModelGeometry
-from tokenwatt.geometry.routing import REFERENCE_ZIPF_S, ExpertLoad
+from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
 from tokenwatt.result import Mbu, MbuMixedSteps
 
@@ -45,9 +47,10 @@ ROUTING_SKEW_NOTE_PT = 0.5  # measured routing moves MBU by more than this again
 
 @dataclass(frozen=True, slots=True)
 class RoutingBand:
-    """MBU and decode-only MBU under uniform routing (upper) and the reference skew (lower)."""
+    """MBU and decode-only MBU under uniform routing (upper) and the fewest experts any routing
+    could read, or a stated skew (lower)."""
 
-    reference: str  # e.g. "zipf:1.2"
+    reference: str  # "fewest:k" (the bound) or "zipf:s" (engine.routing_zipf)
     mbu_upper: float
     mbu_lower: float
     decode_only_upper: float
@@ -105,9 +108,11 @@ def routing_band(
 
 
 def reference_load(geometry: ModelGeometry, zipf_s: float | None) -> ExpertLoad:
-    """The band's lower-bound routing: Zipf ``zipf_s`` (None: the reference skew)."""
-    s = REFERENCE_ZIPF_S if zipf_s is None else zipf_s
-    return ExpertLoad.zipf(geometry.experts, geometry.experts_per_token, s)
+    """The band's lower-end routing: the fewest experts any routing could read (None), or Zipf
+    ``zipf_s`` where the spec states that skew."""
+    if zipf_s is None:
+        return ExpertLoad.fewest(geometry.experts, geometry.experts_per_token)
+    return ExpertLoad.zipf(geometry.experts, geometry.experts_per_token, zipf_s)
 
 
 def with_band(result: Mbu, band: RoutingBand | None) -> Mbu:
@@ -138,12 +143,24 @@ def routing_skew_note(source: str, skew: float) -> str:
 
 def routing_band_note(band: RoutingBand) -> str:
     """What the band means for each printed figure, direction first."""
+    if band.reference.startswith("fewest:"):
+        k = band.reference.split(":", 1)[1]
+        low = (
+            f"if every token picked the same {k} experts (the fewest any routing can read) it "
+            f"reads {100 * band.mbu_lower:.1f} %, so the truth lies in "
+            f"[{100 * band.mbu_lower:.1f}, {100 * band.mbu_upper:.1f}] % whatever the routing"
+        )
+    else:
+        low = (
+            f"under the stated skew ({band.reference}, engine.routing_zipf: an assumption, not "
+            f"a bound) it reads {100 * band.mbu_lower:.1f} %, so the truth lies in "
+            f"[{100 * band.mbu_lower:.1f}, {100 * band.mbu_upper:.1f}] % for any routing up "
+            "to that skew"
+        )
     return (
         f"routing not measured: MBU {100 * band.mbu_upper:.1f} % assumes uniform routing, an "
-        f"upper bound; under the reference skew ({band.reference}) it reads "
-        f"{100 * band.mbu_lower:.1f} %, so the truth lies in "
-        f"[{100 * band.mbu_lower:.1f}, {100 * band.mbu_upper:.1f}] % for any routing up to that "
-        f"skew; decode-only likewise reads high, in [{100 * band.decode_only_lower:.1f}, "
-        f"{100 * band.decode_only_upper:.1f}] %; a measured expert load "
-        "(engine.expert_load_file, or an engine's expert-load counters) collapses the band"
+        f"upper bound; {low}; decode-only likewise reads high, in "
+        f"[{100 * band.decode_only_lower:.1f}, {100 * band.decode_only_upper:.1f}] %; a "
+        "measured expert load (engine.expert_load_file, or an engine's expert-load counters) "
+        "collapses the band"
     )

@@ -24,9 +24,9 @@ From the client's steps (``metrics.steps``: one chunk per verify step) instead:
 The decode-only figure is the same with J = 0. Routing is treated as on the plain path
 (``metrics.routing_band``): a measured expert load gives the headline and a note of how far
 uniform routing would move it; without one the headline is the uniform upper bound and the
-band's lower end is the same evaluation under the reference skew. Unlike the plain path the
-batch is taken at its mean B (one point, no batch law) and the weight term is not scaled by a
-busy share. The drafter's assumption is named in ``inputs.speculation.assumption``
+band's lower end is the same evaluation at the fewest experts any routing reads. Unlike the
+plain path the batch is taken at its mean B (one point, no batch law) and the weight term is
+not scaled by a busy share. The drafter's assumption is named in ``inputs.speculation.assumption``
 (``geometry.drafts``). Speculation detected but not declared leaves the drafter's bytes out
 (flag ``drafter_bytes_unknown``: MBU reads low); k is then taken as the largest chunk − 1.
 """
@@ -274,7 +274,7 @@ def _routing(  # noqa: PLR0917 - one private call site, every argument a figure
     regime: StepRegime | None,
 ) -> Mbu:
     """The plain path's routing figures for a speculative MBU: a measured load's skew against
-    uniform (note, ``routing_skew``), or the band under the reference skew (lower bounds,
+    uniform (note, ``routing_skew``), or the band down to the fewest experts (lower bounds,
     note, ``routing_unmeasured``)."""
     if not geometry.is_moe:
         return result

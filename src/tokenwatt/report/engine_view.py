@@ -7,7 +7,7 @@ in-memory state.
 
 from __future__ import annotations
 
-from tokenwatt.metrics.mbu import MBU_NOISE_MARGIN
+from tokenwatt.metrics.mbu import RATED_BANDWIDTH_LIMIT
 from tokenwatt.report.format import DASH, fmt_float, fmt_pct, fmt_signed_pct, fmt_tokens_per_s
 from tokenwatt.result import MBU_ENGINE, MBU_SEED, BenchResult, EngineAgreement, ProbeSummary
 
@@ -84,6 +84,6 @@ def engine_rows(p: ProbeSummary) -> list[EngineRow]:
 def _mbu_cell(mbu: float | None) -> str:
     """An MBU above the rated bandwidth is an input error, never a figure, on either side
     (``metrics.mbu.check_rated_bandwidth``)."""
-    if mbu is not None and mbu > 1.0 + MBU_NOISE_MARGIN:
+    if mbu is not None and mbu > RATED_BANDWIDTH_LIMIT:
         return "refused (above the rated bandwidth)"
     return fmt_pct(mbu)

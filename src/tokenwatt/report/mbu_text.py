@@ -44,7 +44,7 @@ FLAG_DIRECTION: dict[str, str] = {
     "kv_pressure": "preemption: B corrected for stalled streams (uncorrected reads high); "
     "MBU between the raw-τ and corrected-τ values (see note)",
     "routing_unmeasured": "routing not measured: both figures are uniform upper bounds; "
-    "the band to the reference skew is wider than 1 pt",
+    "the band down to the fewest experts any routing reads is wider than 1 pt",
     "tau_from_pooled_itl": "reads high (+0.6…+2.3 % on B): τ is the pooled mean ITL",
     "tau_from_tpot": "reads high (B +12 %, +25 % with preemption): τ is mean TPOT",
     "tau_from_median_itl": "reads low (B 0.66–0.99 × the engine's): τ is a median ITL",

@@ -104,9 +104,9 @@ class EngineSection(Section):
         ge=0,
         le=4,
         description=(
-            "MoE without a measured expert load: the Zipf exponent of the routing band's lower "
-            "bound (MBU is printed as the uniform value, an upper bound, with the value under "
-            "this skew beside it); default 1.2, the documented reference skew"
+            "MoE without a measured expert load: a Zipf exponent you assert the router stays "
+            "within; the routing band's lower end is then the value under this skew instead of "
+            "the fewest experts any routing reads (the default: a true bound, wider)"
         ),
     )
     drafter: DrafterSection | None = Field(
