@@ -1,8 +1,14 @@
-"""Cost and outcome of hostile surfaces (issue 23), each in a child process with a memory cap
-and a time cap: a /metrics that trickles or floods, engine counters that are negative or
-from two replicas, a GGUF that lies, a big trace, a stale answer. Prints one line per case.
+"""Cost and outcome of hostile surfaces, each in a child process with a memory cap and a time
+cap: a /metrics that trickles or floods, engine counters that are negative or from two
+replicas, a GGUF that lies, a big trace, a stale answer; then the sweep's (command injection,
+secrets, processes that leave the group, SIGTERM), the files' (alias bombs, device files, deep
+nesting, impossible figures) and the client's (lying token counts, stale answers with and
+without ids, unresponsive and stalling servers) from `hostile_sweep.py`, `hostile_files.py` and
+`hostile_client.py`, whose docstrings hold their before/after tables. Prints one line per case.
 
-    PYTHONPATH=src python benchmarks/hostile_surfaces.py [--gguf PATH]
+    PYTHONPATH=src python benchmarks/hostile_surfaces.py [--gguf PATH] [--only PART]
+
+PART: core, sweep, files or client.
 
 Run it against another tree (PYTHONPATH=/other/src) for a before/after. Figures: seconds of
 wall time and CPU, peak RSS in MB (the child's ru_maxrss), and the outcome in a few words.
@@ -122,15 +128,27 @@ def _gguf_lie(folder: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf", help="a real GGUF to time (e.g. Gemma 3 270M)")
+    ap.add_argument("--only", choices=("core", "sweep", "files", "client"))
     args = ap.parse_args()
     print(f"tree: {os.environ.get('PYTHONPATH', '(installed)')}")
+    if args.only in (None, "core"):
+        _core(args.gguf)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    for part in ("sweep", "files", "client"):
+        if args.only in (None, part):
+            module = __import__(f"hostile_{part}")
+            for case, outcome in module.run():
+                print(f"{part:6} {case:45} {outcome}")
+
+
+def _core(gguf: str | None) -> None:
     for mode in ("trickle", "flood", "negative", "nan", "replicas"):
         child(f"/metrics {mode}", _SCRAPE, mode=mode)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         child("GGUF block_count 2^31", _GGUF, path=str(_gguf_lie(folder)))
-        if args.gguf:
-            child("GGUF real file", _GGUF, path=args.gguf)
+        if gguf:
+            child("GGUF real file", _GGUF, path=gguf)
         big = folder / "mc.jsonl"
         row = '{"timestamp": %d, "input_length": 2048, "output_length": 9, "hash_ids": [%s]}\n'
         ids = ", ".join(str(i) for i in range(4))
