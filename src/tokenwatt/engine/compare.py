@@ -23,6 +23,7 @@ __all__ = [
     "AGREEMENT_TOLERANCES",
     "IDLE_EXPLAINED",
     "PREEMPTION_EXPLAINED",
+    "STEP_WEIGHTED",
     "ClientMechanisms",
     "compare_client_engine",
     "counter_resolution",
@@ -32,6 +33,7 @@ __all__ = [
 # the one definition of "agree": |client − engine| ≤ tolerance × engine
 IDLE_EXPLAINED = "idle-explained"  # B and s part by the measured time nothing decoded
 PREEMPTION_EXPLAINED = "preemption-explained"  # B and s part by the measured stalls
+STEP_WEIGHTED = "step-weighted"  # B and s part by τ's batch weighting; the client's steps agree
 UNEXPLAINED = " (no measured mechanism of this size: a disagreement)"
 AGREEMENT_TOLERANCES: dict[str, float] = {"T": 0.02, "B": 0.05, "s": 0.05, "alpha": 0.03}
 
@@ -130,6 +132,8 @@ class ClientMechanisms:
     idle_share: float | None = None
     prompt_only_share: float | None = None
     stalled_share: float | None = None
+    steps_per_s: float | None = None  # decode steps/s per replica, each once (step_gaps)
+    step_batch: float | None = None  # their mean batch, each step once
 
 
 def compare_client_engine(
@@ -183,7 +187,36 @@ def compare_client_engine(
     mech = mechanisms or ClientMechanisms(decode_share=client_decode_share)
     if r == 1 or mech.stalled_share is not None:
         b, s = _explained(t, b, s, mech, r)
+    if client_steps is None:
+        b, s = _step_weighted(t, b, s, mech)
     return [t, b, s, *alpha]
+
+
+def _step_weighted(
+    t: EngineAgreement, b: EngineAgreement, s: EngineAgreement, mech: ClientMechanisms
+) -> tuple[EngineAgreement, EngineAgreement]:
+    """B and s off because τ weights each step by its batch: τ = Σ B_i·d_i ÷ Σ B_i exceeds the
+    mean step Σ d_i ÷ N by Cov(B, d) ÷ E[B] when steps that carry more streams last longer, so
+    1/τ reads fewer steps and T·τ a larger batch than the engine's per-step counts; the product
+    (T) is the same. Explained only when T agrees and the client's own step count (each step
+    once, from its token gaps) gives the engine's s and B within their tolerances."""
+    if not (t.ok and b.ok is False and s.ok is False) or mech.steps_per_s is None:
+        return b, s
+    if mech.step_batch is None or not s.engine or not b.engine or b.rel_diff is None:
+        return b, s
+    s_rel = mech.steps_per_s / s.engine - 1.0
+    b_rel = mech.step_batch / b.engine - 1.0
+    if abs(s_rel) > s.tolerance or abs(b_rel) > b.tolerance:
+        return b, s
+    cause = (
+        f"{STEP_WEIGHTED}: τ weights each step by its batch, and steps with more streams "
+        f"lasted longer (T·τ reads {b.rel_diff:+.1%} against the engine's tokens per step); "
+        f"counted once each from the client's token gaps the steps read s = "
+        f"{mech.steps_per_s:.1f}/s ({s_rel:+.1%}) and B = {mech.step_batch:.1f} ({b_rel:+.1%}), "
+        "as the engine counts them; T agrees"
+    )
+    explained = {"ok": True, "cause": cause}
+    return b.model_copy(update=explained), s.model_copy(update=explained)
 
 
 def _on_engine_clock(

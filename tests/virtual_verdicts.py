@@ -1,0 +1,52 @@
+"""A bench run's headline in virtual time, for A/B verdicts (``report.verdict``).
+
+One run = a seeded virtual boundary search (``virtual_probe.VirtualProbe`` under
+``load.search.BoundarySearch``, stopping on the reported interval as ``tokenwatt bench`` does),
+then its boundary probe's figures and intervals through the production path
+(``virtual_figures.probe_summary`` at the search's highest passing rate), then the fitted
+boundary attached as ``load.bench`` attaches it (``reported_boundary``, ``_with_interval``).
+What ``report.verdict.headline_estimates`` reads from it is what it reads from a result.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from tokenwatt.load.bench import WARMUP_LIFETIMES, _with_interval
+from tokenwatt.load.search import BoundarySearch
+from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, reported_boundary
+from tokenwatt.report.verdict import Estimate, Verdict, compare_estimates, headline_estimates
+from virtual_figures import probe_summary
+from virtual_probe import CASES, Case, VirtualProbe
+
+ALLOWED = 0.01  # the virtual SLO's miss fraction (p99)
+
+
+def case_at(efficiency: float, name: str = "dense") -> Case:
+    """A virtual case with the simulator's efficiency set (the setting under test)."""
+    return replace(CASES[name], efficiency=efficiency)
+
+
+def virtual_run(case: Case, seed: int, window_s: float = 60.0) -> dict[str, Estimate | str]:
+    """One seeded run's verdict figures: search, boundary probe, fitted boundary."""
+    probe = VirtualProbe(case, lifetimes=WARMUP_LIFETIMES)
+    search = BoundarySearch(
+        probe, start_rate_rps=2.0, allowed=ALLOWED, seed=seed, max_probes=30,
+        report_design_effect=REPORTED_DESIGN_EFFECT,
+    )  # fmt: skip
+    probe.pass_judged = lambda: search.pass_judged
+    out = asyncio.run(search.run())
+    if out.lo_rps is None or not out.evidence:
+        return {"SLO goodput": f"search stopped: {out.stop_reason}"}
+    head = probe_summary(case, out.lo_rps, seed, window_s)
+    if not head.slo_passed:  # the bench's headline is a passing probe; this fresh one failed
+        return {"boundary rate": "the headline's re-measure failed the SLO"}
+    head = _with_interval(head, reported_boundary(out.evidence, ALLOWED))
+    search_s = sum(e.judged / e.rate_rps for e in out.evidence if e.rate_rps > 0)
+    return headline_estimates(head, search_s)
+
+
+def pair_verdicts(a: dict[str, Estimate | str], b: dict[str, Estimate | str]) -> dict[str, Verdict]:
+    """B against A on every figure both runs carry."""
+    return {f: compare_estimates(f, a.get(f, "absent"), b.get(f, "absent")) for f in a}
