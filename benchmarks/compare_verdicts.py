@@ -3,15 +3,16 @@
     python benchmarks/compare_verdicts.py --pairs 40 --effect-pairs 5 --dump runs.jsonl
     python benchmarks/compare_verdicts.py --summarize runs.jsonl
 
-Null pairs: two runs of the same settings (``--case``, default dense; efficiency 0.5) with
-different seeds (``--first-seed`` + k and + k + 10 000); each run is a virtual search and
-its boundary probe (``tests/virtual_verdicts.virtual_run``). The verdict should call no difference in ≥ 95 % of
-pairs per figure. Effect pairs: efficiency 0.5 (A) against 0.45 (B), the server 10 % slower
-per step: every called difference in goodput and the boundary must have B lower. Prints, per
-figure, the pairs that called a difference, the seed-to-seed spread of each figure against
-the standard error its interval states (above 1: the interval is narrower than the runs
-scatter), and the load average (virtual time does not feel it). ``--dump`` keeps each run's
-estimates (JSON lines) so ``--summarize`` can re-judge them without re-running.
+Null pairs: two runs of the same settings (``--case``, default dense; efficiency 0.5)
+with different seeds (``--first-seed`` + k and + k + 10 000); each run is a virtual search
+and its boundary probe (``tests/virtual_verdicts.virtual_run``). The verdict should call no
+difference in ≥ 95 % of pairs per figure. Effect pairs: efficiency 0.5 (A) against 0.45 (B),
+the server 10 % slower per step: every called difference in goodput and the boundary must
+have B lower. Prints, per figure, the pairs that called a difference, the seed-to-seed spread
+of each figure against the standard error its interval states (above 1: the interval is
+narrower than the runs scatter), and the load average (virtual time does not feel it).
+``--dump`` keeps each run's estimates (JSON lines) so ``--summarize`` can re-judge them
+without re-running.
 """
 
 from __future__ import annotations
