@@ -24,23 +24,24 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.report.verdict import VERDICT_FIGURES, Estimate, compare_estimates
-from virtual_verdicts import case_at, virtual_run
+from tokenwatt.result import ProbeSummary
+from virtual_verdicts import case_at, estimates_of, virtual_headline
 
 Run = dict[str, Estimate | str]
 
 
 def _load(path: Path) -> list[tuple[str, int, Run]]:
+    """Each dumped run re-read through the verdict's current rules (``estimates_of``)."""
     out = []
     for line in path.read_text().splitlines():
         d = json.loads(line)
-        figs: Run = {k: v if isinstance(v, str) else Estimate(**v) for k, v in d["figures"].items()}
-        out.append((d["kind"], d["pair"], figs))
+        head = d["head"] if isinstance(d["head"], str) else ProbeSummary(**d["head"])
+        out.append((d["kind"], d["pair"], estimates_of(head, d["search_s"])))
     return out
 
 
@@ -66,7 +67,10 @@ def summarize(rows: list[tuple[str, int, Run]]) -> None:
     judged: Counter[str] = Counter()
     called: Counter[str] = Counter()
     right: Counter[str] = Counter()
-    for (kind, k), (a, b) in sorted(pairs.items()):
+    for (kind, k), runs in sorted(pairs.items()):
+        if len(runs) != 2:
+            continue  # a pair cut short
+        a, b = runs
         for f in VERDICT_FIGURES:
             v = compare_estimates(f, a.get(f, "absent"), b.get(f, "absent"))
             if v.reason is not None:
@@ -109,13 +113,14 @@ def main() -> None:
     for kind, k, eff_a, eff_b in plan:
         s = args.first_seed + k + (500 if kind == "effect" else 0)
         for eff, seed in ((eff_a, s), (eff_b, s + 10_000)):
-            figs = virtual_run(case_at(eff, args.case), seed, args.window_s)
-            rows.append((kind, k, figs))
+            head, search_s = virtual_headline(case_at(eff, args.case), seed, args.window_s)
+            rows.append((kind, k, estimates_of(head, search_s)))
             if args.dump is not None:
-                enc = {f: v if isinstance(v, str) else asdict(v) for f, v in figs.items()}
+                enc = head if isinstance(head, str) else head.model_dump(mode="json")
+                line = {"kind": kind, "pair": k, "seed": seed, "efficiency": eff,
+                        "search_s": search_s, "head": enc}  # fmt: skip
                 with args.dump.open("a") as fh:
-                    fh.write(json.dumps({"kind": kind, "pair": k, "seed": seed,
-                                         "efficiency": eff, "figures": enc}) + "\n")  # fmt: skip
+                    fh.write(json.dumps(line) + "\n")
     summarize(rows)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{time.monotonic() - t0:.0f} s, load average {load}")

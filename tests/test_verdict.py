@@ -109,3 +109,43 @@ def test_compare_command_prints_the_verdict_or_the_refusal(tmp_path: Path) -> No
     write_result(a, tmp_path / "c")
     out = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "c")])
     assert "paired design" in out.output and "MBU: no verdict" in out.output
+
+
+def test_virtual_slower_server_called_slower_same_server_not() -> None:
+    """Virtual time: efficiency 0.45 against 0.5 (B 10 % slower per step) is called lower on
+    the boundary and on goodput; two seeds of the same settings call no difference."""
+    from virtual_verdicts import case_at, pair_verdicts, virtual_run
+
+    effect = pair_verdicts(virtual_run(case_at(0.5), 2500, 30.0),
+                           virtual_run(case_at(0.45), 12500, 30.0))  # fmt: skip
+    v = effect["boundary rate"]
+    assert v.called and v.change is not None and v.change < 0, v.text()
+    g = effect["SLO goodput"]  # unless the fresh re-measure of a headline failed the SLO
+    assert g.reason is not None or (g.called and (g.change or 0) < 0), g.text()
+    null = pair_verdicts(virtual_run(case_at(0.5), 2000, 30.0),
+                         virtual_run(case_at(0.5), 12000, 30.0))  # fmt: skip
+    assert null["boundary rate"].reason is None
+    for f in ("boundary rate", "SLO goodput", "MBU"):
+        assert not null[f].called, null[f].text()
+
+
+@pytest.mark.slow
+def test_virtual_null_pairs_rarely_call_a_difference() -> None:
+    """12 null pairs (the benchmark's first seeds) and 3 effect pairs: no difference called in
+    at least 11 of 12 per figure; every called effect has B lower."""
+    from virtual_verdicts import case_at, pair_verdicts, virtual_run
+
+    calls = {f: 0 for f in ("boundary rate", "SLO goodput", "MBU")}
+    for k in range(12):
+        vs = pair_verdicts(
+            virtual_run(case_at(0.5), 2000 + k), virtual_run(case_at(0.5), 12000 + k)
+        )
+        for f in calls:
+            calls[f] += vs[f].called
+    assert all(c <= 1 for c in calls.values()), calls
+    for k in range(3):
+        vs = pair_verdicts(
+            virtual_run(case_at(0.5), 2500 + k), virtual_run(case_at(0.45), 12500 + k)
+        )
+        for f in ("boundary rate", "SLO goodput"):
+            assert not vs[f].called or (vs[f].change or 0) < 0, vs[f].text()

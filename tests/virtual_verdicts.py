@@ -17,6 +17,7 @@ from tokenwatt.load.bench import WARMUP_LIFETIMES, _with_interval
 from tokenwatt.load.search import BoundarySearch
 from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, reported_boundary
 from tokenwatt.report.verdict import Estimate, Verdict, compare_estimates, headline_estimates
+from tokenwatt.result import ProbeSummary
 from virtual_figures import probe_summary
 from virtual_probe import CASES, Case, VirtualProbe
 
@@ -28,8 +29,11 @@ def case_at(efficiency: float, name: str = "dense") -> Case:
     return replace(CASES[name], efficiency=efficiency)
 
 
-def virtual_run(case: Case, seed: int, window_s: float = 60.0) -> dict[str, Estimate | str]:
-    """One seeded run's verdict figures: search, boundary probe, fitted boundary."""
+def virtual_headline(
+    case: Case, seed: int, window_s: float = 60.0
+) -> tuple[ProbeSummary | str, float]:
+    """One seeded run: its headline probe with the fitted boundary attached, and the seconds
+    its search measured (every probe's judged requests ÷ its rate); a string: why none."""
     probe = VirtualProbe(case, lifetimes=WARMUP_LIFETIMES)
     search = BoundarySearch(
         probe, start_rate_rps=2.0, allowed=ALLOWED, seed=seed, max_probes=30,
@@ -38,13 +42,25 @@ def virtual_run(case: Case, seed: int, window_s: float = 60.0) -> dict[str, Esti
     probe.pass_judged = lambda: search.pass_judged
     out = asyncio.run(search.run())
     if out.lo_rps is None or not out.evidence:
-        return {"SLO goodput": f"search stopped: {out.stop_reason}"}
-    head = probe_summary(case, out.lo_rps, seed, window_s)
-    if not head.slo_passed:  # the bench's headline is a passing probe; this fresh one failed
-        return {"boundary rate": "the headline's re-measure failed the SLO"}
-    head = _with_interval(head, reported_boundary(out.evidence, ALLOWED))
+        return f"search stopped: {out.stop_reason}", 0.0
     search_s = sum(e.judged / e.rate_rps for e in out.evidence if e.rate_rps > 0)
-    return headline_estimates(head, search_s)
+    head = probe_summary(case, out.lo_rps, seed, window_s)
+    return _with_interval(head, reported_boundary(out.evidence, ALLOWED)), search_s
+
+
+def estimates_of(head: ProbeSummary | str, search_s: float) -> dict[str, Estimate | str]:
+    """What ``report.verdict`` reads of a run (a string: why the run has none)."""
+    if isinstance(head, str):
+        return {"boundary rate": head}
+    out = headline_estimates(head, search_s)
+    if not head.slo_passed:  # the bench's headline passed; this fresh re-measure did not
+        out |= {f: "the headline's re-measure failed the SLO" for f in ("SLO goodput", "MBU")}
+    return out
+
+
+def virtual_run(case: Case, seed: int, window_s: float = 60.0) -> dict[str, Estimate | str]:
+    """One seeded run's verdict figures: search, boundary probe, fitted boundary."""
+    return estimates_of(*virtual_headline(case, seed, window_s))
 
 
 def pair_verdicts(a: dict[str, Estimate | str], b: dict[str, Estimate | str]) -> dict[str, Verdict]:

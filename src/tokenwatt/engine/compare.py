@@ -199,10 +199,13 @@ def _step_weighted(
     mean step Σ d_i ÷ N by Cov(B, d) ÷ E[B] when steps that carry more streams last longer, so
     1/τ reads fewer steps and T·τ a larger batch than the engine's per-step counts; the product
     (T) is the same. Explained only when T agrees and the client's own step count (each step
-    once, from its token gaps) gives the engine's s and B within their tolerances."""
+    once, from its token gaps) gives the engine's s and B within their tolerances, and the
+    pair parts the way a positive covariance parts it (client B higher, s lower)."""
     if not (t.ok and b.ok is False and s.ok is False) or mech.steps_per_s is None:
         return b, s
     if mech.step_batch is None or not s.engine or not b.engine or b.rel_diff is None:
+        return b, s
+    if b.rel_diff <= 0 or (s.rel_diff or 0.0) >= 0:  # a positive covariance parts them this way
         return b, s
     s_rel = mech.steps_per_s / s.engine - 1.0
     b_rel = mech.step_batch / b.engine - 1.0
