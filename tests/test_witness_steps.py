@@ -62,3 +62,17 @@ def test_a_step_count_that_disagrees_explains_nothing() -> None:
         client_tokens_per_s=500.0, client_tau_s=0.030, replicas=1, window=w, mechanisms=mech,
     )}  # fmt: skip
     assert out["B"].ok is False and UNEXPLAINED in (out["B"].cause or "")
+
+
+def test_s_tolerance_carries_the_measured_scrape_edge() -> None:
+    # the client's 1000 tokens in its window read 900 on the engine's clock: the scrapes'
+    # interpolation moved 10 % of the window's count, and s (read the same way) may too
+    w = window_figures("vllm", "u", duration_s=10.0, generated_tokens=900, decode_steps=300)
+    base = {a.figure: a for a in compare_client_engine(
+        client_tokens_per_s=100.0, client_tau_s=0.03, replicas=1, window=w)}  # fmt: skip
+    edged = {a.figure: a for a in compare_client_engine(
+        client_tokens_per_s=100.0, client_tau_s=0.03, replicas=1, window=w,
+        client_tokens_per_s_engine_clock=90.0)}  # fmt: skip
+    assert edged["s"].tolerance == pytest.approx(base["s"].tolerance + 0.10)
+    assert edged["B"].tolerance == pytest.approx(base["B"].tolerance)
+    assert base["s"].tolerance == pytest.approx(0.05 + 1 / 300)

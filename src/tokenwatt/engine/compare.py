@@ -28,6 +28,7 @@ __all__ = [
     "compare_client_engine",
     "counter_resolution",
     "engine_batch_and_steps",
+    "scrape_edge_share",
 ]
 
 # the one definition of "agree": |client − engine| ≤ tolerance × engine
@@ -119,6 +120,17 @@ def counter_resolution(
     return {"T": tokens, "B": tokens + steps, "s": steps}
 
 
+def scrape_edge_share(client_tokens_per_s: float, on_engine_clock: float | None) -> float:
+    """The scrape timing's share of a rate over the window, measured in this probe: the
+    client's tokens counted as the engine's counters count them (at its scrapes, interpolated
+    to the window's edges) against its own window count. The engine's steps per second are
+    read through the same interpolation, so s carries the same edge error; B (tokens ÷ steps,
+    both interpolated alike) and T (compared on the engine's clock) do not."""
+    if on_engine_clock is None or on_engine_clock <= 0 or client_tokens_per_s <= 0:
+        return 0.0
+    return abs(on_engine_clock / client_tokens_per_s - 1.0)
+
+
 @dataclass(frozen=True, slots=True)
 class ClientMechanisms:
     """What the client measured that makes its figures part from the engine's, each a share.
@@ -170,6 +182,7 @@ def compare_client_engine(
     )
     res = counter_resolution(window, requests_in_window)
     tol = {k: tolerances[k] + res[k] for k in ("T", "B", "s")}
+    tol["s"] += scrape_edge_share(client_tokens_per_s, client_tokens_per_s_engine_clock)
     b_engine, s_engine = engine_batch_and_steps(window, r)
     client_b, client_s = batch_and_steps(client_tokens_per_s, client_tau_s, r)
     alpha: list[EngineAgreement] = []
