@@ -56,12 +56,12 @@ _CHECKED_KEYS = {
     "SLOs": "slo",
 }
 # The fitted boundary's interval is narrower than seeded searches of one server scatter: in
-# virtual time (benchmarks/compare_verdicts.py, dense case, 40 null pairs) the fitted rate's
-# seed-to-seed standard deviation was BOUNDARY_SPREAD × the standard error its stated interval
-# implies. A verdict on the boundary (and on goodput at it) widens that error to the spread
-# measured, and says so; the probe figures' batch-means intervals were not narrower than their
-# spread and are used as stated.
-BOUNDARY_SPREAD = 1.8
+# virtual time (benchmarks/compare_verdicts.py) the fitted rate's seed-to-seed standard
+# deviation was 1.7-1.8 × the standard error its stated interval implies on the dense case
+# and 2.6 × on the MoE case. A verdict on the boundary (and on goodput at it) widens that
+# error by the larger, and the methodology says so; the probe figures' batch-means intervals
+# were not narrower than their spread and are used as stated.
+BOUNDARY_SPREAD = 2.6
 _DOF_NORMAL = 1000  # beyond this many degrees of freedom, the normal quantile
 
 
