@@ -42,15 +42,26 @@ def compare(
         ..., help="two or more run directories (or result files)"
     ),
     width: int | None = typer.Option(None, "--width", min=60, help="terminal width to render"),
+    under_test: list[str] = typer.Option(  # noqa: B008
+        [], "--under-test", help="a spec key (dotted) the A/B verdict may see differ"
+    ),
 ) -> None:
-    """Set runs side by side: goodput, per GPU, tokens/J, MBU, boundary rate, TTFT/TPOT."""
+    """Set runs side by side: goodput, per GPU, tokens/J, MBU, boundary rate, TTFT/TPOT;
+    with two runs, the A/B verdict of the second against the first."""
     from rich.console import Console
 
     from tokenwatt.report.compare import compare_results, load_runs
-    from tokenwatt.report.compare_view import comparison_view
+    from tokenwatt.report.compare_view import comparison_view, verdict_view
+    from tokenwatt.report.verdict import result_verdicts
 
-    comparison = compare_results(load_runs(runs))
-    Console(width=width).print(comparison_view(comparison))
+    runs_loaded = load_runs(runs)
+    comparison = compare_results(runs_loaded)
+    console = Console(width=width)
+    console.print(comparison_view(comparison))
+    if len(runs_loaded) == 2:
+        labels = [lab for lab, _ in runs_loaded]
+        ab = result_verdicts(labels, [r for _, r in runs_loaded], under_test)
+        console.print(verdict_view(ab))
 
 
 def register(app: typer.Typer) -> None:

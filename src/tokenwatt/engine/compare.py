@@ -23,15 +23,18 @@ __all__ = [
     "AGREEMENT_TOLERANCES",
     "IDLE_EXPLAINED",
     "PREEMPTION_EXPLAINED",
+    "STEP_WEIGHTED",
     "ClientMechanisms",
     "compare_client_engine",
     "counter_resolution",
     "engine_batch_and_steps",
+    "scrape_edge_share",
 ]
 
 # the one definition of "agree": |client − engine| ≤ tolerance × engine
 IDLE_EXPLAINED = "idle-explained"  # B and s part by the measured time nothing decoded
 PREEMPTION_EXPLAINED = "preemption-explained"  # B and s part by the measured stalls
+STEP_WEIGHTED = "step-weighted"  # B and s part by τ's batch weighting; the client's steps agree
 UNEXPLAINED = " (no measured mechanism of this size: a disagreement)"
 AGREEMENT_TOLERANCES: dict[str, float] = {"T": 0.02, "B": 0.05, "s": 0.05, "alpha": 0.03}
 
@@ -117,6 +120,17 @@ def counter_resolution(
     return {"T": tokens, "B": tokens + steps, "s": steps}
 
 
+def scrape_edge_share(client_tokens_per_s: float, on_engine_clock: float | None) -> float:
+    """The scrape timing's share of a rate over the window, measured in this probe: the
+    client's tokens counted as the engine's counters count them (at its scrapes, interpolated
+    to the window's edges) against its own window count. The engine's steps per second are
+    read through the same interpolation, so s carries the same edge error; B (tokens ÷ steps,
+    both interpolated alike) and T (compared on the engine's clock) do not."""
+    if on_engine_clock is None or on_engine_clock <= 0 or client_tokens_per_s <= 0:
+        return 0.0
+    return abs(on_engine_clock / client_tokens_per_s - 1.0)
+
+
 @dataclass(frozen=True, slots=True)
 class ClientMechanisms:
     """What the client measured that makes its figures part from the engine's, each a share.
@@ -130,6 +144,8 @@ class ClientMechanisms:
     idle_share: float | None = None
     prompt_only_share: float | None = None
     stalled_share: float | None = None
+    steps_per_s: float | None = None  # decode steps/s per replica, each once (step_gaps)
+    step_batch: float | None = None  # their mean batch, each step once
 
 
 def compare_client_engine(
@@ -166,6 +182,7 @@ def compare_client_engine(
     )
     res = counter_resolution(window, requests_in_window)
     tol = {k: tolerances[k] + res[k] for k in ("T", "B", "s")}
+    tol["s"] += scrape_edge_share(client_tokens_per_s, client_tokens_per_s_engine_clock)
     b_engine, s_engine = engine_batch_and_steps(window, r)
     client_b, client_s = batch_and_steps(client_tokens_per_s, client_tau_s, r)
     alpha: list[EngineAgreement] = []
@@ -183,7 +200,39 @@ def compare_client_engine(
     mech = mechanisms or ClientMechanisms(decode_share=client_decode_share)
     if r == 1 or mech.stalled_share is not None:
         b, s = _explained(t, b, s, mech, r)
+    if client_steps is None:
+        b, s = _step_weighted(t, b, s, mech)
     return [t, b, s, *alpha]
+
+
+def _step_weighted(
+    t: EngineAgreement, b: EngineAgreement, s: EngineAgreement, mech: ClientMechanisms
+) -> tuple[EngineAgreement, EngineAgreement]:
+    """B and s off because τ weights each step by its batch: τ = Σ B_i·d_i ÷ Σ B_i exceeds the
+    mean step Σ d_i ÷ N by Cov(B, d) ÷ E[B] when steps that carry more streams last longer, so
+    1/τ reads fewer steps and T·τ a larger batch than the engine's per-step counts; the product
+    (T) is the same. Explained only when T agrees and the client's own step count (each step
+    once, from its token gaps) gives the engine's s and B within their tolerances, and the
+    pair parts the way a positive covariance parts it (client B higher, s lower)."""
+    if not (t.ok and b.ok is False and s.ok is False) or mech.steps_per_s is None:
+        return b, s
+    if mech.step_batch is None or not s.engine or not b.engine or b.rel_diff is None:
+        return b, s
+    if b.rel_diff <= 0 or (s.rel_diff or 0.0) >= 0:  # a positive covariance parts them this way
+        return b, s
+    s_rel = mech.steps_per_s / s.engine - 1.0
+    b_rel = mech.step_batch / b.engine - 1.0
+    if abs(s_rel) > s.tolerance or abs(b_rel) > b.tolerance:
+        return b, s
+    cause = (
+        f"{STEP_WEIGHTED}: τ weights each step by its batch, and steps with more streams "
+        f"lasted longer (T·τ reads {b.rel_diff:+.1%} against the engine's tokens per step); "
+        f"counted once each from the client's token gaps the steps read s = "
+        f"{mech.steps_per_s:.1f}/s ({s_rel:+.1%}) and B = {mech.step_batch:.1f} ({b_rel:+.1%}), "
+        "as the engine counts them; T agrees"
+    )
+    explained = {"ok": True, "cause": cause}
+    return b.model_copy(update=explained), s.model_copy(update=explained)
 
 
 def _on_engine_clock(

@@ -36,6 +36,7 @@ from tokenwatt.metrics.kv_pressure import stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import idle_fraction_from_intervals
 from tokenwatt.metrics.prompt_phase import prompt_phase
+from tokenwatt.metrics.step_gaps import step_law_from_gaps
 from tokenwatt.metrics.steps import step_figures
 from tokenwatt.result import EngineFigures
 from tokenwatt.spec import BenchSpec, redact_text
@@ -276,6 +277,7 @@ def _mechanisms(run: ProbeRun, replicas: int) -> ClientMechanisms:
         [(r.sent_ns, r.first_token_ns, r.end_ns, r.done_ns) for r in run.records], w0, w1, replicas
     )
     stalls = stream_stalls(run.records, run.counted, w0, w1, replicas)
+    law = step_law_from_gaps(run.records, w0, w1, replicas)
     return ClientMechanisms(
         decode_share=_decode_share(run) if replicas == 1 else None,
         idle_share=idle,
@@ -283,6 +285,8 @@ def _mechanisms(run: ProbeRun, replicas: int) -> ClientMechanisms:
         stalled_share=stalls.stalled_s / stalls.decode_s
         if stalls.stalls and stalls.decode_s
         else None,
+        steps_per_s=None if law is None else law.steps_per_s,
+        step_batch=None if law is None else law.mean_batch,
     )
 
 

@@ -22,8 +22,9 @@ from tokenwatt.report.format import (
     fmt_tokens_per_s,
 )
 from tokenwatt.report.labels import SIMULATED, SIMULATED_NOTE
+from tokenwatt.report.verdict import AbVerdicts
 
-__all__ = ["comparison_view", "pareto_view"]
+__all__ = ["comparison_view", "pareto_view", "verdict_view"]
 
 
 def _metric_value(row: MetricRow, v: float | None) -> str:
@@ -118,3 +119,32 @@ def pareto_view(comparison: Comparison) -> RenderableType:
             Text("pass", "green") if p.slo_passed else Text("fail", "red"),
         )
     return t
+
+
+def verdict_view(ab: AbVerdicts) -> RenderableType:
+    """B against A: one line per figure (``report.verdict``), or the refusal naming every
+    field the specs differ in beyond the settings under test."""
+    a, b = ab.labels
+    head = f"A/B verdict: B = {b} against A = {a}"
+    design = (
+        "paired design (same seed schedule; the interval treats the runs as independent, "
+        "which is conservative when the shared schedule correlates them)"
+        if ab.paired
+        else "independent runs (different seed schedules)"
+    )
+    parts: list[RenderableType] = [Text(""), Text(head, "bold")]
+    if ab.refused:
+        parts.append(
+            Text(
+                "no verdict: the specs differ in more than the settings under test "
+                "(name a field with --under-test KEY to compare it):",
+                "yellow",
+            )
+        )
+        parts += [Text(f"  {line}", "yellow") for line in ab.refused]
+        return Group(*parts)
+    parts.append(Text(design))
+    for v in ab.verdicts:
+        style = "bold" if v.called else ""
+        parts.append(Text(f"  {v.text()}", style))
+    return Group(*parts)

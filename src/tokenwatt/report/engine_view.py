@@ -41,6 +41,8 @@ def _agreement_row(a: EngineAgreement) -> EngineRow:
         verdict = "not counted by the engine"
     elif a.ok and a.cause is not None and a.cause.startswith("idle-explained"):
         verdict = "agree after the engine's idle share"
+    elif a.ok and a.cause is not None and a.cause.startswith("step-weighted"):
+        verdict = "agree counted per step (τ weights steps by batch)"
     elif a.ok:
         verdict = f"agree (±{fmt_pct(a.tolerance, 0)})"
     else:
