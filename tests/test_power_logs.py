@@ -217,3 +217,23 @@ def test_engine_dump_without_timestamps_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(EngineDumpError, match="no timestamp") as err:
         parse_engine_dump(text, "m.prom")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_device_named_as_a_log_or_dump_is_refused_before_it_is_read(
+    tmp_path: Path, device: str
+) -> None:
+    """A power log or engine dump that is a link to a device would be read without end: the
+    bounded reader refuses it in one line, naming the file, before any byte is read."""
+    from tokenwatt.engine.dump import EngineDumpError, read_engine_dump
+    from tokenwatt.power.logs import read_power_log
+
+    link = tmp_path / "power.csv"
+    link.symlink_to(device)
+    with pytest.raises(PowerLogError) as log_err:
+        read_power_log(link)
+    with pytest.raises(EngineDumpError) as dump_err:
+        read_engine_dump(link)
+    for err in (log_err, dump_err):
+        text = str(err.value)
+        assert "not a regular file" in text and str(link) in text and "\n" not in text

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tokenwatt.bounded import read_bounded
 from tokenwatt.engine.names import EngineName, detect_engine
 from tokenwatt.engine.parse import EngineSample, MetricsParseError, sample_from_text
 from tokenwatt.errors import TokenwattError
@@ -29,14 +30,10 @@ class EngineDumpError(TokenwattError):
 
 
 def read_engine_dump(path: Path) -> tuple[EngineName, list[EngineSample]]:
-    """Read and parse one dump file (bounded: ``MAX_DUMP_BYTES``)."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_DUMP_BYTES:
-            raise EngineDumpError(f"{path}: {size} bytes, over {MAX_DUMP_BYTES}; cut it to the run")
-        text = path.read_text("utf-8", errors="replace")
-    except OSError as exc:
-        raise EngineDumpError(f"cannot read {path}: {exc.strerror or exc}") from None
+    """Read and parse one dump file (the one bounded reader: ``MAX_DUMP_BYTES``, regular
+    files only, so a device file or FIFO named as a dump is refused before it is read)."""
+    data = read_bounded(path, max_bytes=MAX_DUMP_BYTES, error=EngineDumpError, what="metrics dump")
+    text = data.decode("utf-8", errors="replace")
     return parse_engine_dump(text, path.name)
 
 

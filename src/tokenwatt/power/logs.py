@@ -27,6 +27,7 @@ from itertools import pairwise
 from pathlib import Path
 from statistics import median
 
+from tokenwatt.bounded import read_bounded
 from tokenwatt.errors import TokenwattError
 from tokenwatt.power.audit import ChannelData, audit_scope
 from tokenwatt.power.base import SourceKind
@@ -71,14 +72,10 @@ class PowerLog:
 
 
 def read_power_log(path: Path) -> PowerLog:
-    """Read and parse one log file (bounded: ``MAX_LOG_BYTES``)."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_LOG_BYTES:
-            raise PowerLogError(f"{path}: {size} bytes, over {MAX_LOG_BYTES}; cut it to the run")
-        text = path.read_text("utf-8", errors="replace")
-    except OSError as exc:
-        raise PowerLogError(f"cannot read power log {path}: {exc.strerror or exc}") from None
+    """Read and parse one log file (the one bounded reader: ``MAX_LOG_BYTES``, regular files
+    only, so a device file or FIFO named as a log is refused before it is read)."""
+    data = read_bounded(path, max_bytes=MAX_LOG_BYTES, error=PowerLogError, what="power log")
+    text = data.decode("utf-8", errors="replace")
     return parse_power_log(text, path.name)
 
 
