@@ -1,4 +1,4 @@
-"""StreamClient reads the server's cached-token count and sends chat histories (issue 14).
+"""StreamClient reads the server's cached-token count and sends chat histories.
 
 Against the built-in simulator over real HTTP with prefix caching on: its 16-token blocks make
 the expected counts a hand calculation (see tests/test_sim_prefix.py for the block rule).

@@ -128,7 +128,7 @@ def test_disagreement_names_a_cause_by_direction() -> None:
 
 
 def test_tolerances_are_the_issue_s() -> None:
-    # alpha: the acceptance length under speculative decoding (issue 19)
+    # alpha: the acceptance length under speculative decoding
     assert AGREEMENT_TOLERANCES == {"T": 0.02, "B": 0.05, "s": 0.05, "alpha": 0.03}
 
 

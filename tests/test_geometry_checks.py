@@ -1,4 +1,4 @@
-"""config.json consistency checks (issue 10): every impossible config is one line naming the
+"""config.json consistency checks: every impossible config is one line naming the
 field and the fix; a fuzz over mutated bundled configs finds no other exception."""
 
 from __future__ import annotations

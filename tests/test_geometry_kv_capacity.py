@@ -1,5 +1,5 @@
 """KV bytes per token by layer group, the bytes a sequence occupies, and the simulator's
-KV capacity, each checked against a hand calculation written out here (issue 9)."""
+KV capacity, each checked against a hand calculation written out here."""
 
 from __future__ import annotations
 

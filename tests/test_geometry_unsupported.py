@@ -1,4 +1,4 @@
-"""Architectures the geometry does not model are refused in one line (issue 15).
+"""Architectures the geometry does not model are refused in one line.
 
 The configs are trimmed from the public Hugging Face files (keys and values as published):
 state-spaces/mamba-130m-hf, RWKV/rwkv-4-169m-pile, ai21labs/Jamba-v0.1, Qwen3-Next-80B-A3B,

@@ -1,4 +1,4 @@
-"""An MBU above 100 % is an error, never a printed figure (issue 15).
+"""An MBU above 100 % is an error, never a printed figure.
 
 The rule (``metrics.mbu.check_rated_bandwidth``) by hand: MBU is inversely proportional to the
 rated bandwidth, so scaling the bandwidth puts the figure exactly on either side of the

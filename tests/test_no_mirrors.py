@@ -2,7 +2,7 @@
 
 The result types (``tokenwatt.result``, ``tokenwatt.sweep_result``) are what ``metrics``,
 ``engine`` and ``load`` return; a second class with (nearly) the same fields, copied field by
-field into the result type, is a mirror: two places to change, and the copy drifts (issue 21).
+field into the result type, is a mirror: two places to change, and the copy drifts.
 The scan reads every class's annotated fields with ``ast`` and lists every class outside the
 result modules that shares most of its fields with a result type. Beside it: the named mirrors
 are gone from the functions that produced them, B and s come from one function, quantiles

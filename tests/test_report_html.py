@@ -192,7 +192,7 @@ def _marks(text: str) -> list[tuple[str, str]]:
 
 def test_a_simulated_run_is_marked_on_every_card_chart_and_table() -> None:
     """A card, chart or table copied out of the page alone still says SIMULATED; the
-    simulator's power is marked beside its watts (issue 21)."""
+    simulator's power is marked beside its watts."""
     data = _data()  # served by the simulator (endpoint url: sim)
     text = render_html(BenchResult.model_validate(data))
     found = _marks(text)

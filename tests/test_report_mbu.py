@@ -103,7 +103,7 @@ def _page_text(html: str) -> str:
 
 def test_each_mbu_line_and_note_is_said_once() -> None:
     """The figure once (the headline), each flag once with its direction, each note once:
-    no note restated by its flag's line, none again among the self-checks (issue 21)."""
+    no note restated by its flag's line, none again among the self-checks."""
     d = _mbu(3.35e12)
     d.notes.append("a note no flag restates")
     result = _result(d)

@@ -8,7 +8,7 @@ MBU. The truth comes from the simulator's own steps over the same window: accept
 tokens the verify steps emitted ÷ sequences verified; steps/s = decode sequences ÷ Σ
 (sequences × step time) (each running sequence sits in every step); MBU = every byte the
 decode steps read (target weights for k + 1 positions, KV, the drafter's bytes) ÷ (window ×
-node bandwidth). Targets (issue 19): acceptance length within 3 %, steps/s within 2 %, MBU
+node bandwidth). Targets: acceptance length within 3 %, steps/s within 2 %, MBU
 within 1 pt; the seed's token-based formula (before) is reported beside it.
 """
 

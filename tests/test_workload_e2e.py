@@ -1,4 +1,4 @@
-"""Production workloads in a real probe against the simulator over HTTP (issue 14): trace
+"""Production workloads in a real probe against the simulator over HTTP: trace
 replay (Azure and Mooncake) and conversations, plus the session schedule in virtual time.
 
 Truths used: the trace file's own timestamps (scaled by hand), the spec's fixed think time,

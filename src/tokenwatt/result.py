@@ -26,54 +26,54 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         (+) ``target``: what was driven, ``{kind: sim|endpoint, base_url, model, sim_mode,
         sim}`` with the simulator's settings, so a simulated result says so (None: older
         file; readers then look at ``spec.endpoint.url``).
-        (issue 14, additive, optional) probe: ``rate_unit`` (what ``rate_rps`` counts:
+        (additive, optional) probe: ``rate_unit`` (what ``rate_rps`` counts:
         requests, sessions or turns /s), ``sessions`` (``SessionStats``) and
         ``cached_prompt_fraction``; absent in earlier version-2 files.
-        MBU (issue 11/15, all with defaults so earlier v2 files load): ``mbu_detail.mbu``
+        MBU (all with defaults so earlier v2 files load): ``mbu_detail.mbu``
         counts every byte the engine drew (prompt-routed experts in mixed steps, busy share)
         and ``mbu_decode_only`` is the seed's decode-only W(B)·s beside it;
         ``inputs.mixed_steps`` holds the mixed-step estimate; flags ``mixed_steps``, ``idle``,
         ``over_slot_limit``, ``small_batch``, ``routing_skew`` and ``above_rated_bandwidth``
         (MBU over 100 %: no figure, the note names the likely wrong input).
-        (issue 19, additive, optional) ``mbu_detail.inputs.speculation``
+        (additive, optional) ``mbu_detail.inputs.speculation``
         (``MbuSpeculation``: s and B from steps, acceptance length, drafter bytes) and flags
         ``speculative_steps``, ``drafter_bytes_unknown``, ``coalesced_chunks``; probe
         ``steps`` (``StepSummary``: ITL per chunk and per token, steps/s, acceptance length).
-        (issue 24, additive, optional) MBU without a measured expert load is a band:
+        (additive, optional) MBU without a measured expert load is a band:
         ``mbu_lower_bound``, ``mbu_decode_only_lower_bound`` and ``routing_reference`` (the
         skew of the lower bound); flags ``routing_unmeasured``, ``prefill_only`` and
         ``kv_pressure`` (each with its note).
         Additive, same version: probe ``engine`` (``EngineFigures``: the engine's own
         /metrics over the window, client-vs-engine ``agreements``, the engine-side MBU) and
         ``engine_series_file``; absent in older files (None).
-        Typed, same JSON (issue 9): ``spec`` is read as a ``BenchSpec``, ``geometry`` as a
+        Typed, same JSON: ``spec`` is read as a ``BenchSpec``, ``geometry`` as a
         ``ModelGeometry``, ``accelerator`` as an ``Accelerator`` and ``target`` as a
         ``RunTarget``, so a bad copy is refused at load in one line; version 1's
         ``geometry.kv_bytes_per_token`` is written back as ``kv_bytes_per_token_full_context``
         and a version-1 spec without ``endpoint``/``hardware`` gets the simulator and the
         file's own accelerator, gpus and replicas (version 1's defaults).
-        Additive, same version (issue 26): ``target.kind`` may be ``imported`` (a result
+        Additive, same version: ``target.kind`` may be ``imported`` (a result
         read from another tool's file by ``tokenwatt import``), with ``source_tool``,
         ``source_tool_version``, ``source_format`` and ``source_file``; absent before (None).
-        (issue 20, additive, optional) energy: ``input_tokens``, ``joules_per_total_token``
+        (additive, optional) energy: ``input_tokens``, ``joules_per_total_token``
         and ``audit`` (per source: method, achieved period, devices, validity checks,
         busy/idle and prefill/decode energy); probe ``cost`` ($/Mtok from
         ``hardware.price_per_gpu_hour`` and ``price_per_kwh``). Sweeps write their own
         ``sweep.json`` (``tokenwatt.sweep_result``).
-        Additive, same version (issue 23/25): ``slo_detail.load_generator_failed`` (a
+        Additive, same version: ``slo_detail.load_generator_failed`` (a
         sending worker died: its requests are ``worker_lost``, the probe has no SLO verdict);
         ``load_generator.per_worker[].clock_drift_ppm`` and ``clock_samples`` (a Ray actor's
         offset re-measured during the probe).
-        (issue 23, additive, default 0) probe ``stray_answers``: answers the server wrote
+        (additive, default 0) probe ``stray_answers``: answers the server wrote
         that no request was waiting for, or a stale one refused; flag ``stray_answers``.
-        (issue 22, additive, optional) slo_detail ``judged``, ``misses`` (requests over each
+        (additive, optional) slo_detail ``judged``, ``misses`` (requests over each
         limit) and ``sequential`` (the sequential test's decision); the boundary probe's
         ``boundary_rate_rps``, ``rate_interval_rps``, ``goodput_tokens_per_s_at_boundary``,
         ``goodput_interval_tokens_per_s`` and ``confidence`` (the fitted boundary with its
         interval); search phases ``fit`` and ``check``, stop reason ``changed``, ``drift``
         (the confirmation and re-test after the search) and ``start`` (how the first rate
         was found).
-    3 - (issue 21) one file per run and one word per figure. ``tokenwatt probe`` writes
+    3 - one file per run and one word per figure. ``tokenwatt probe`` writes
         ``result.json`` only (no ``probe.json``): what only it held is typed here, probe
         ``run`` (``ProbeDetail``: arrival, prompt format, the window's ends and drain, the
         counts and chunk figures the summary lacks, the client's clock and connections) and
@@ -92,20 +92,20 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         requests, first chunks included: what MBU from steps divides by) and
         ``load_generator.per_worker[].exit_code`` (a worker process's exit status; the
         sender returns this type directly).
-        (issue 22 item 3, optional) probe ``intervals`` (``FigureIntervals``): T, τ, the
+        (optional) probe ``intervals`` (``FigureIntervals``): T, τ, the
         p99s of TTFT and TPOT, goodput, MBU (headline and decode-only) and tokens per joule
         as ``[low, high]`` at ``confidence`` (batch means over time blocks of the window,
         ``metrics.intervals``), and ``mbu_window_for_1pt_s``; absent in older files (None).
-        (issue 22 item 4, optional) ``mbu_detail.inputs.mixed_steps.decode_step_s`` and
+        (optional) ``mbu_detail.inputs.mixed_steps.decode_step_s`` and
         ``decode_steps_per_s``: the decode steps counted once from the token gaps (weight
         1/batch; ``metrics.step_gaps``), whose count and batch law the headline's weight terms
         now use; None where the byte law was used (no token times).
-        (issue 22 item 5, optional) ``slo_detail.medians_s``: nearest-rank medians of TTFT
+        (optional) ``slo_detail.medians_s``: nearest-rank medians of TTFT
         and TPOT over the judged requests (a failed one as +inf; None: over half failed),
         the latency level the drift checks compare; ``search.drift`` lines now read by it.
         (additive, default 0) probe ``run.clock.realtime_steps``: steps of the realtime
         clock the client saw (a kernel stamp after its read or before its send) and corrected.
-        (issue 22 item 1, optional) ``slo_detail.in_flight_misses``: requests still in flight
+        (optional) ``slo_detail.in_flight_misses``: requests still in flight
         at an early stop whose first token was already past the TTFT limit, per limit, where
         the sequential test counted them (``metrics.sequential``); None in older files and
         where the decision read finished requests only.
@@ -992,7 +992,7 @@ class ProbeSummary(_Strict):
     ttft_reasoning_s: Latency | None = Field(None, description="time to first reasoning token")
     ttft_answer_s: Latency | None = Field(None, description="time to first answer token")
     steps: StepSummary | None = Field(
-        None, description="steps, acceptance length, ITL per chunk and per token (issue 19)"
+        None, description="steps, acceptance length, ITL per chunk and per token"
     )
     send_lateness_s: Latency | None = Field(
         None, description="actual send − scheduled send: the load generator's own error"

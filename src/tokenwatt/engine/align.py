@@ -6,7 +6,7 @@ straddling scrape interval (a single-stream point, a closed loop's first and las
 where the counter adds a request's tokens only when it ends (llama.cpp), that delta differs
 from the tokens the client received inside the window — not because either side is wrong but
 because of *when* the counter counts. Widening the tolerance by the scrape interval hid real
-differences (±20 % on 70 s windows, issue 24). Instead the client's own token stamps are
+differences (±20 % on 70 s windows). Instead the client's own token stamps are
 counted the same way — cumulative at each scrape time, interpolated at the edges — and the
 engine is compared with that; the gap between this and the client's window count is the
 measured size of the edge effect.

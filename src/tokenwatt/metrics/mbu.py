@@ -128,21 +128,15 @@ def compute_mbu(
     if not _positive(bandwidth_bytes_per_s):
         raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
     if steps is not None:  # speculative decoding: steps, not tokens (metrics.spec_mbu)
-        spec = speculative_mbu(
-            geometry, steps=steps.steps, drafter=steps.drafter,
+        spec = _speculative(
+            geometry, steps, regime, routing_detail,
             output_tokens_per_s=output_tokens_per_s, itl_token_weighted_s=itl_token_weighted_s,
             replicas=replicas, gpus=gpus, bandwidth_bytes_per_s=bandwidth_bytes_per_s,
             mean_context_per_token=mean_context_per_token,
             kv_bytes_per_output_token=kv_bytes_per_output_token,
-            draft_kv_bytes_per_output_token=steps.draft_kv_bytes_per_output_token,
-            regime=steps.regime or regime, routing_detail=routing_detail,
         )  # fmt: skip
         if spec is not None:
-            return _sharing(
-                check_rated_bandwidth(_geometry_flags(spec, geometry, steps.regime or regime)),
-                gpus,
-                replicas,
-            )
+            return spec
     node_bw = gpus * bandwidth_bytes_per_s
     t = float(output_tokens_per_s)
     tau = float(itl_token_weighted_s)
@@ -179,6 +173,38 @@ def compute_mbu(
     if regime is not None:
         result = apply_regime(result, geometry, regime, routing_detail=routing_detail)
     return _sharing(check_rated_bandwidth(result), gpus, replicas)
+
+
+def _speculative(
+    geometry: ModelGeometry,
+    steps: StepBasis,
+    regime: StepRegime | None,
+    routing_detail: bool,
+    *,
+    output_tokens_per_s: float,
+    itl_token_weighted_s: float,
+    replicas: int,
+    gpus: int,
+    bandwidth_bytes_per_s: float,
+    mean_context_per_token: float,
+    kv_bytes_per_output_token: float,
+) -> Mbu | None:
+    """MBU from the client's steps under speculative decoding (``metrics.spec_mbu``), held to
+    the rated bandwidth and the node's sharing like the plain path; None where the steps give
+    no figure (the plain path then answers)."""
+    spec = speculative_mbu(
+        geometry, steps=steps.steps, drafter=steps.drafter,
+        output_tokens_per_s=output_tokens_per_s, itl_token_weighted_s=itl_token_weighted_s,
+        replicas=replicas, gpus=gpus, bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        mean_context_per_token=mean_context_per_token,
+        kv_bytes_per_output_token=kv_bytes_per_output_token,
+        draft_kv_bytes_per_output_token=steps.draft_kv_bytes_per_output_token,
+        regime=steps.regime or regime, routing_detail=routing_detail,
+    )  # fmt: skip
+    if spec is None:
+        return None
+    flagged = _geometry_flags(spec, geometry, steps.regime or regime)
+    return _sharing(check_rated_bandwidth(flagged), gpus, replicas)
 
 
 def _sharing(m: Mbu, gpus: int, replicas: int) -> Mbu:

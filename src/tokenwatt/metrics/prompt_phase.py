@@ -5,7 +5,7 @@ a prefill-only step: no decode is in flight, so none of its bytes are decode byt
 interval from send to first token is that prefill (plus the network). The client's idle
 measure (send → done) counts that interval as busy, so s = 1/τ was credited to the whole
 elapsed time and the prompt's expert bytes were read as decode bytes: on an MoE model at
-concurrency 1 MBU read 33.6 % against a truth of 20.9 % (issue 24).
+concurrency 1 MBU would read 33.6 % against a truth of 20.9 %.
 
 From every request's four stamps — sent, first token, last token, done — a sweep over the
 window gives, per replica:

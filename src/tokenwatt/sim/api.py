@@ -101,6 +101,32 @@ def _messages_tokens(messages: Any) -> int:
     return count_chat_tokens(messages)
 
 
+def _model(body: dict[str, Any], served_model: str, accepts: Callable[[str], bool] | None) -> str:
+    """The requested model: absent means the served one; another name must be one ``accepts``
+    takes for this model, else vLLM's 404."""
+    model = body.get("model")
+    if model is None:
+        return served_model
+    if not isinstance(model, str):
+        raise _bad("'model' must be a string", "model")
+    if model != served_model and not (accepts is not None and accepts(model)):
+        raise ApiError(404, f"The model `{model}` does not exist.", "model")
+    return model
+
+
+def _stream_options(body: dict[str, Any], stream: bool) -> tuple[bool, bool]:
+    """``stream_options``' ``include_usage`` and ``continuous_usage_stats``, allowed only when
+    streaming (vLLM's rule)."""
+    opts = body.get("stream_options")
+    if opts is None:
+        return False, False
+    if not isinstance(opts, dict):
+        raise _bad("'stream_options' must be an object", "stream_options")
+    if not stream:
+        raise _bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    return _opt_bool(opts, "include_usage", default=True), _opt_bool(opts, "continuous_usage_stats")
+
+
 def parse_request(
     body: Any,
     *,
@@ -114,13 +140,7 @@ def parse_request(
     ``accepts`` says which other model names are this model (``sim.names``)."""
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
-    model = body.get("model")
-    if model is None:
-        model = served_model
-    elif not isinstance(model, str):
-        raise _bad("'model' must be a string", "model")
-    elif model != served_model and not (accepts is not None and accepts(model)):
-        raise ApiError(404, f"The model `{model}` does not exist.", "model")
+    model = _model(body, served_model, accepts)
 
     if chat:
         if "messages" not in body:
@@ -137,15 +157,7 @@ def parse_request(
     if n not in (None, 1):
         raise _bad("only n=1 is supported", "n")
     stream = _opt_bool(body, "stream")
-    opts = body.get("stream_options")
-    include_usage = continuous = False
-    if opts is not None:
-        if not isinstance(opts, dict):
-            raise _bad("'stream_options' must be an object", "stream_options")
-        if not stream:
-            raise _bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
-        include_usage = _opt_bool(opts, "include_usage", default=True)
-        continuous = _opt_bool(opts, "continuous_usage_stats")
+    include_usage, continuous = _stream_options(body, stream)
 
     max_tokens = None
     if chat:

@@ -111,7 +111,7 @@ class Concurrency(Section):
 Arrival = Annotated[Poisson | Gamma | Constant | Concurrency, Field(discriminator="kind")]
 
 
-# --- Production workloads (issue 14): shared prefixes, trace replay, conversations ---------
+# --- Production workloads: shared prefixes, trace replay, conversations -------------------
 
 
 class SharedPrefix(Section):
