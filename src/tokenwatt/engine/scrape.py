@@ -34,7 +34,7 @@ from tokenwatt.result import EngineFigures
 __all__ = ["MAX_METRICS_BYTES", "EngineScraper", "fetch_text", "metrics_url_for"]
 
 # a vLLM /metrics page with every histogram is ~100-300 KB; 8 MB is far above any engine's and
-# far below what parsing costs to be felt (100 MB took > 150 s and 1 GB before this bound)
+# far below what parsing costs to be felt
 MAX_METRICS_BYTES = 8 << 20
 
 
