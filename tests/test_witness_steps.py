@@ -55,6 +55,27 @@ def test_step_weighting_explained_by_the_clients_own_step_count() -> None:
     assert "+12.5%" in (out["B"].cause or "")
 
 
+def test_one_of_the_pair_past_its_tolerance_is_explained_too() -> None:
+    # the same steps with s's tolerance at 12 %: s (−11.1 %) is within it, B (+12.5 %) is not;
+    # the covariance moved both, so B's disagreement is the same mechanism (seen in a loaded
+    # demo: B +5.9 % against ±5.3 %, s −5.2 % against ±5.6 %, both sides true to the truth log)
+    recs = _records()
+    law = step_law_from_gaps(recs, 0, 2000 * MS, 1)
+    assert law is not None
+    w = window_figures("vllm", "u", duration_s=2.0, generated_tokens=1000, decode_steps=75)
+    tol = {"T": 0.02, "B": 0.05, "s": 0.12, "alpha": 0.03}
+    kw = {"client_tokens_per_s": 500.0, "client_tau_s": 0.030, "replicas": 1, "window": w}
+    plain = {a.figure: a for a in compare_client_engine(**kw, tolerances=tol)}  # type: ignore[arg-type]
+    assert plain["s"].ok is True and plain["B"].ok is False
+    mech = ClientMechanisms(steps_per_s=law.steps_per_s, step_batch=law.mean_batch)
+    out = {a.figure: a for a in compare_client_engine(**kw, tolerances=tol, mechanisms=mech)}  # type: ignore[arg-type]
+    assert out["B"].ok is True and (out["B"].cause or "").startswith(STEP_WEIGHTED)
+    # the wrong direction (client B lower) is not this mechanism
+    low = {**kw, "client_tau_s": 0.024}
+    wrong = {a.figure: a for a in compare_client_engine(**low, tolerances=tol, mechanisms=mech)}  # type: ignore[arg-type]
+    assert wrong["B"].ok is False and UNEXPLAINED in (wrong["B"].cause or "")
+
+
 def test_a_step_count_that_disagrees_explains_nothing() -> None:
     w = window_figures("vllm", "u", duration_s=2.0, generated_tokens=1000, decode_steps=75)
     mech = ClientMechanisms(steps_per_s=33.3, step_batch=15.0)  # the client's τ again

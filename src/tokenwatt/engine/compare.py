@@ -213,8 +213,10 @@ def _step_weighted(
     1/τ reads fewer steps and T·τ a larger batch than the engine's per-step counts; the product
     (T) is the same. Explained only when T agrees and the client's own step count (each step
     once, from its token gaps) gives the engine's s and B within their tolerances, and the
-    pair parts the way a positive covariance parts it (client B higher, s lower)."""
-    if not (t.ok and b.ok is False and s.ok is False) or mech.steps_per_s is None:
+    pair parts the way a positive covariance parts it (client B higher, s lower). One of the
+    pair past its tolerance is enough: the covariance moves both by about the same share, so
+    near the line one crosses it and the other does not, by the same mechanism."""
+    if not (t.ok and (b.ok is False or s.ok is False)) or mech.steps_per_s is None:
         return b, s
     if mech.step_batch is None or not s.engine or not b.engine or b.rel_diff is None:
         return b, s
