@@ -27,7 +27,24 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.metrics import intervals
-from virtual_figures import CASES, FIGURES, RATES, Truth, long_run_truth, probe_summary
+from virtual_figures import (
+    CASES as _CASES,
+)
+from virtual_figures import (
+    FIGURES,
+    HOLDOUT_CASES,
+    HOLDOUT_RATES,
+    Truth,
+    long_run_truth,
+    probe_summary,
+)
+from virtual_figures import (
+    RATES as _RATES,
+)
+
+# the development cases and the held-out ones (``--cases qwen3-32b-prefill llama-70b-tp4``)
+CASES = {**_CASES, **HOLDOUT_CASES}
+RATES = {**_RATES, **HOLDOUT_RATES}
 
 ROW = "| {case} ({rate:g} req/s) | {fig} | {truth} | {k} of {n} ({share}) | {hw} | {none} | {err} |"
 
@@ -54,7 +71,7 @@ def _truth_of(truth: Truth, fig: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", nargs="+", default=list(RATES))
+    ap.add_argument("--cases", nargs="+", default=list(_RATES), choices=list(RATES))
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--window-s", type=float, default=60.0)
     ap.add_argument("--warmup-s", type=float, default=60.0)
