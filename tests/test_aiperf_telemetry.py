@@ -91,6 +91,29 @@ def test_aiperf_run_imports_with_tokens_per_joule(
     assert energy.audit[0].valid and len(energy.audit[0].devices) == 2
 
 
+def test_without_the_telemetry_file_aiperf_own_figure_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--no-power (or a summary alone): AIPerf's own mean GPU power over its phase gives
+    tokens/J = T ÷ P, which is AIPerf's own tokens per joule."""
+    shutil.copy(SUMMARY, tmp_path / SUMMARY.name)
+    shutil.copy(TELEMETRY, tmp_path / TELEMETRY.name)
+    out = tmp_path / "imp"
+    args = ["import", str(tmp_path / SUMMARY.name), "--model", "llama-3.1-8b"]
+    args += ["--hardware", "h100-sxm", "--no-power", "-o", str(out)]
+    monkeypatch.setattr("sys.argv", ["tokenwatt", *args])
+    with pytest.raises(SystemExit) as ended:
+        cli_main()
+    assert ended.value.code == 0, capsys.readouterr().err
+    energy = load_result(out).probes[0].energy
+    doc = json.loads(SUMMARY.read_text())
+    assert energy is not None and energy.source == "AIPerf" and not energy.audit
+    assert energy.mean_power_w == pytest.approx(doc["nvidia_average_gpu_power"]["avg"])
+    own_tpj = doc["nvidia_output_tokens_per_joule"]["avg"]
+    assert energy.tokens_per_joule == pytest.approx(own_tpj, rel=1e-6)
+    assert any("own energy figure" in w for w in energy.warnings)
+
+
 def test_early_aiperf_field_names_and_power_only_records() -> None:
     """AIPerf before its vendor-prefixed names wrote ``dcgm_url``, ``gpu_power_usage`` and
     ``energy_consumption`` (MJ): read the same; without counters, the power is integrated."""
