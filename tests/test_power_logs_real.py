@@ -1,11 +1,14 @@
-"""A real public power log read by ``power.logs``: MLPerf's PTDaemon sample log (``spl.txt``,
-tests/fixtures/power_logs/README.md gives its source and licence). The energy over a stated
-window is checked against a trapezoid computed here from the file's own text, independently
-of ``power.logs`` and ``power.integrate``, and the mean power against MLPerf's own rule (the
-mean of the analyser's samples inside the window, as its compliance checker takes it)."""
+"""Real public power logs read by ``power.logs`` (tests/fixtures/power_logs/README.md gives
+their sources and licences): MLPerf's PTDaemon sample log (``spl.txt``) and an H100's
+``nvidia-smi dmon`` log of a vLLM run. The energy over a stated window is checked against a
+trapezoid computed here from each file's own text, independently of ``power.logs`` and
+``power.integrate``; the PTDaemon mean power against MLPerf's own rule (the mean of the
+analyser's samples inside the window, as its compliance checker takes it)."""
 
 from __future__ import annotations
 
+import csv
+import json
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
@@ -15,12 +18,16 @@ import pytest
 from tokenwatt.power.logs import (
     PowerLogError,
     log_energy,
+    logs_beside,
     merge_logs,
     parse_power_log,
     read_power_log,
 )
 
-SPL = Path(__file__).parent / "fixtures" / "power_logs" / "mlperf_ptdaemon_spl.txt"
+LOGS = Path(__file__).parent / "fixtures" / "power_logs"
+SPL = LOGS / "mlperf_ptdaemon_spl.txt"
+H100 = LOGS / "memory_gap_h100_llama2_7b"
+DMON = H100 / "metrics_gpu_device_nvidia_smi_dom_0_server_0.csv"
 # The stated window: 90 s inside the 132 s the analyser logged (10:21:51.496 – 10:24:03.515)
 WINDOW = (
     datetime(2020, 12, 23, 10, 22, 0, tzinfo=UTC),
@@ -98,3 +105,47 @@ def test_wall_and_gpu_logs_are_not_summed() -> None:
     )
     with pytest.raises(PowerLogError, match="wall"):
         merge_logs([wall, gpu])
+
+
+def _engine_span() -> tuple[float, float, float]:
+    """The engine's generating span on the logger's clock, from the vLLM counters logged beside
+    the power (first sample with generated tokens, first at the final count), and the tokens
+    generated over it."""
+    with (H100 / "metrics_engine_server_0.csv").open() as f:
+        rows = [
+            (float(r["time [s]"]), float(r["generation_tokens_total"])) for r in csv.DictReader(f)
+        ]
+    final = rows[-1][1]
+    first = next((t, v) for t, v in rows if v > 0)
+    last = next(t for t, v in rows if v == final)
+    return first[0], last, final - first[1]
+
+
+def test_h100_dmon_log_energy_matches_the_hand_trapezoid() -> None:
+    """Llama-2-7B on vLLM, one H100 64 GB, 2,000 ShareGPT prompts at max-num-seqs 128: the
+    dmon log's energy over the engine's generating span."""
+    log = read_power_log(DMON)
+    assert (log.source, log.kind, log.relative) == ("nvidia-smi dmon", "power_sampler", True)
+    lines = DMON.read_text().splitlines()[2:]  # after the header and the units row
+    samples = [(float(r.split(",")[0]), float(r.split(",")[2])) for r in lines]
+    a, b, tokens = _engine_span()
+    want = _trapezoid_j(samples, a, b)
+    report, audit = log_energy(log, round(a * 1e9), round(b * 1e9), tdp_w=700.0)
+    got = report.primary.energy_j  # type: ignore[union-attr]
+    assert got == pytest.approx(want, rel=0.01)
+    assert want == pytest.approx(78_354, abs=5)  # the figure docs/validation.md records
+    assert audit.valid, audit.verdict
+    assert tokens / got == pytest.approx(8.23, abs=0.01)  # tok/J, GPU only
+    # the client's own count over its run agrees with the engine's over this span
+    client = json.loads(next(H100.glob("openai-*.json")).read_text())
+    assert tokens == pytest.approx(client["total_output_tokens"], rel=0.005)
+
+
+def test_a_log_without_a_wall_clock_is_never_placed_on_a_run(tmp_path: Path) -> None:
+    log = read_power_log(DMON)
+    with pytest.raises(PowerLogError, match="seconds since its logger started"):
+        merge_logs([log])
+    for f in H100.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    beside = logs_beside(tmp_path / "openai-infqps-llama-2-7b-20250218-165556.json")
+    assert beside == []

@@ -16,6 +16,10 @@ operator kept. Formats, detected from the text (never the file name):
   counter (MJ, field ``energy_consumption`` or the vendor-prefixed ``nvidia_``/``amd_`` names
   of later versions) when every GPU has one, else the power (``gpu_power_usage``,
   ``nvidia_power_usage``, ``amd_power``, W);
+* ``nvidia-smi dmon`` rows as CSV with a relative first column (``time,gpu,pwr,…`` then a
+  units row ``s,Idx,W,…``), as loggers that wrap dmon write them: seconds since the logger
+  started, no wall clock, so such a log is read for a window stated on its own clock and is
+  never placed on a run's span (``merge_logs`` refuses it, ``logs_beside`` passes it over);
 * SPEC PTDaemon's sample log (``spl.txt``, the power analyser's log MLPerf Inference power
   submissions ship): ``Time,MM-DD-YYYY HH:MM:SS.mmm,Watts,W,Volts,…,Mark,…`` lines, the
   analyser's total at the wall (scope ``wall``, never summed with GPU logs); non-positive
@@ -75,6 +79,7 @@ class PowerLog:
     channels: dict[str, tuple[list[int], list[float]]]
     file: str = ""
     scope: str = "gpu"  # "wall" for an analyser at the plug (PTDaemon)
+    relative: bool = False  # stamps are ns since the logger started, not unix time
 
     @property
     def span_ns(self) -> tuple[int, int]:
@@ -104,6 +109,9 @@ def _kind(lines: list[str]) -> str | None:
         return "nvidia-smi"
     if lines[0].lstrip().startswith("#") and "pwr" in lines[0].split():
         return "dmon"
+    head = lines[0].split(",")
+    if head[0] == "time" and "pwr" in head and len(lines) > 1 and lines[1].startswith("s,"):
+        return "dmon-relative"
     if any(line.startswith("DCGM_FI_DEV_") for line in lines):
         return "dcgm"
     if lines[0].startswith("Time,") and ",Watts," in lines[0]:
@@ -126,7 +134,8 @@ def logs_beside(path: Path) -> list[Path]:
                 head = f.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
         except OSError:
             continue
-        if _kind([line for line in head.splitlines() if line.strip()]) is not None:
+        kind = _kind([line for line in head.splitlines() if line.strip()])
+        if kind is not None and kind != "dmon-relative":  # no wall clock: cannot be placed
             found.append(entry)
     return found
 
@@ -143,6 +152,8 @@ def parse_power_log(text: str, name: str = "power log") -> PowerLog:
         return _dmon(lines, name)
     if kind == "dcgm":
         return _dcgm(lines, name)
+    if kind == "dmon-relative":
+        return _dmon_relative(lines, name)
     if kind == "ptdaemon":
         return _ptdaemon(lines, name)
     if kind == "aiperf":
@@ -228,6 +239,30 @@ def _dmon(lines: list[str], name: str) -> PowerLog:
         t = round(stamp.replace(tzinfo=UTC).timestamp() * 1e9)
         _add(channels, cells[g], t, w)
     return _checked(PowerLog("nvidia-smi dmon", "power_sampler", channels, name))
+
+
+def _dmon_relative(lines: list[str], name: str) -> PowerLog:
+    """dmon rows as CSV after a ``time`` column of seconds since the logger started (the
+    units row ``s,Idx,W,…`` skipped); stamps kept on that clock, the log marked relative."""
+    cols = lines[0].split(",")
+    t_col, g_col, p_col = (cols.index(c) for c in ("time", "gpu", "pwr"))
+    channels: dict[str, tuple[list[int], list[float]]] = {}
+    for n, line in enumerate(lines[2:], 3):
+        cells = line.split(",")
+        if len(cells) < len(cols):
+            raise PowerLogError(f"{name}: line {n} has {len(cells)} columns, the header has "
+                                f"{len(cols)}")  # fmt: skip
+        try:
+            t = float(cells[t_col])
+        except ValueError:
+            raise PowerLogError(f"{name}: line {n}: time {cells[t_col]!r} is not seconds") from None
+        try:
+            w = float(cells[p_col])
+        except ValueError:  # dmon prints "-" where a reading is not available
+            continue
+        _add(channels, cells[g_col].strip(), round(t * 1e9), w)
+    log = PowerLog("nvidia-smi dmon", "power_sampler", channels, name, relative=True)
+    return _checked(log)
 
 
 _SAMPLE = re.compile(r"^(DCGM_FI_DEV_\w+)\{([^}]*)\}\s+(\S+)(?:\s+(\d+))?\s*$")
@@ -334,6 +369,13 @@ def _checked(log: PowerLog) -> PowerLog:
 def merge_logs(logs: list[PowerLog]) -> PowerLog:
     """Several logs of one run (one per node or per GPU) as one, their devices summed; they
     must measure the same way (all samplers or all counters)."""
+    for log in logs:
+        if log.relative:
+            raise PowerLogError(
+                f"{log.file}: its times are seconds since its logger started, not wall-clock "
+                "times, so it cannot be placed on the run's span; give a log with dates "
+                "(nvidia-smi dmon -o DT, or --query-gpu=timestamp,…)"
+            )
     kinds = {log.kind for log in logs}
     if len(kinds) != 1:
         raise PowerLogError("power logs mix energy counters and power samples; give one kind")
@@ -358,9 +400,10 @@ def _period_s(log: PowerLog) -> float:
 def log_energy(
     log: PowerLog, start_ns: int, end_ns: int, *, tdp_w: float | None = None
 ) -> tuple[EnergyReport, EnergyAudit]:
-    """The log's energy over [start_ns, end_ns] (unix ns) summed over its devices, as the
-    report and audit a measured probe gets; flagged ``partial`` where a device's readings
-    cover less than ``COVERED_ENOUGH`` of the window."""
+    """The log's energy over [start_ns, end_ns] (unix ns; ns on its own clock for a
+    ``relative`` log) summed over its devices, as the report and audit a measured probe gets;
+    flagged ``partial`` where a device's readings cover less than ``COVERED_ENOUGH`` of the
+    window."""
     window_ns = end_ns - start_ns
     per_device: dict[str, float | None] = {}
     coverage, used = 1.0, 0
