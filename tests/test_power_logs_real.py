@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tokenwatt.cli import main as cli_main
 from tokenwatt.power.logs import (
     PowerLogError,
     log_energy,
@@ -141,10 +142,21 @@ def test_h100_dmon_log_energy_matches_the_hand_trapezoid() -> None:
     assert tokens == pytest.approx(client["total_output_tokens"], rel=0.005)
 
 
-def test_a_log_without_a_wall_clock_is_never_placed_on_a_run(tmp_path: Path) -> None:
+def test_a_log_without_a_wall_clock_is_never_placed_on_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = read_power_log(DMON)
     with pytest.raises(PowerLogError, match="seconds since its logger started"):
         merge_logs([log])
+    result = next(H100.glob("openai-*.json"))
+    args = ["import", str(result), "--model", "llama-3.1-8b", "--hardware", "h100-sxm-64gb"]
+    args += ["--power", str(DMON), "-o", str(tmp_path / "o")]
+    monkeypatch.setattr("sys.argv", ["tokenwatt", *args])
+    with pytest.raises(SystemExit) as ended:
+        cli_main()
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and "not wall-clock" in err
+    assert len(err.strip().splitlines()) == 1
     for f in H100.iterdir():
         (tmp_path / f.name).write_bytes(f.read_bytes())
     beside = logs_beside(tmp_path / "openai-infqps-llama-2-7b-20250218-165556.json")
