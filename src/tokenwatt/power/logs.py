@@ -72,7 +72,8 @@ class PowerLogError(TokenwattError):
 
 @dataclass(frozen=True, slots=True)
 class PowerLog:
-    """One log's readings per device: unix-epoch ns stamps and W (sampler) or J (counter)."""
+    """One log's readings per device: unix-epoch ns stamps (ns since the logger started where
+    ``relative``) and W (sampler) or J (counter)."""
 
     source: str  # "nvidia-smi", "nvidia-smi dmon", "dcgm-exporter", "aiperf", "ptdaemon"
     kind: SourceKind
