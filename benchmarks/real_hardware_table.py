@@ -5,9 +5,10 @@ not make (tests/fixtures/public/README.md): prints one Markdown row per measurem
 
 Per row: MBU as ``tokenwatt mbu`` derives it from the source's own figures, with its raised
 flags; B = T·τ/R against the engine's own mean running batch where the source logged it;
-tokens per joule (T ÷ the source's mean power) against the source's own energy per token; and
-client MBU against a hardware counter's DRAM throughput where one was logged (none of these
-sources logged one). ``--all`` prints every configuration, not only the shown batch sizes.
+tokens per joule (T ÷ the source's mean power, or the mean power of the power log it shipped)
+against the source's own energy per token where it states one; and client MBU against a
+hardware counter's DRAM throughput where one was logged (none of these sources logged one).
+``--all`` prints every configuration, not only the shown batch sizes.
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ def _num(x: float | None, spec: str = ".1f") -> str:
 def line(r: Row) -> str:
     """One Markdown row."""
     ratio = r.b_client / r.b_engine if r.b_client and r.b_engine else None
-    tpj = (
-        f"{r.tokens_per_joule:.2f} / {r.source_tokens_per_joule:.2f}"
-        if r.tokens_per_joule and r.source_tokens_per_joule
-        else "—"
-    )
+    tpj = f"{_num(r.tokens_per_joule, '.2f')} / {_num(r.source_tokens_per_joule, '.2f')}"
+    if r.tokens_per_joule is None and r.source_tokens_per_joule is None:
+        tpj = "—"
     upper = r.est.mbu.mbu_lengths_upper_bound
     mbu = _pct(r.mbu) + ("" if upper is None else f"–{_pct(upper)}")
     cells = [

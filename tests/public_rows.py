@@ -9,6 +9,7 @@ every input is the source's own figure or a stated assumption (``Row.assumed``).
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.metrics.published import MbuEstimate, PublishedFigures, mbu_from_figures
+from tokenwatt.power.logs import log_energy, read_power_log
 from tokenwatt.report.mbu_text import raised_flags
 
 PUBLIC = Path(__file__).parent / "fixtures" / "public"
@@ -185,12 +187,75 @@ def _mlperf_row(run: MlperfRun) -> Row:
     )  # fmt: skip
 
 
+# The artifact of arXiv 2503.08311 (vLLM on one H100 64 GB): folder <model>_<max-num-seqs>
+MEMORY_GAP = PUBLIC / "memory_gap"
+MEMORY_GAP_RUNS = ("opt-1.3b_128", "opt-1.3b_512")
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+DMON_FILE = "metrics_gpu_device_nvidia_smi_dom_0_server_0.csv"
+
+
+def engine_span(folder: Path) -> tuple[float, float, float]:
+    """The engine's generating span on the artifact's logger clock (first /metrics sample with
+    generated tokens, first at the final count) and its mean running batch over that span
+    (the samples are a second apart)."""
+    with (folder / "metrics_engine_server_0.csv").open() as f:
+        rows = [
+            (float(r["time [s]"]), float(r["generation_tokens_total"]),
+             float(r["num_requests_running"]))
+            for r in csv.DictReader(f)
+        ]  # fmt: skip
+    final = rows[-1][1]
+    a = next(t for t, gen, _ in rows if gen > 0)
+    b = next(t for t, gen, _ in rows if gen == final)
+    running = [n for t, _, n in rows if a <= t <= b]
+    return a, b, sum(running) / len(running)
+
+
+def _memory_gap_row(name: str) -> Row:
+    folder = MEMORY_GAP / name
+    doc = json.loads(next(folder.glob("openai-*.json")).read_text())
+    seqs = int(name.rsplit("_", 1)[1])
+    acc = get_accelerator("h100-sxm-64gb")
+    n = doc["completed"]
+    figures = PublishedFigures(
+        output_tokens_per_s=doc["output_throughput"],
+        pooled_itl_s=doc["mean_itl_ms"] / 1e3,
+        tpot_s=doc["mean_tpot_ms"] / 1e3,
+        concurrency=seqs,  # 2,000 prompts sent at once: the engine holds max-num-seqs
+        input_tokens=doc["total_input_tokens"] / n,
+        output_tokens=doc["total_output_tokens"] / n,
+        lengths_are_means=True,
+    )
+    est = mbu_from_figures(
+        load_geometry(CONFIGS / "opt-1.3b.json"), figures,
+        bandwidth_bytes_per_s=acc.bandwidth_bytes_per_s, gpus=1, replicas=1,
+    )  # fmt: skip
+    a, b, b_engine = engine_span(folder)
+    report, _ = log_energy(read_power_log(folder / DMON_FILE), round(a * 1e9), round(b * 1e9))
+    power_w = report.primary.mean_power_w if report.primary else None
+    return Row(
+        source="Memory Gap (arXiv 2503.08311)", gpu=acc.display_name, gpus=1, replicas=1,
+        model="facebook/opt-1.3b", point=f"max_num_seqs {seqs}, 2,000 ShareGPT prompts at once",
+        est=est, b_engine=b_engine, slot_limit=seqs,
+        tokens_per_joule=doc["output_throughput"] / power_w if power_w else None,
+        assumed=[
+            "closed loop at max_num_seqs (every prompt sent at t = 0)",
+            "power: nvidia-smi dmon over the engine's generating span (no energy of its own)",
+        ],
+    )  # fmt: skip
+
+
 def all_rows() -> list[Row]:
     """Every public row, sources in order."""
     rows = [r for name, preset in MLENERGY_MODELS.items() for r in _mlenergy_rows(name, preset)]
-    return rows + [_mlperf_row(run) for run in MLPERF_RUNS]
+    rows += [_mlperf_row(run) for run in MLPERF_RUNS]
+    return rows + [_memory_gap_row(name) for name in MEMORY_GAP_RUNS]
 
 
 def shown(rows: list[Row]) -> list[Row]:
-    """The rows the methodology prints: ML.ENERGY at ``SHOWN_SEQS``, every MLPerf row."""
-    return [r for r in rows if r.slot_limit is None or (r.slot_limit in SHOWN_SEQS and r.gpus <= 4)]
+    """The rows the methodology prints: ML.ENERGY at ``SHOWN_SEQS``, every other row."""
+    return [
+        r
+        for r in rows
+        if not r.source.startswith("ML.ENERGY") or (r.slot_limit in SHOWN_SEQS and r.gpus <= 4)
+    ]

@@ -17,6 +17,21 @@ ROWS = all_rows()
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_the_h100_64gb_rows_use_the_engine_and_power_the_source_logged() -> None:
+    """The Memory Gap rows: B against the engine's running count over its generating span,
+    tokens/J from the run's own nvidia-smi dmon log over the same span."""
+    from public_rows import MEMORY_GAP, engine_span
+
+    rows = [r for r in ROWS if r.source.startswith("Memory Gap")]
+    assert len(rows) == 2
+    for r in rows:
+        folder = MEMORY_GAP / f"opt-1.3b_{r.slot_limit}"
+        _, _, running = engine_span(folder)
+        assert r.b_engine == pytest.approx(running)
+        assert r.b_client is not None and r.b_engine is not None
+        assert r.tokens_per_joule is not None and r.tokens_per_joule > 0
+
+
 def test_three_sources_and_two_gpu_kinds() -> None:
     assert len({r.source for r in ROWS}) >= 3
     assert len({r.gpu for r in ROWS}) >= 2
@@ -34,8 +49,10 @@ def test_each_row_holds_its_invariants(row: object) -> None:
     assert "kv_lengths_from_means" in row.flags
     if row.source.startswith("MLPerf"):  # τ is the mean TPOT there: flagged, reads high
         assert "tau_from_tpot" in row.flags
-    else:  # ML.ENERGY gives the median ITL only: flagged, reads low
+    elif row.source.startswith("ML.ENERGY"):  # the median ITL only: flagged, reads low
         assert "tau_from_median_itl" in row.flags
+    else:  # vLLM's benchmark_serving: the pooled mean ITL, flagged, reads high
+        assert "tau_from_pooled_itl" in row.flags
     # tokens per joule from the source's power and throughput against its own energy/token
     if row.source_tokens_per_joule is not None:
         assert row.tokens_per_joule == pytest.approx(row.source_tokens_per_joule, rel=0.01)

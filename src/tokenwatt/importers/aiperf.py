@@ -10,6 +10,10 @@ AIPerf's names against TokenWatt's definitions:
   phase, its start-up included), not a steady window.
 * Lengths: the server's usage where the record has it (``usage_prompt_tokens``,
   ``usage_completion_tokens``), else AIPerf's own count (its tokenizer on the text).
+* Energy: with GPU telemetry AIPerf states its own mean GPU power over the profiling phase
+  (``nvidia_average_gpu_power``, ``amd_average_gpu_power``: its counter delta ÷ the phase,
+  summed over its GPUs), kept as the run's own figure; its ``gpu_telemetry_export.jsonl``
+  beside the summary, read as a power log (``power.logs``), takes precedence.
 
 The per-request file (``profile_export.jsonl`` beside the summary, read when present) gives
 the exact lengths for MBU and τ = Σ(E2E − TTFT) ÷ Σ(n − 1).
@@ -102,6 +106,13 @@ def _load(doc: dict[str, Any]) -> tuple[float | None, int | None]:
     )
 
 
+def _own_power_w(doc: dict[str, Any]) -> float | None:
+    """AIPerf's own mean GPU power (W, every vendor's GPUs summed); None without telemetry."""
+    parts = [number(doc, f"{v}_average_gpu_power", "avg") for v in ("nvidia", "amd")]
+    known = [p for p in parts if p is not None]
+    return sum(known) if known else None
+
+
 def read(doc: Any, records: list[dict[str, Any]] | None = None) -> list[ImportedRun]:
     tput = number(doc, "output_token_throughput", "avg")
     duration = number(doc, "benchmark_duration", "avg")
@@ -140,6 +151,7 @@ def read(doc: Any, records: list[dict[str, Any]] | None = None) -> list[Imported
             max_output_tokens=number(doc, "output_sequence_length", "max"),
             started_at=when(doc.get("start_time")),
             ended_at=when(doc.get("end_time")),
+            mean_power_w=_own_power_w(doc),
             notes=notes,
             **per_request,
         )
