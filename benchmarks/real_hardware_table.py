@@ -1,4 +1,4 @@
-"""The real-hardware validation table of docs/methodology.md, from public data TokenWatt did
+"""The real-hardware validation table of docs/validation.md, from public data TokenWatt did
 not make (tests/fixtures/public/README.md): prints one Markdown row per measurement.
 
     python benchmarks/real_hardware_table.py [--all]

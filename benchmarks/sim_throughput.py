@@ -11,7 +11,7 @@ client received them.
     python benchmarks/sim_throughput.py --streams 64 --window-s 5 --thread
 
 Targets (issues 5, 13): p99 emit lateness < 1 ms at 256 and at 1,000 streams (100,000
-streamed tokens/s). Measured on the 2-core development machine (docs/methodology.md, *Performance*;
+streamed tokens/s). Measured on the 2-core development machine (docs/validation.md, *Performance*;
 several runs, load average at start in brackets): 256 streams 25,500 tokens/s, lateness p50
 1.12–1.30 ms, p99 4.2–6.2 ms, simulator CPU 41–43 % (0.6–1.7); p50 1.7–3.1 ms, p99 18–47 ms,
 client CPU 25 % (1.3–3.1). 1,000 streams: 91,000–96,000 tokens/s but behind (p99 0.13–1.3 s,

@@ -2,7 +2,7 @@
 (tests/fixtures/public/README.md), each put through ``metrics.published.mbu_from_figures``
 exactly as ``tokenwatt mbu`` would, beside the figures the source itself logged.
 
-Shared by ``benchmarks/real_hardware_table.py`` (prints the table of docs/methodology.md) and
+Shared by ``benchmarks/real_hardware_table.py`` (prints the table of docs/validation.md) and
 ``tests/test_real_hardware.py`` (checks its invariants). Nothing here is tuned to the table:
 every input is the source's own figure or a stated assumption (``Row.assumed``).
 """
@@ -253,7 +253,7 @@ def all_rows() -> list[Row]:
 
 
 def shown(rows: list[Row]) -> list[Row]:
-    """The rows the methodology prints: ML.ENERGY at ``SHOWN_SEQS``, every other row."""
+    """The rows the validation record prints: ML.ENERGY at ``SHOWN_SEQS``, every other row."""
     return [
         r
         for r in rows

@@ -1,6 +1,6 @@
 """Coverage of the 95 % intervals of T, τ and MBU against the simulator's truth, virtual time.
 
-A smaller count than ``benchmarks/coverage_figures.py`` (200 per case, the methodology's
+A smaller count than ``benchmarks/coverage_figures.py`` (200 per case, the validation record.s
 table): 30 seeded 60 s probes per case after a 60 s warm-up, each summarized by
 ``load.derive.summarize_probe``. The band is binomially sound: a coverage anywhere in
 [90 %, 98 %] gives a count inside it with probability ≥ 99.9 %, so a failure says the

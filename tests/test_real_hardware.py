@@ -1,4 +1,4 @@
-"""The real-hardware table's invariants (tests/public_rows.py, docs/methodology.md "Real
+"""The real-hardware table's invariants (tests/public_rows.py, docs/validation.md "Real
 hardware: public data"): public measurements TokenWatt did not make, put through the same
 ``metrics.published`` path as ``tokenwatt mbu``. Nothing here tunes a figure: each check is a
 physical or bookkeeping invariant the source's own numbers must satisfy."""
