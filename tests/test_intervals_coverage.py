@@ -1,13 +1,11 @@
 """Coverage of the 95 % intervals of T, τ and MBU against the simulator's truth, virtual time.
 
-A smaller count than ``benchmarks/coverage_figures.py`` (200 per case, the validation record.s
+A smaller count than ``benchmarks/coverage_figures.py`` (200 per case, the validation record's
 table): 30 seeded 60 s probes per case after a 60 s warm-up, each summarized by
 ``load.derive.summarize_probe``. The band is binomially sound: a coverage anywhere in
 [90 %, 98 %] gives a count inside it with probability ≥ 99.9 %, so a failure says the
 interval is off, not that the draw was unlucky. T, τ and MBU of every case are held to it
-(τ was held at its measured 84 % before the mean-corrected factor, and the prefill-heavy MBU
-at a flagged 1.7 pt bias before its steps were counted from the token gaps;
-docs/methodology.md).
+(docs/validation.md has the measured coverage).
 """
 
 from __future__ import annotations
