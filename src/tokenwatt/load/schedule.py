@@ -29,6 +29,7 @@ from typing import Literal, Protocol
 
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
+from tokenwatt.load.graded import graded_plans
 from tokenwatt.load.sessions import Conversation, SessionPlanner, TurnPlan, session_rate_rps
 from tokenwatt.load.traces import TraceReplay
 from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
@@ -259,7 +260,9 @@ def closed_loop_plans(
     if w.sessions is not None:
         planner = SessionPlanner(w, seed=seed, starts_ns=itertools.repeat(0))
         return (_first_turn_plan(i, conv) for i, conv in enumerate(planner))
-    return iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed))
+    return graded_plans(
+        iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed)), spec, seed
+    )
 
 
 def _first_turn_plan(index: int, conv: Conversation) -> RequestPlan:
@@ -322,5 +325,7 @@ def make_source(
     schedule = make_arrivals(w.arrival, rate_rps=rate_rps, seed=seed, concurrency=None)
     if isinstance(schedule, ClosedLoop):
         return schedule, None
-    plans = iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed))
+    plans = graded_plans(
+        iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed)), spec, seed
+    )
     return OpenLoopSource(schedule, plans), rate_rps
