@@ -21,6 +21,7 @@ import yaml
 
 from builders import streamed_record
 from tokenwatt.errors import SpecError
+from tokenwatt.load.consistency import consistency_prompts
 from tokenwatt.load.graded import GradedSlice, GradedTask, grade, graded_plans, make_task
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target
@@ -172,12 +173,15 @@ def test_accuracy_floor_fails_the_probe_alone() -> None:
 
 
 # -- against the simulator's truth ------------------------------------------------------------
-def _probe(spec_extra: dict[str, Any], rate: float) -> tuple[ProbeRun, dict[str, float]]:
+def _probe(
+    spec_extra: dict[str, Any], rate: float, tasks: list[str] | None = None
+) -> tuple[ProbeRun, dict[str, float]]:
+    graded: dict[str, Any] = {"fraction": 0.5} | ({"tasks": tasks} if tasks else {})
     spec = parse_spec(
         {
             **BASE,
             "sim": {"efficiency": 0.5, "prefill_cost": False, "seed": 4, **spec_extra},
-            "graded": {"fraction": 0.5},
+            "graded": graded,
             "search": {"probe": {"warmup_s": 0.3, "min_duration_s": 2, "max_duration_s": 3}},
         }
     )
@@ -224,6 +228,37 @@ def test_without_the_knob_every_answer_is_right_and_ungraded_requests_unchanged(
         else:  # the answer, then the simulator's EOS
             assert r.finish_reason == "stop"
             assert r.output_tokens == (4 if r.task == "copy" else 1)
+
+
+@pytest.mark.timeout(60)
+def test_greedy_consistency_against_the_same_prompt_alone() -> None:
+    """Consistency tasks: each pool prompt is sent alone first (B = 1, never wrong here), then
+    under load its answer must equal that reference; the simulator's batch-dependent errors
+    are exactly the inconsistencies the client finds, at the rate its truth expects."""
+    run, truth = _probe({"answer_error": {"per_batch": 0.03}}, 30, tasks=["consistency"])
+    every = probe_accuracy(run.records)
+    assert every is not None and set(every.by_task) == {"consistency"}
+    pool = len(consistency_prompts(5))
+    assert every.graded + pool == truth["graded_answers"]  # the references were answers too
+    assert every.graded - every.right == truth["graded_wrong"] > 0
+    # the references (alone) had p = 0, so the mean p over the graded ones is Σp ÷ graded
+    expected = 1 - truth["graded_error_probability_sum"] / every.graded
+    assert every.accuracy_low is not None and every.accuracy_high is not None
+    assert every.accuracy_low <= expected <= every.accuracy_high, (every, expected)
+    # graded requests use the pool's prompts only
+    assert {r.request_id for r in run.records if r.task} and all(
+        r.output_tokens == 8 for r in run.records if r.task
+    )
+
+
+def test_consistency_without_references_sends_ordinary_requests() -> None:
+    section = GradedSection(fraction=1.0, tasks=["consistency"])
+    plans = list(GradedSlice(section, 2).apply(iter(_plans(20))))
+    assert all(p.task is None for p in plans)
+    refs = {"Continue this text: a b\nAnswer:": "b a"}
+    plans = list(GradedSlice(section, 2, refs).apply(iter(_plans(20))))
+    assert all(p.task == GradedTask("consistency", *next(iter(refs.items()))) for p in plans)
+    assert grade(plans[0].task, "  b a\n") and not grade(plans[0].task, " b a c")  # type: ignore[arg-type]
 
 
 # -- a bench with an accuracy floor -----------------------------------------------------------

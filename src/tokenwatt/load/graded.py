@@ -5,7 +5,12 @@ Each task is a plain-text prompt ending in ``Answer:`` whose right answer is exa
 
 * copy — ``Repeat these words exactly: w1 w2 … wk`` → the same k words;
 * count — ``How many words are in this list? w1 … wn`` → n;
-* arithmetic — ``Compute a + b.`` (or ``-``, ``*``) of integers 2–99 → the result.
+* arithmetic — ``Compute a + b.`` (or ``-``, ``*``) of integers 2–99 → the result;
+* consistency — ``Continue this text: w1 … w8`` → whatever the engine answers when the prompt
+  is sent alone (greedy): ``load.consistency`` sends each of a small seeded pool of such
+  prompts alone before the probe's load starts, and under load the answer must equal that
+  reference exactly (text stripped). Only an engine that promises batch-invariant greedy decoding
+  passes this whatever its load.
 
 Grading happens once the stream has ended (the hot path only keeps the text): a numeric
 answer is right when the first integer in the output equals it; a copy is right when the
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -34,7 +39,14 @@ from tokenwatt.spec.graded import GradedSection, TaskKind
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["GradedSlice", "GradedTask", "grade", "graded_plans", "make_task"]
+__all__ = [
+    "TASK_WORDS",
+    "GradedSlice",
+    "GradedTask",
+    "grade",
+    "graded_plans",
+    "make_task",
+]
 
 # the words a copy or count task uses: short, common, one token each in the usual vocabularies
 TASK_WORDS: tuple[str, ...] = (
@@ -75,6 +87,8 @@ def make_task(kind: TaskKind, rng: np.random.Generator) -> GradedTask:
 
 def grade(task: GradedTask, output: str) -> bool:
     """Whether ``output`` answers ``task`` (the module doc's rule)."""
+    if task.kind == "consistency":
+        return output.strip() == task.answer
     if task.kind == "copy":
         want = task.answer.lower().split()
         got = [w.strip(_STRIP).lower() for w in output.split()]
@@ -87,16 +101,26 @@ def grade(task: GradedTask, output: str) -> bool:
 class GradedSlice:
     """Which requests of a seed carry a task, and which task (the module doc)."""
 
-    def __init__(self, section: GradedSection, seed: int) -> None:
+    def __init__(
+        self, section: GradedSection, seed: int, references: Mapping[str, str] | None = None
+    ) -> None:
         self.section = section
         self._rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_GRADED]))
+        self._refs = sorted((references or {}).items())
 
     def task_or_none(self) -> GradedTask | None:
-        """The next request's task, or None for an ordinary request."""
+        """The next request's task, or None for an ordinary request (a consistency draw
+        without references is an ordinary request: there is nothing to compare with)."""
         if self._rng.random() >= self.section.fraction:
             return None
         kinds = self.section.tasks
-        return make_task(kinds[int(self._rng.integers(0, len(kinds)))], self._rng)
+        kind = kinds[int(self._rng.integers(0, len(kinds)))]
+        if kind != "consistency":
+            return make_task(kind, self._rng)
+        if not self._refs:
+            return None
+        prompt, answer = self._refs[int(self._rng.integers(0, len(self._refs)))]
+        return GradedTask("consistency", prompt, answer)
 
     def apply(self, plans: Iterator[PlanT]) -> Iterator[PlanT]:
         """``plans`` with the graded ones' prompts replaced by their tasks."""
@@ -116,7 +140,12 @@ class GradedSlice:
             )
 
 
-def graded_plans(plans: Iterator[PlanT], spec: BenchSpec, seed: int) -> Iterator[PlanT]:
+def graded_plans(
+    plans: Iterator[PlanT],
+    spec: BenchSpec,
+    seed: int,
+    references: Mapping[str, str] | None = None,
+) -> Iterator[PlanT]:
     """The generator's ``plans`` with the spec's graded slice laid over them (unchanged
     without ``graded:``); a trace or conversations cannot carry tasks: refused."""
     if spec.graded is None:
@@ -127,4 +156,4 @@ def graded_plans(plans: Iterator[PlanT], spec: BenchSpec, seed: int) -> Iterator
                 f"graded: tasks replace generated prompts, not workload.{key}'s; drop graded: "
                 f"or workload.{key}"
             )
-    return GradedSlice(spec.graded, seed).apply(plans)
+    return GradedSlice(spec.graded, seed, references).apply(plans)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -240,7 +240,11 @@ class SessionSource:
 
 
 def closed_loop_plans(
-    spec: BenchSpec, *, seed: int, prompt_format: PromptFormat
+    spec: BenchSpec,
+    *,
+    seed: int,
+    prompt_format: PromptFormat,
+    references: Mapping[str, str] | None = None,
 ) -> Iterator[RequestPlan]:
     """The requests of a closed loop (``--concurrency``, the bench's single-stream point).
 
@@ -261,7 +265,7 @@ def closed_loop_plans(
         planner = SessionPlanner(w, seed=seed, starts_ns=itertools.repeat(0))
         return (_first_turn_plan(i, conv) for i, conv in enumerate(planner))
     return graded_plans(
-        iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed)), spec, seed
+        iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed)), spec, seed, references
     )
 
 
@@ -284,6 +288,7 @@ def make_source(
     seed: int,
     concurrency: int | None,
     prompt_format: PromptFormat,
+    references: Mapping[str, str] | None = None,
 ) -> tuple[ScheduleSource | ClosedLoop, float | None]:
     """The schedule a probe follows and the rate it states (in the source's ``rate_unit``).
 
@@ -326,6 +331,6 @@ def make_source(
     if isinstance(schedule, ClosedLoop):
         return schedule, None
     plans = graded_plans(
-        iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed)), spec, seed
+        iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed)), spec, seed, references
     )
     return OpenLoopSource(schedule, plans), rate_rps

@@ -1,10 +1,12 @@
 """The simulator answers graded tasks: it recognises the task formats and works them out.
 
-A prompt that ends in ``Answer:`` and matches one of the three task formats (copy the words,
-count the words of a list, compute ``a op b``) gets its right answer as its first output
-tokens, one word a token, then the request stops unless ``ignore_eos`` keeps it going. This
-module solves the tasks itself from the prompt text; it shares no code with the client's
-task generator or grader, so a grading that disagrees with the simulator's answers shows.
+A prompt that ends in ``Answer:`` and matches one of the task formats (copy the words, count
+the words of a list, compute ``a op b``; or continue a text, which it does deterministically
+by repeating the text's words last to first, the greedy answer a consistency task compares)
+gets its right answer as its first output tokens, one word a token, then the request stops
+unless ``ignore_eos`` keeps it going. This module solves the tasks itself from the prompt
+text; it shares no code with the client's task generator or grader, so a grading that
+disagrees with the simulator's answers shows.
 
 ``sim.answer_error`` makes answers degrade with load: the answer of a request whose first
 output token is emitted in a step with B sequences is wrong with probability
@@ -26,6 +28,7 @@ __all__ = ["AnswerTruth", "answer_words", "error_probability", "wrong_answer"]
 _SUFFIX = "Answer:"
 _COPY = re.compile(r"Repeat these words exactly: (.+)\nAnswer:\Z")
 _COUNT = re.compile(r"How many words are in this list\? (.+)\nAnswer:\Z")
+_CONTINUE = re.compile(r"Continue this text: (.+)\nAnswer:\Z")
 _ARITH = re.compile(r"Compute (-?\d+) ([-+*]) (-?\d+)\.\nAnswer:\Z")
 
 
@@ -37,6 +40,8 @@ def answer_words(text: object) -> list[str] | None:
         return m.group(1).split()
     if m := _COUNT.search(text):
         return [str(len(m.group(1).split()))]
+    if m := _CONTINUE.search(text):
+        return m.group(1).split()[::-1]
     if m := _ARITH.search(text):
         a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
         return [str(a + b if op == "+" else a - b if op == "-" else a * b)]

@@ -17,8 +17,8 @@ from tokenwatt.spec._base import Section
 
 __all__ = ["TASK_KINDS", "GradedSection", "TaskKind"]
 
-TaskKind = Literal["copy", "count", "arithmetic"]
-TASK_KINDS: tuple[TaskKind, ...] = ("copy", "count", "arithmetic")
+TaskKind = Literal["copy", "count", "arithmetic", "consistency"]
+TASK_KINDS: tuple[TaskKind, ...] = ("copy", "count", "arithmetic")  # the default: exact answers
 
 
 class GradedSection(Section):
@@ -31,7 +31,9 @@ class GradedSection(Section):
         default_factory=lambda: list(TASK_KINDS),
         min_length=1,
         description="task kinds drawn with equal weight: copy (repeat words), count (words in "
-        "a list), arithmetic (a sum, difference or product of small integers)",
+        "a list), arithmetic (a sum, difference or product of small integers), consistency "
+        "(greedy output under load equal to the same prompt's output sent alone; only for "
+        "engines that promise batch-invariant greedy decoding)",
     )
     max_tokens: int = Field(
         16, ge=1, le=4096, description="output limit of a graded request (the answer is short)"
