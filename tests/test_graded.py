@@ -28,6 +28,7 @@ from tokenwatt.load.target import open_target
 from tokenwatt.load.workload import RequestPlan
 from tokenwatt.metrics.accuracy import probe_accuracy, wilson_interval
 from tokenwatt.metrics.slo import Limits, judge_probe
+from tokenwatt.report.labels import accuracy_text, describe_slo
 from tokenwatt.result import load_result
 from tokenwatt.sim.answers import answer_words, error_probability, wrong_answer
 from tokenwatt.simsettings import AnswerErrorSettings
@@ -322,3 +323,13 @@ def test_bench_stops_where_accuracy_falls_below_the_floor(tmp_path: Path) -> Non
     assert single is not None
     if single.accuracy is not None:  # its few requests may carry no task
         assert single.accuracy.accuracy == 1.0  # B = 1: p = base = 0
+
+
+def test_accuracy_in_the_terminal_words() -> None:
+    acc = probe_accuracy(_graded_records(6, 2))
+    assert acc is not None
+    lo, hi = wilson_interval(6, 8)  # 0.4093–0.9285
+    assert accuracy_text(acc) == f"75.0% of 8 graded ({lo:.1%}–{hi:.1%}, 95%)"
+    assert accuracy_text(acc) == "75.0% of 8 graded (40.9%–92.9%, 95%)"
+    spec = parse_spec({**BASE, "graded": {}, "slo": {"ttft_ms": 500, "accuracy_min": 0.9}})
+    assert describe_slo(spec.slo) == "p99 TTFT ≤ 500 ms, accuracy ≥ 90%"
