@@ -22,7 +22,14 @@ import yaml
 from builders import streamed_record
 from tokenwatt.errors import SpecError
 from tokenwatt.load.consistency import consistency_prompts
-from tokenwatt.load.graded import GradedSlice, GradedTask, grade, graded_plans, make_task
+from tokenwatt.load.graded import (
+    GradedSlice,
+    GradedTask,
+    grade,
+    graded_plans,
+    make_task,
+    public_set,
+)
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target
 from tokenwatt.load.workload import RequestPlan
@@ -45,10 +52,11 @@ BASE: dict[str, Any] = {
 
 # -- tasks and grading ------------------------------------------------------------------------
 def test_simulator_solves_every_generated_task_as_the_generator_states_it() -> None:
-    """Two implementations, one from the prompt text alone: they agree on 600 seeded tasks."""
+    """Two implementations, one from the prompt text alone: they agree on 600 seeded tasks (the
+    word problems the simulator knows by heart)."""
     rng = np.random.default_rng(11)
-    for kind in ("copy", "count", "arithmetic"):
-        for _ in range(200):
+    for kind in ("copy", "count", "arithmetic", "gsm8k"):
+        for _ in range(150):
             task = make_task(kind, rng)  # type: ignore[arg-type]
             assert task.prompt.endswith("\nAnswer:")
             assert answer_words(task.prompt) == task.answer.split(), task
@@ -76,15 +84,34 @@ def test_task_answers_by_hand() -> None:
         (GradedTask("copy", "", "apple river"), " Apple, river. and more", True),
         (GradedTask("copy", "", "apple river"), " river apple", False),
         (GradedTask("copy", "", "apple river"), " apple", False),
+        (GradedTask("gsm8k", "", "57500"), " 1150 * 50 = $57,500 a year.", True),  # last number
+        (GradedTask("gsm8k", "", "26"), "X = $26.00", True),
+        (GradedTask("gsm8k", "", "18"), "18 eggs, so 9 * 2", False),
+        (GradedTask("gsm8k", "", "18"), "no number", False),
     ],
 )
 def test_grading_rule(task: GradedTask, output: str, right: bool) -> None:
     assert grade(task, output) is right
 
 
+def test_bundled_public_set_with_its_licence() -> None:
+    """GSM8K's first 27 test problems, the final answers as the source gives them; two by hand."""
+    problems = public_set()
+    assert len(problems) == 27 and all(float(a) == int(a) for _, a in problems)
+    assert len({q for q, _ in problems}) == 27
+    by_start = {q.split()[0]: a for q, a in problems}
+    assert by_start["Janet\u2019s"] == str((16 - 3 - 4) * 2)
+    assert by_start["James"] == str(3 * 3 * 60)
+    here = Path(__file__).parents[1] / "src" / "tokenwatt" / "examples" / "graded"
+    assert "MIT License" in (here / "LICENSE-gsm8k.txt").read_text()
+    assert "openai/grade-school-math" in (here / "SOURCE.md").read_text()
+    plan = next(GradedSlice(GradedSection(fraction=1, tasks=["gsm8k"]), 1).apply(iter(_plans(1))))
+    assert plan.max_tokens == 256 and plan.task is not None and plan.task.kind == "gsm8k"
+
+
 def test_wrong_answers_grade_wrong() -> None:
     rng = np.random.default_rng(3)
-    for kind in ("copy", "count", "arithmetic"):
+    for kind in ("copy", "count", "arithmetic", "gsm8k"):
         for _ in range(50):
             t = make_task(kind, rng)  # type: ignore[arg-type]
             assert not grade(t, " " + " ".join(wrong_answer(t.answer.split())))
@@ -202,7 +229,9 @@ def test_accuracy_matches_the_simulators_truth_within_its_interval() -> None:
     client graded wrong, and the accuracy's interval holds the truth's expected accuracy
     1 − mean p over the answers the simulator decided (at 99.9 %: a 95 % interval misses one
     run in twenty by design, and this test must not)."""
-    run, truth = _probe({"answer_error": {"per_batch": 0.1}}, 30)
+    run, truth = _probe(
+        {"answer_error": {"per_batch": 0.1}}, 30, ["copy", "count", "arithmetic", "gsm8k"]
+    )
     assert run.metrics.requests_failed == 0
     every = probe_accuracy(run.records)
     assert every is not None and every.unjudged == 0
@@ -216,6 +245,7 @@ def test_accuracy_matches_the_simulators_truth_within_its_interval() -> None:
     assert expected < 0.97  # the load made answers degrade: the check is not 100 % against 100 %
     window = probe_accuracy(run.counted)
     assert window is not None and 0 < window.graded < every.graded
+    assert set(every.by_task) == {"copy", "count", "arithmetic", "gsm8k"}
     assert sum(g for _, g in window.by_task.values()) == window.graded
 
 

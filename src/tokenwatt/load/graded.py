@@ -6,14 +6,19 @@ Each task is a plain-text prompt ending in ``Answer:`` whose right answer is exa
 * copy — ``Repeat these words exactly: w1 w2 … wk`` → the same k words;
 * count — ``How many words are in this list? w1 … wn`` → n;
 * arithmetic — ``Compute a + b.`` (or ``-``, ``*``) of integers 2–99 → the result;
+* gsm8k — ``Question: … Give the final answer as a number.`` with a word problem drawn from
+  the bundled sample of GSM8K's test split (``examples/graded``, MIT, its source beside it) →
+  its final numeric answer;
 * consistency — ``Continue this text: w1 … w8`` → whatever the engine answers when the prompt
   is sent alone (greedy): ``load.consistency`` sends each of a small seeded pool of such
   prompts alone before the probe's load starts, and under load the answer must equal that
   reference exactly (text stripped). Only an engine that promises batch-invariant greedy decoding
   passes this whatever its load.
 
-Grading happens once the stream has ended (the hot path only keeps the text): a numeric
-answer is right when the first integer in the output equals it; a copy is right when the
+Grading happens once the stream has ended (the hot path only keeps the text): a count or
+arithmetic answer is right when the first integer in the output equals it; a word problem's
+when the last number in the output (commas and ``$`` aside, as worked answers end with it)
+equals it; a copy is right when the
 output's first k words equal the k words, compared without case or surrounding punctuation.
 Words after the answer (a model that keeps talking, ``ignore_eos`` filler) do not matter.
 
@@ -25,12 +30,15 @@ seed is graded (or not) with the same task in every probe and every rerun.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.resources
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
+import orjson
 
 from tokenwatt.errors import SpecError
 from tokenwatt.spec import BenchSpec
@@ -55,6 +63,8 @@ TASK_WORDS: tuple[str, ...] = (
 )  # fmt: skip
 _STREAM_GRADED = 7  # the slice's random stream (load.workload uses 1–6)
 _INT = re.compile(r"-?\d+")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+PUBLIC_SET = "gsm8k_test_sample.jsonl"  # in tokenwatt.examples/graded
 _STRIP = ".,;:!?\"'()[]{}`*"
 PlanT = TypeVar("PlanT", bound="DataclassInstance")  # a workload.RequestPlan
 
@@ -68,8 +78,23 @@ class GradedTask:
     answer: str
 
 
+@functools.cache
+def public_set() -> tuple[tuple[str, str], ...]:
+    """The bundled word problems: (question, final numeric answer) in file order."""
+    text = (importlib.resources.files("tokenwatt.examples") / "graded" / PUBLIC_SET).read_text(
+        "utf-8"
+    )
+    rows = (orjson.loads(line) for line in text.splitlines() if line.strip())
+    return tuple((str(r["question"]), str(r["answer"])) for r in rows)
+
+
 def make_task(kind: TaskKind, rng: np.random.Generator) -> GradedTask:
-    """A task of ``kind`` drawn from ``rng``."""
+    """A task of ``kind`` drawn from ``rng`` (not ``consistency``: ``load.consistency``)."""
+    if kind == "gsm8k":
+        problems = public_set()
+        question, answer = problems[int(rng.integers(0, len(problems)))]
+        prompt = f"Question: {question}\nGive the final answer as a number.\nAnswer:"
+        return GradedTask(kind, prompt, answer)
     if kind == "copy":
         words = [TASK_WORDS[i] for i in rng.integers(0, len(TASK_WORDS), size=4)]
         text = " ".join(words)
@@ -94,6 +119,9 @@ def grade(task: GradedTask, output: str) -> bool:
         got = [w.strip(_STRIP).lower() for w in output.split()]
         got = [w for w in got if w][: len(want)]
         return got == want
+    if task.kind == "gsm8k":
+        numbers = _NUMBER.findall(output)
+        return bool(numbers) and float(numbers[-1].replace(",", "")) == float(task.answer)
     first = _INT.search(output)
     return first is not None and first.group() == task.answer
 
@@ -133,7 +161,9 @@ class GradedSlice:
                 plan,
                 prompt=task.prompt,
                 prompt_tokens_client=len(task.prompt.split()),
-                max_tokens=self.section.max_tokens,
+                max_tokens=self.section.word_problem_max_tokens
+                if task.kind == "gsm8k"
+                else self.section.max_tokens,
                 prefix_id=None,
                 shared_prefix_tokens=0,
                 task=task,

@@ -1,7 +1,8 @@
 """The simulator answers graded tasks: it recognises the task formats and works them out.
 
 A prompt that ends in ``Answer:`` and matches one of the task formats (copy the words, count
-the words of a list, compute ``a op b``; or continue a text, which it does deterministically
+the words of a list, compute ``a op b``, a word problem of the bundled GSM8K sample, which
+it knows by heart as a model that saw it would; or continue a text, which it does deterministically
 by repeating the text's words last to first, the greedy answer a consistency task compares)
 gets its right answer as its first output tokens, one word a token, then the request stops
 unless ``ignore_eos`` keeps it going. This module solves the tasks itself from the prompt
@@ -17,6 +18,9 @@ count and the summed probabilities as its ground truth (``AnswerTruth``).
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
+import json
 import random
 import re
 from dataclasses import dataclass
@@ -29,7 +33,16 @@ _SUFFIX = "Answer:"
 _COPY = re.compile(r"Repeat these words exactly: (.+)\nAnswer:\Z")
 _COUNT = re.compile(r"How many words are in this list\? (.+)\nAnswer:\Z")
 _CONTINUE = re.compile(r"Continue this text: (.+)\nAnswer:\Z")
+_PROBLEM = re.compile(r"Question: (.+)\nGive the final answer as a number\.\nAnswer:\Z", re.S)
 _ARITH = re.compile(r"Compute (-?\d+) ([-+*]) (-?\d+)\.\nAnswer:\Z")
+
+
+@functools.cache
+def _known_problems() -> dict[str, str]:
+    """The bundled word problems' answers by question (``examples/graded``)."""
+    path = importlib.resources.files("tokenwatt.examples") / "graded" / "gsm8k_test_sample.jsonl"
+    rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    return {str(r["question"]): str(r["answer"]) for r in rows}
 
 
 def answer_words(text: object) -> list[str] | None:
@@ -40,6 +53,9 @@ def answer_words(text: object) -> list[str] | None:
         return m.group(1).split()
     if m := _COUNT.search(text):
         return [str(len(m.group(1).split()))]
+    if m := _PROBLEM.search(text):
+        answer = _known_problems().get(m.group(1))
+        return None if answer is None else [answer]
     if m := _CONTINUE.search(text):
         return m.group(1).split()[::-1]
     if m := _ARITH.search(text):

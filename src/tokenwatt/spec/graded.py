@@ -17,7 +17,7 @@ from tokenwatt.spec._base import Section
 
 __all__ = ["TASK_KINDS", "GradedSection", "TaskKind"]
 
-TaskKind = Literal["copy", "count", "arithmetic", "consistency"]
+TaskKind = Literal["copy", "count", "arithmetic", "gsm8k", "consistency"]
 TASK_KINDS: tuple[TaskKind, ...] = ("copy", "count", "arithmetic")  # the default: exact answers
 
 
@@ -31,10 +31,14 @@ class GradedSection(Section):
         default_factory=lambda: list(TASK_KINDS),
         min_length=1,
         description="task kinds drawn with equal weight: copy (repeat words), count (words in "
-        "a list), arithmetic (a sum, difference or product of small integers), consistency "
+        "a list), arithmetic (a sum, difference or product of small integers), gsm8k (a "
+        "word problem from the bundled GSM8K sample, MIT), consistency "
         "(greedy output under load equal to the same prompt's output sent alone; only for "
         "engines that promise batch-invariant greedy decoding)",
     )
     max_tokens: int = Field(
         16, ge=1, le=4096, description="output limit of a graded request (the answer is short)"
+    )
+    word_problem_max_tokens: int = Field(
+        256, ge=1, le=16384, description="output limit of a gsm8k request (room to work it out)"
     )
