@@ -223,6 +223,13 @@ def _probe(
     return asyncio.run(go())
 
 
+def _cut_after_answer(run: ProbeRun) -> int:
+    """Graded streams the probe's end cancelled after they were sent: the simulator may have
+    decided their answers (its first token can be on the wire before the client reads it),
+    the client could not judge them."""
+    return sum(1 for r in run.records if r.task and r.cancelled and r.sent_ns is not None)
+
+
 @pytest.mark.timeout(60)
 def test_accuracy_matches_the_simulators_truth_within_its_interval() -> None:
     """Answers wrong with p = 0.1 × (B − 1): every wrong answer the simulator sent is one the
@@ -235,9 +242,13 @@ def test_accuracy_matches_the_simulators_truth_within_its_interval() -> None:
     assert run.metrics.requests_failed == 0
     every = probe_accuracy(run.records)
     assert every is not None and every.unjudged == 0
-    # exact: the same answers, judged by the simulator when sent and by the client on arrival
-    assert every.graded == truth["graded_answers"] > 40
-    assert every.graded - every.right == truth["graded_wrong"] > 0
+    # the same answers, judged by the simulator when sent and by the client on arrival, but
+    # for the few streams the probe's end cancelled in flight (not judged)
+    cut = _cut_after_answer(run)
+    assert every.graded <= truth["graded_answers"] <= every.graded + cut
+    assert every.graded > 40 and cut <= 6
+    assert every.graded - every.right <= truth["graded_wrong"] <= every.graded - every.right + cut
+    assert truth["graded_wrong"] > 0
     expected = 1 - truth["graded_error_probability_sum"] / truth["graded_answers"]
     lo, hi = wilson_interval(every.right, every.graded, 0.999)
     assert lo <= expected <= hi, (every, expected)
@@ -272,8 +283,11 @@ def test_greedy_consistency_against_the_same_prompt_alone() -> None:
     every = probe_accuracy(run.records)
     assert every is not None and set(every.by_task) == {"consistency"}
     pool = len(consistency_prompts(5))
-    assert every.graded + pool == truth["graded_answers"]  # the references were answers too
-    assert every.graded - every.right == truth["graded_wrong"] > 0
+    cut = _cut_after_answer(run)  # as above
+    # the references were answers too
+    assert every.graded + pool <= truth["graded_answers"] <= every.graded + pool + cut
+    assert every.graded - every.right <= truth["graded_wrong"] <= every.graded - every.right + cut
+    assert truth["graded_wrong"] > 0
     # the references (alone) had p = 0, so the mean p over the graded ones is Σp ÷ graded
     expected = 1 - truth["graded_error_probability_sum"] / every.graded
     lo, hi = wilson_interval(every.right, every.graded, 0.999)  # as above

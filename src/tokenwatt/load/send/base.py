@@ -106,6 +106,8 @@ async def stream_one(
     carrying a graded task (``load.graded``) goes greedy and free to stop, and its answer is
     graded here once the stream has ended; its text is not kept."""
     task: GradedTask | None = getattr(req, "task", None)
+    if task is not None and record is not None:
+        record.task = task.kind  # labelled before the send: a cancelled stream stays graded
     rec = await client.stream(
         request_id=req.index,
         scheduled_ns=sched_ns,
