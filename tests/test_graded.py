@@ -10,6 +10,7 @@ accuracy is checked against over real HTTP on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -379,3 +380,33 @@ def test_accuracy_in_the_terminal_words() -> None:
     assert accuracy_text(acc) == "75.0% of 8 graded (40.9%–92.9%, 95%)"
     spec = parse_spec({**BASE, "graded": {}, "slo": {"ttft_ms": 500, "accuracy_min": 0.9}})
     assert describe_slo(spec.slo) == "p99 TTFT ≤ 500 ms, accuracy ≥ 90%"
+
+
+@pytest.mark.timeout(60)
+def test_probe_command_prints_and_judges_the_accuracy(tmp_path: Path) -> None:
+    """`tokenwatt probe` on the simulator with answers degrading fast: the row of graded
+    answers, and the verdict failing on the floor with the same figure, as result.json has."""
+    spec = {
+        **BASE,
+        "sim": {"efficiency": 0.5, "prefill_cost": False, "answer_error": {"per_batch": 0.3}},
+        "graded": {"fraction": 0.5, "tasks": ["arithmetic", "gsm8k"]},
+        "slo": {"accuracy_min": 0.95},
+        "search": {"probe": {"warmup_s": 0.3, "min_duration_s": 2, "max_duration_s": 3}},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [sys.executable, "-m", "tokenwatt", "probe", str(path), "--rate", "40", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    p = load_result(out).probes[0]
+    assert p.accuracy is not None and p.accuracy.accuracy is not None
+    assert p.accuracy.accuracy < 0.95 and p.slo_detail.failed == ["accuracy"]
+    assert accuracy_text(p.accuracy) in res.stdout
+    assert f"accuracy {p.accuracy.accuracy:.1%} of {p.accuracy.graded} graded answers" in res.stdout
