@@ -349,6 +349,7 @@ def test_bench_stops_where_accuracy_falls_below_the_floor(tmp_path: Path) -> Non
         text=True,
         timeout=220,
         check=False,
+        env={**os.environ, "COLUMNS": "200"},
     )
     assert res.returncode == 0, res.stderr[-2000:]
     r = load_result(out)
@@ -366,6 +367,12 @@ def test_bench_stops_where_accuracy_falls_below_the_floor(tmp_path: Path) -> Non
     assert failing and passing and not failing[0].slo_passed and passing[0].slo_passed
     # the accuracy falls with the rate, as the knob makes it: the failing rate's below the passing
     assert failing[0].accuracy.accuracy < passing[0].accuracy.accuracy  # type: ignore[union-attr,operator]
+    # the headline probe's accuracy in the terminal and the HTML report, in the same words
+    head = r.headline_probe
+    assert head is not None and head.accuracy is not None
+    words = accuracy_text(head.accuracy)
+    assert words in " ".join(res.stdout.split()), res.stdout[-3000:]
+    assert words in (out / "report.html").read_text()
     single = r.single_stream
     assert single is not None
     if single.accuracy is not None:  # its few requests may carry no task
