@@ -9,18 +9,18 @@ Each task is a plain-text prompt ending in ``Answer:`` whose right answer is exa
 * gsm8k — ``Question: … Give the final answer as a number.`` with a word problem drawn from
   the bundled sample of GSM8K's test split (``examples/graded``, MIT, its source beside it) →
   its final numeric answer;
-* consistency — ``Continue this text: w1 … w8`` → whatever the engine answers when the prompt
-  is sent alone (greedy): ``load.consistency`` sends each of a small seeded pool of such
-  prompts alone before the probe's load starts, and under load the answer must equal that
-  reference exactly (text stripped). Only an engine that promises batch-invariant greedy decoding
-  passes this whatever its load.
+* consistency — ``Continue this text: w1 … w8`` → whatever the engine answers when the
+  prompt is sent alone (greedy): ``load.consistency`` sends each of a small seeded pool of
+  such prompts alone before the probe's load starts, and under load the answer must equal
+  that reference exactly (text stripped). Only an engine that promises batch-invariant greedy
+  decoding passes this whatever its load.
 
 Grading happens once the stream has ended (the hot path only keeps the text): a count or
 arithmetic answer is right when the first integer in the output equals it; a word problem's
 when the last number in the output (commas and ``$`` aside, as worked answers end with it)
-equals it; a copy is right when the
-output's first k words equal the k words, compared without case or surrounding punctuation.
-Words after the answer (a model that keeps talking, ``ignore_eos`` filler) do not matter.
+equals it; a copy when the output's first k words equal the k words, compared without case
+or surrounding punctuation. Words after the answer (a model that keeps talking, ``ignore_eos``
+filler) do not matter.
 
 ``GradedSlice`` chooses which requests carry a task: a seeded draw with probability
 ``graded.fraction`` per request, the kinds in turn from the same seed, so request i of a
