@@ -32,6 +32,8 @@ from tokenwatt.load.graded import (
     public_set,
 )
 from tokenwatt.load.probe import ProbeRun, run_probe
+from tokenwatt.load.schedule import make_source
+from tokenwatt.load.send.opening import open_sender
 from tokenwatt.load.target import open_target
 from tokenwatt.load.workload import RequestPlan
 from tokenwatt.metrics.accuracy import probe_accuracy, wilson_interval
@@ -417,3 +419,11 @@ def test_probe_command_prints_and_judges_the_accuracy(tmp_path: Path) -> None:
     assert p.accuracy.accuracy < 0.95 and p.slo_detail.failed == ["accuracy"]
     assert accuracy_text(p.accuracy) in res.stdout
     assert f"accuracy {p.accuracy.accuracy:.1%} of {p.accuracy.graded} graded answers" in res.stdout
+
+
+def test_worker_processes_refuse_graded_tasks() -> None:
+    """Worker processes are dealt requests without their tasks: refused, not silently ungraded."""
+    spec = parse_spec({**BASE, "graded": {}, "search": {"probe": {"workers": 2}}})
+    schedule, _ = make_source(spec, rate_rps=5, seed=1, concurrency=None, prompt_format="text")
+    with pytest.raises(SpecError, match=r"workers > 1 cannot send graded tasks"):
+        open_sender(spec, object(), schedule, spec.search.probe)  # type: ignore[arg-type]
