@@ -97,6 +97,10 @@ class RequestRecord:
     cached_tokens: int | None = None
     session_id: int | None = None  # the conversation this turn belongs to (sessions only)
     turn: int | None = None  # 0-based turn within its session (sessions only)
+    # graded requests only (load.graded): the task's kind, and whether the answer was right
+    # (None: not graded, or the stream failed before an answer could be judged)
+    task: str | None = None
+    correct: bool | None = None
     # The answer's text, kept only where a conversation must resend it; never written to
     # result files (it is the server's output, possibly sensitive, and large).
     answer_text: str | None = field(default=None, repr=False, compare=False)

@@ -219,6 +219,24 @@ class Latency(_Strict):
     max: float | None = None
 
 
+class GradedAccuracy(_Strict):
+    """A probe's graded answers (``graded:``): how many were judged, how many right, and the
+    accuracy with its Wilson score interval. ``metrics.accuracy.probe_accuracy`` returns it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    graded: int = Field(description="graded requests whose answers were judged (stream ok)")
+    right: int = Field(description="of those, answers judged right")
+    unjudged: int = Field(0, description="graded requests that failed before an answer")
+    accuracy: float | None = Field(description="right ÷ graded (None: none judged)")
+    accuracy_low: float | None = Field(description="Wilson interval, lower end")
+    accuracy_high: float | None = Field(description="Wilson interval, upper end")
+    confidence: float = Field(0.95, description="the interval's confidence level")
+    by_task: dict[str, tuple[int, int]] = Field(
+        default_factory=dict, description="task kind → (right, graded)"
+    )
+
+
 class MbuMixedSteps(_Strict):
     """The mixed prefill/decode estimate per replica (``metrics.mixed_steps``), so that the
     headline MBU can be redone by hand."""
@@ -991,6 +1009,9 @@ class ProbeSummary(_Strict):
     )
     ttft_reasoning_s: Latency | None = Field(None, description="time to first reasoning token")
     ttft_answer_s: Latency | None = Field(None, description="time to first answer token")
+    accuracy: GradedAccuracy | None = Field(
+        None, description="graded answers in the window (None: no graded slice)"
+    )
     steps: StepSummary | None = Field(
         None, description="steps, acceptance length, ITL per chunk and per token"
     )

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 __all__ = [
+    "AnswerErrorSettings",
     "OutputLength",
     "SimSettings",
     "SpeculativeSettings",
@@ -184,6 +185,24 @@ def parse_speculative(value: object) -> object:
     return out
 
 
+class AnswerErrorSettings(BaseModel):
+    """Graded answers that degrade with batch size (``sim.answer_error``): an answer first
+    emitted in a step of B sequences is wrong with probability min(1, base + per_batch × (B−1))."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base: float = Field(
+        0.0, ge=0, le=1, allow_inf_nan=False, description="error probability of a lone request"
+    )
+    per_batch: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="added error probability per further sequence in the step",
+    )
+
+
 class SimSettings(BaseModel):
     """Every knob of a simulated node except its model and hardware (spec sections of their
     own): the engine, its power model, the wire-format test knobs and its truth log."""
@@ -266,6 +285,11 @@ class SimSettings(BaseModel):
         allow_inf_nan=False,
     )
     truth_log: str | None = Field(None, description="JSONL file, one object per engine step")
+    answer_error: AnswerErrorSettings | None = Field(
+        None,
+        description="graded answers wrong more often at larger batch: {base, per_batch} "
+        "(off when unset: every graded task answered right)",
+    )
     speculative: SpeculativeSettings | None = Field(
         None,
         description="speculative decoding: METHOD:K:ACCEPTANCE, e.g. mtp:3:0.8 (off when unset)",

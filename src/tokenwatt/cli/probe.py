@@ -128,6 +128,7 @@ def warnings_for(m: ProbeMetrics) -> list[str]:
 def summary_table(result: BenchResult) -> Table:
     """The probe's figures from its ``result.json`` record, with the words every view uses:
     offered (asked for), counted (in the window), achieved (succeeded) per second."""
+    from tokenwatt.report.labels import accuracy_text
     from tokenwatt.result import Latency
 
     p = result.probes[0]
@@ -149,6 +150,8 @@ def summary_table(result: BenchResult) -> Table:
         good_rps = _num(p.run.goodput_requests_per_s if p.run is not None else None)
         good_tps = _num(p.goodput_output_tokens_per_s, ".1f")
         t.add_row("goodput req/s / tokens/s", f"{good_rps} / {good_tps}")
+    if p.accuracy is not None:
+        t.add_row("graded answers (accuracy)", accuracy_text(p.accuracy))
     reason = escape(str(p.slo_detail.reason))
     t.add_row("SLO verdict", "[green]pass[/]" if p.slo_passed else f"[red]fail[/] ({reason})")
     errors = ", ".join(f"{k} {v}" for k, v in p.errors_by_kind.items()) or "none"

@@ -155,11 +155,14 @@ class StreamClient:
         prompt_tokens_client: int,
         ignore_eos: bool = True,
         record: RequestRecord | None = None,
+        graded: bool = False,
     ) -> RequestRecord:
         """Send one streaming request and return its record (failures included, never raised).
 
         A chat history (``prompt`` a list of role/content dicts) is sent as ``messages`` and
-        the answer's text is kept on ``record.answer_text`` (the next turn resends it).
+        the answer's text is kept on ``record.answer_text`` (the next turn resends it). A
+        ``graded`` request is sent greedy (``temperature: 0``) and its text is kept too, for
+        the grader to read once the stream has ended.
 
         On cancellation the record is filled (``error_kind="cancelled"``, with whatever arrived)
         before CancelledError propagates; pass ``record`` to keep a reference to it.
@@ -189,12 +192,14 @@ class StreamClient:
             ignore_eos=ignore_eos,
             extra_body=self.extra_body,
         )
+        if graded:
+            fields["temperature"] = 0
         exact = bool(fields.get("ignore_eos")) and fields.get("max_tokens") == max_tokens
         limit = sent_token_limit(fields)
         request = self._post_request(orjson.dumps(fields))
         t0 = _perf()
         fresh = False
-        keep_text = is_messages(prompt)
+        keep_text = graded or is_messages(prompt)
         for attempt in range(2):
             interp = StreamInterpreter(
                 self.api, self._hook, collect_text=keep_text, max_tokens=limit

@@ -19,6 +19,7 @@ from tokenwatt.load.intervals import probe_intervals
 from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
+from tokenwatt.metrics.accuracy import probe_accuracy
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
@@ -432,6 +433,7 @@ def summarize_probe(
         reasoning_output_tokens=m.reasoning_output_tokens if m.ttft_reasoning_s else None,
         ttft_reasoning_s=m.ttft_reasoning_s,
         ttft_answer_s=m.ttft_answer_s,
+        accuracy=probe_accuracy(run.counted),
         steps=probe_steps(run.counted, declared).model_copy(
             update={
                 "engine_acceptance_length": None if engine is None else engine.acceptance_length

@@ -66,6 +66,7 @@ from typing import Any, Literal
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
+from tokenwatt.load.consistency import consistency_references
 from tokenwatt.load.heap import frozen_heap
 from tokenwatt.load.schedule import (
     OpenLoopSource,
@@ -670,15 +671,17 @@ async def run_probe(
     settings = settings or spec.search.probe
     _check_args(rate_rps, max_requests)
     prompt_format = _resolve_prompt_format(spec)
+    refs = await consistency_references(spec, client)  # alone, before any load (graded:)
     schedule, stated_rate = make_source(
-        spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format
-    )
+        spec, rate_rps=rate_rps, seed=seed, concurrency=concurrency, prompt_format=prompt_format,
+        references=refs,
+    )  # fmt: skip
     probe = _Probe(
         spec=spec,
         client=client,
         schedule=schedule,
         # an open-loop source carries its own requests
-        plans=closed_loop_plans(spec, seed=seed, prompt_format=prompt_format)
+        plans=closed_loop_plans(spec, seed=seed, prompt_format=prompt_format, references=refs)
         if isinstance(schedule, ClosedLoop)
         else iter(()),
         settings=settings,

@@ -23,12 +23,13 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from tokenwatt.errors import SpecError
 from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
+from tokenwatt.load.graded import graded_plans
 from tokenwatt.load.sessions import Conversation, SessionPlanner, TurnPlan, session_rate_rps
 from tokenwatt.load.traces import TraceReplay
 from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
@@ -239,7 +240,11 @@ class SessionSource:
 
 
 def closed_loop_plans(
-    spec: BenchSpec, *, seed: int, prompt_format: PromptFormat
+    spec: BenchSpec,
+    *,
+    seed: int,
+    prompt_format: PromptFormat,
+    references: Mapping[str, str] | None = None,
 ) -> Iterator[RequestPlan]:
     """The requests of a closed loop (``--concurrency``, the bench's single-stream point).
 
@@ -259,7 +264,9 @@ def closed_loop_plans(
     if w.sessions is not None:
         planner = SessionPlanner(w, seed=seed, starts_ns=itertools.repeat(0))
         return (_first_turn_plan(i, conv) for i, conv in enumerate(planner))
-    return iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed))
+    return graded_plans(
+        iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed)), spec, seed, references
+    )
 
 
 def _first_turn_plan(index: int, conv: Conversation) -> RequestPlan:
@@ -281,6 +288,7 @@ def make_source(
     seed: int,
     concurrency: int | None,
     prompt_format: PromptFormat,
+    references: Mapping[str, str] | None = None,
 ) -> tuple[ScheduleSource | ClosedLoop, float | None]:
     """The schedule a probe follows and the rate it states (in the source's ``rate_unit``).
 
@@ -322,5 +330,7 @@ def make_source(
     schedule = make_arrivals(w.arrival, rate_rps=rate_rps, seed=seed, concurrency=None)
     if isinstance(schedule, ClosedLoop):
         return schedule, None
-    plans = iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed))
+    plans = graded_plans(
+        iter(WorkloadGenerator(w, prompt_format=prompt_format, seed=seed)), spec, seed, references
+    )
     return OpenLoopSource(schedule, plans), rate_rps

@@ -37,6 +37,7 @@ import orjson
 
 from tokenwatt.bounded import DATASET_MAX_BYTES, IMPORT_MAX_BYTES, read_bounded
 from tokenwatt.errors import SpecError
+from tokenwatt.load.graded import GradedTask
 from tokenwatt.spec import BenchSpec
 from tokenwatt.spec.workload import (
     Dataset,
@@ -99,6 +100,7 @@ class RequestPlan:
     max_tokens: int
     prefix_id: int | None = None  # which shared prefix the prompt starts with, if any
     shared_prefix_tokens: int = 0  # leading tokens (client count) shared with other requests
+    task: GradedTask | None = None  # a graded request's task (load.graded), else None
 
 
 def resolve_prompt_format(spec: BenchSpec) -> PromptFormat:

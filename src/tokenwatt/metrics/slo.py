@@ -37,6 +37,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from tokenwatt.metrics.accuracy import probe_accuracy
 from tokenwatt.metrics.request import e2e_s, tpot_s, ttft_s
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec.endpoint import Timeouts
@@ -126,6 +127,7 @@ class Limits:
     e2e_s: float | None
     percentile: float
     attainment: float
+    accuracy_min: float | None = None  # floor on the graded answers' accuracy (None: none)
 
     @classmethod
     def from_spec(cls, slo: SLO) -> Limits:
@@ -139,6 +141,7 @@ class Limits:
             e2e_s=s(slo.e2e_ms),
             percentile=slo.percentile,
             attainment=slo.attainment,
+            accuracy_min=slo.accuracy_min,
         )
 
     @property
@@ -449,6 +452,20 @@ def _median(v: list[float]) -> float:
     return s[m] if len(s) % 2 else 0.5 * (s[m - 1] + s[m])
 
 
+def accuracy_shortfall(limits: Limits, counted: Sequence[RequestRecord]) -> str | None:
+    """Why the graded answers miss ``limits.accuracy_min`` (their accuracy, a point estimate
+    as the latency percentiles are), or None when they meet it or no floor is set. A window
+    with no judged answer (a short one, the single stream's few requests) shows no accuracy
+    below the floor; its result's ``accuracy`` says none was judged."""
+    floor = limits.accuracy_min
+    if floor is None:
+        return None
+    acc = probe_accuracy(counted)
+    if acc is None or acc.accuracy is None or acc.accuracy >= floor:
+        return None
+    return f"accuracy {acc.accuracy:.1%} of {acc.graded} graded answers < {floor:.1%}"
+
+
 def judge_probe(
     limits: Limits,
     counted: Sequence[RequestRecord],
@@ -475,6 +492,10 @@ def judge_probe(
     trend = detect_trend(lats, limits.ttft_s)
     failed = list(verdict.failed)
     reasons = [verdict.reason] if verdict.reason else []
+    short = accuracy_shortfall(limits, counted)
+    if short is not None:
+        failed.append("accuracy")
+        reasons.append(short)
     if trend.rising:
         failed.append("trend")
         reasons.append(trend.reason or "TTFT rose across the window")

@@ -36,6 +36,7 @@ from tokenwatt.report.intervals_text import interval_caption, interval_rows
 from tokenwatt.report.labels import (
     SIMULATED,
     SIMULATED_NOTE,
+    accuracy_text,
     bandwidth_provenance,
     describe_run,
     describe_slo,
@@ -228,6 +229,11 @@ def _headline(r: BenchResult) -> str:
         f'<div class="card"><div class="label">Tokens per joule{m}</div>{energy}</div>'
         f'<div class="card"><div class="label">MBU (decode bandwidth){m}</div>{mbu}</div>'
     )
+    if b is not None and b.accuracy is not None:  # the graded answers (graded:)
+        cards += (
+            f'<div class="card"><div class="label">Accuracy{m}</div>'
+            f'<div class="detail">{_e(accuracy_text(b.accuracy))}</div></div>'
+        )
     return f'<section id="headline"><div class="cards">{cards}</div>{_intervals(b)}</section>'
 
 

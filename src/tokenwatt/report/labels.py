@@ -16,7 +16,7 @@ from tokenwatt.report.format import fmt_pct, fmt_quantile
 
 if TYPE_CHECKING:
     from tokenwatt.hardware import Accelerator
-    from tokenwatt.result import BenchResult, EnergySummary, SloSettings
+    from tokenwatt.result import BenchResult, EnergySummary, GradedAccuracy, SloSettings
     from tokenwatt.simsettings import SimSettings
 
 __all__ = [
@@ -55,11 +55,20 @@ def describe_slo(slo: SloSettings) -> str:
         for name, ms in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms))
         if ms is not None
     ]
+    floor = "" if slo.accuracy_min is None else f", accuracy ≥ {fmt_pct(slo.accuracy_min, 0)}"
     if slo.kind == "attainment":
         each = " and ".join(f"{name} ≤ {ms:g} ms" for name, ms in limits)
-        return f"≥ {fmt_pct(slo.attainment, 0)} of requests with {each}"
+        return f"≥ {fmt_pct(slo.attainment, 0)} of requests with {each}{floor}"
     q = fmt_quantile(slo.percentile)
-    return ", ".join(f"{q} {name} ≤ {ms:g} ms" for name, ms in limits)
+    return ", ".join(f"{q} {name} ≤ {ms:g} ms" for name, ms in limits) + floor
+
+
+def accuracy_text(acc: GradedAccuracy) -> str:
+    """A probe's graded answers in one line, e.g. ``84.6 % of 52 graded (72.5–92.0 %, 95 %)``."""
+    if acc.accuracy is None or acc.accuracy_low is None or acc.accuracy_high is None:
+        return f"no graded answer judged ({acc.unjudged} failed before an answer)"
+    band = f"{fmt_pct(acc.accuracy_low)}–{fmt_pct(acc.accuracy_high)}, {fmt_pct(acc.confidence, 0)}"
+    return f"{fmt_pct(acc.accuracy)} of {acc.graded} graded ({band})"
 
 
 def describe_run(result: BenchResult) -> str:

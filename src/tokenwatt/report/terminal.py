@@ -35,6 +35,7 @@ from tokenwatt.report.format import (
 from tokenwatt.report.intervals_text import interval_caption, interval_rows
 from tokenwatt.report.labels import (
     SIMULATED,
+    accuracy_text,
     bandwidth_provenance,
     describe_run,
     describe_slo,
@@ -201,6 +202,8 @@ def headline(result: BenchResult) -> RenderableType:
         # A refusal's reason is the self-checks' warning, said once there.
         refused = b.mbu_detail is not None and b.mbu_detail.flags.above_rated_bandwidth
         grid.add_row("MBU", Text(_mbu_text(b), "bold red" if refused else ""))
+        if b.accuracy is not None:
+            grid.add_row("Accuracy", Text(accuracy_text(b.accuracy)))
     title = Text(describe_run(result), "bold")
     slo = Text(f"SLO: {describe_slo(result.slo)}", "dim")
     return Group(title, slo, Text(""), grid)

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import gc
 import os
+import random
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tokenwatt import __version__
+from tokenwatt.sim.answers import AnswerTruth, answer_words
 from tokenwatt.sim.api import ApiError, parse_request
 from tokenwatt.sim.config import SimConfig
 from tokenwatt.sim.engine import ABORTED, FINISHED, ReplicaEngine, SimRequest, Step
@@ -205,11 +207,14 @@ class ReplicaDriver:
                 if req.sink is not None and req.sink.renderer.cached_tokens is None:
                     req.sink.renderer.cached_tokens = max(0, req.cached_tokens)
         counts = step.emit_counts
-        for j, req in enumerate(step.emits):
+        emits = step.emits
+        for j, req in enumerate(emits):
             sink: _Sink | None = req.sink
             if sink is None or sink.ended or req.state == ABORTED:
                 continue
             idx = req.generated - 1
+            if idx == 0 and sink.renderer.answer is not None:
+                sink.renderer.answer = self.server.answers.decide(sink.renderer.answer, len(emits))
             if sink.fast:  # the hot path: a cached frame, one per word
                 if sink.cacheable and req.state != FINISHED and idx:
                     cache = sink.frames if idx >= sink.renderer.reasoning else sink.reasoning_frames
@@ -339,6 +344,9 @@ class SimServer:
         self.manage_gc = manage_gc
         self.reasoning_rule = parse_reasoning(config.settings.reasoning)
         self.reasoning_tokens = 0  # truth: reasoning tokens the requests admitted will stream
+        self.answers = AnswerTruth(
+            config.settings.answer_error, random.Random(config.settings.seed)
+        )
         self.node = SimNode(config)
         t0 = now_ns()
         self.truth = [ReplicaTruth(r.idle_power_w, t0) for r in self.node.replicas]
@@ -546,6 +554,7 @@ class SimServer:
             sink=sink,
             prompt=p.prompt,
         )
+        self._answer(req, sink, body, chat=chat, ignore_eos=p.ignore_eos)
         if chat and self.reasoning_rule[0] != "off":
             renderer.reasoning = reasoning_tokens(self.reasoning_rule, req.target_tokens)
             self.reasoning_tokens += renderer.reasoning
@@ -584,6 +593,26 @@ class SimServer:
             return _error(503, f"request ended early: {outcome}")
         return _json(renderer.response(req.generated, req.finish_reason))
 
+    def _answer(
+        self, req: SimRequest, sink: _Sink, body: dict[str, Any], *, chat: bool, ignore_eos: bool
+    ) -> None:
+        """A graded task's prompt gets its answer (``sim.answers``); the request then stops
+        after it unless ``ignore_eos`` keeps it going."""
+        if chat:
+            msgs = body.get("messages")
+            last = msgs[-1] if isinstance(msgs, list) and msgs else None
+            text = last.get("content") if isinstance(last, dict) else None
+        else:
+            text = body.get("prompt")
+        words = answer_words(text)
+        if words is None:
+            return
+        sink.renderer.answer = words
+        sink.cacheable = False  # its frames are its own
+        if not ignore_eos:
+            req.target_tokens = min(req.max_tokens, len(words))
+            req.finish_reason = "length" if req.target_tokens >= req.max_tokens else "stop"
+
     def _abort(self, replica: ReplicaEngine, req: SimRequest) -> None:
         if replica.abort(req):
             self.stats[replica.index].success["abort"] += 1
@@ -617,6 +646,9 @@ class SimServer:
         out["decode_batch_s"] = sum(r.decode_batch_s_at(t) for r in self.truth)
         out["deficit_s"] = max(r.deficit_s for r in self.truth)
         out["max_deficit_s"] = max(r.max_deficit_s for r in self.truth)
+        out["graded_answers"] = float(self.answers.answers)
+        out["graded_wrong"] = float(self.answers.wrong)
+        out["graded_error_probability_sum"] = self.answers.error_probability_sum
         return out
 
     def snapshot(self) -> dict[str, Any]:

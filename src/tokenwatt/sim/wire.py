@@ -70,6 +70,7 @@ class ChunkRenderer:
     """Renders one request's stream: token chunks, the final chunk, usage and [DONE]."""
 
     __slots__ = (
+        "answer",
         "cached_tokens",
         "chat",
         "continuous_usage",
@@ -103,6 +104,20 @@ class ChunkRenderer:
         # chat: output tokens 0 .. reasoning−1 go out as delta.reasoning_content (vLLM's
         # reasoning parser shape), the rest as delta.content
         self.reasoning = 0
+        # a graded task's answer words (``sim.answers``): the first answer tokens' text
+        self.answer: list[str] | None = None
+
+    def _text(self, start: int, count: int) -> str:
+        """Answer text of output tokens ``start .. start+count−1``: a graded answer's words
+        first (after any reasoning), the usual words after them."""
+        words = self.answer
+        if words is None:
+            return output_text(start, count)
+        r = self.reasoning if self.chat else 0
+        return "".join(
+            f" {words[i - r]}" if 0 <= i - r < len(words) else output_text(i, 1)
+            for i in range(start, start + count)
+        )
 
     def _chunk(
         self, text: str, finish: str | None, completion_tokens: int, reasoning: bool = False
@@ -189,7 +204,7 @@ class ChunkRenderer:
             )
             start, count = start + n, count - n
         if answer:
-            body += sse(self._chunk(output_text(start, count), finish, start + count))
+            body += sse(self._chunk(self._text(start, count), finish, start + count))
         if finish is not None:
             body += self.tail_events(start + count)
         return frame(body)
@@ -215,10 +230,10 @@ class ChunkRenderer:
 
     def response(self, completion_tokens: int, finish: str) -> dict[str, Any]:
         """The non-streaming body."""
-        text = output_text(0, completion_tokens)
+        text = self._text(0, completion_tokens)
         if self.chat:
             r = min(self.reasoning, completion_tokens)
-            message = {"role": "assistant", "content": output_text(r, completion_tokens - r)}
+            message = {"role": "assistant", "content": self._text(r, completion_tokens - r)}
             if r:
                 message["reasoning_content"] = output_text(0, r)
             choice: dict[str, Any] = {

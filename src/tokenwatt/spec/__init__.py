@@ -14,6 +14,7 @@ from tokenwatt.errors import SpecError
 from tokenwatt.spec._base import Section
 from tokenwatt.spec.endpoint import Endpoint, Timeouts
 from tokenwatt.spec.engine import READ_FILES, EngineSection, check_sim_drafter
+from tokenwatt.spec.graded import GradedSection
 from tokenwatt.spec.hardware import CustomAccelerator, HardwareSection
 from tokenwatt.spec.model import ModelSection
 from tokenwatt.spec.power import PowerSection, PowerSourceSpec
@@ -33,6 +34,7 @@ __all__ = [
     "Distribution",
     "Endpoint",
     "EngineSection",
+    "GradedSection",
     "HardwareSection",
     "ModelSection",
     "PowerSection",
@@ -68,12 +70,25 @@ class BenchSpec(Section):
     sim: SimSection = Field(default_factory=SimSection)
     server_metrics: ServerMetricsSection = Field(default_factory=ServerMetricsSection)
     engine: EngineSection = Field(default_factory=EngineSection)
+    graded: GradedSection | None = Field(
+        None, description="a slice of each probe's requests carrying tasks graded for accuracy"
+    )
 
     @model_validator(mode="after")
     def _one_drafter(self) -> Self:
         """The simulator runs the drafter the engine section declares (``check_sim_drafter``)."""
         if self.endpoint.is_sim:
             check_sim_drafter(self.engine.drafter, self.sim.speculative)
+        return self
+
+    @model_validator(mode="after")
+    def _accuracy_needs_graded(self) -> Self:
+        """An accuracy floor needs graded answers to judge."""
+        if self.slo.accuracy_min is not None and self.graded is None:
+            raise ValueError(
+                "slo.accuracy_min needs graded answers; add a graded: section (e.g. "
+                "graded: {fraction: 0.2})"
+            )
         return self
 
 

@@ -49,6 +49,13 @@ class SLO(Section):
         "errors (connect, reset, http_status, stream_error, truncated, protocol) more often "
         "than this is an error probe: the bench stops, no boundary is called from it",
     )
+    accuracy_min: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="accuracy floor: a probe whose graded answers (the `graded:` slice) are "
+        "right less often than this fails the SLO",
+    )
 
     @model_validator(mode="before")
     @classmethod

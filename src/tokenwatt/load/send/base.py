@@ -32,6 +32,7 @@ from typing import Protocol
 
 from tokenwatt.client.openai import Prompt
 from tokenwatt.clock import now_ns
+from tokenwatt.load.graded import GradedTask, grade
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import WorkerKeepUp
 
@@ -88,6 +89,7 @@ class Streamer(Protocol):
         prompt_tokens_client: int,
         ignore_eos: bool = True,
         record: RequestRecord | None = None,
+        graded: bool = False,
     ) -> RequestRecord: ...
 
 
@@ -100,16 +102,28 @@ async def stream_one(
     record: RequestRecord | None = None,
 ) -> RequestRecord:
     """Send ``req`` (scheduled at ``sched_ns``) and stream its answer into ``record``: the one
-    send call of every sender (in-process probe, live and fixed-schedule workers)."""
-    return await client.stream(
+    send call of every sender (in-process probe, live and fixed-schedule workers). A request
+    carrying a graded task (``load.graded``) goes greedy and free to stop, and its answer is
+    graded here once the stream has ended; its text is not kept."""
+    task: GradedTask | None = getattr(req, "task", None)
+    if task is not None and record is not None:
+        record.task = task.kind  # labelled before the send: a cancelled stream stays graded
+    rec = await client.stream(
         request_id=req.index,
         scheduled_ns=sched_ns,
         prompt=req.prompt,
         max_tokens=req.max_tokens,
         prompt_tokens_client=req.prompt_tokens_client,
-        ignore_eos=ignore_eos,
+        ignore_eos=ignore_eos and task is None,
         record=record,
+        graded=task is not None,
     )
+    if task is not None:
+        rec.task = task.kind
+        if rec.ok and rec.answer_text is not None:
+            rec.correct = grade(task, rec.answer_text)
+        rec.answer_text = None
+    return rec
 
 
 async def sleep_until(t_ns: int) -> None:

@@ -42,6 +42,8 @@ def open_sender(
             f"{field} cannot send conversations (workload.sessions): a next turn needs the "
             f"previous answer; {fix}"
         )
+    if spec.graded is not None:
+        raise SpecError(f"{field} cannot send graded tasks (graded:) yet; {fix} or drop graded:")
     if not isinstance(client, StreamClient):
         raise SpecError(f"{field} needs the HTTP StreamClient; {fix}")
     cfg = ClientConfig.from_client(client, ignore_eos=spec.workload.ignore_eos)
