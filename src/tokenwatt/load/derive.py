@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
 from tokenwatt.load.intervals import probe_intervals
@@ -72,6 +73,7 @@ def probe_mbu(
     speculative: DrafterSection | None = None,
     kv_stalls: bool = True,
     block: bool = False,
+    expert_load: ExpertLoad | None = None,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
@@ -81,6 +83,8 @@ def probe_mbu(
     engine section (read once per run: ``EngineSection.expert_load``). Speculative decoding
     (``speculative``: the declared drafter, or detected from the chunks) counts s and B from
     steps (``load.speculation``).
+    ``expert_load``: the routing the engine counted over the probe (its /metrics scrapes,
+    ``ProbeEngine.expert_load``), used before the spec's file.
     ``kv_stalls=False`` does not look for preempted streams (a block of a window without any);
     ``block=True`` computes the figures only (no routing band or skew comparison: an interval
     block shows MBU and decode-only MBU, its routing is the window's)."""
@@ -100,7 +104,7 @@ def probe_mbu(
         replicas=hardware.replicas,
         chunk_budget_tokens=eng.max_num_batched_tokens,
         slot_limit=eng.max_num_seqs,
-        expert_load=eng.expert_load(geometry),
+        expert_load=expert_load if expert_load is not None else eng.expert_load(geometry),
         routing_zipf=eng.routing_zipf,
     )
     figures = probe_steps(run.counted, speculative)
@@ -279,15 +283,26 @@ def _mbu_and_engine(
     engine that counted preemptions raises ``kv_pressure`` where the client saw none."""
     mbu = None
     if geometry is not None and accelerator is not None:
+        load = _scraped_load(engine_window, geometry)
         mbu = probe_mbu(
-            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared
-        )
+            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared,
+            expert_load=load,
+        )  # fmt: skip
     engine = None
     if engine_window is not None:
         engine = engine_figures(engine_window, run, spec, geometry, accelerator)
         if mbu is not None and not mbu.flags.kv_pressure:  # the engine counted preemptions
             mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
     return mbu, engine
+
+
+def _scraped_load(
+    engine_window: ProbeEngine | None, geometry: ModelGeometry | None
+) -> ExpertLoad | None:
+    """The expert load the engine's per-expert counters gave over the probe, if any."""
+    if engine_window is None or geometry is None:
+        return None
+    return engine_window.expert_load(geometry)
 
 
 def _run_figures(run: ProbeRun) -> dict[str, Any]:
@@ -337,6 +352,7 @@ def _intervals(
     power_series: list[tuple[float, float]] | None,
     *,
     model: tuple[ModelGeometry | None, Accelerator | None, DrafterSection | None],
+    expert_load: ExpertLoad | None = None,
 ) -> FigureIntervals | None:
     """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
     with the probe's geometry, accelerator and declared drafter (``model``)."""
@@ -356,6 +372,7 @@ def _intervals(
             speculative=declared,
             kv_stalls=stalled,
             block=True,
+            expert_load=expert_load,
         )
 
     return probe_intervals(
@@ -456,6 +473,7 @@ def summarize_probe(
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
         run=probe_detail(run, max_requests=max_requests),
         intervals=_intervals(
-            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared)
+            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared),
+            expert_load=_scraped_load(engine_window, geometry),
         ),
     )
