@@ -27,6 +27,12 @@ from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
+from tokenwatt.metrics.spec_chunks import (
+    ChunkedSteps,
+    chunked_note,
+    coalesced_verify_steps,
+    recounted,
+)
 from tokenwatt.result import (
     CostFigures,
     EnergySummary,
@@ -74,6 +80,7 @@ def probe_mbu(
     kv_stalls: bool = True,
     block: bool = False,
     expert_load: ExpertLoad | None = None,
+    engine_acceptance_length: float | None = None,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
@@ -85,6 +92,8 @@ def probe_mbu(
     steps (``load.speculation``).
     ``expert_load``: the routing the engine counted over the probe (its /metrics scrapes,
     ``ProbeEngine.expert_load``), used before the spec's file.
+    ``engine_acceptance_length``: the engine's own (spec-decode counters), which tells
+    verify steps coalesced into one chunk and counts them (``metrics.spec_chunks``).
     ``kv_stalls=False`` does not look for preempted streams (a block of a window without any);
     ``block=True`` computes the figures only (no routing band or skew comparison: an interval
     block shows MBU and decode-only MBU, its routing is the window's)."""
@@ -108,6 +117,13 @@ def probe_mbu(
         routing_zipf=eng.routing_zipf,
     )
     figures = probe_steps(run.counted, speculative)
+    chunked = coalesced_verify_steps(
+        run.counted,
+        figures,
+        declared_k=None if speculative is None else speculative.num_tokens,
+        engine_acceptance_length=engine_acceptance_length,
+    )
+    basis = figures if chunked is None else recounted(figures, chunked)
     mbu_at = partial(
         compute_mbu,
         geometry,
@@ -118,10 +134,12 @@ def probe_mbu(
         mean_context_per_token=context,
         kv_bytes_per_output_token=kv_per_token,
         multi_token_chunks=m.multi_token_chunks,
-        steps=step_basis(figures, speculative, pairs, regime),
+        steps=step_basis(basis, speculative, pairs, regime),
         routing_detail=not block,
     )
-    raw = _coalesced(mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures)
+    raw = _coalesced(
+        mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures, chunked
+    )
     if not kv_stalls:  # the caller knows there are none to correct (``_intervals``' blocks)
         return raw
     stalls = stream_stalls(
@@ -138,12 +156,18 @@ def probe_mbu(
     if regime is not None:  # a stalled stream's silence is one gap, not steps: τ' instead
         regime = replace(regime, step_law=None)
     tau = stalls.corrected_tau(m.itl_token_weighted_s)
-    fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures)
+    fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures, chunked)
     return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw)
 
 
-def _coalesced(mbu: Mbu, figures: StepSummary) -> Mbu:
-    """Flag ``coalesced_chunks`` when the engine sent several steps in one chunk."""
+def _coalesced(mbu: Mbu, figures: StepSummary, chunked: ChunkedSteps | None = None) -> Mbu:
+    """Flag ``coalesced_chunks`` when the engine sent several steps in one chunk; verify steps
+    counted again (``chunked``) say how, with the direction."""
+    if chunked is not None:
+        flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
+        own = [n for n in mbu.notes if n not in mbu.flags.notes()]
+        note = chunked_note(chunked, figures.acceptance_length)
+        return mbu.model_copy(update={"flags": flags, "notes": [*own, note]})
     if not figures.coalesced:
         return mbu
     flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
@@ -281,18 +305,19 @@ def _mbu_and_engine(
 ) -> tuple[Mbu | None, EngineFigures | None]:
     """The probe's MBU (no geometry or accelerator: none) and the engine's own figures; an
     engine that counted preemptions raises ``kv_pressure`` where the client saw none."""
-    mbu = None
-    if geometry is not None and accelerator is not None:
-        load = _scraped_load(engine_window, geometry)
-        mbu = probe_mbu(
-            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared,
-            expert_load=load,
-        )  # fmt: skip
     engine = None
     if engine_window is not None:
         engine = engine_figures(engine_window, run, spec, geometry, accelerator)
-        if mbu is not None and not mbu.flags.kv_pressure:  # the engine counted preemptions
-            mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
+    mbu = None
+    if geometry is not None and accelerator is not None:
+        mbu = probe_mbu(
+            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared,
+            expert_load=_scraped_load(engine_window, geometry),
+            engine_acceptance_length=None if engine is None else engine.acceptance_length,
+        )  # fmt: skip
+    if engine is not None and mbu is not None and not mbu.flags.kv_pressure:
+        # the engine counted preemptions
+        mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
     return mbu, engine
 
 
@@ -353,6 +378,7 @@ def _intervals(
     *,
     model: tuple[ModelGeometry | None, Accelerator | None, DrafterSection | None],
     expert_load: ExpertLoad | None = None,
+    engine_acceptance_length: float | None = None,
 ) -> FigureIntervals | None:
     """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
     with the probe's geometry, accelerator and declared drafter (``model``)."""
@@ -373,6 +399,7 @@ def _intervals(
             kv_stalls=stalled,
             block=True,
             expert_load=expert_load,
+            engine_acceptance_length=engine_acceptance_length,
         )
 
     return probe_intervals(
@@ -473,7 +500,13 @@ def summarize_probe(
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
         run=probe_detail(run, max_requests=max_requests),
         intervals=_intervals(
-            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared),
+            run,
+            spec,
+            mbu,
+            energy,
+            power_series,
+            model=(geometry, accelerator, declared),
             expert_load=_scraped_load(engine_window, geometry),
+            engine_acceptance_length=None if engine is None else engine.acceptance_length,
         ),
     )
