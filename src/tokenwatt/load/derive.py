@@ -25,6 +25,7 @@ from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
+from tokenwatt.metrics.prompt_recompute import mark_recompute, prompt_recompute
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.metrics.spec_chunks import (
@@ -145,8 +146,8 @@ def probe_mbu(
     stalls = stream_stalls(
         run.records, run.counted, run.window_start_ns, run.window_end_ns, hardware.replicas
     )
-    if not stalls.seen:
-        return raw
+    if not stalls.seen:  # no stream fell silent: prompts prefilled again, maybe
+        return mark_recompute(raw, prompt_recompute(run.records, run.counted))
     # preempted streams' silences are not decode time: τ' and the window's decode batch
     # without them (metrics.kv_pressure)
     if regime is not None and regime.decode_batch is not None:
