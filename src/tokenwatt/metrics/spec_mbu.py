@@ -27,9 +27,10 @@ uniform routing would move it; without one the headline is the uniform upper bou
 band's lower end is the same evaluation at the fewest experts any routing reads. Unlike the
 plain path the batch is taken at its mean B (one point, no batch law); like it, the weight
 term is scaled by the decode-busy share (1 − idle − prompts alone: s = 1/τ_c is a rate while
-a sequence decodes, and no step runs while none does). The drafter's assumption is named in ``inputs.speculation.assumption``
-(``geometry.drafts``). Speculation detected but not declared leaves the drafter's bytes out
-(flag ``drafter_bytes_unknown``: MBU reads low); k is then taken as the largest chunk − 1.
+a sequence decodes, and no step runs while none does). The drafter's assumption is named in
+``inputs.speculation.assumption`` (``geometry.drafts``). Speculation detected but not
+declared leaves the drafter's bytes out (flag ``drafter_bytes_unknown``: MBU reads low); k is
+then taken as the largest chunk − 1.
 """
 
 from __future__ import annotations
