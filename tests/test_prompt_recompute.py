@@ -132,3 +132,35 @@ def test_the_same_load_with_a_cache_that_fits_raises_nothing() -> None:
     rec = c["recompute"]
     assert rec is not None and rec.beyond == 0 and not rec.seen
     assert not mark_recompute(c["mbu"], rec).flags.kv_pressure
+
+
+@pytest.mark.parametrize(("model", "prefill", "rate", "n_in"), [
+    ("qwen3-30b-a3b", True, 20.0, 512),
+    ("qwen3-30b-a3b", False, 20.0, 512),
+    ("llama-3.1-8b", False, 40.0, 256),
+])  # fmt: skip
+def test_a_busy_queue_without_preemption_is_not_recompute(
+    model: str, prefill: bool, rate: float, n_in: int
+) -> None:
+    """Moderate load, prompts queued behind each other and behind decode steps (prefill
+    costed or free): no request beyond the bound. Overloaded until no request finds the queue
+    empty, the prefill time per token cannot be measured: None (no flag, no claim)."""
+    g, acc = load_geometry(model), get_accelerator("h100-sxm")
+
+    def measured(r: float) -> Any:
+        sim = VirtualSim(SimConfig(geometry=g, accelerator=acc, gpus_per_replica=1,
+                                   efficiency=0.6, prefill_cost=prefill, seed=3))  # fmt: skip
+        reqs = [sim.submit(t, n_in, 128) for t in _arrivals(r, 40.0, 3)]
+        sim.run()
+        recs = [
+            streamed_record(x.rid, sim.token_ns[x.rid], sent_ns=x.arrival_ns, prompt_tokens=n_in)
+            for x in reqs
+            if sim.token_ns[x.rid]
+        ]
+        assert sum(x.preemptions for x in reqs) == 0 or r > rate
+        return prompt_recompute(recs, [x for x in recs if x.sent_ns >= 10 * 10**9])  # type: ignore[operator]
+
+    rec = measured(rate)
+    assert rec is not None and rec.requests > 500 and rec.beyond == 0
+    if prefill:
+        assert measured(2 * rate) is None  # the queue never empties: nothing to measure by
