@@ -21,10 +21,10 @@ from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
 from tokenwatt.metrics.cost import cost_figures
-from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
+from tokenwatt.metrics.kv_pressure import KvPressure, mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import regime_from_records
+from tokenwatt.metrics.mixed_steps import StepRegime, regime_from_records
 from tokenwatt.metrics.prompt_recompute import mark_recompute, prompt_recompute
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
@@ -117,14 +117,7 @@ def probe_mbu(
         expert_load=expert_load if expert_load is not None else eng.expert_load(geometry),
         routing_zipf=eng.routing_zipf,
     )
-    figures = probe_steps(run.counted, speculative)
-    chunked = coalesced_verify_steps(
-        run.counted,
-        figures,
-        declared_k=None if speculative is None else speculative.num_tokens,
-        engine_acceptance_length=engine_acceptance_length,
-    )
-    basis = figures if chunked is None else recounted(figures, chunked)
+    figures, chunked, basis = _steps(run, speculative, engine_acceptance_length)
     mbu_at = partial(
         compute_mbu,
         geometry,
@@ -148,17 +141,39 @@ def probe_mbu(
     )
     if not stalls.seen:  # no stream fell silent: prompts prefilled again, maybe
         return mark_recompute(raw, prompt_recompute(run.records, run.counted))
-    # preempted streams' silences are not decode time: τ' and the window's decode batch
-    # without them (metrics.kv_pressure)
-    if regime is not None and regime.decode_batch is not None:
-        window_s = (run.window_end_ns - run.window_start_ns) / 1e9
-        less = stalls.stalled_in_window_s / window_s / hardware.replicas
-        regime = replace(regime, decode_batch=max(0.0, regime.decode_batch - less))
-    if regime is not None:  # a stalled stream's silence is one gap, not steps: τ' instead
-        regime = replace(regime, step_law=None)
+    regime = _without_stalls(regime, stalls, run, hardware.replicas)
     tau = stalls.corrected_tau(m.itl_token_weighted_s)
     fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures, chunked)
     return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw)
+
+
+def _without_stalls(
+    regime: StepRegime | None, stalls: KvPressure, run: ProbeRun, replicas: int
+) -> StepRegime | None:
+    """Preempted streams' silences are not decode time: the window's decode batch without
+    them, and no step law (a stalled stream's silence is one gap, not steps: τ' instead)."""
+    if regime is None:
+        return None
+    if regime.decode_batch is not None:
+        window_s = (run.window_end_ns - run.window_start_ns) / 1e9
+        less = stalls.stalled_in_window_s / window_s / replicas
+        regime = replace(regime, decode_batch=max(0.0, regime.decode_batch - less))
+    return replace(regime, step_law=None)
+
+
+def _steps(
+    run: ProbeRun, speculative: DrafterSection | None, engine_acceptance_length: float | None
+) -> tuple[StepSummary, ChunkedSteps | None, StepSummary]:
+    """The probe's steps as its chunks show them, verify steps coalesced into chunks (if any,
+    ``metrics.spec_chunks``), and the steps MBU counts (those counted again)."""
+    figures = probe_steps(run.counted, speculative)
+    chunked = coalesced_verify_steps(
+        run.counted,
+        figures,
+        declared_k=None if speculative is None else speculative.num_tokens,
+        engine_acceptance_length=engine_acceptance_length,
+    )
+    return figures, chunked, figures if chunked is None else recounted(figures, chunked)
 
 
 def _coalesced(mbu: Mbu, figures: StepSummary, chunked: ChunkedSteps | None = None) -> Mbu:
@@ -377,13 +392,16 @@ def _intervals(
     energy: EnergySummary | None,
     power_series: list[tuple[float, float]] | None,
     *,
-    model: tuple[ModelGeometry | None, Accelerator | None, DrafterSection | None],
-    expert_load: ExpertLoad | None = None,
-    engine_acceptance_length: float | None = None,
+    model: tuple[
+        ModelGeometry | None,
+        Accelerator | None,
+        DrafterSection | None,
+        tuple[ExpertLoad | None, EngineFigures | None],
+    ],
 ) -> FigureIntervals | None:
     """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
     with the probe's geometry, accelerator and declared drafter (``model``)."""
-    geometry, accelerator, declared = model
+    geometry, accelerator, declared, witness = model
     # blocks take the window's corrections: stalls are looked for only where the window saw them
     stalled = mbu is not None and mbu.flags.kv_pressure
 
@@ -399,8 +417,8 @@ def _intervals(
             speculative=declared,
             kv_stalls=stalled,
             block=True,
-            expert_load=expert_load,
-            engine_acceptance_length=engine_acceptance_length,
+            expert_load=witness[0],
+            engine_acceptance_length=None if witness[1] is None else witness[1].acceptance_length,
         )
 
     return probe_intervals(
@@ -450,6 +468,7 @@ def summarize_probe(
     mbu, engine = _mbu_and_engine(
         run, spec, geometry, accelerator, engine_window, declared=declared
     )
+    witness = (_scraped_load(engine_window, geometry), engine)  # MBU's blocks use it too
     goodput = _or0(m.goodput_output_tokens_per_s)
     return ProbeSummary(
         index=index,
@@ -501,13 +520,6 @@ def summarize_probe(
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
         run=probe_detail(run, max_requests=max_requests),
         intervals=_intervals(
-            run,
-            spec,
-            mbu,
-            energy,
-            power_series,
-            model=(geometry, accelerator, declared),
-            expert_load=_scraped_load(engine_window, geometry),
-            engine_acceptance_length=None if engine is None else engine.acceptance_length,
+            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared, witness)
         ),
     )
