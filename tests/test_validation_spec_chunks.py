@@ -10,10 +10,11 @@ Truth: the simulator's steps over the same window (``test_validation_spec._truth
 The rule, per case (k = 2–5 draft tokens, c = 2–4 steps per chunk, dense and MoE targets, the
 drafter declared or not): ``coalesced_chunks`` is raised and its note says that one step per
 chunk reads MBU low; with the engine's counters the steps are the engine's and MBU is within
-1 pt of the truth; from the client alone the steps are the smallest chunk's tokens per chunk
-(at most c per chunk… at least c: the note says MBU reads high if chunks hold fewer), MBU
-lies between the one-step-per-chunk figure (below the truth, as the note says) and that
-headline, and the headline is within 1 pt where the smallest chunk equals c.
+1 pt of the truth (a draft model nobody declared: ``drafter_bytes_unknown``, below the
+truth, as that flag says); from the client alone each full chunk counts as the smallest
+chunk's tokens in steps (at least c), so the truth lies between the one-step-per-chunk figure
+(below it, as the note says) and that headline (+1 pt), and the headline is within 1 pt where
+the smallest chunk holds c tokens.
 """
 
 from __future__ import annotations
