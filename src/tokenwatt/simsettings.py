@@ -266,6 +266,9 @@ class SimSettings(BaseModel):
         None, description="TDP per GPU, W; unset: the catalog's", gt=0, allow_inf_nan=False
     )
     tokens_per_chunk: int = Field(1, ge=1, description="tokens per streamed chunk (test knob)")
+    steps_per_chunk: int = Field(
+        1, ge=1, description="engine steps per streamed chunk after the first (test knob)"
+    )
     keepalive_s: float | None = Field(
         None,
         description="SSE keep-alive comment interval, s (test knob)",

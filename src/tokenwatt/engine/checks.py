@@ -42,7 +42,7 @@ def checked_sample(sample: EngineSample) -> tuple[EngineSample, dict[str, str]]:
         return out
 
     counters, gauges = keep("counter", sample.counters), keep("gauge", sample.gauges)
-    return EngineSample(sample.t_ns, counters, gauges), warnings
+    return EngineSample(sample.t_ns, counters, gauges, sample.experts), warnings
 
 
 def counter_shape(values: Sequence[float]) -> CounterShape:

@@ -4,7 +4,11 @@ Which engine gives what (checked against each engine's source, December 2026):
 
 - **tokenwatt's simulator**: ``tokenwatt_sim_expert_tokens_total{engine, layer, expert}`` on
   ``/metrics`` — tokens routed to each expert (``layer="all"``: its MoE layers share one
-  routing law). A window's load is the counters' increase between two scrapes.
+  routing law). A window's load is the counters' increase between two scrapes: a probe's
+  witness keeps them at every scrape (``EngineSample.experts``), so its first and last scrape
+  give the probe's measured load (``expert_load_from_samples``) with no file.
+- **vLLM-Ascend**: its EPLB statistics logger's ``vllm:phy_expert_heat`` counter per physical
+  expert and ``vllm:phy2log`` map, read the same way (``engine.expert_counts``).
 - **SGLang**: the expert distribution recorder. ``POST /start_expert_distribution_record``,
   then ``/stop_…`` and ``/dump_expert_distribution_record``; versions up to 0.4.x write one CSV
   per rank, ``expert_distribution_rank{R}_timestamp{T}.csv`` with header
@@ -30,31 +34,28 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from tokenwatt.engine.parse import parse_samples
+from tokenwatt.engine.expert_counts import SIM_EXPERT_TOKENS, ExpertCounts, expert_counts
+from tokenwatt.engine.parse import EngineSample, parse_samples
 from tokenwatt.geometry.routing import ExpertLoad
 
 __all__ = [
     "SIM_EXPERT_TOKENS",
     "ExpertLoadError",
     "expert_load_from_exposition",
+    "expert_load_from_samples",
     "expert_load_from_sglang_csv",
 ]
-
-SIM_EXPERT_TOKENS = "tokenwatt_sim_expert_tokens_total"
 
 
 class ExpertLoadError(ValueError):
     """The engine's text holds no usable per-expert load (one line, says what is missing)."""
 
 
-Counts = dict[str, dict[int, float]]  # layer → expert → tokens
+Counts = ExpertCounts  # layer → expert → tokens
 
 
 def _exposition_counts(text: str) -> Counts:
-    out: Counts = defaultdict(lambda: defaultdict(float))
-    for labels, value in parse_samples(text).get(SIM_EXPERT_TOKENS, []):
-        out[labels.get("layer", "all")][int(labels["expert"])] += value
-    return out
+    return expert_counts(parse_samples(text))
 
 
 def _to_load(
@@ -81,7 +82,24 @@ def expert_load_from_exposition(
 ) -> ExpertLoad:
     """The window's load from two ``/metrics`` scrapes: each counter's increase (a counter that
     went down was reset: its ``after`` value is the increase)."""
-    a, b = _exposition_counts(before), _exposition_counts(after)
+    return _load_between(_exposition_counts(before), _exposition_counts(after), experts, k, source)
+
+
+def expert_load_from_samples(
+    samples: Iterable[EngineSample], *, experts: int, k: int, source: str = "engine /metrics"
+) -> ExpertLoad | None:
+    """The load between the first and the last scrape that carry per-expert counters; None
+    when fewer than two do or nothing was routed between them (the band then stays)."""
+    have = sorted((s for s in samples if s.experts), key=lambda s: s.t_ns)
+    if len(have) < 2:
+        return None
+    try:
+        return _load_between(have[0].experts, have[-1].experts, experts, k, source)
+    except ExpertLoadError:
+        return None
+
+
+def _load_between(a: Counts, b: Counts, experts: int, k: int, source: str) -> ExpertLoad:
     delta: Counts = {}
     for layer, row in b.items():
         prev = a.get(layer, {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tokenwatt.engine.expert_counts import ExpertCounts, expert_counts
 from tokenwatt.engine.names import (
     COUNTERS,
     ENGINE_NAMES,
@@ -34,6 +35,8 @@ class EngineSample:
     t_ns: int
     counters: dict[str, float] = field(default_factory=dict)
     gauges: dict[str, float] = field(default_factory=dict)
+    # per-expert routed tokens where the engine counts them (``engine.expert_counts``)
+    experts: ExpertCounts = field(default_factory=dict)
 
 
 def parse_samples(text: str) -> dict[str, Series]:
@@ -75,4 +78,4 @@ def sample_from_text(text: str, engine: EngineName, t_ns: int) -> EngineSample:
     if "busy_slot_decodes" in counters:
         # llama.cpp publishes n_busy_slots_total / n_decode_total; undo the division
         counters["busy_slot_decodes"] *= counters.get("decode_steps", 0.0)
-    return EngineSample(t_ns, counters, gauges)
+    return EngineSample(t_ns, counters, gauges, expert_counts(samples))

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.engine_probe import ProbeEngine, engine_figures
 from tokenwatt.load.intervals import probe_intervals
@@ -21,12 +22,19 @@ from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
 from tokenwatt.metrics.accuracy import probe_accuracy
 from tokenwatt.metrics.cost import cost_figures
-from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
+from tokenwatt.metrics.kv_pressure import KvPressure, mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import regime_from_records
+from tokenwatt.metrics.mixed_steps import StepRegime, regime_from_records
+from tokenwatt.metrics.prompt_recompute import mark_recompute, prompt_recompute
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
+from tokenwatt.metrics.spec_chunks import (
+    ChunkedSteps,
+    chunked_note,
+    coalesced_verify_steps,
+    recounted,
+)
 from tokenwatt.result import (
     CostFigures,
     EnergySummary,
@@ -73,6 +81,8 @@ def probe_mbu(
     speculative: DrafterSection | None = None,
     kv_stalls: bool = True,
     block: bool = False,
+    expert_load: ExpertLoad | None = None,
+    engine_acceptance_length: float | None = None,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
@@ -82,6 +92,10 @@ def probe_mbu(
     engine section (read once per run: ``EngineSection.expert_load``). Speculative decoding
     (``speculative``: the declared drafter, or detected from the chunks) counts s and B from
     steps (``load.speculation``).
+    ``expert_load``: the routing the engine counted over the probe (its /metrics scrapes,
+    ``ProbeEngine.expert_load``), used before the spec's file.
+    ``engine_acceptance_length``: the engine's own (spec-decode counters), which tells
+    verify steps coalesced into one chunk and counts them (``metrics.spec_chunks``).
     ``kv_stalls=False`` does not look for preempted streams (a block of a window without any);
     ``block=True`` computes the figures only (no routing band or skew comparison: an interval
     block shows MBU and decode-only MBU, its routing is the window's)."""
@@ -101,10 +115,10 @@ def probe_mbu(
         replicas=hardware.replicas,
         chunk_budget_tokens=eng.max_num_batched_tokens,
         slot_limit=eng.max_num_seqs,
-        expert_load=eng.expert_load(geometry),
+        expert_load=expert_load if expert_load is not None else eng.expert_load(geometry),
         routing_zipf=eng.routing_zipf,
     )
-    figures = probe_steps(run.counted, speculative)
+    figures, chunked, basis = _steps(run, speculative, engine_acceptance_length)
     mbu_at = partial(
         compute_mbu,
         geometry,
@@ -115,32 +129,62 @@ def probe_mbu(
         mean_context_per_token=context,
         kv_bytes_per_output_token=kv_per_token,
         multi_token_chunks=m.multi_token_chunks,
-        steps=step_basis(figures, speculative, pairs, regime),
+        steps=step_basis(basis, speculative, pairs, regime),
         routing_detail=not block,
     )
-    raw = _coalesced(mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures)
+    raw = _coalesced(
+        mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures, chunked
+    )
     if not kv_stalls:  # the caller knows there are none to correct (``_intervals``' blocks)
         return raw
     stalls = stream_stalls(
         run.records, run.counted, run.window_start_ns, run.window_end_ns, hardware.replicas
     )
-    if not stalls.seen:
-        return raw
-    # preempted streams' silences are not decode time: τ' and the window's decode batch
-    # without them (metrics.kv_pressure)
-    if regime is not None and regime.decode_batch is not None:
-        window_s = (run.window_end_ns - run.window_start_ns) / 1e9
-        less = stalls.stalled_in_window_s / window_s / hardware.replicas
-        regime = replace(regime, decode_batch=max(0.0, regime.decode_batch - less))
-    if regime is not None:  # a stalled stream's silence is one gap, not steps: τ' instead
-        regime = replace(regime, step_law=None)
+    if not stalls.seen:  # no stream fell silent: prompts prefilled again, maybe
+        return mark_recompute(raw, prompt_recompute(run.records, run.counted))
+    regime = _without_stalls(regime, stalls, run, hardware.replicas)
     tau = stalls.corrected_tau(m.itl_token_weighted_s)
-    fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures)
+    fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures, chunked)
     return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw)
 
 
-def _coalesced(mbu: Mbu, figures: StepSummary) -> Mbu:
-    """Flag ``coalesced_chunks`` when the engine sent several steps in one chunk."""
+def _without_stalls(
+    regime: StepRegime | None, stalls: KvPressure, run: ProbeRun, replicas: int
+) -> StepRegime | None:
+    """Preempted streams' silences are not decode time: the window's decode batch without
+    them, and no step law (a stalled stream's silence is one gap, not steps: τ' instead)."""
+    if regime is None:
+        return None
+    if regime.decode_batch is not None:
+        window_s = (run.window_end_ns - run.window_start_ns) / 1e9
+        less = stalls.stalled_in_window_s / window_s / replicas
+        regime = replace(regime, decode_batch=max(0.0, regime.decode_batch - less))
+    return replace(regime, step_law=None)
+
+
+def _steps(
+    run: ProbeRun, speculative: DrafterSection | None, engine_acceptance_length: float | None
+) -> tuple[StepSummary, ChunkedSteps | None, StepSummary]:
+    """The probe's steps as its chunks show them, verify steps coalesced into chunks (if any,
+    ``metrics.spec_chunks``), and the steps MBU counts (those counted again)."""
+    figures = probe_steps(run.counted, speculative)
+    chunked = coalesced_verify_steps(
+        run.counted,
+        figures,
+        declared_k=None if speculative is None else speculative.num_tokens,
+        engine_acceptance_length=engine_acceptance_length,
+    )
+    return figures, chunked, figures if chunked is None else recounted(figures, chunked)
+
+
+def _coalesced(mbu: Mbu, figures: StepSummary, chunked: ChunkedSteps | None = None) -> Mbu:
+    """Flag ``coalesced_chunks`` when the engine sent several steps in one chunk; verify steps
+    counted again (``chunked``) say how, with the direction."""
+    if chunked is not None:
+        flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
+        own = [n for n in mbu.notes if n not in mbu.flags.notes()]
+        note = chunked_note(chunked, figures.acceptance_length)
+        return mbu.model_copy(update={"flags": flags, "notes": [*own, note]})
     if not figures.coalesced:
         return mbu
     flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
@@ -278,17 +322,29 @@ def _mbu_and_engine(
 ) -> tuple[Mbu | None, EngineFigures | None]:
     """The probe's MBU (no geometry or accelerator: none) and the engine's own figures; an
     engine that counted preemptions raises ``kv_pressure`` where the client saw none."""
-    mbu = None
-    if geometry is not None and accelerator is not None:
-        mbu = probe_mbu(
-            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared
-        )
     engine = None
     if engine_window is not None:
         engine = engine_figures(engine_window, run, spec, geometry, accelerator)
-        if mbu is not None and not mbu.flags.kv_pressure:  # the engine counted preemptions
-            mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
+    mbu = None
+    if geometry is not None and accelerator is not None:
+        mbu = probe_mbu(
+            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared,
+            expert_load=_scraped_load(engine_window, geometry),
+            engine_acceptance_length=None if engine is None else engine.acceptance_length,
+        )  # fmt: skip
+    if engine is not None and mbu is not None and not mbu.flags.kv_pressure:
+        # the engine counted preemptions
+        mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
     return mbu, engine
+
+
+def _scraped_load(
+    engine_window: ProbeEngine | None, geometry: ModelGeometry | None
+) -> ExpertLoad | None:
+    """The expert load the engine's per-expert counters gave over the probe, if any."""
+    if engine_window is None or geometry is None:
+        return None
+    return engine_window.expert_load(geometry)
 
 
 def _run_figures(run: ProbeRun) -> dict[str, Any]:
@@ -337,11 +393,16 @@ def _intervals(
     energy: EnergySummary | None,
     power_series: list[tuple[float, float]] | None,
     *,
-    model: tuple[ModelGeometry | None, Accelerator | None, DrafterSection | None],
+    model: tuple[
+        ModelGeometry | None,
+        Accelerator | None,
+        DrafterSection | None,
+        tuple[ExpertLoad | None, EngineFigures | None],
+    ],
 ) -> FigureIntervals | None:
     """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
     with the probe's geometry, accelerator and declared drafter (``model``)."""
-    geometry, accelerator, declared = model
+    geometry, accelerator, declared, witness = model
     # blocks take the window's corrections: stalls are looked for only where the window saw them
     stalled = mbu is not None and mbu.flags.kv_pressure
 
@@ -357,6 +418,8 @@ def _intervals(
             speculative=declared,
             kv_stalls=stalled,
             block=True,
+            expert_load=witness[0],
+            engine_acceptance_length=None if witness[1] is None else witness[1].acceptance_length,
         )
 
     return probe_intervals(
@@ -406,6 +469,7 @@ def summarize_probe(
     mbu, engine = _mbu_and_engine(
         run, spec, geometry, accelerator, engine_window, declared=declared
     )
+    witness = (_scraped_load(engine_window, geometry), engine)  # MBU's blocks use it too
     goodput = _or0(m.goodput_output_tokens_per_s)
     return ProbeSummary(
         index=index,
@@ -458,6 +522,6 @@ def summarize_probe(
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
         run=probe_detail(run, max_requests=max_requests),
         intervals=_intervals(
-            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared)
+            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared, witness)
         ),
     )

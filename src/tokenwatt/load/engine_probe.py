@@ -28,8 +28,10 @@ from tokenwatt.engine import (
     metrics_url_for,
 )
 from tokenwatt.engine.align import count_on_engine_clock
+from tokenwatt.engine.expert_load import expert_load_from_samples
 from tokenwatt.engine.names import COUNTERS, GAUGES
 from tokenwatt.geometry.model import ModelGeometry
+from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.kv_pressure import stream_stalls
@@ -102,7 +104,9 @@ class EngineWitness:
             if line not in self.warnings:
                 self.warnings.append(line)
         scrapes = tuple(sorted(x.t_ns for x in scraper.samples))
-        return ProbeEngine(window, edge_fraction(scraper.samples, w0, w1), scrapes)
+        counted = sorted((x for x in scraper.samples if x.experts), key=lambda x: x.t_ns)
+        ends = tuple(counted[:: max(1, len(counted) - 1)][:2])  # the first and the last
+        return ProbeEngine(window, edge_fraction(scraper.samples, w0, w1), scrapes, ends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,21 @@ class ProbeEngine:
     window: EngineFigures
     edge_fraction: float
     scrape_ns: tuple[int, ...] = ()  # every scrape's time: T compared on the engine's clock
+    # the first and last scrape with per-expert counters: the probe's measured expert load
+    expert_scrapes: tuple[EngineSample, ...] = ()
+
+    def expert_load(self, geometry: ModelGeometry) -> ExpertLoad | None:
+        """The routing the engine counted from the probe's first scrape to its last (warm-up
+        and drain included: the router's law, not the window's tokens, is what W(B) needs);
+        None for a dense model or an engine without per-expert counters."""
+        if not geometry.is_moe or len(self.expert_scrapes) < 2:
+            return None
+        return expert_load_from_samples(
+            self.expert_scrapes,
+            experts=geometry.experts,
+            k=geometry.experts_per_token,
+            source=f"engine /metrics ({self.window.engine or 'engine'})",
+        )
 
 
 def edge_fraction(samples: Sequence[EngineSample], start_ns: int, end_ns: int) -> float:

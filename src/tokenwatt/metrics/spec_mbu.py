@@ -25,10 +25,12 @@ The decode-only figure is the same with J = 0. Routing is treated as on the plai
 (``metrics.routing_band``): a measured expert load gives the headline and a note of how far
 uniform routing would move it; without one the headline is the uniform upper bound and the
 band's lower end is the same evaluation at the fewest experts any routing reads. Unlike the
-plain path the batch is taken at its mean B (one point, no batch law) and the weight term is
-not scaled by a busy share. The drafter's assumption is named in ``inputs.speculation.assumption``
-(``geometry.drafts``). Speculation detected but not declared leaves the drafter's bytes out
-(flag ``drafter_bytes_unknown``: MBU reads low); k is then taken as the largest chunk − 1.
+plain path the batch is taken at its mean B (one point, no batch law); like it, the weight
+term is scaled by the decode-busy share (1 − idle − prompts alone: s = 1/τ_c is a rate while
+a sequence decodes, and no step runs while none does). The drafter's assumption is named in
+``inputs.speculation.assumption`` (``geometry.drafts``). Speculation detected but not
+declared leaves the drafter's bytes out (flag ``drafter_bytes_unknown``: MBU reads low); k is
+then taken as the largest chunk − 1.
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ class _Basis:
     kv_per_s: float
     draft_kv_per_s: float
     node: float  # N_GPU × rated bandwidth
+    busy: float = 1.0  # decode-busy share of the window (neither idle nor prompts alone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +139,7 @@ class _Bytes:
 
     def figures(self, basis: _Basis, replicas: int) -> tuple[float, float, float]:
         """(headline bytes/s, decode-only bytes/s, weight bytes/s of the headline)."""
-        rate = replicas * basis.s
+        rate = replicas * basis.s * basis.busy  # steps run only while a sequence decodes
         kv = basis.kv_per_s + basis.draft_kv_per_s
         w = rate * (self.target + self.drafter)
         return w + kv, rate * (self.target_decode_only + self.drafter) + kv, w
@@ -153,8 +156,9 @@ def _basis(
     k = drafter.num_tokens
     d_rate = t * steps_n / tokens
     b, s = batch_and_steps(d_rate, tau_c, replicas)
-    m, prompt, budget = 0.0, 0.0, float(DEFAULT_CHUNK_BUDGET_TOKENS)
+    m, prompt, budget, busy = 0.0, 0.0, float(DEFAULT_CHUNK_BUDGET_TOKENS), 1.0
     if regime is not None:
+        busy = decode_busy_share(regime)
         m = regime.request_rate_rps / replicas * tau_c
         prompt = max(0.0, regime.mean_prompt_tokens - regime.mean_cached_prompt_tokens)
         budget = float(regime.chunk_budget_tokens)
@@ -162,8 +166,15 @@ def _basis(
     draft_kv = k * d_rate * draft_kv_bytes_per_output_token if reads_model else 0.0
     return _Basis(
         b, s, d_rate, m, prompt, max(1.0, budget - b * (k + 1)),
-        d_rate * kv_bytes_per_output_token, draft_kv, node,
+        d_rate * kv_bytes_per_output_token, draft_kv, node, busy,
     )  # fmt: skip
+
+
+def decode_busy_share(regime: StepRegime) -> float:
+    """The window's share with a sequence decoding: 1 − idle − prompts running alone (the
+    plain path's busy share, ``metrics.mixed_steps``); s = 1/τ_c counts steps only then."""
+    not_decoding = max(regime.idle_fraction or 0.0, 0.0) + (regime.prefill_only_fraction or 0.0)
+    return 1.0 - min(not_decoding, 0.99)
 
 
 def _bytes(

@@ -68,9 +68,11 @@ class _Sink:
         "fast",
         "fd",
         "frames",
+        "held_steps",
         "pending",
         "reasoning_frames",
         "renderer",
+        "sent",
         "stall_after",
         "stream",
         "transport",
@@ -89,6 +91,8 @@ class _Sink:
         self.transport: asyncio.Transport | None = None
         self.fd = -1  # the socket's descriptor: step frames are written to it directly
         self.pending = 0  # tokens held back for a multi-token chunk
+        self.held_steps = 0  # steps whose tokens are held back (``steps_per_chunk``)
+        self.sent = 0  # chunks written
         self.error_after = config.settings.error_after_tokens
         self.stall_after = config.settings.stall_after_tokens
         self.ended = False  # nothing more will be written (finished, errored, stalled)
@@ -100,6 +104,7 @@ class _Sink:
         self.fast = (
             stream
             and config.settings.tokens_per_chunk == 1
+            and config.settings.steps_per_chunk == 1
             and config.settings.speculative is None  # a chunk of 1 + accepted tokens per step
             and self.error_after is None
             and self.stall_after is None
@@ -138,6 +143,7 @@ class ReplicaDriver:
         self.last_deadline_ns = 0
         self.spin_ns = round(server.config.settings.spin_s * 1e9)
         self.tokens_per_chunk = server.config.settings.tokens_per_chunk
+        self.steps_per_chunk = server.config.settings.steps_per_chunk
 
     def wake(self) -> None:
         self._wake.set()
@@ -242,13 +248,22 @@ class ReplicaDriver:
                 stalled.append(req)
                 continue
             sink.pending += 1 if counts is None else counts[j]
-            if sink.pending >= self.tokens_per_chunk or finish is not None:
+            sink.held_steps += 1
+            if self._flush(sink) or finish is not None:
                 n = sink.pending
-                sink.pending = 0
+                sink.pending = sink.held_steps = 0
+                sink.sent += 1
                 writes.append((sink, sink.renderer.tokens(idx - n + 1, n, finish)))
                 if finish is not None:
                     sink.ended = True
         return writes, stalled
+
+    def _flush(self, sink: _Sink) -> bool:
+        """Write the held tokens now: enough tokens (``tokens_per_chunk``) and enough steps
+        (``steps_per_chunk``, a stream interval: the first token still goes alone)."""
+        if self.steps_per_chunk > 1:
+            return sink.sent == 0 or sink.held_steps >= self.steps_per_chunk
+        return sink.pending >= self.tokens_per_chunk
 
     def _write(self, writes: list[tuple[_Sink, bytes]], deadline: int) -> int:
         """Each frame straight to its socket with one ``write(2)`` (the transport's buffer
