@@ -20,10 +20,10 @@ from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
 from tokenwatt.metrics.cost import cost_figures
-from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import regime_from_records
+from tokenwatt.metrics.mbu.kv_pressure import mark_kv_pressure, stream_stalls
+from tokenwatt.metrics.mbu.mixed_steps import regime_from_records
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
@@ -77,7 +77,7 @@ def probe_mbu(
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
     so T and the context sum no longer describe one steady state. The measured regime
     (request rate, prompt lengths, idle share) and the spec's ``engine`` limits feed the
-    mixed-step term (``metrics.mixed_steps``); a measured expert load comes from the spec's
+    mixed-step term (``metrics.mbu.mixed_steps``); a measured expert load comes from the spec's
     engine section (read once per run: ``EngineSection.expert_load``). Speculative decoding
     (``speculative``: the declared drafter, or detected from the chunks) counts s and B from
     steps (``load.speculation``).
@@ -126,7 +126,7 @@ def probe_mbu(
     if not stalls.seen:
         return raw
     # preempted streams' silences are not decode time: τ' and the window's decode batch
-    # without them (metrics.kv_pressure)
+    # without them (metrics.mbu.kv_pressure)
     if regime is not None and regime.decode_batch is not None:
         window_s = (run.window_end_ns - run.window_start_ns) / 1e9
         less = stalls.stalled_in_window_s / window_s / hardware.replicas

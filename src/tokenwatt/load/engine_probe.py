@@ -32,11 +32,11 @@ from tokenwatt.engine.names import COUNTERS, GAUGES
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
-from tokenwatt.metrics.kv_pressure import stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import idle_fraction_from_intervals
-from tokenwatt.metrics.prompt_phase import prompt_phase
-from tokenwatt.metrics.step_gaps import step_law_from_gaps
+from tokenwatt.metrics.mbu.kv_pressure import stream_stalls
+from tokenwatt.metrics.mbu.mixed_steps import idle_fraction_from_intervals
+from tokenwatt.metrics.mbu.prompt_phase import prompt_phase
+from tokenwatt.metrics.mbu.step_gaps import step_law_from_gaps
 from tokenwatt.metrics.steps import step_figures
 from tokenwatt.result import EngineFigures
 from tokenwatt.spec import BenchSpec, redact_text

@@ -16,7 +16,7 @@ window gives, per replica:
 
 The first is time no decode step runs although the replica is busy (exact for R = 1); the
 second is the share of prompt processing that can ride in a decode step (a prompt that
-arrives at an idle replica runs alone). ``metrics.mixed_steps`` takes the decode-busy share
+arrives at an idle replica runs alone). ``metrics.mbu.mixed_steps`` takes the decode-busy share
 as 1 − idle − prefill-only and scales the prompts per decode step by the mixing share.
 """
 

@@ -9,7 +9,7 @@ through the experts too, and reads the union: on many-expert models such a step 
     B_dec  = B · (1 − 1/n̄)             decode tokens per step (the first token of a request
                                           comes from its prefill step, mbu-notes §2)
     φ      = idle fraction, measured from request arrival and completion times, plus the
-             share a replica ran prompts with no decode in flight (metrics.prompt_phase)
+             share a replica ran prompts with no decode in flight (metrics.mbu.prompt_phase)
     B_busy = B_dec / (1 − φ)           mean batch of the steps that decode
     m      = λ_rep / s = λ_rep · τ     prompts admitted per decode step (Poisson arrivals:
                                           the idle share of arrivals and of steps cancel)
@@ -21,7 +21,7 @@ and the headline weight traffic R · s · (1 − φ) · W̄ (bytes per elapsed s
 J = 0 is the decode-only figure. A prompt longer than the step's free chunk budget
 (C − B_busy) is split: then a fraction min(1, m·L/(C − B)) of steps carry a full chunk.
 Where the records have token times the steps are counted from the gaps, each once
-(``metrics.step_gaps``): the headline is then R · n_s · Σ_b share(b) · W̄(b) with n_s the
+(``metrics.mbu.step_gaps``): the headline is then R · n_s · Σ_b share(b) · W̄(b) with n_s the
 decode steps per elapsed second and share(b) the steps' own batch law, and the prompts per step
 are spread over the batches in proportion to each batch's mean step. Else s from τ through the
 byte law and a Poisson batch law (τ weights each step by its batch).
@@ -37,8 +37,8 @@ import numpy as np
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad, FloatArray, GeneratingFunction
-from tokenwatt.metrics.prompt_phase import prompt_phase
-from tokenwatt.metrics.step_gaps import StepLaw, step_law_from_gaps
+from tokenwatt.metrics.mbu.prompt_phase import prompt_phase
+from tokenwatt.metrics.mbu.step_gaps import StepLaw, step_law_from_gaps
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import MbuMixedSteps
 from tokenwatt.spec.engine import DEFAULT_CHUNK_BUDGET_TOKENS
@@ -72,12 +72,12 @@ class StepRegime:
     # None: B·(1 − 1/n̄) from T·τ/R
     decode_batch: float | None = None
     routing_zipf: float | None = None  # a stated skew for the band (None: the fewest experts)
-    # measured from the four stamps of every request (``metrics.prompt_phase``): share of the
+    # measured from the four stamps of every request (``metrics.mbu.prompt_phase``): share of the
     # window a replica ran prompts with no decode in flight (the single stream: every prompt),
     # and the share of prompt time a decode was in flight; None: not measured (0 and 1)
     prefill_only_fraction: float | None = None
     prompt_mixing_share: float | None = None
-    # the decode steps each counted once, from the token gaps (``metrics.step_gaps``): their
+    # the decode steps each counted once, from the token gaps (``metrics.mbu.step_gaps``): their
     # mean length and batch law; None: s = 1/τ and a Poisson law through the byte law
     step_law: StepLaw | None = None
 
@@ -221,7 +221,7 @@ def estimate_mixed_steps(
     """The mixed-step estimate (module doc) from B = T·τ/R, s = 1/τ and the measured regime.
 
     s and the steps' batch law come from the token gaps when the regime has them
-    (``metrics.step_gaps``: each step counted once); else from B = T·τ/R, the *time*-averaged
+    (``metrics.mbu.step_gaps``: each step counted once); else from B = T·τ/R, the *time*-averaged
     decode batch, as a Poisson law over busy time with steps lasting in proportion to their
     bytes (``_byte_law``). The weight bytes per busy second are s · E_steps[W̄(b)].
     """
