@@ -24,6 +24,7 @@ from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mbu.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.mbu.mixed_steps import regime_from_records
+from tokenwatt.metrics.mbu.spans import RequestSweep
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
@@ -72,6 +73,7 @@ def probe_mbu(
     speculative: DrafterSection | None = None,
     kv_stalls: bool = True,
     block: bool = False,
+    sweep: RequestSweep | None = None,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
@@ -83,7 +85,8 @@ def probe_mbu(
     steps (``load.speculation``).
     ``kv_stalls=False`` does not look for preempted streams (a block of a window without any);
     ``block=True`` computes the figures only (no routing band or skew comparison: an interval
-    block shows MBU and decode-only MBU, its routing is the window's)."""
+    block shows MBU and decode-only MBU, its routing is the window's). ``sweep``: the probe's
+    records swept once (``metrics.mbu.spans``), which the window and its blocks all read."""
     m = run.metrics
     if run.stopped_early or run.interrupted or run.saturated:
         return None
@@ -102,6 +105,7 @@ def probe_mbu(
         slot_limit=eng.max_num_seqs,
         expert_load=eng.expert_load(geometry),
         routing_zipf=eng.routing_zipf,
+        sweep=sweep,
     )
     figures = probe_steps(run.counted, speculative)
     mbu_at = partial(
@@ -274,14 +278,16 @@ def _mbu_and_engine(
     engine_window: ProbeEngine | None,
     *,
     declared: DrafterSection | None,
+    sweep: RequestSweep | None = None,
 ) -> tuple[Mbu | None, EngineFigures | None]:
     """The probe's MBU (no geometry or accelerator: none) and the engine's own figures; an
     engine that counted preemptions raises ``kv_pressure`` where the client saw none."""
     mbu = None
     if geometry is not None and accelerator is not None:
         mbu = probe_mbu(
-            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared
-        )
+            run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared,
+            sweep=sweep,
+        )  # fmt: skip
     engine = None
     if engine_window is not None:
         engine = engine_figures(engine_window, run, spec, geometry, accelerator)
@@ -337,9 +343,11 @@ def _intervals(
     power_series: list[tuple[float, float]] | None,
     *,
     model: tuple[ModelGeometry | None, Accelerator | None, DrafterSection | None],
+    sweep: RequestSweep | None = None,
 ) -> FigureIntervals | None:
     """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
-    with the probe's geometry, accelerator and declared drafter (``model``)."""
+    with the probe's geometry, accelerator and declared drafter (``model``); each block reads
+    the window's ``sweep`` of the records instead of sweeping its own."""
     geometry, accelerator, declared = model
     # blocks take the window's corrections: stalls are looked for only where the window saw them
     stalled = mbu is not None and mbu.flags.kv_pressure
@@ -356,6 +364,7 @@ def _intervals(
             speculative=declared,
             kv_stalls=stalled,
             block=True,
+            sweep=sweep,
         )
 
     return probe_intervals(
@@ -402,8 +411,10 @@ def summarize_probe(
     m = run.metrics
     verdict = probe_verdict(run, spec, early_stop_reason)
     declared = declared_drafter(spec)
+    # the records swept once for MBU: the window and every interval block read it
+    sweep = None if geometry is None else RequestSweep(run.records, spec.hardware.replicas)
     mbu, engine = _mbu_and_engine(
-        run, spec, geometry, accelerator, engine_window, declared=declared
+        run, spec, geometry, accelerator, engine_window, declared=declared, sweep=sweep
     )
     goodput = _or0(m.goodput_output_tokens_per_s)
     return ProbeSummary(
@@ -456,6 +467,12 @@ def summarize_probe(
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
         run=probe_detail(run, max_requests=max_requests),
         intervals=_intervals(
-            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared)
+            run,
+            spec,
+            mbu,
+            energy,
+            power_series,
+            model=(geometry, accelerator, declared),
+            sweep=sweep,
         ),
     )

@@ -7,8 +7,8 @@ measure (send → done) counts that interval as busy, so s = 1/τ was credited t
 elapsed time and the prompt's expert bytes were read as decode bytes: on an MoE model at
 concurrency 1 MBU would read 33.6 % against a truth of 20.9 %.
 
-From every request's four stamps — sent, first token, last token, done — a sweep over the
-window gives, per replica:
+From every request's four stamps — sent, first token, last token, done — the one sweep
+over the requests' spans (``spans``) gives, per replica:
 
     N(t) = requests in flight (sent ≤ t < done),  D(t) = requests decoding (first ≤ t < last)
     prefill-only share = E_t[max(0, min(R, N) − min(R, D))] / R
@@ -25,10 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["PromptPhase", "RequestSpan", "prompt_phase"]
+from tokenwatt.metrics.mbu.spans import RequestSpan, SpanSweep, SpanTotals
 
-# (sent, first token, last token, done); None where the stamp is missing (failed request)
-RequestSpan = tuple[int | None, int | None, int | None, int | None]
+__all__ = ["PromptPhase", "RequestSpan", "phase_of", "prompt_phase"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,25 +38,12 @@ class PromptPhase:
     prompt_mixing_share: float | None  # share of prompt time with a decode in flight
 
 
-def _events(spans: Iterable[RequestSpan], w0: int, w1: int) -> list[tuple[int, int, int, int]]:
-    """(time, ΔN, ΔD, ΔP) clipped to the window; P counts requests in their prompt phase."""
-    out: list[tuple[int, int, int, int]] = []
-
-    def add(a: int | None, b: int | None, dn: int, dd: int, dp: int) -> None:
-        if a is None or b is None:
-            return
-        lo, hi = max(a, w0), min(b, w1)
-        if hi > lo:
-            out.append((lo, dn, dd, dp))
-            out.append((hi, -dn, -dd, -dp))
-
-    for sent, first, last, done in spans:
-        stop = done if done is not None else last
-        add(sent, stop, 1, 0, 0)
-        add(first, last, 0, 1, 0)
-        add(sent, first if first is not None else stop, 0, 0, 1)
-    out.sort()
-    return out
+def phase_of(totals: SpanTotals | None) -> PromptPhase | None:
+    """The prefill-only share and the prompt mixing share of a window's span integrals
+    (``spans.SpanSweep.totals``); None without a window."""
+    if totals is None:
+        return None
+    return PromptPhase(totals.prefill_only_fraction, totals.prompt_mixing_share)
 
 
 def prompt_phase(
@@ -65,23 +51,4 @@ def prompt_phase(
 ) -> PromptPhase | None:
     """The prefill-only share and the prompt mixing share of a window (module doc); None
     without a window."""
-    span = window_end_ns - window_start_ns
-    if span <= 0 or replicas < 1:
-        return None
-    n = d = p = 0
-    t = window_start_ns
-    alone = prompt_time = prompt_mixed = 0.0
-    for when, dn, dd, dp in _events(spans, window_start_ns, window_end_ns):
-        dt = when - t
-        alone += dt * max(0, min(replicas, n) - min(replicas, d)) / replicas
-        prompt_time += dt * p
-        prompt_mixed += dt * p * (d > 0)
-        n, d, p, t = n + dn, d + dd, p + dp, when
-    dt = window_end_ns - t
-    alone += dt * max(0, min(replicas, n) - min(replicas, d)) / replicas
-    prompt_time += dt * p
-    prompt_mixed += dt * p * (d > 0)
-    return PromptPhase(
-        prefill_only_fraction=alone / span,
-        prompt_mixing_share=prompt_mixed / prompt_time if prompt_time > 0 else None,
-    )
+    return phase_of(SpanSweep(spans, replicas).totals(window_start_ns, window_end_ns))
