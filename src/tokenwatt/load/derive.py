@@ -8,8 +8,6 @@ requests, the one SLO judge (``metrics.slo.judge_probe``), the spec's node.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
@@ -21,10 +19,8 @@ from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.latency import ProbeMetrics
-from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mbu.kv_pressure import mark_kv_pressure, stream_stalls
-from tokenwatt.metrics.mbu.mixed_steps import regime_from_records
-from tokenwatt.metrics.mbu.spans import RequestSweep
+from tokenwatt.metrics.mbu import MbuNode, MbuWindow, RequestSweep, window_mbu
+from tokenwatt.metrics.mbu.kv_pressure import mark_kv_pressure
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
@@ -36,7 +32,6 @@ from tokenwatt.result import (
     ProbeDetail,
     ProbeSummary,
     SloDetail,
-    StepSummary,
 )
 from tokenwatt.spec import BenchSpec, EngineSection, ProbeSettings
 from tokenwatt.spec.engine import DrafterSection
@@ -92,62 +87,18 @@ def probe_mbu(
         return None
     if m.output_tokens_per_s is None or m.itl_token_weighted_s is None:
         return None
-    pairs = [(r.prompt_tokens, r.output_tokens) for r in run.counted if r.prompt_tokens is not None]
-    context, kv_per_token = kv_read_per_output_token(geometry, pairs)
-    eng = engine if engine is not None else EngineSection()
-    regime = regime_from_records(
-        run.records,
-        run.counted,
-        run.window_start_ns,
-        run.window_end_ns,
-        replicas=hardware.replicas,
-        chunk_budget_tokens=eng.max_num_batched_tokens,
-        slot_limit=eng.max_num_seqs,
-        expert_load=eng.expert_load(geometry),
-        routing_zipf=eng.routing_zipf,
-        sweep=sweep,
-    )
-    figures = probe_steps(run.counted, speculative)
-    mbu_at = partial(
-        compute_mbu,
-        geometry,
-        output_tokens_per_s=m.output_tokens_per_s,
-        replicas=hardware.replicas,
-        gpus=hardware.gpus,
-        bandwidth_bytes_per_s=accelerator.bandwidth_bytes_per_s,
-        mean_context_per_token=context,
-        kv_bytes_per_output_token=kv_per_token,
-        multi_token_chunks=m.multi_token_chunks,
-        steps=step_basis(figures, speculative, pairs, regime),
-        routing_detail=not block,
-    )
-    raw = _coalesced(mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures)
-    if not kv_stalls:  # the caller knows there are none to correct (``_intervals``' blocks)
-        return raw
-    stalls = stream_stalls(
-        run.records, run.counted, run.window_start_ns, run.window_end_ns, hardware.replicas
-    )
-    if not stalls.seen:
-        return raw
-    # preempted streams' silences are not decode time: τ' and the window's decode batch
-    # without them (metrics.mbu.kv_pressure)
-    if regime is not None and regime.decode_batch is not None:
-        window_s = (run.window_end_ns - run.window_start_ns) / 1e9
-        less = stalls.stalled_in_window_s / window_s / hardware.replicas
-        regime = replace(regime, decode_batch=max(0.0, regime.decode_batch - less))
-    if regime is not None:  # a stalled stream's silence is one gap, not steps: τ' instead
-        regime = replace(regime, step_law=None)
-    tau = stalls.corrected_tau(m.itl_token_weighted_s)
-    fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures)
-    return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw)
-
-
-def _coalesced(mbu: Mbu, figures: StepSummary) -> Mbu:
-    """Flag ``coalesced_chunks`` when the engine sent several steps in one chunk."""
-    if not figures.coalesced:
-        return mbu
-    flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
-    return mbu.model_copy(update={"flags": flags, "notes": [*mbu.notes, *flags.notes()[-1:]]})
+    window = MbuWindow(
+        run.records, run.counted, run.window_start_ns, run.window_end_ns,
+        m.output_tokens_per_s, m.itl_token_weighted_s, m.multi_token_chunks,
+        sweep if sweep is not None else RequestSweep(run.records, hardware.replicas),
+        probe_steps(run.counted, speculative),
+    )  # fmt: skip
+    node = MbuNode(
+        geometry, hardware.replicas, hardware.gpus, accelerator.bandwidth_bytes_per_s,
+        engine if engine is not None else EngineSection(),
+    )  # fmt: skip
+    basis = step_basis(window.steps, speculative, window.pairs, None)
+    return window_mbu(window, node, basis=basis, kv_stalls=kv_stalls, block=block)
 
 
 UNRESPONSIVE = "endpoint unresponsive"
