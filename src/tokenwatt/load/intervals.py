@@ -4,6 +4,8 @@ The window is cut into k equal blocks; each block is a window of its own for the
 derivation (``metrics.latency.compute_probe_metrics`` and the caller's MBU function), so a
 block's T, τ, goodput and MBU are the same definitions over a shorter span, and
 ``metrics.intervals`` turns their spread into intervals around the whole window's figures.
+The caller's MBU function reads the window's one sweep of the records (``metrics.mbu.spans``)
+over each block's span, so a block's MBU makes no pass of its own over the records.
 
 A block's requests are those *sent* in it (τ, the p99s, MBU's context) and its T the tokens
 *received* in it, as for the window: the block T's add up to the window's exactly. Adjacent
