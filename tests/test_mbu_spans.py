@@ -28,6 +28,8 @@ def test_one_replica_by_hand() -> None:
     assert t.prompt_ns == 15
     assert t.prompt_mixed_ns == 5
     assert t.prompt_alone_ns == 10 + 10  # [0, 10) and [50, 60): busy, nothing decoding
+    assert t.decode_busy_ns == 40  # [10, 50): something decoding
+    assert t.decode_share == pytest.approx(0.4)
     assert t.idle_fraction == pytest.approx(0.4)
     assert t.decode_batch == pytest.approx(0.45)
     assert t.prompt_mixing_share == pytest.approx(1 / 3)

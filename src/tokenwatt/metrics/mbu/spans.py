@@ -9,7 +9,8 @@ in time order they give, per replica, step functions of the time:
 and every refinement is an integral of one of them over the window: the idle share
 E[max(0, R − N)]/R (``mixed_steps.idle_fraction_from_intervals``), the prompt-only share
 E[max(0, min(R, N) − min(R, D))]/R and the share of prompt time with a decode in flight
-(``prompt_phase``), the decode batch E[D]/R (``mixed_steps.decode_batch_from_intervals``).
+(``prompt_phase``), the decode batch E[D]/R (``mixed_steps.decode_batch_from_intervals``),
+the share of time anything decodes E[D > 0] (the engine witness's decode share).
 The sweep keeps their running integrals at each event (exact integers of nanoseconds), so
 the integral over any [a, b) costs two look-ups: a window and each of its interval blocks
 read the same sweep instead of sweeping their records again. A span clipped to a window
@@ -47,6 +48,7 @@ class SpanTotals:
     prompt_ns: int  # ∫ P
     prompt_mixed_ns: int  # ∫ P · [D > 0]
     decoding_ns: int  # ∫ D
+    decode_busy_ns: int  # ∫ [D > 0]
 
     @property
     def idle_fraction(self) -> float:
@@ -62,6 +64,11 @@ class SpanTotals:
     def prompt_mixing_share(self) -> float | None:
         """Share of prompt time with a decode in flight; None without prompt time."""
         return self.prompt_mixed_ns / self.prompt_ns if self.prompt_ns > 0 else None
+
+    @property
+    def decode_share(self) -> float:
+        """Share of the window in which some request was between its first and last token."""
+        return 1.0 - (self.span_ns - self.decode_busy_ns) / self.span_ns
 
     @property
     def decode_batch(self) -> float:
@@ -106,17 +113,18 @@ class SpanSweep:
                 p,
                 p * (dec > 0),
                 dec,
+                (dec > 0).astype(np.int64),
             ]
         )
-        self.rest = np.array([r, 0, 0, 0, 0], dtype=np.int64)
+        self.rest = np.array([r, 0, 0, 0, 0, 0], dtype=np.int64)
         seg = np.diff(self.times)
         self.cumulative: IntArray = np.concatenate(
-            [np.zeros((5, 1), dtype=np.int64), np.cumsum(self.values[:, :-1] * seg, axis=1)],
+            [np.zeros((6, 1), dtype=np.int64), np.cumsum(self.values[:, :-1] * seg, axis=1)],
             axis=1,
         )
 
     def _at(self, t: int) -> IntArray:
-        """The five running integrals from the first event to ``t`` (negative before it)."""
+        """The six running integrals from the first event to ``t`` (negative before it)."""
         if len(self.times) == 0:
             return self.rest * t
         i = int(np.searchsorted(self.times, t, side="right")) - 1
@@ -129,10 +137,10 @@ class SpanSweep:
         span = window_end_ns - window_start_ns
         if span <= 0 or self.replicas < 1:
             return None
-        idle, alone, prompt, mixed, decoding = (
+        idle, alone, prompt, mixed, decoding, busy = (
             int(x) for x in self._at(window_end_ns) - self._at(window_start_ns)
         )
-        return SpanTotals(span, self.replicas, idle, alone, prompt, mixed, decoding)
+        return SpanTotals(span, self.replicas, idle, alone, prompt, mixed, decoding, busy)
 
 
 def record_spans(records: Iterable[RequestRecord]) -> list[RequestSpan]:
