@@ -241,7 +241,7 @@ def _mbu_and_engine(
         )  # fmt: skip
     engine = None
     if engine_window is not None:
-        engine = engine_figures(engine_window, run, spec, geometry, accelerator)
+        engine = engine_figures(engine_window, run, spec, geometry, accelerator, sweep=sweep)
         if mbu is not None and not mbu.flags.kv_pressure:  # the engine counted preemptions
             mbu = mark_kv_pressure(mbu, pressure=None, engine_preemptions=engine.preemptions)
     return mbu, engine
@@ -362,8 +362,9 @@ def summarize_probe(
     m = run.metrics
     verdict = probe_verdict(run, spec, early_stop_reason)
     declared = declared_drafter(spec)
-    # the records swept once for MBU: the window and every interval block read it
-    sweep = None if geometry is None else RequestSweep(run.records, spec.hardware.replicas)
+    # the records swept once: the MBU of the window and of every block, and the witness
+    swept = geometry is not None or engine_window is not None
+    sweep = RequestSweep(run.records, spec.hardware.replicas) if swept else None
     mbu, engine = _mbu_and_engine(
         run, spec, geometry, accelerator, engine_window, declared=declared, sweep=sweep
     )

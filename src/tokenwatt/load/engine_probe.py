@@ -188,8 +188,11 @@ def engine_figures(
     spec: BenchSpec,
     geometry: ModelGeometry | None,
     accelerator: Accelerator | None,
+    *,
+    sweep: RequestSweep | None = None,
 ) -> EngineFigures:
-    """The window's engine figures, the T/B/s agreements and the engine-side MBU."""
+    """The window's engine figures, the T/B/s agreements and the engine-side MBU (``sweep``:
+    the probe's records swept once, shared with its MBU)."""
     window, edge = probe_engine.window, probe_engine.edge_fraction  # edge: reported only
     # a /metrics URL may carry user:pass@ or a token
     redacted: dict[str, object] = {"url": redact_text(window.url)}
@@ -209,7 +212,7 @@ def engine_figures(
             tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
             tolerances=AGREEMENT_TOLERANCES,
             client_tokens_per_s_engine_clock=_tokens_on_engine_clock(run, probe_engine),
-            mechanisms=_mechanisms(run, replicas),
+            mechanisms=_mechanisms(run, replicas, sweep),
             client_steps=_client_steps(run),
             requests_in_window=sum(
                 1
@@ -264,10 +267,11 @@ def _tokens_on_engine_clock(run: ProbeRun, probe_engine: ProbeEngine) -> float |
     return None if count is None else count / ((w1 - w0) / 1e9)
 
 
-def _mechanisms(run: ProbeRun, replicas: int) -> ClientMechanisms:
-    """The shares the client measured that can explain B and s (``engine.ClientMechanisms``)."""
+def _mechanisms(run: ProbeRun, replicas: int, sweep: RequestSweep | None) -> ClientMechanisms:
+    """The shares the client measured that can explain B and s (``engine.ClientMechanisms``),
+    from the records swept once (``sweep``: the one MBU read, when the caller has it)."""
     w0, w1 = run.window_start_ns, run.window_end_ns
-    sweep = RequestSweep(run.records, replicas)  # the records' spans and gaps, swept once
+    sweep = sweep if sweep is not None else RequestSweep(run.records, replicas)
     totals = sweep.spans.totals(w0, w1)
     stalls = stream_stalls(run.records, run.counted, w0, w1, replicas)
     law = sweep.gaps.law(w0, w1, replicas)
