@@ -6,11 +6,13 @@ For each case one real probe runs against the simulator (its own process, loopba
 enough for the full set of interval blocks; then ``load.derive.summarize_probe`` (what
 ``probe`` and ``bench`` call) is repeated on that probe's records and measured:
 
-- CPU time of ``probe_mbu`` summed over one probe (the window and every block), without a
-  profiler, the median of ``--repeat`` runs;
+- CPU time of ``probe_mbu`` summed over one probe (the window and every block), plus the one
+  sweep of the records the window and its blocks share where the code has one
+  (``RequestSweep``), without a profiler, the median of ``--repeat`` runs;
 - under ``cProfile`` (one run: the spec parsed as a run parses it, then the probe): calls
   of the MBU entry point, of the mixed-step estimate, of the speculative estimate, of the
-  distinct-experts evaluations, and how many times the expert-load file was read.
+  distinct-experts evaluations, of the passes over the records that build the span events
+  and gather the token gaps, and how many times the expert-load file was read.
 
 Cases: Qwen3-30B-A3B with uniform routing; the same with ``engine.expert_load_file`` (a
 Zipf 1.2 histogram); the same with n-gram speculation (k = 3) and the expert load. Only
@@ -50,6 +52,8 @@ COUNTED = {
     "_distinct_experts": "distinct experts (speculative, own formula)",
     "load_expert_load": "expert-load file parsed (load_expert_load)",
     "read_expert_counts": "expert-load file parsed (read_expert_counts)",
+    "_events": "span event lists built (a pass over the records' stamps)",
+    "_gaps": "token gaps gathered (a pass over the records' chunks)",
 }
 
 
@@ -87,8 +91,8 @@ def _probe(spec: BenchSpec, rate: float) -> ProbeRun:
     return asyncio.run(main())
 
 
-def _timed_probe_mbu(totals: list[float]) -> Callable[..., Any]:
-    real = derive.probe_mbu
+def _timed(real: Callable[..., Any], totals: list[float]) -> Callable[..., Any]:
+    """``real``, adding the CPU time of each call to ``totals``."""
 
     def timed(*args: Any, **kw: Any) -> Any:
         t0 = time.process_time()
@@ -110,17 +114,23 @@ def _summarize(spec: BenchSpec, run: ProbeRun) -> Any:
 def _measure(body: dict[str, Any], run: ProbeRun, repeat: int) -> dict[str, Any]:
     spec = parse_spec(body)
     real = derive.probe_mbu
+    sweep = getattr(derive, "RequestSweep", None)  # the shared sweep, where there is one
     cpu = []
     calls = 0
     try:
         for _ in range(repeat):
             totals: list[float] = []
-            derive.probe_mbu = _timed_probe_mbu(totals)  # type: ignore[assignment]
+            swept: list[float] = []
+            derive.probe_mbu = _timed(real, totals)  # type: ignore[assignment]
+            if sweep is not None:
+                derive.RequestSweep = _timed(sweep, swept)  # type: ignore[misc, unused-ignore]
             summary = _summarize(spec, run)
-            cpu.append(sum(totals))
+            cpu.append(sum(totals) + sum(swept))
             calls = len(totals)
     finally:
         derive.probe_mbu = real  # type: ignore[assignment]
+        if sweep is not None:
+            derive.RequestSweep = sweep  # type: ignore[misc, unused-ignore]
     prof = cProfile.Profile()
     prof.enable()
     _summarize(parse_spec(body), run)  # the spec parsed as a run parses it, then the probe

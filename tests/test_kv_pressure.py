@@ -16,9 +16,9 @@ from builders import streamed_record
 from test_validation_moe import Case
 from test_validation_single_stream import step_records
 from tokenwatt.hardware import get_accelerator
-from tokenwatt.metrics.kv_pressure import KvPressure, mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import (
+from tokenwatt.metrics.mbu.kv_pressure import KvPressure, mark_kv_pressure, stream_stalls
+from tokenwatt.metrics.mbu.mixed_steps import (
     StepRegime,
     decode_batch_from_intervals,
     idle_fraction_from_intervals,

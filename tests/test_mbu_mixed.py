@@ -18,7 +18,10 @@ from test_mbu import DENSE, EXPERT_BYTES, H100_BW, MOE
 from tokenwatt.errors import SpecError
 from tokenwatt.geometry.routing import ExpertLoad, load_expert_load
 from tokenwatt.metrics.mbu import StepRegime, compute_mbu
-from tokenwatt.metrics.mixed_steps import decode_batch_from_intervals, idle_fraction_from_intervals
+from tokenwatt.metrics.mbu.mixed_steps import (
+    decode_batch_from_intervals,
+    idle_fraction_from_intervals,
+)
 from tokenwatt.result import Mbu, MbuInputs
 from tokenwatt.sim.routing import ZipfRouting, zipf_inclusion
 
@@ -250,7 +253,7 @@ def test_spec_engine_section_defaults_and_errors() -> None:
 
 
 def test_regime_from_records_hand_calculation() -> None:
-    from tokenwatt.metrics.mixed_steps import regime_from_records
+    from tokenwatt.metrics.mbu.mixed_steps import regime_from_records
     from tokenwatt.records import RequestRecord
 
     ns = 1_000_000_000

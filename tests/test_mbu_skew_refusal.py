@@ -12,7 +12,7 @@ import pytest
 
 from test_mbu import DENSE, MOE
 from tokenwatt.metrics.mbu import RATED_BANDWIDTH_LIMIT, compute_mbu
-from tokenwatt.metrics.mixed_steps import StepRegime
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime
 from tokenwatt.result import Mbu
 
 TAU_S = 0.02

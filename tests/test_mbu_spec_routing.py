@@ -17,8 +17,8 @@ from test_mbu import DENSE, H100_BW, MOE
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.metrics.mbu import StepRegime, compute_mbu
-from tokenwatt.metrics.spec_mbu import Drafter, StepBasis
-from tokenwatt.metrics.step_gaps import StepLaw
+from tokenwatt.metrics.mbu.spec_mbu import Drafter, StepBasis
+from tokenwatt.metrics.mbu.step_gaps import StepLaw
 from tokenwatt.report.mbu_text import distinct_experts_at
 from tokenwatt.result import Mbu, StepSummary
 

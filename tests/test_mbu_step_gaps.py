@@ -1,4 +1,4 @@
-"""Decode steps counted once from the token gaps (``metrics.step_gaps``), against hand-worked
+"""Decode steps counted once from the token gaps (``metrics.mbu.step_gaps``), against hand-worked
 streams, and the headline's weight term that uses their mean length and batch law.
 
 τ weights each step by its batch; MBU's weight term needs steps per second, each step once,
@@ -16,8 +16,8 @@ import pytest
 from builders import streamed_record
 from test_mbu import DENSE, EXPERT_BYTES, H100_BW, MOE
 from test_mbu_mixed import _mbu
-from tokenwatt.metrics.mixed_steps import regime_from_records
-from tokenwatt.metrics.step_gaps import StepLaw, step_law_from_gaps
+from tokenwatt.metrics.mbu.mixed_steps import regime_from_records
+from tokenwatt.metrics.mbu.step_gaps import StepLaw, step_law_from_gaps
 from tokenwatt.records import RequestRecord
 
 

@@ -22,7 +22,7 @@ from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.engine import EngineScraper, compare_client_engine, summarize, window_figures
 from tokenwatt.geometry import load_geometry
 from tokenwatt.metrics.mbu import compute_mbu
-from tokenwatt.metrics.mixed_steps import estimate_mixed_steps
+from tokenwatt.metrics.mbu.mixed_steps import estimate_mixed_steps
 from tokenwatt.result import EngineAgreement, EngineFigures, MbuMixedSteps
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tokenwatt"
@@ -137,7 +137,7 @@ def test_the_named_mirrors_return_result_types() -> None:
     assert typing.get_type_hints(window_figures)["return"] is EngineFigures
     assert typing.get_type_hints(EngineScraper.stop)["return"] is EngineFigures
     assert typing.get_type_hints(compare_client_engine)["return"] == list[EngineAgreement]
-    import tokenwatt.metrics.mixed_steps as mixed
+    import tokenwatt.metrics.mbu.mixed_steps as mixed
     from tokenwatt import engine
 
     assert not hasattr(mixed, "MixedSteps")

@@ -4,7 +4,7 @@ again, seen in the time to first token against the work-conserving prefill bound
 Hand-built: the bound worked by hand. Virtual time (``sim.VirtualSim``): Qwen3-235B-A22B-FP8's
 shape on 8×H100 with 32k-token prompts and a 100 GiB KV cache, where the engine preempts
 sequences in their prefill (279 preemptions in the window) and every decoding stream keeps
-its pace (``metrics.kv_pressure`` finds no stall); the same load with a cache that fits raises
+its pace (``metrics.mbu.kv_pressure`` finds no stall); the same load with a cache that fits raises
 nothing. The client's figures go through ``regime_from_records`` and ``compute_mbu`` as a
 probe's do; truth from the simulator's steps over the same window.
 """
@@ -21,9 +21,9 @@ from test_validation_routing import QWEN235_SHAPE
 from test_validation_single_stream import step_records
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
-from tokenwatt.metrics.kv_pressure import stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import regime_from_records
+from tokenwatt.metrics.mbu.kv_pressure import stream_stalls
+from tokenwatt.metrics.mbu.mixed_steps import regime_from_records
 from tokenwatt.metrics.prompt_recompute import mark_recompute, prompt_recompute
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import Mbu

@@ -1,4 +1,4 @@
-"""The routing band (``metrics.routing_band``) against hand calculations, and its flag both ways.
+"""The routing band (``metrics.mbu.routing_band``) against hand calculations, its flag both ways.
 
 Without a measured expert load an MoE MBU is the uniform value (upper bound) with the value at
 the fewest experts any routing reads (k per layer per step) beside it; ``routing_unmeasured``
@@ -15,8 +15,8 @@ import pytest
 from test_mbu import DENSE, EXPERT_BYTES, MOE, _geom
 from test_mbu_mixed import _mbu
 from tokenwatt.geometry.routing import ExpertLoad
-from tokenwatt.metrics.mixed_steps import StepRegime
-from tokenwatt.metrics.routing_band import routing_band
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime
+from tokenwatt.metrics.mbu.routing_band import routing_band
 
 
 def test_zipf_inclusion_hand_calculation() -> None:

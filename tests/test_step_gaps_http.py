@@ -1,4 +1,4 @@
-"""The client's step law over HTTP against the simulator's own step log (``metrics.step_gaps``).
+"""The client's step law over HTTP against the simulator's own step log (``metrics.mbu.step_gaps``).
 
 Real stamps on loopback, the simulator in its own process: the decode steps the client counts
 from its token gaps (each once, weight 1/batch) and their batches must match the steps the
@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from test_validation import DENSE, MOE, Case, measure
-from tokenwatt.metrics.step_gaps import step_law_from_gaps
+from tokenwatt.metrics.mbu.step_gaps import step_law_from_gaps
 
 
 def _logged_steps(log: Path, w0: int, w1: int) -> tuple[int, float, float]:

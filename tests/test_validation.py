@@ -16,7 +16,7 @@ the roofline; only to place the load, never as the expected answer). The cases a
 hit nearly every expert each step; ``test_many_expert_moe_over_http`` covers the moderate
 batches where mixed steps (a prompt's tokens routed through experts alongside the decodes)
 read experts that the decode-only W(B) does not count: the headline counts them
-(``metrics.mixed_steps``; the exact virtual-time grid is tests/test_validation_moe.py).
+(``metrics.mbu.mixed_steps``; the exact virtual-time grid is tests/test_validation_moe.py).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import (
+from tokenwatt.metrics.mbu.mixed_steps import (
     StepRegime,
     decode_batch_from_intervals,
     idle_fraction_from_intervals,

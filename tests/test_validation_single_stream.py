@@ -2,7 +2,7 @@
 
 At concurrency 1 every prompt runs in a prefill-only step (no decode in flight): its bytes are
 not decode bytes and its time is not decode time. The client sees it as the interval from
-send to first token (``metrics.prompt_phase``); the decode-busy share is what remains. Truth:
+send to first token (``metrics.mbu.prompt_phase``); the decode-busy share is what remains. Truth:
 bytes of the steps that decode over the window ÷ (window × node bandwidth) (``figure_truth``,
 elapsed-time denominator, as every MBU validation here).
 
@@ -28,12 +28,12 @@ from tokenwatt.load.derive import probe_mbu
 from tokenwatt.load.probe import run_probe
 from tokenwatt.load.target import open_target, resolve_accelerator
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import (
+from tokenwatt.metrics.mbu.mixed_steps import (
     StepRegime,
     decode_batch_from_intervals,
     idle_fraction_from_intervals,
 )
-from tokenwatt.metrics.prompt_phase import prompt_phase
+from tokenwatt.metrics.mbu.prompt_phase import prompt_phase
 from tokenwatt.result import Mbu
 from tokenwatt.sim import SimConfig, VirtualSim
 from tokenwatt.sim.truth import FigureTruth, figure_truth

@@ -25,8 +25,8 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import StepRegime
-from tokenwatt.metrics.spec_mbu import Drafter, StepBasis
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime
+from tokenwatt.metrics.mbu.spec_mbu import Drafter, StepBasis
 from tokenwatt.metrics.steps import step_figures
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import Mbu, StepSummary

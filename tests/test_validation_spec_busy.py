@@ -23,8 +23,8 @@ from test_validation_spec_chunks import LLAMA_405B
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import regime_from_records
-from tokenwatt.metrics.spec_mbu import Drafter, StepBasis
+from tokenwatt.metrics.mbu.mixed_steps import regime_from_records
+from tokenwatt.metrics.mbu.spec_mbu import Drafter, StepBasis
 from tokenwatt.metrics.steps import step_figures
 from tokenwatt.records import RequestRecord
 from tokenwatt.sim import SimConfig, VirtualSim

@@ -38,14 +38,14 @@ from tokenwatt.load.engine_probe import EngineWitness
 from tokenwatt.load.probe import run_probe
 from tokenwatt.load.target import open_target, resolve_accelerator
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import StepRegime
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime
+from tokenwatt.metrics.mbu.spec_mbu import Drafter, StepBasis
 from tokenwatt.metrics.spec_chunks import (
     ChunkedSteps,
     chunked_note,
     coalesced_verify_steps,
     recounted,
 )
-from tokenwatt.metrics.spec_mbu import Drafter, StepBasis
 from tokenwatt.metrics.steps import step_figures
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import Mbu, StepSummary

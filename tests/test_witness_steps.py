@@ -1,7 +1,7 @@
 """The witness's step weighting: τ weights each step by its batch, so when steps that carry
 more streams last longer the client's B = T·τ reads above the engine's tokens per step and
 1/τ below its steps per second, with T the same. Hand-built stamps, checked by hand: the
-client's own step count from its token gaps (``metrics.step_gaps``) gives the engine's
+client's own step count from its token gaps (``metrics.mbu.step_gaps``) gives the engine's
 figures, and only then is the pair explained."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from tokenwatt.engine import ClientMechanisms, compare_client_engine, window_figures
 from tokenwatt.engine.compare import STEP_WEIGHTED, UNEXPLAINED
-from tokenwatt.metrics.step_gaps import step_law_from_gaps
+from tokenwatt.metrics.mbu.step_gaps import step_law_from_gaps
 from tokenwatt.records import RequestRecord
 
 MS = 1_000_000

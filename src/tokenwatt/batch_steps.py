@@ -3,7 +3,7 @@
     s = 1/τ           decode steps per second per replica
     B = T·τ / R       sequences decoded per step per replica (Little's law over the steps)
 
-Why a base module: the client's MBU (``metrics.mbu``, ``metrics.spec_mbu``) and the engine
+Why a base module: the client's MBU (``metrics.mbu``, ``metrics.mbu.spec_mbu``) and the engine
 witness (``engine.compare``, which sets the client's B and s beside the engine's) must derive
 the same B and s the same way, and ``engine`` never imports ``metrics``. Under speculative
 decoding the caller passes steps, not tokens: T ÷ α and the ITL per chunk. Imports nothing of

@@ -98,7 +98,7 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         ``metrics.intervals``), and ``mbu_window_for_1pt_s``; absent in older files (None).
         (optional) ``mbu_detail.inputs.mixed_steps.decode_step_s`` and
         ``decode_steps_per_s``: the decode steps counted once from the token gaps (weight
-        1/batch; ``metrics.step_gaps``), whose count and batch law the headline's weight terms
+        1/batch; ``metrics.mbu.step_gaps``), whose count and batch law the headline's weight terms
         now use; None where the byte law was used (no token times).
         (optional) ``slo_detail.medians_s``: nearest-rank medians of TTFT
         and TPOT over the judged requests (a failed one as +inf; None: over half failed),
@@ -238,7 +238,7 @@ class GradedAccuracy(_Strict):
 
 
 class MbuMixedSteps(_Strict):
-    """The mixed prefill/decode estimate per replica (``metrics.mixed_steps``), so that the
+    """The mixed prefill/decode estimate per replica (``metrics.mbu.mixed_steps``), so that the
     headline MBU can be redone by hand."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -276,7 +276,7 @@ class MbuMixedSteps(_Strict):
 
 
 class MbuSpeculation(_Strict):
-    """Speculative decoding as MBU counted it (``metrics.spec_mbu``): s and B from the
+    """Speculative decoding as MBU counted it (``metrics.mbu.spec_mbu``): s and B from the
     client's steps (one chunk per verify step), the target's bytes for k + 1 positions and
     the drafter's bytes, with the assumption behind them named."""
 

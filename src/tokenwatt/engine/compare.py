@@ -137,8 +137,8 @@ class ClientMechanisms:
 
     ``decode_share``: of the window, time some request was decoding (first to last token);
     ``idle_share`` and ``prompt_only_share`` split the rest (nothing in flight; prompts with no
-    decode in flight, ``metrics.prompt_phase``); ``stalled_share``: of decode time, streams
-    silent while others decoded (preemption, ``metrics.kv_pressure``)."""
+    decode in flight, ``metrics.mbu.prompt_phase``); ``stalled_share``: of decode time, streams
+    silent while others decoded (preemption, ``metrics.mbu.kv_pressure``)."""
 
     decode_share: float | None = None
     idle_share: float | None = None

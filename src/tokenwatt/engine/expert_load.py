@@ -20,7 +20,7 @@ Which engine gives what (checked against each engine's source, December 2026):
   expert token counts inside the workers (``expert_load_pass`` / ``expert_load_window``) to
   rebalance; it exposes none of them on ``/metrics`` and with ``log_balancedness`` logs only
   the balancedness ratio (mean ÷ max tokens per rank), which does not give π_r. A vLLM user
-  must dump the counts (or use the routing band: ``metrics.routing_band``).
+  must dump the counts (or use the routing band: ``metrics.mbu.routing_band``).
 - **llama.cpp**: nothing.
 
 Counts from all ranks (SGLang CSV files, simulator replicas) are summed: π_r only needs each

@@ -8,8 +8,6 @@ requests, the one SLO judge (``metrics.slo.judge_probe``), the spec's node.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from tokenwatt.geometry.model import ModelGeometry
@@ -22,16 +20,13 @@ from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
 from tokenwatt.metrics.accuracy import probe_accuracy
 from tokenwatt.metrics.cost import cost_figures
-from tokenwatt.metrics.kv_pressure import KvPressure, mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
-from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import StepRegime, regime_from_records
-from tokenwatt.metrics.prompt_recompute import mark_recompute, prompt_recompute
+from tokenwatt.metrics.mbu import MbuNode, MbuWindow, RequestSweep, window_mbu
+from tokenwatt.metrics.mbu.kv_pressure import mark_kv_pressure
 from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.metrics.spec_chunks import (
     ChunkedSteps,
-    chunked_note,
     coalesced_verify_steps,
     recounted,
 )
@@ -83,12 +78,13 @@ def probe_mbu(
     block: bool = False,
     expert_load: ExpertLoad | None = None,
     engine_acceptance_length: float | None = None,
+    sweep: RequestSweep | None = None,
 ) -> Mbu | None:
     """MBU of the probe's window; None when nothing was decoded (no T or no τ), or when the
     window was cut short (early stop, Ctrl-C): its counted requests were cancelled mid-stream,
     so T and the context sum no longer describe one steady state. The measured regime
     (request rate, prompt lengths, idle share) and the spec's ``engine`` limits feed the
-    mixed-step term (``metrics.mixed_steps``); a measured expert load comes from the spec's
+    mixed-step term (``metrics.mbu.mixed_steps``); a measured expert load comes from the spec's
     engine section (read once per run: ``EngineSection.expert_load``). Speculative decoding
     (``speculative``: the declared drafter, or detected from the chunks) counts s and B from
     steps (``load.speculation``).
@@ -98,68 +94,26 @@ def probe_mbu(
     verify steps coalesced into one chunk and counts them (``metrics.spec_chunks``).
     ``kv_stalls=False`` does not look for preempted streams (a block of a window without any);
     ``block=True`` computes the figures only (no routing band or skew comparison: an interval
-    block shows MBU and decode-only MBU, its routing is the window's)."""
+    block shows MBU and decode-only MBU, its routing is the window's). ``sweep``: the probe's
+    records swept once (``metrics.mbu.spans``), which the window and its blocks all read."""
     m = run.metrics
     if run.stopped_early or run.interrupted or run.saturated:
         return None
     if m.output_tokens_per_s is None or m.itl_token_weighted_s is None:
         return None
-    pairs = [(r.prompt_tokens, r.output_tokens) for r in run.counted if r.prompt_tokens is not None]
-    context, kv_per_token = kv_read_per_output_token(geometry, pairs)
-    eng = engine if engine is not None else EngineSection()
-    regime = regime_from_records(
-        run.records,
-        run.counted,
-        run.window_start_ns,
-        run.window_end_ns,
-        replicas=hardware.replicas,
-        chunk_budget_tokens=eng.max_num_batched_tokens,
-        slot_limit=eng.max_num_seqs,
-        expert_load=expert_load if expert_load is not None else eng.expert_load(geometry),
-        routing_zipf=eng.routing_zipf,
-    )
-    figures, chunked, basis = _steps(run, speculative, engine_acceptance_length)
-    mbu_at = partial(
-        compute_mbu,
-        geometry,
-        output_tokens_per_s=m.output_tokens_per_s,
-        replicas=hardware.replicas,
-        gpus=hardware.gpus,
-        bandwidth_bytes_per_s=accelerator.bandwidth_bytes_per_s,
-        mean_context_per_token=context,
-        kv_bytes_per_output_token=kv_per_token,
-        multi_token_chunks=m.multi_token_chunks,
-        steps=step_basis(basis, speculative, pairs, regime),
-        routing_detail=not block,
-    )
-    raw = _coalesced(
-        mbu_at(itl_token_weighted_s=m.itl_token_weighted_s, regime=regime), figures, chunked
-    )
-    if not kv_stalls:  # the caller knows there are none to correct (``_intervals``' blocks)
-        return raw
-    stalls = stream_stalls(
-        run.records, run.counted, run.window_start_ns, run.window_end_ns, hardware.replicas
-    )
-    if not stalls.seen:  # no stream fell silent: prompts prefilled again, maybe
-        return mark_recompute(raw, prompt_recompute(run.records, run.counted))
-    regime = _without_stalls(regime, stalls, run, hardware.replicas)
-    tau = stalls.corrected_tau(m.itl_token_weighted_s)
-    fixed = _coalesced(mbu_at(itl_token_weighted_s=tau, regime=regime), figures, chunked)
-    return mark_kv_pressure(fixed, pressure=stalls, uncorrected=raw)
-
-
-def _without_stalls(
-    regime: StepRegime | None, stalls: KvPressure, run: ProbeRun, replicas: int
-) -> StepRegime | None:
-    """Preempted streams' silences are not decode time: the window's decode batch without
-    them, and no step law (a stalled stream's silence is one gap, not steps: τ' instead)."""
-    if regime is None:
-        return None
-    if regime.decode_batch is not None:
-        window_s = (run.window_end_ns - run.window_start_ns) / 1e9
-        less = stalls.stalled_in_window_s / window_s / replicas
-        regime = replace(regime, decode_batch=max(0.0, regime.decode_batch - less))
-    return replace(regime, step_law=None)
+    figures, chunked, counted_steps = _steps(run, speculative, engine_acceptance_length)
+    window = MbuWindow(
+        run.records, run.counted, run.window_start_ns, run.window_end_ns,
+        m.output_tokens_per_s, m.itl_token_weighted_s, m.multi_token_chunks,
+        sweep if sweep is not None else RequestSweep(run.records, hardware.replicas),
+        figures, expert_load=expert_load, chunked=chunked,
+    )  # fmt: skip
+    node = MbuNode(
+        geometry, hardware.replicas, hardware.gpus, accelerator.bandwidth_bytes_per_s,
+        engine if engine is not None else EngineSection(),
+    )  # fmt: skip
+    basis = step_basis(counted_steps, speculative, window.pairs, None)
+    return window_mbu(window, node, basis=basis, kv_stalls=kv_stalls, block=block)
 
 
 def _steps(
@@ -175,20 +129,6 @@ def _steps(
         engine_acceptance_length=engine_acceptance_length,
     )
     return figures, chunked, figures if chunked is None else recounted(figures, chunked)
-
-
-def _coalesced(mbu: Mbu, figures: StepSummary, chunked: ChunkedSteps | None = None) -> Mbu:
-    """Flag ``coalesced_chunks`` when the engine sent several steps in one chunk; verify steps
-    counted again (``chunked``) say how, with the direction."""
-    if chunked is not None:
-        flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
-        own = [n for n in mbu.notes if n not in mbu.flags.notes()]
-        note = chunked_note(chunked, figures.acceptance_length)
-        return mbu.model_copy(update={"flags": flags, "notes": [*own, note]})
-    if not figures.coalesced:
-        return mbu
-    flags = mbu.flags.model_copy(update={"coalesced_chunks": True})
-    return mbu.model_copy(update={"flags": flags, "notes": [*mbu.notes, *flags.notes()[-1:]]})
 
 
 UNRESPONSIVE = "endpoint unresponsive"
@@ -319,18 +259,20 @@ def _mbu_and_engine(
     engine_window: ProbeEngine | None,
     *,
     declared: DrafterSection | None,
+    sweep: RequestSweep | None = None,
 ) -> tuple[Mbu | None, EngineFigures | None]:
     """The probe's MBU (no geometry or accelerator: none) and the engine's own figures; an
     engine that counted preemptions raises ``kv_pressure`` where the client saw none."""
     engine = None
     if engine_window is not None:
-        engine = engine_figures(engine_window, run, spec, geometry, accelerator)
+        engine = engine_figures(engine_window, run, spec, geometry, accelerator, sweep=sweep)
     mbu = None
     if geometry is not None and accelerator is not None:
         mbu = probe_mbu(
             run, geometry, spec.hardware, accelerator, spec.engine, speculative=declared,
             expert_load=_scraped_load(engine_window, geometry),
             engine_acceptance_length=None if engine is None else engine.acceptance_length,
+            sweep=sweep,
         )  # fmt: skip
     if engine is not None and mbu is not None and not mbu.flags.kv_pressure:
         # the engine counted preemptions
@@ -399,9 +341,12 @@ def _intervals(
         DrafterSection | None,
         tuple[ExpertLoad | None, EngineFigures | None],
     ],
+    sweep: RequestSweep | None = None,
 ) -> FigureIntervals | None:
     """The probe's figures as intervals (``load.intervals``): MBU per block by ``probe_mbu``
-    with the probe's geometry, accelerator and declared drafter (``model``)."""
+    with the probe's geometry, accelerator, declared drafter and what the engine counted
+    (``model``); each block reads the window's ``sweep`` of the records instead of sweeping
+    its own."""
     geometry, accelerator, declared, witness = model
     # blocks take the window's corrections: stalls are looked for only where the window saw them
     stalled = mbu is not None and mbu.flags.kv_pressure
@@ -420,6 +365,7 @@ def _intervals(
             block=True,
             expert_load=witness[0],
             engine_acceptance_length=None if witness[1] is None else witness[1].acceptance_length,
+            sweep=sweep,
         )
 
     return probe_intervals(
@@ -466,8 +412,11 @@ def summarize_probe(
     m = run.metrics
     verdict = probe_verdict(run, spec, early_stop_reason)
     declared = declared_drafter(spec)
+    # the records swept once: the MBU of the window and of every block, and the witness
+    swept = geometry is not None or engine_window is not None
+    sweep = RequestSweep(run.records, spec.hardware.replicas) if swept else None
     mbu, engine = _mbu_and_engine(
-        run, spec, geometry, accelerator, engine_window, declared=declared
+        run, spec, geometry, accelerator, engine_window, declared=declared, sweep=sweep
     )
     witness = (_scraped_load(engine_window, geometry), engine)  # MBU's blocks use it too
     goodput = _or0(m.goodput_output_tokens_per_s)
@@ -522,6 +471,12 @@ def summarize_probe(
         load_generator=load_generator_summary(run.workers, run.keep_up, saturated=run.saturated),
         run=probe_detail(run, max_requests=max_requests),
         intervals=_intervals(
-            run, spec, mbu, energy, power_series, model=(geometry, accelerator, declared, witness)
+            run,
+            spec,
+            mbu,
+            energy,
+            power_series,
+            model=(geometry, accelerator, declared, witness),
+            sweep=sweep,
         ),
     )

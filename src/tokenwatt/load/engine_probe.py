@@ -34,11 +34,9 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.probe import ProbeRun
-from tokenwatt.metrics.kv_pressure import stream_stalls
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import idle_fraction_from_intervals
-from tokenwatt.metrics.prompt_phase import prompt_phase
-from tokenwatt.metrics.step_gaps import step_law_from_gaps
+from tokenwatt.metrics.mbu.kv_pressure import stream_stalls
+from tokenwatt.metrics.mbu.spans import RequestSweep
 from tokenwatt.metrics.steps import step_figures
 from tokenwatt.result import EngineFigures
 from tokenwatt.spec import BenchSpec, redact_text
@@ -209,8 +207,11 @@ def engine_figures(
     spec: BenchSpec,
     geometry: ModelGeometry | None,
     accelerator: Accelerator | None,
+    *,
+    sweep: RequestSweep | None = None,
 ) -> EngineFigures:
-    """The window's engine figures, the T/B/s agreements and the engine-side MBU."""
+    """The window's engine figures, the T/B/s agreements and the engine-side MBU (``sweep``:
+    the probe's records swept once, shared with its MBU)."""
     window, edge = probe_engine.window, probe_engine.edge_fraction  # edge: reported only
     # a /metrics URL may carry user:pass@ or a token
     redacted: dict[str, object] = {"url": redact_text(window.url)}
@@ -230,7 +231,7 @@ def engine_figures(
             tokens_per_chunk=m.tokens_per_chunk_mean or 1.0,
             tolerances=AGREEMENT_TOLERANCES,
             client_tokens_per_s_engine_clock=_tokens_on_engine_clock(run, probe_engine),
-            mechanisms=_mechanisms(run, replicas),
+            mechanisms=_mechanisms(run, replicas, sweep),
             client_steps=_client_steps(run),
             requests_in_window=sum(
                 1
@@ -285,32 +286,21 @@ def _tokens_on_engine_clock(run: ProbeRun, probe_engine: ProbeEngine) -> float |
     return None if count is None else count / ((w1 - w0) / 1e9)
 
 
-def _mechanisms(run: ProbeRun, replicas: int) -> ClientMechanisms:
-    """The shares the client measured that can explain B and s (``engine.ClientMechanisms``)."""
+def _mechanisms(run: ProbeRun, replicas: int, sweep: RequestSweep | None) -> ClientMechanisms:
+    """The shares the client measured that can explain B and s (``engine.ClientMechanisms``),
+    from the records swept once (``sweep``: the one MBU read, when the caller has it)."""
     w0, w1 = run.window_start_ns, run.window_end_ns
-    spans = [(r.sent_ns, r.done_ns or r.end_ns) for r in run.records if r.sent_ns is not None]
-    idle = idle_fraction_from_intervals(
-        [(a, b) for a, b in spans if b is not None], w0, w1, replicas
-    )
-    phase = prompt_phase(
-        [(r.sent_ns, r.first_token_ns, r.end_ns, r.done_ns) for r in run.records], w0, w1, replicas
-    )
+    sweep = sweep if sweep is not None else RequestSweep(run.records, replicas)
+    totals = sweep.spans.totals(w0, w1)
     stalls = stream_stalls(run.records, run.counted, w0, w1, replicas)
-    law = step_law_from_gaps(run.records, w0, w1, replicas)
+    law = sweep.gaps.law(w0, w1, replicas)
     return ClientMechanisms(
-        decode_share=_decode_share(run) if replicas == 1 else None,
-        idle_share=idle,
-        prompt_only_share=None if phase is None else phase.prefill_only_fraction,
+        decode_share=None if replicas != 1 or totals is None else totals.decode_share,
+        idle_share=None if totals is None else totals.idle_fraction,
+        prompt_only_share=None if totals is None else totals.prefill_only_fraction,
         stalled_share=stalls.stalled_s / stalls.decode_s
         if stalls.stalls and stalls.decode_s
         else None,
         steps_per_s=None if law is None else law.steps_per_s,
         step_batch=None if law is None else law.mean_batch,
     )
-
-
-def _decode_share(run: ProbeRun) -> float | None:
-    """Share of the window in which some request was between its first and last token."""
-    spans = [(r.first_token_ns, r.end_ns) for r in run.records if r.first_token_ns and r.end_ns]
-    idle = idle_fraction_from_intervals(spans, run.window_start_ns, run.window_end_ns, 1)
-    return None if idle is None else 1.0 - idle

@@ -4,6 +4,8 @@ The window is cut into k equal blocks; each block is a window of its own for the
 derivation (``metrics.latency.compute_probe_metrics`` and the caller's MBU function), so a
 block's T, τ, goodput and MBU are the same definitions over a shorter span, and
 ``metrics.intervals`` turns their spread into intervals around the whole window's figures.
+The caller's MBU function reads the window's one sweep of the records (``metrics.mbu.spans``)
+over each block's span, so a block's MBU makes no pass of its own over the records.
 
 A block's requests are those *sent* in it (τ, the p99s, MBU's context) and its T the tokens
 *received* in it, as for the window: the block T's add up to the window's exactly. Adjacent
@@ -22,6 +24,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import pairwise
+
+import numpy as np
 
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.metrics.intervals import (
@@ -52,23 +56,36 @@ def block_edges(start_ns: int, end_ns: int, k: int) -> list[tuple[int, int]]:
     return list(pairwise(cuts))
 
 
-def _overlapping(run: ProbeRun, a: int, b: int) -> list[RequestRecord]:
-    """The records that lived during [a, b): scheduled before b and not over before a. No
-    figure of the block reads any other (each counts sends, tokens or busy time inside it);
-    leaving them out makes k blocks cost about (block + lifetime)/window of k windows."""
-    out = []
-    for r in run.records:
-        last = max(r.done_ns or 0, r.end_ns or 0, r.chunk_ns[-1] if r.chunk_ns else 0)
-        if r.scheduled_ns < b and (last >= a or (r.done_ns is None and r.end_ns is None)):
-            out.append(r)
-    return out
+def _last_ns(r: RequestRecord) -> int:
+    """A record's last stamp: done, end or its last chunk (0: none)."""
+    return max(r.done_ns or 0, r.end_ns or 0, r.chunk_ns[-1] if r.chunk_ns else 0)
+
+
+class _Lifetimes:
+    """Every record's life, gathered once for all blocks: scheduled, last stamp (done, end or
+    last chunk), and whether it is still open (neither done nor ended)."""
+
+    def __init__(self, records: Sequence[RequestRecord]) -> None:
+        self.records = records
+        self.scheduled = np.array([r.scheduled_ns for r in records], dtype=np.int64)
+        self.last = np.array([_last_ns(r) for r in records], dtype=np.int64)
+        self.open = np.array([r.done_ns is None and r.end_ns is None for r in records], dtype=bool)
+
+    def overlapping(self, a: int, b: int) -> list[RequestRecord]:
+        """The records that lived during [a, b), in the window's order: scheduled before b and
+        not over before a. No figure of the block reads any other (each counts sends, tokens
+        or busy time inside it); leaving them out makes k blocks cost about
+        (block + lifetime)/window of k windows."""
+        alive = (self.scheduled < b) & ((self.last >= a) | self.open)
+        return [self.records[i] for i in np.flatnonzero(alive).tolist()]
 
 
 def block_runs(run: ProbeRun, slo: SLO | None, k: int) -> list[ProbeRun]:
     """The probe seen over each of k blocks: its records alive then, a block for a window."""
     out = []
+    lives = _Lifetimes(run.records)
     for a, b in block_edges(run.window_start_ns, run.window_end_ns, k):
-        recs = _overlapping(run, a, b)
+        recs = lives.overlapping(a, b)
         metrics = compute_probe_metrics(
             recs, window_start_ns=a, window_end_ns=b, slo=slo, target_rate_rps=run.rate_rps
         )

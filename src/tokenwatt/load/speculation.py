@@ -16,8 +16,8 @@ from functools import lru_cache
 from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mbu import kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import StepRegime
-from tokenwatt.metrics.spec_mbu import Drafter, StepBasis
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime
+from tokenwatt.metrics.mbu.spec_mbu import Drafter, StepBasis
 from tokenwatt.metrics.steps import step_figures
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import StepSummary

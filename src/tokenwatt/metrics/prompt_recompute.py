@@ -2,7 +2,7 @@
 
 With long prompts an engine short of KV cache preempts the newest sequence, often one still
 in its prefill; it is queued again and its prompt prefilled from the start (recompute). The
-streams already decoding never fall silent (``metrics.kv_pressure`` sees nothing), but the
+streams already decoding never fall silent (``metrics.mbu.kv_pressure`` sees nothing), but the
 preempted request's time to first token holds several prefills of its prompt.
 
 Evidence from the client alone: a first-come-first-served prefill queue is work-conserving,

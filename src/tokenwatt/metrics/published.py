@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from tokenwatt.errors import TokenwattError
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
-from tokenwatt.metrics.mixed_steps import StepRegime
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime
 from tokenwatt.result import Mbu
 from tokenwatt.spec._base import MAX_COUNT, MAX_RATE_RPS, MAX_SECONDS, MAX_TOKENS
 

@@ -253,7 +253,7 @@ def mbu_block(result: BenchResult, p: ProbeSummary | None = None) -> RenderableT
                 f"distinct experts per MoE layer {distinct_experts_at(i)}",
             )
         )
-    if i.speculation is not None:  # speculative decoding: s, B from steps (metrics.spec_mbu)
+    if i.speculation is not None:  # speculative decoding: s, B from steps (metrics.mbu.spec_mbu)
         sp = i.speculation
         rows += [
             ("α", fmt_float(sp.acceptance_length, 3), "acceptance length: tokens per step"),

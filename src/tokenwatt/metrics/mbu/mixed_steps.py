@@ -9,7 +9,7 @@ through the experts too, and reads the union: on many-expert models such a step 
     B_dec  = B · (1 − 1/n̄)             decode tokens per step (the first token of a request
                                           comes from its prefill step, mbu-notes §2)
     φ      = idle fraction, measured from request arrival and completion times, plus the
-             share a replica ran prompts with no decode in flight (metrics.prompt_phase)
+             share a replica ran prompts with no decode in flight (metrics.mbu.prompt_phase)
     B_busy = B_dec / (1 − φ)           mean batch of the steps that decode
     m      = λ_rep / s = λ_rep · τ     prompts admitted per decode step (Poisson arrivals:
                                           the idle share of arrivals and of steps cancel)
@@ -21,7 +21,7 @@ and the headline weight traffic R · s · (1 − φ) · W̄ (bytes per elapsed s
 J = 0 is the decode-only figure. A prompt longer than the step's free chunk budget
 (C − B_busy) is split: then a fraction min(1, m·L/(C − B)) of steps carry a full chunk.
 Where the records have token times the steps are counted from the gaps, each once
-(``metrics.step_gaps``): the headline is then R · n_s · Σ_b share(b) · W̄(b) with n_s the
+(``metrics.mbu.step_gaps``): the headline is then R · n_s · Σ_b share(b) · W̄(b) with n_s the
 decode steps per elapsed second and share(b) the steps' own batch law, and the prompts per step
 are spread over the batches in proportion to each batch's mean step. Else s from τ through the
 byte law and a Poisson batch law (τ weights each step by its batch).
@@ -37,8 +37,8 @@ import numpy as np
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad, FloatArray, GeneratingFunction
-from tokenwatt.metrics.prompt_phase import prompt_phase
-from tokenwatt.metrics.step_gaps import StepLaw, step_law_from_gaps
+from tokenwatt.metrics.mbu.spans import RequestSweep, SpanSweep
+from tokenwatt.metrics.mbu.step_gaps import StepLaw
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import MbuMixedSteps
 from tokenwatt.spec.engine import DEFAULT_CHUNK_BUDGET_TOKENS
@@ -72,12 +72,12 @@ class StepRegime:
     # None: B·(1 − 1/n̄) from T·τ/R
     decode_batch: float | None = None
     routing_zipf: float | None = None  # a stated skew for the band (None: the fewest experts)
-    # measured from the four stamps of every request (``metrics.prompt_phase``): share of the
+    # measured from the four stamps of every request (``metrics.mbu.prompt_phase``): share of the
     # window a replica ran prompts with no decode in flight (the single stream: every prompt),
     # and the share of prompt time a decode was in flight; None: not measured (0 and 1)
     prefill_only_fraction: float | None = None
     prompt_mixing_share: float | None = None
-    # the decode steps each counted once, from the token gaps (``metrics.step_gaps``): their
+    # the decode steps each counted once, from the token gaps (``metrics.mbu.step_gaps``): their
     # mean length and batch law; None: s = 1/τ and a Poisson law through the byte law
     step_law: StepLaw | None = None
 
@@ -92,24 +92,10 @@ def idle_fraction_from_intervals(
     least loaded one, a replica can only idle while N < R, so the idle share per replica is
     E[max(0, R − N(t))] / R over the window (exact for R = 1, an estimate above).
     """
-    span = window_end_ns - window_start_ns
-    if span <= 0 or replicas < 1:
-        return None
-    events: list[tuple[int, int]] = []
-    for a, b in intervals:
-        lo, hi = max(a, window_start_ns), min(b, window_end_ns)
-        if hi > lo:
-            events.append((lo, 1))
-            events.append((hi, -1))
-    events.sort()
-    idle_ns = 0.0
-    n, t = 0, window_start_ns
-    for when, delta in events:
-        idle_ns += (when - t) * max(0, replicas - n) / replicas
-        n += delta
-        t = when
-    idle_ns += (window_end_ns - t) * max(0, replicas - n) / replicas
-    return idle_ns / span
+    totals = SpanSweep([(a, None, None, b) for a, b in intervals], replicas).totals(
+        window_start_ns, window_end_ns
+    )
+    return None if totals is None else totals.idle_fraction
 
 
 def _routing(geometry: ModelGeometry, load: ExpertLoad | None) -> ExpertLoad:
@@ -221,7 +207,7 @@ def estimate_mixed_steps(
     """The mixed-step estimate (module doc) from B = T·τ/R, s = 1/τ and the measured regime.
 
     s and the steps' batch law come from the token gaps when the regime has them
-    (``metrics.step_gaps``: each step counted once); else from B = T·τ/R, the *time*-averaged
+    (``metrics.mbu.step_gaps``: each step counted once); else from B = T·τ/R, the *time*-averaged
     decode batch, as a Poisson law over busy time with steps lasting in proportion to their
     bytes (``_byte_law``). The weight bytes per busy second are s · E_steps[W̄(b)].
     """
@@ -307,44 +293,32 @@ def regime_from_records(
     slot_limit: int | None = None,
     expert_load: ExpertLoad | None = None,
     routing_zipf: float | None = None,
+    sweep: RequestSweep | None = None,
 ) -> StepRegime | None:
     """The regime of one probe window from the client's records: request rate and mean prompt
     and output lengths of the counted requests, idle share from every request's (sent, done)
     interval, decode batch from every request's first-to-last-token interval. None when no
-    counted request has a prompt length or output."""
+    counted request has a prompt length or output. ``sweep``: the probe's records already
+    swept (``spans.RequestSweep``: a window and its blocks share it); else ``records``'."""
     window_s = (window_end_ns - window_start_ns) / 1e9
     known = [r for r in counted if r.prompt_tokens is not None and r.output_tokens > 0]
     if window_s <= 0 or not known:
         return None
-    spans = [
-        (r.sent_ns, stop)
-        for r in records
-        if r.sent_ns is not None and (stop := r.done_ns or r.end_ns) is not None
-    ]
-    phase = prompt_phase(
-        [(r.sent_ns, r.first_token_ns, r.end_ns, r.done_ns) for r in records],
-        window_start_ns,
-        window_end_ns,
-        replicas,
-    )
+    swept = sweep if sweep is not None else RequestSweep(records, replicas)
+    totals = swept.spans.totals(window_start_ns, window_end_ns)
     return StepRegime(
         request_rate_rps=len(counted) / window_s,
         mean_prompt_tokens=sum(r.prompt_tokens or 0 for r in known) / len(known),
         mean_output_tokens=sum(r.output_tokens for r in known) / len(known),
-        idle_fraction=idle_fraction_from_intervals(spans, window_start_ns, window_end_ns, replicas),
+        idle_fraction=None if totals is None else totals.idle_fraction,
         chunk_budget_tokens=chunk_budget_tokens,
         slot_limit=slot_limit,
         expert_load=expert_load,
         routing_zipf=routing_zipf,
-        prefill_only_fraction=None if phase is None else phase.prefill_only_fraction,
-        prompt_mixing_share=None if phase is None else phase.prompt_mixing_share,
-        decode_batch=decode_batch_from_intervals(
-            [(r.first_token_ns, r.end_ns) for r in records if r.first_token_ns and r.end_ns],
-            window_start_ns,
-            window_end_ns,
-            replicas,
-        ),
-        step_law=step_law_from_gaps(records, window_start_ns, window_end_ns, replicas),
+        prefill_only_fraction=None if totals is None else totals.prefill_only_fraction,
+        prompt_mixing_share=None if totals is None else totals.prompt_mixing_share,
+        decode_batch=None if totals is None else totals.decode_batch,
+        step_law=swept.gaps.law(window_start_ns, window_end_ns, replicas),
     )
 
 
@@ -356,12 +330,7 @@ def decode_batch_from_intervals(
 ) -> float | None:
     """Mean number of requests decoding per replica over the window: Σ overlap of each
     (first token, last token) interval with the window ÷ (window × R). None: no window."""
-    span = window_end_ns - window_start_ns
-    if span <= 0 or replicas < 1:
-        return None
-    total = 0
-    for a, b in intervals:
-        if a is None or b is None:
-            continue
-        total += max(0, min(b, window_end_ns) - max(a, window_start_ns))
-    return total / span / replicas
+    totals = SpanSweep([(None, a, b, None) for a, b in intervals], replicas).totals(
+        window_start_ns, window_end_ns
+    )
+    return None if totals is None else totals.decode_batch

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad
-from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime, estimate_mixed_steps
 from tokenwatt.result import Mbu, MbuMixedSteps
 
 __all__ = [

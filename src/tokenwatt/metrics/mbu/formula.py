@@ -19,14 +19,14 @@ from collections.abc import Iterable
 
 from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.geometry.model import ModelGeometry
-from tokenwatt.metrics.mixed_steps import StepRegime, estimate_mixed_steps
-from tokenwatt.metrics.routing_band import (
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime, estimate_mixed_steps
+from tokenwatt.metrics.mbu.routing_band import (
     ROUTING_SKEW_NOTE_PT,
     routing_band,
     routing_skew_note,
     with_band,
 )
-from tokenwatt.metrics.spec_mbu import StepBasis, geometry_fields, speculative_mbu, step_flags
+from tokenwatt.metrics.mbu.spec_mbu import StepBasis, geometry_fields, speculative_mbu, step_flags
 from tokenwatt.result import Mbu, MbuFlags, MbuInputs, MbuMixedSteps
 from tokenwatt.spec.hardware import gpu_sharing_note
 
@@ -120,14 +120,14 @@ def compute_mbu(
     the bytes of mixed prefill/decode steps and idle time (:func:`apply_regime`). With
     ``steps`` (speculative decoding) s and B come from the client's steps and W counts k + 1
     routed positions per sequence through the same bytes per step and expert load, plus the
-    drafter's bytes (``metrics.spec_mbu``: routing band and flags included, no busy share).
+    drafter's bytes (``metrics.mbu.spec_mbu``: routing band and flags included, no busy share).
     ``routing_detail=False`` (an interval block: its figures only) leaves out the routing band
     and the measured load's comparison with uniform routing."""
     if replicas < 1 or gpus < 1:
         raise ValueError(f"replicas and gpus must be >= 1, got R={replicas}, N_GPU={gpus}")
     if not _positive(bandwidth_bytes_per_s):
         raise ValueError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s}")
-    if steps is not None:  # speculative decoding: steps, not tokens (metrics.spec_mbu)
+    if steps is not None:  # speculative decoding: steps, not tokens (metrics.mbu.spec_mbu)
         spec = _speculative(
             geometry, steps, regime, routing_detail,
             output_tokens_per_s=output_tokens_per_s, itl_token_weighted_s=itl_token_weighted_s,
@@ -189,7 +189,7 @@ def _speculative(
     mean_context_per_token: float,
     kv_bytes_per_output_token: float,
 ) -> Mbu | None:
-    """MBU from the client's steps under speculative decoding (``metrics.spec_mbu``), held to
+    """MBU from the client's steps under speculative decoding (``metrics.mbu.spec_mbu``), held to
     the rated bandwidth and the node's sharing like the plain path; None where the steps give
     no figure (the plain path then answers)."""
     spec = speculative_mbu(
@@ -340,7 +340,7 @@ def apply_regime(
     result: Mbu, geometry: ModelGeometry, regime: StepRegime, *, routing_detail: bool = True
 ) -> Mbu:
     """Headline = all bytes the decode steps read per elapsed second (mixed steps, busy share,
-    measured routing: ``metrics.mixed_steps``); the decode-only figure beside it; flags whose
+    measured routing: ``metrics.mbu.mixed_steps``); the decode-only figure beside it; flags whose
     notes say which way the measured regime moves the figure and by how much."""
     i = result.inputs
     assert i.steps_per_s_per_replica is not None and i.batch_per_replica is not None
@@ -402,7 +402,7 @@ def _with_routing_band(
 ) -> Mbu:
     """Unmeasured MoE routing: the fewest-experts lower bound beside the uniform
     headline (``mix``, the headline's own estimate, is the band's upper end), its note, and
-    ``routing_unmeasured`` when the band is wider than 1 pt (``metrics.routing_band``)."""
+    ``routing_unmeasured`` when the band is wider than 1 pt (``metrics.mbu.routing_band``)."""
     i = result.inputs
     if result.mbu is None or i.steps_per_s_per_replica is None or i.batch_per_replica is None:
         return result
@@ -470,7 +470,7 @@ def _regime_notes(  # noqa: PLR0917 - one private call site, every argument a fi
 def _small_batch_note(mix: MbuMixedSteps) -> str:
     """What validation showed below SMALL_BATCH, for the way the steps were counted."""
     head = f"small batch (B = {mix.batch_busy:.1f} < {SMALL_BATCH:.0f}): "
-    if mix.decode_step_s is not None:  # steps counted from the token gaps (metrics.step_gaps)
+    if mix.decode_step_s is not None:  # steps counted from the token gaps (metrics.mbu.step_gaps)
         return head + (
             "with the steps counted from the token gaps, MBU stayed within 0.6 pt of its "
             "truth here in validation (high, if off) and the decode-only figure within 0.1 pt"

@@ -27,7 +27,7 @@ import numpy as np
 from tokenwatt.geometry.routing import FloatArray
 from tokenwatt.records import RequestRecord
 
-__all__ = ["StepLaw", "step_law_from_gaps"]
+__all__ = ["StepGaps", "StepLaw", "step_law_from_gaps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,35 +66,49 @@ def _gaps(records: Sequence[RequestRecord]) -> tuple[FloatArray, ...]:
     return cat(mids), cat(lengths), cat(tokens), np.sort(firsts), np.sort(lasts)
 
 
+class StepGaps:
+    """Every request's token gaps gathered once (``_gaps``); ``law`` reads any window of them,
+    so a window and its interval blocks share one pass over the records. A request that
+    lived outside a block has no gap midpoint in it and moves no batch there (its first and
+    last chunks both lie before the block, or both after), so a block's law is that of its
+    own records."""
+
+    def __init__(self, records: Sequence[RequestRecord]) -> None:
+        self.mid, self.length, self.tokens, self.firsts, self.lasts = _gaps(records)
+
+    def law(self, window_start_ns: int, window_end_ns: int, replicas: int) -> StepLaw | None:
+        """The window's step law from the gaps whose midpoint lies in it (module doc); None
+        without a gap there. The count Σ k/b is the steps themselves: over HTTP on loopback
+        it came to 1,479 where the simulator logged 1,478 (a client's stamps move b at a gap
+        only when a request starts or ends within a step of it)."""
+        if window_end_ns <= window_start_ns or replicas < 1:
+            return None
+        inside = (self.mid >= window_start_ns) & (self.mid < window_end_ns)
+        if not inside.any():
+            return None
+        mid = self.mid[inside]
+        started = np.searchsorted(self.firsts, mid, side="right")
+        decoding = started - np.searchsorted(self.lasts, mid, side="right")
+        batch = np.maximum(1.0, decoding / replicas)
+        steps = self.tokens[inside] / batch  # each step once
+        total = float(steps.sum())
+        if total <= 0:
+            return None
+        values, where = np.unique(batch, return_inverse=True)
+        counts = np.bincount(where, weights=steps)
+        spans_s = np.bincount(where, weights=self.length[inside] / batch) / 1e9
+        per_s = total / ((window_end_ns - window_start_ns) / 1e9) / replicas
+        return StepLaw(
+            mean_step_s=float(spans_s.sum()) / total,
+            steps_per_s=per_s,
+            batches=values,
+            shares=counts / total,
+            step_s=spans_s / counts,
+        )
+
+
 def step_law_from_gaps(
     records: Sequence[RequestRecord], window_start_ns: int, window_end_ns: int, replicas: int
 ) -> StepLaw | None:
-    """The window's step law from the gaps whose midpoint lies in it (module doc); None
-    without a gap there. The count Σ k/b is the steps themselves: over HTTP on loopback it
-    came to 1,479 where the simulator logged 1,478 (a client's stamps move b at a gap only
-    when a request starts or ends within a step of it)."""
-    if window_end_ns <= window_start_ns or replicas < 1:
-        return None
-    mid, length, tokens, firsts, lasts = _gaps(records)
-    inside = (mid >= window_start_ns) & (mid < window_end_ns)
-    if not inside.any():
-        return None
-    mid = mid[inside]
-    started = np.searchsorted(firsts, mid, side="right")
-    decoding = started - np.searchsorted(lasts, mid, side="right")
-    batch = np.maximum(1.0, decoding / replicas)
-    steps = tokens[inside] / batch  # each step once
-    total = float(steps.sum())
-    if total <= 0:
-        return None
-    values, where = np.unique(batch, return_inverse=True)
-    counts = np.bincount(where, weights=steps)
-    spans_s = np.bincount(where, weights=length[inside] / batch) / 1e9
-    per_s = total / ((window_end_ns - window_start_ns) / 1e9) / replicas
-    return StepLaw(
-        mean_step_s=float(spans_s.sum()) / total,
-        steps_per_s=per_s,
-        batches=values,
-        shares=counts / total,
-        step_s=spans_s / counts,
-    )
+    """The step law of ``records`` over one window (``StepGaps.law``)."""
+    return StepGaps(records).law(window_start_ns, window_end_ns, replicas)

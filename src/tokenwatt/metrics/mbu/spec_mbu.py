@@ -10,7 +10,7 @@ From the client's steps (``metrics.steps``: one chunk per verify step) instead:
     W_t  = W̄(B·(k + 1) routed positions)   the target verifies k + 1 positions per sequence;
                                              J ~ Poisson(m) prompts of L uncached tokens ride
                                              along (m = λ_rep·τ_c, chunked prefill's mixed
-                                             steps). W̄ is ``metrics.mixed_steps.step_weights``,
+                                             steps). W̄ is ``metrics.mbu.mixed_steps.step_weights``,
                                              the plain path's bytes per step, over the same
                                              expert load (measured, or uniform)
     W_d  = k × drafter pass bytes            mtp: MTP layer + LM head + its distinct experts
@@ -22,7 +22,7 @@ From the client's steps (``metrics.steps``: one chunk per verify step) instead:
     MBU  = (R·s·(W_t + W_d) + KV/s) ÷ (N_GPU × rated bandwidth)
 
 The decode-only figure is the same with J = 0. Routing is treated as on the plain path
-(``metrics.routing_band``): a measured expert load gives the headline and a note of how far
+(``metrics.mbu.routing_band``): a measured expert load gives the headline and a note of how far
 uniform routing would move it; without one the headline is the uniform upper bound and the
 band's lower end is the same evaluation at the fewest experts any routing reads. Unlike the
 plain path the batch is taken at its mean B (one point, no batch law); like it, the weight
@@ -45,8 +45,8 @@ from tokenwatt.batch_steps import batch_and_steps
 from tokenwatt.geometry.drafts import mtp_pass_bytes
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad
-from tokenwatt.metrics.mixed_steps import StepRegime, step_weights
-from tokenwatt.metrics.routing_band import (
+from tokenwatt.metrics.mbu.mixed_steps import StepRegime, step_weights
+from tokenwatt.metrics.mbu.routing_band import (
     ROUTING_SKEW_NOTE_PT,
     RoutingBand,
     reference_load,
@@ -172,7 +172,7 @@ def _basis(
 
 def decode_busy_share(regime: StepRegime) -> float:
     """The window's share with a sequence decoding: 1 − idle − prompts running alone (the
-    plain path's busy share, ``metrics.mixed_steps``); s = 1/τ_c counts steps only then."""
+    plain path's busy share, ``metrics.mbu.mixed_steps``); s = 1/τ_c counts steps only then."""
     not_decoding = max(regime.idle_fraction or 0.0, 0.0) + (regime.prefill_only_fraction or 0.0)
     return 1.0 - min(not_decoding, 0.99)
 
