@@ -26,7 +26,7 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.predict.calibrate import Calibration
 from tokenwatt.predict.points import PredictError, StepPoint
 
-__all__ = ["Prediction", "Target", "predict_points", "transfer_error"]
+__all__ = ["Prediction", "Target", "predict_points", "prediction_sigma", "transfer_error"]
 
 Z_95 = 1.959963984540054
 SAME_VENDOR_TRANSFER = 0.10  # relative σ: another accelerator of the same vendor
@@ -75,6 +75,11 @@ def transfer_error(source: Accelerator | None, target: Accelerator) -> float:
     if source.vendor == target.vendor:
         return SAME_VENDOR_TRANSFER
     return OTHER_VENDOR_TRANSFER
+
+
+def prediction_sigma(cal: Calibration, source: Accelerator | None, target: Accelerator) -> float:
+    """σ of a predicted step time: √(residual RMS² + transfer error²)."""
+    return math.sqrt(cal.rms_residual**2 + transfer_error(source, target) ** 2)
 
 
 def _interval(value: float, sigma: float) -> Interval:
@@ -149,5 +154,5 @@ def predict_points(
     """One prediction per source point, in the source's order."""
     if target.max_batch is not None and target.max_batch < 1:
         raise PredictError(f"--max-batch {target.max_batch}: give a batch cap of at least 1")
-    sigma = math.sqrt(cal.rms_residual**2 + transfer_error(source, target.accelerator) ** 2)
+    sigma = prediction_sigma(cal, source, target.accelerator)
     return [_one(cal, p, target, geometry, sigma) for p in points]
