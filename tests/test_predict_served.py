@@ -62,7 +62,7 @@ def served() -> ServedPrediction | None:
     )
     node = TargetNode(get_accelerator("b200"))
     (pred,) = predict_served(
-        cal, [source], node, load_geometry(MODEL), LIMITS, sigma=0.05,
+        cal, [source], node, load_geometry(MODEL), LIMITS, sigmas=[0.05],
         price_per_gpu_hour=PRICE, requests=REQUESTS,
     )  # fmt: skip
     return pred

@@ -151,6 +151,8 @@ def prediction_dict(
             "floor_ms": cal.floor_s * 1e3,
             "residuals": list(cal.residuals),
             "rms_residual": cal.rms_residual,
+            "loo_residuals": list(cal.loo_residuals),
+            "out_of_sample_rms": cal.out_of_sample_rms,
             "power": None
             if power is None
             else {
@@ -170,13 +172,13 @@ def prediction_dict(
 
 
 def _served(
-    src: _Source, cal: Calibration, tgt: Target, slo: SLO, *, price: float | None, requests: int
-) -> list[ServedPrediction | None]:
+    src: _Source, cal: Calibration, tgt: Target, slo: SLO, *, sigmas: list[float],
+    price: float | None, requests: int,
+) -> list[ServedPrediction | None]:  # fmt: skip
     """Each point's workload replayed on the calibrated simulator of the target."""
     from tokenwatt.metrics.slo import Limits
     from tokenwatt.predict.replay import TargetNode
     from tokenwatt.predict.served import predict_served
-    from tokenwatt.predict.transfer import prediction_sigma
 
     if src.geometry is None:
         return [None] * len(src.points)
@@ -187,9 +189,8 @@ def _served(
         tgt.replicas or first.replicas,
         tgt.max_batch,
     )
-    sigma = prediction_sigma(cal, src.accelerator, tgt.accelerator)
     return predict_served(
-        cal, src.points, node, src.geometry, Limits.from_spec(slo), sigma=sigma,
+        cal, src.points, node, src.geometry, Limits.from_spec(slo), sigmas=sigmas,
         price_per_gpu_hour=price, requests=requests,
     )  # fmt: skip
 
@@ -254,7 +255,8 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     preds = predict_points(cal, src.points, tgt, source=src.accelerator, geometry=src.geometry)
     slo = _slo(src.slo, slo_ttft_ms, slo_tpot_ms)
     price = price_per_gpu_hour if price_per_gpu_hour is not None else src.price_per_gpu_hour
-    served = _served(src, cal, tgt, slo, price=price, requests=replay_requests)
+    sigmas = [p.relative_sigma for p in preds]
+    served = _served(src, cal, tgt, slo, sigmas=sigmas, price=price, requests=replay_requests)
     transfer = transfer_error(src.accelerator, target)
     data = prediction_dict(
         src.about, target, cal, src.points, preds, served=served, transfer=transfer, slo=slo,

@@ -94,26 +94,28 @@ def _tpj(runs: Sequence[Replayed], power_sigma: float) -> Span | None:
 
 def predict_served(
     cal: Calibration, points: Sequence[StepPoint], node: TargetNode, geometry: ModelGeometry,
-    limits: Limits, *, sigma: float, price_per_gpu_hour: float | None = None,
+    limits: Limits, *, sigmas: Sequence[float], price_per_gpu_hour: float | None = None,
     requests: int = 400, seed: int = 0,
 ) -> list[ServedPrediction | None]:  # fmt: skip
-    """One prediction per point (None where the point has no workload to replay)."""
-    scales = (1.0, max(MIN_SCALE, 1.0 - Z_95 * sigma), 1.0 + Z_95 * sigma)
+    """One prediction per point, ``sigmas`` its step time's relative σ (None where the point
+    has no workload to replay)."""
     longest = max(round((p.prompt_tokens or 0) + (p.output_tokens or 0)) for p in points)
-    configs = [
-        _config(cal, node, geometry, scale=k, seed=seed, max_model_len=max(2, longest + 16))
-        for k in scales
-    ]
-    boundaries: dict[tuple[int, int], Span] = {}
+    model_len = max(2, longest + 16)
+    boundaries: dict[tuple[int, int, float], Span] = {}
     gpus = node.gpus_per_replica * node.replicas
     power_sigma = 0.0 if cal.power is None else cal.power.rms_residual
     out: list[ServedPrediction | None] = []
-    for point in points:
+    for point, sigma in zip(points, sigmas, strict=True):
         load = replay_load(point, requests)
         if load is None:
             out.append(None)
             continue
-        key = (load.prompt_tokens, load.output_tokens)
+        scales = (1.0, max(MIN_SCALE, 1.0 - Z_95 * sigma), 1.0 + Z_95 * sigma)
+        configs = [
+            _config(cal, node, geometry, scale=k, seed=seed, max_model_len=model_len)
+            for k in scales
+        ]
+        key = (load.prompt_tokens, load.output_tokens, round(sigma, 6))
         if key not in boundaries:
             boundaries[key] = _span([boundary_rps(c, load, limits, seed=seed) for c in configs])
         runs = [replay(c, load, limits, seed=seed) for c in configs]
