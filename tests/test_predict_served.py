@@ -97,3 +97,40 @@ def test_usd_per_mtok_is_the_price_over_goodput(served: ServedPrediction | None)
     assert served.usd_per_mtok.value == pytest.approx(expect, rel=1e-9)
     # a higher goodput end is the lower cost end
     assert served.usd_per_mtok.low == pytest.approx(PRICE / 3600 / served.goodput_tok_s.high * 1e6)
+
+
+@pytest.mark.slow  # three probes, four boundary searches: about half a minute
+def test_probes_of_a_simulated_h100_predict_the_b200_simulator() -> None:
+    """The result-folder path end to end: three Poisson probes of the simulated H100 as
+    ``bench`` summarizes them (their workload read from the probes' own records), calibrated
+    and replayed on a B200; against the B200 simulator started with the true knobs and
+    driven by the same replay: TTFT, goodput and the boundary within 5 % (the calibration
+    itself is within 2 % of the true efficiency)."""
+    from virtual_figures import probe_summary
+    from virtual_probe import CASES
+    from virtual_probe import LIMITS as PROBE_LIMITS
+
+    from tokenwatt.predict import points_from_probes
+    from tokenwatt.predict.replay import ReplayLoad, boundary_rps, replay
+
+    case = CASES["dense"]
+    probes = [probe_summary(case, rate, 1, 30.0, 10.0) for rate in (2.0, 6.0, 10.0)]
+    geom = load_geometry(case.model)
+    points = points_from_probes(probes, geom, get_accelerator(case.accelerator))
+    assert [(p.prompt_tokens, p.output_tokens, p.rate_rps) for p in points] == [
+        (1024.0, 256.0, r) for r in (2.0, 6.0, 10.0)
+    ]
+    cal = calibrate(points)
+    b200 = get_accelerator("b200")
+    preds = predict_served(
+        cal, points, TargetNode(b200), geom, PROBE_LIMITS, sigmas=[0.1] * 3, requests=REQUESTS
+    )
+    true_cfg = SimConfig(geom, b200, efficiency=case.efficiency, max_model_len=1024 + 256 + 16)
+    load = ReplayLoad(1024, 256, 1.0, REQUESTS)
+    true_boundary = boundary_rps(true_cfg, load, PROBE_LIMITS)
+    for pred, rate in zip(preds, (2.0, 6.0, 10.0), strict=True):
+        assert pred is not None
+        truth = replay(true_cfg, load, PROBE_LIMITS, rate_rps=rate)
+        assert pred.ttft_ms.value == pytest.approx(truth.ttft_s * 1e3, rel=0.05)
+        assert pred.goodput_tok_s.value == pytest.approx(truth.goodput_tok_s, rel=0.05)
+        assert pred.boundary_rps.value == pytest.approx(true_boundary, rel=0.05)
