@@ -106,12 +106,11 @@ def test_probes_of_a_simulated_h100_predict_the_b200_simulator() -> None:
     and replayed on a B200; against the B200 simulator started with the true knobs and
     driven by the same replay: TTFT, goodput and the boundary within 5 % (the calibration
     itself is within 2 % of the true efficiency)."""
+    from tokenwatt.predict import points_from_probes
+    from tokenwatt.predict.replay import ReplayLoad, boundary_rps, replay
     from virtual_figures import probe_summary
     from virtual_probe import CASES
     from virtual_probe import LIMITS as PROBE_LIMITS
-
-    from tokenwatt.predict import points_from_probes
-    from tokenwatt.predict.replay import ReplayLoad, boundary_rps, replay
 
     case = CASES["dense"]
     probes = [probe_summary(case, rate, 1, 30.0, 10.0) for rate in (2.0, 6.0, 10.0)]
