@@ -116,6 +116,9 @@ def test_terminal_output_is_marked_predicted(
     assert rc == 0
     assert "PREDICTED on NVIDIA H200" in out
     assert "calibration: efficiency" in out
+    # the fixture's probe predates the per-probe run record: nothing to replay, and it says so
+    assert "PREDICTED serving" not in out
+    assert "not replayed (probe 1)" in " ".join(out.split())
 
 
 @pytest.mark.parametrize(

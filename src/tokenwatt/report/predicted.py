@@ -95,5 +95,12 @@ def print_prediction(data: dict[str, Any], console: Console | None = None) -> No
         console.print(f"note: {note}", highlight=False)
     for table in predicted_tables(data):
         console.print(table)
+    bare = [p["label"] for p in data["points"] if p["predicted"].get("replay_rate_rps") is None]
+    if bare:
+        console.print(
+            f"not replayed ({', '.join(bare)}): the source records no prompt and output lengths "
+            "or rate, so no TTFT, SLO boundary, goodput or $/Mtok is predicted for it",
+            highlight=False,
+        )
     if data.get("price_per_gpu_hour") is None:
         console.print("no GPU price: give --price-per-gpu-hour for $/Mtok", highlight=False)
