@@ -6,8 +6,10 @@ to the ends of the TPOT interval, k = 1 ∓ 1.96 σ (σ of ``predict.transfer``;
 at ``MIN_SCALE``). Each figure's 95 % interval spans what those three replays give: the
 figures are monotone in the step time, so the ends of the step-time interval carry to them
 through the simulator's queueing rather than through a linear rule. tokens/J adds the power
-law's residual RMS in quadrature. $/Mtok is ``metrics.cost`` at the predicted goodput (the
-GPU price only; a kWh price is the buyer's own bill).
+law's residual RMS in quadrature. The boundary belongs to the workload, not to a point: one
+search per pair of mean lengths, its interval at the widest σ of the points sharing them.
+$/Mtok is ``metrics.cost`` at the predicted goodput (the GPU price only; a kWh price is the
+buyer's own bill).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tokenwatt.predict.points import StepPoint
 from tokenwatt.predict.replay import Replayed, ReplayLoad, TargetNode, boundary_rps, replay
 from tokenwatt.predict.replay import target_config as _config
 from tokenwatt.predict.transfer import Z_95
+from tokenwatt.sim import SimConfig
 
 __all__ = ["MIN_SCALE", "ServedPrediction", "Span", "predict_served", "replay_load"]
 
@@ -101,24 +104,40 @@ def predict_served(
     has no workload to replay)."""
     longest = max(round((p.prompt_tokens or 0) + (p.output_tokens or 0)) for p in points)
     model_len = max(2, longest + 16)
-    boundaries: dict[tuple[int, int, float], Span] = {}
-    gpus = node.gpus_per_replica * node.replicas
-    power_sigma = 0.0 if cal.power is None else cal.power.rms_residual
-    out: list[ServedPrediction | None] = []
-    for point, sigma in zip(points, sigmas, strict=True):
-        load = replay_load(point, requests)
-        if load is None:
-            out.append(None)
-            continue
+    loads = [replay_load(p, requests) for p in points]
+
+    def configs(sigma: float) -> list[SimConfig]:
         scales = (1.0, max(MIN_SCALE, 1.0 - Z_95 * sigma), 1.0 + Z_95 * sigma)
-        configs = [
+        return [
             _config(cal, node, geometry, scale=k, seed=seed, max_model_len=model_len)
             for k in scales
         ]
-        key = (load.prompt_tokens, load.output_tokens, round(sigma, 6))
-        if key not in boundaries:
-            boundaries[key] = _span([boundary_rps(c, load, limits, seed=seed) for c in configs])
-        runs = [replay(c, load, limits, seed=seed) for c in configs]
+
+    # the boundary belongs to the workload, not to a point: one search per pair of lengths,
+    # its interval at the widest σ of the points that share them
+    widest: dict[tuple[int, int], float] = {}
+    for load, sigma in zip(loads, sigmas, strict=True):
+        if load is not None:
+            key = (load.prompt_tokens, load.output_tokens)
+            widest[key] = max(sigma, widest.get(key, 0.0))
+    boundaries = {
+        key: _span(
+            [
+                boundary_rps(c, ReplayLoad(*key, 1.0, requests), limits, seed=seed)
+                for c in configs(sigma)
+            ]
+        )
+        for key, sigma in widest.items()
+    }
+    gpus = node.gpus_per_replica * node.replicas
+    power_sigma = 0.0 if cal.power is None else cal.power.rms_residual
+    out: list[ServedPrediction | None] = []
+    for point, load, sigma in zip(points, loads, sigmas, strict=True):
+        if load is None:
+            out.append(None)
+            continue
+        key = (load.prompt_tokens, load.output_tokens)
+        runs = [replay(c, load, limits, seed=seed) for c in configs(sigma)]
         goodput = _span([r.goodput_tok_s for r in runs])
         out.append(
             ServedPrediction(
@@ -136,8 +155,3 @@ def predict_served(
             )
         )
     return out
-
-
-def finite(x: float) -> float | None:
-    """A figure for JSON: None where the replay produced no finite value."""
-    return x if math.isfinite(x) else None
