@@ -13,6 +13,11 @@ tests/fixtures/public/mlenergy. Two scores, each fitted on rows it never scores:
 * load transfer: per model, task and H100 GPU count with four or more caps, calibrate on the
   lower half of the caps and predict the upper half on the same GPUs.
 
+Every calibration prints the rows it was fitted on and the rows it scored (``fitted → scored``
+lines). The interval is ``predict.transfer``'s rule (out-of-sample fit error from
+leave-one-out on the fitted rows, widened by the load and hardware distance), fixed in code
+before this score was run with it.
+
 Baselines: for hardware, the bandwidth ratio (τ × source bandwidth ÷ target bandwidth, GPUs
 counted; throughput inversely; power scaled by the TDP ratio); for load, constant MBU from
 the highest fitted cap (τ scaled by the bytes per step). Stated, not fitted: the mean input
@@ -57,6 +62,23 @@ MODELS = {
 
 
 @dataclass(frozen=True)
+class Split:
+    """One calibration: the rows it was fitted on and the rows it scored."""
+
+    kind: str
+    file: str
+    fitted: str
+    scored: str
+
+
+SPLITS: list[Split] = []
+
+
+def _caps(gpu: str, gpus: int, rows: list[MlEnergyConfig]) -> str:
+    return f"{gpu} x{gpus} max_num_seqs {sorted(c.max_num_seqs for c in rows)}"
+
+
+@dataclass(frozen=True)
 class Scored:
     """One scored point: relative errors (predicted ÷ measured − 1) and interval hits."""
 
@@ -71,6 +93,7 @@ class Scored:
     base_tpj_err: float | None
     tpot_in_interval: bool
     tpj_in_interval: bool | None
+    tput_in_interval: bool
 
 
 def _points(model: str, configs: list[MlEnergyConfig]) -> list[StepPoint]:
@@ -97,6 +120,11 @@ def _inside(pred: Prediction, measured_ms: float) -> bool:
     return pred.tpot_interval_s.low * 1e3 <= measured_ms <= pred.tpot_interval_s.high * 1e3
 
 
+def _inside_tput(pred: Prediction, measured: float) -> bool:
+    iv = pred.output_tokens_per_s_interval
+    return iv.low <= measured <= iv.high
+
+
 def _err(pred: float | None, meas: float | None) -> float | None:
     return None if pred is None or meas is None else pred / meas - 1.0
 
@@ -113,6 +141,12 @@ def _hardware(stem: str, model: str, configs: list[MlEnergyConfig]) -> list[Scor
         )
         h_rows = h100_groups[h_gpus]
         cal = calibrate(_points(model, h_rows))  # H100 rows only
+        scored_rows = [b for b in b_rows if any(c.max_num_seqs == b.max_num_seqs for c in h_rows)]
+        SPLITS.append(
+            Split(
+                "hardware", stem, _caps("H100", h_gpus, h_rows), _caps("B200", b_gpus, scored_rows)
+            )
+        )
         for b in b_rows:
             src = [c for c in h_rows if c.max_num_seqs == b.max_num_seqs]
             if not src:
@@ -141,6 +175,7 @@ def _hardware(stem: str, model: str, configs: list[MlEnergyConfig]) -> list[Scor
                     _err(base_tpj, meas_tpj),
                     _inside(pred, b.median_itl_ms),
                     None if iv is None or meas_tpj is None else iv.low <= meas_tpj <= iv.high,
+                    _inside_tput(pred, b.output_throughput_tokens_per_sec),
                 )
             )  # fmt: skip
     return out
@@ -149,13 +184,14 @@ def _hardware(stem: str, model: str, configs: list[MlEnergyConfig]) -> list[Scor
 def _load(stem: str, model: str, configs: list[MlEnergyConfig]) -> list[Scored]:
     h100 = get_accelerator("h100-sxm")
     out = []
-    for _, rows in sorted(_by_gpus(configs, "H100").items()):
+    for gpus, rows in sorted(_by_gpus(configs, "H100").items()):
         caps = sorted({c.max_num_seqs for c in rows})
         if len(caps) < 4:
             continue
         low_caps = set(caps[: len(caps) // 2])
         low = [c for c in rows if c.max_num_seqs in low_caps]
         high = [c for c in rows if c.max_num_seqs not in low_caps]
+        SPLITS.append(Split("load", stem, _caps("H100", gpus, low), _caps("H100", gpus, high)))
         low_points = _points(model, low)
         cal = calibrate(low_points)
         anchor = max(low_points, key=lambda p: p.batch)
@@ -176,6 +212,7 @@ def _load(stem: str, model: str, configs: list[MlEnergyConfig]) -> list[Scored]:
                     None,
                     _inside(pred, c.median_itl_ms),
                     None if iv is None or meas_tpj is None else iv.low <= meas_tpj <= iv.high,
+                    _inside_tput(pred, c.output_throughput_tokens_per_sec),
                 )
             )  # fmt: skip
     return out
@@ -204,6 +241,9 @@ def _summary(rows: list[Scored]) -> dict[str, object]:
         if rows
         else None,
         "tokens_per_joule_interval_coverage": sum(tpj_hits) / len(tpj_hits) if tpj_hits else None,
+        "throughput_interval_coverage": sum(r.tput_in_interval for r in rows) / len(rows)
+        if rows
+        else None,
     }
 
 
@@ -222,7 +262,8 @@ def _print(kind: str, s: dict[str, object]) -> None:
         print(f"| {name} | {_pct(a['median_abs'])} | {_pct(a['worst_abs'])} | "
               f"{_pct(b['median_abs'])} | {_pct(b['worst_abs'])} |")  # fmt: skip
     print(f"median signed TPOT error {_pct(s['median_signed_tpot'])}; 95 % interval holds the "
-          f"measured TPOT in {_pct(s['tpot_interval_coverage'])}, tokens/J in "
+          f"measured TPOT in {_pct(s['tpot_interval_coverage'])}, throughput in "
+          f"{_pct(s['throughput_interval_coverage'])}, tokens/J in "
           f"{_pct(s['tokens_per_joule_interval_coverage'])}")  # fmt: skip
 
 
@@ -242,8 +283,12 @@ def main() -> None:
     load = [r for r in scored if r.kind == "load"]
     if args.json:
         print(json.dumps({"hardware": _summary(hw), "load": _summary(load),
+                          "splits": [asdict(x) for x in SPLITS],
                           "points": [asdict(r) for r in scored]}, indent=1))  # fmt: skip
         return
+    print("fitted on → scored (no scored row is in its own fit):")
+    for x in SPLITS:
+        print(f"  {x.kind:8s} {x.file}: {x.fitted} → {x.scored}")
     _print("H100 → B200 (fit on H100 only)", _summary(hw))
     _print("low → high concurrency, same H100s", _summary(load))
 

@@ -66,7 +66,7 @@ ALLOWED: dict[str, set[str]] = {
     # another tool's file → a result: reads with report.br02, derives with metrics
     "importers": _BASE | {"metrics", "report"},
     # calibrate on measured points, replay on a target: reads results, never measures
-    "predict": _BASE,
+    "predict": _BASE | {"metrics", "sim"},
     "cli": {p.stem for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
     - {"cli", "__init__", "__main__"},
 }

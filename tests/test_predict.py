@@ -18,6 +18,7 @@ import pytest
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.predict import StepPoint, Target, calibrate, predict_points, transfer_error
+from tokenwatt.predict.transfer import prediction_sigma
 from tokenwatt.sim import SimConfig, VirtualSim
 
 EFFICIENCY = 0.55
@@ -138,3 +139,26 @@ def test_probes_of_an_open_loop_give_back_the_efficiency() -> None:
     cal = calibrate(points)
     assert cal.efficiency == pytest.approx(case.efficiency, rel=0.02)
     assert abs(cal.floor_s) < 0.05 * min(p.step_s for p in points)
+
+
+def test_interval_rule_by_hand() -> None:
+    """σ² = (σ_fit (1 + d_load))² + (e (1 + d_hw))², every term from the fit and the move."""
+    import dataclasses
+    import math
+
+    points = [sim_run("llama-3.1-8b", "h100-sxm", b).point for b in BATCHES]
+    cal = calibrate(points)
+    assert len(cal.loo_residuals) == len(BATCHES)
+    assert max(abs(r) for r in cal.loo_residuals) < 0.01  # the simulator is the model
+    assert cal.batch_range == (2.0, 64.0)
+    noisy = dataclasses.replace(cal, loo_residuals=(0.05, -0.05, 0.05, -0.05))
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    inside = points[1]  # B = 8, inside the fitted range: no load distance
+    assert prediction_sigma(noisy, inside, h100, source=h100) == pytest.approx(
+        max(0.05, noisy.rms_residual)
+    )
+    d_hw = math.log(b200.bandwidth_bytes_per_s / h100.bandwidth_bytes_per_s)
+    got = prediction_sigma(noisy, inside, b200, source=h100)
+    assert got == pytest.approx(math.hypot(noisy.out_of_sample_rms, 0.10 * (1 + d_hw)))
+    far = prediction_sigma(noisy, inside, h100, source=h100, batch=256.0)
+    assert far == pytest.approx(noisy.out_of_sample_rms * (1 + math.log(256 / 64)))

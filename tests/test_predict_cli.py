@@ -17,6 +17,8 @@ from tokenwatt import cli
 from tokenwatt.hardware import get_accelerator
 
 RESULT = Path(__file__).parent / "fixtures" / "report" / "probe-v2"
+# a short replay and an SLO the simulated B200 crosses at a low rate keep the replays quick
+QUICK = ("--replay-requests", "60", "--slo-ttft-ms", "100", "--slo-tpot-ms", "7.5")
 FIELDS = ["model", "hardware", "gpus", "batch", "tpot_ms", "input_tokens", "output_tokens",
           "power_w", "prompt_tokens_per_step"]  # fmt: skip
 
@@ -57,7 +59,7 @@ def test_published_rows_predict_the_b200_simulator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _rows_csv(tmp_path / "rows.csv", _sim_rows())
-    rc, out, err = _run(monkeypatch, capsys, str(path), "--to", "b200", "--json")
+    rc, out, err = _run(monkeypatch, capsys, str(path), "--to", "b200", "--json", *QUICK)
     assert rc == 0, err
     data = json.loads(out)
     assert data["kind"] == "PREDICTED"
@@ -114,6 +116,9 @@ def test_terminal_output_is_marked_predicted(
     assert rc == 0
     assert "PREDICTED on NVIDIA H200" in out
     assert "calibration: efficiency" in out
+    # the fixture's probe predates the per-probe run record: nothing to replay, and it says so
+    assert "PREDICTED serving" not in out
+    assert "not replayed (probe 1)" in " ".join(out.split())
 
 
 @pytest.mark.parametrize(
@@ -160,3 +165,44 @@ def test_refusals_on_the_source(
     rc, _, err = _run(monkeypatch, capsys, str(_rows_csv(tmp_path / "c.csv", rows)), "--to", "b200")
     assert rc == 2
     assert "line 2: tpot_ms" in err
+
+
+def test_json_names_the_served_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stable names for the replayed figures; $/Mtok is the price over the predicted goodput."""
+    path = _rows_csv(tmp_path / "rows.csv", _sim_rows()[:2])
+    rc, out, err = _run(
+        monkeypatch, capsys, str(path), "--to", "b200", "--json", "--price-per-gpu-hour", "4",
+        *QUICK,
+    )  # fmt: skip
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["price_per_gpu_hour"] == 4.0
+    assert data["slo"]["ttft_ms"] == 100 and data["slo"]["tpot_ms"] == 7.5
+    names = ("ttft_ms", "ttft_p99_ms", "boundary_rps", "goodput_tok_s", "usd_per_mtok")
+    for point in data["points"]:
+        pred = point["predicted"]
+        assert pred["replay_rate_rps"] > 0 and isinstance(pred["slo_passed"], bool)
+        assert pred["slo_passed"]  # TPOT 6.6 ms against 7.5 ms on the simulated B200
+        for name in names:
+            lo, hi = pred["interval"][name]
+            assert lo <= pred[name] and (hi is None or pred[name] <= hi), name
+        # the slow end of the interval (TPOT 7.9 ms) misses the TPOT limit: no good token,
+        # so the boundary's and goodput's low ends are 0 and the cost's high end unbounded
+        assert pred["interval"]["goodput_tok_s"][0] == 0.0
+        assert pred["interval"]["usd_per_mtok"][1] is None
+        assert pred["boundary_rps"] > pred["replay_rate_rps"]
+        assert pred["usd_per_mtok"] == pytest.approx(4 / 3600 / pred["goodput_tok_s"] * 1e6)
+
+
+def test_without_a_price_no_cost_is_made_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _rows_csv(tmp_path / "rows.csv", _sim_rows()[:1])
+    rc, out, err = _run(monkeypatch, capsys, str(path), "--to", "b200", "--json", *QUICK)
+    assert rc == 0, err
+    (point,) = json.loads(out)["points"]
+    assert point["predicted"]["usd_per_mtok"] is None
+    assert point["predicted"]["interval"]["usd_per_mtok"] is None
+    assert point["predicted"]["ttft_ms"] > 0

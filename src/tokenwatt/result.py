@@ -1372,6 +1372,11 @@ def load_result(path_or_dir: str | Path) -> BenchResult:
         )
     if isinstance(data, dict) and "schema_version" not in data and "summary" in data:
         data = _from_probe_json(data)
+    if isinstance(data, dict) and data.get("kind") == "PREDICTED":
+        raise ReportError(
+            f"{p}: PREDICTED figures from `tokenwatt predict`, not a measurement; report and "
+            "compare read measured results only"
+        )
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ReportError(f"{p}: not a tokenwatt result file (no schema_version at the top)")
     version = data["schema_version"]

@@ -40,6 +40,10 @@ class Calibration:
     residuals: tuple[float, ...]
     power: PowerLaw | None
     notes: tuple[str, ...] = ()
+    # measured τ ÷ τ predicted by a fit without that point − 1 (leave-one-out); () when
+    # fewer than three points or two distinct batches remain
+    loo_residuals: tuple[float, ...] = ()
+    batch_range: tuple[float, float] | None = None  # the fitted points' smallest and largest B
 
     @property
     def rms_residual(self) -> float:
@@ -51,6 +55,14 @@ class Calibration:
         if dof <= 0:
             return 0.0
         return math.sqrt(sum(r * r for r in self.residuals) / dof)
+
+    @property
+    def out_of_sample_rms(self) -> float:
+        """σ_fit of the interval: the larger of the residual RMS and the leave-one-out RMS
+        (a fitted point's residual understates the error on a point the fit never saw)."""
+        loo = self.loo_residuals
+        loo_rms = math.sqrt(sum(r * r for r in loo) / len(loo)) if loo else 0.0
+        return max(self.rms_residual, loo_rms)
 
     @property
     def max_abs_residual(self) -> float:
@@ -75,6 +87,24 @@ def _fit_step(xs: np.ndarray, taus: np.ndarray, with_floor: bool) -> tuple[float
         return float(coef[0]), float(coef[1])
     inv = float(np.sum(xs * w) / np.sum((xs * w) ** 2))
     return 0.0, inv
+
+
+def _loo(points: Sequence[StepPoint]) -> tuple[float, ...]:
+    """Each point's τ against the fit of the others (the same rules: floor ≥ 0)."""
+    if len(points) < 3:
+        return ()
+    out = []
+    for k, held in enumerate(points):
+        rest = [p for j, p in enumerate(points) if j != k]
+        xs = np.array([p.rated_s for p in rest])
+        taus = np.array([p.step_s for p in rest])
+        floor, inv = _fit_step(xs, taus, with_floor=len({round(p.batch, 3) for p in rest}) >= 2)
+        if floor < 0:
+            floor, inv = _fit_step(xs, taus, with_floor=False)
+        if inv <= 0:
+            return ()
+        out.append(held.step_s / (floor + held.rated_s * inv) - 1.0)
+    return tuple(out)
 
 
 def calibrate(points: Sequence[StepPoint]) -> Calibration:
@@ -107,4 +137,7 @@ def calibrate(points: Sequence[StepPoint]) -> Calibration:
     if cal.rms_residual == 0.0:
         notes.append("no degree of freedom left: the interval rests on the transfer error only")
     power = fit_power(points, cal.busy_share)
-    return Calibration(eff, floor, residuals, power, tuple(notes))
+    batches = [p.batch for p in points]
+    return Calibration(
+        eff, floor, residuals, power, tuple(notes), _loo(points), (min(batches), max(batches))
+    )

@@ -44,6 +44,10 @@ class StepPoint:
     output_tokens_per_s: float | None = None  # node, measured
     power_w_per_gpu: float | None = None  # measured mean power over the window
     tdp_w_per_gpu: float | None = None  # the source accelerator's rated TDP
+    # the measured workload, replayed on the target (``predict.replay``); None: not known
+    prompt_tokens: float | None = None  # mean prompt tokens per request
+    output_tokens: float | None = None  # mean output tokens per request
+    rate_rps: float | None = None  # offered request rate (closed loops: the counted rate)
 
     @property
     def bytes_per_step(self) -> float:
@@ -111,6 +115,9 @@ def _probe_point(probe: ProbeSummary, geom: ModelGeometry, acc: Accelerator) -> 
         output_tokens_per_s=i.output_tokens_per_s,
         power_w_per_gpu=power,
         tdp_w_per_gpu=acc.tdp_w,
+        prompt_tokens=None if probe.run is None else probe.run.prompt_tokens_mean,
+        output_tokens=None if probe.run is None else probe.run.output_tokens_mean,
+        rate_rps=probe.rate_rps or probe.counted_rate_rps or None,
     )
 
 

@@ -60,6 +60,13 @@ class PublishedRow(BaseModel):
             f"{self.label or self.model}: give batch, output_tokens_per_s or concurrency (B)"
         )
 
+    def request_rate_rps(self, batch: float) -> float:
+        """Requests per second the row's node served: T ÷ output, else (Little's law over
+        the decode) R × B ÷ (output × τ)."""
+        if self.output_tokens_per_s is not None:
+            return self.output_tokens_per_s / self.output_tokens
+        return self.replicas * batch / (self.output_tokens * self.tpot_ms / 1e3)
+
 
 def read_rows_csv(path: Path) -> list[PublishedRow]:
     """A CSV with a header naming ``PublishedRow``'s fields; empty cells are absent figures."""
@@ -106,6 +113,9 @@ def _point(row: PublishedRow, geometry: ModelGeometry) -> StepPoint:
         output_tokens_per_s=row.output_tokens_per_s,
         power_w_per_gpu=power,
         tdp_w_per_gpu=acc.tdp_w,
+        prompt_tokens=row.input_tokens,
+        output_tokens=row.output_tokens,
+        rate_rps=row.request_rate_rps(batch),
     )
 
 

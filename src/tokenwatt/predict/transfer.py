@@ -8,11 +8,17 @@ Throughput is the replicas' B ÷ τ' times the source's decode share (the prefil
 share it measured at that point); tokens/J divides it by the target's GPUs × TDP' × the
 power law's share at the target's busy share.
 
-The interval: relative σ = √(σ_fit² + σ_transfer²) around the prediction, ±1.96σ, where
-σ_fit is the calibration's residual standard error and σ_transfer the stated error of
-moving the stack to other hardware (``transfer_error``): 0 on the same accelerator, 10 %
-to another of the same vendor (memory generation, kernel maturity), 20 % across vendors.
-These two figures are stated, not fitted: no scored measurement sets them.
+The interval: relative σ around the prediction, ±1.96σ, by a rule fixed from the fitting
+data and the distance moved, never from a scored point:
+
+    σ² = (σ_fit × (1 + d_load))² + (e × (1 + d_hw))²
+
+σ_fit is the calibration's out-of-sample error (the larger of its residual RMS and its
+leave-one-out RMS); d_load = |ln(B ÷ the nearest end of the fitted batch range)| (0 inside
+it): how far the point's batch lies outside what was fitted; e is the stated error of moving
+the stack to other hardware (``transfer_error``: 0 on the same accelerator, 10 % to another
+of the same vendor, 20 % across vendors) and d_hw = |ln(GPUs' × bandwidth' ÷ (GPUs ×
+bandwidth))| per replica: how far the target's memory system lies from the source's.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from tokenwatt.hardware import Accelerator
 from tokenwatt.predict.calibrate import Calibration
 from tokenwatt.predict.points import PredictError, StepPoint
 
-__all__ = ["Prediction", "Target", "predict_points", "transfer_error"]
+__all__ = ["Prediction", "Target", "predict_points", "prediction_sigma", "transfer_error"]
 
 Z_95 = 1.959963984540054
 SAME_VENDOR_TRANSFER = 0.10  # relative σ: another accelerator of the same vendor
@@ -77,6 +83,24 @@ def transfer_error(source: Accelerator | None, target: Accelerator) -> float:
     return OTHER_VENDOR_TRANSFER
 
 
+def prediction_sigma(
+    cal: Calibration, point: StepPoint, target: Accelerator, *, source: Accelerator | None,
+    batch: float | None = None, gpus_per_replica: int | None = None,
+) -> float:  # fmt: skip
+    """σ of one predicted step time (the module's rule)."""
+    b = point.batch if batch is None else batch
+    d_load = 0.0
+    if cal.batch_range is not None and b > 0:
+        lo, hi = cal.batch_range
+        d_load = max(0.0, math.log(b / hi), math.log(lo / b))
+    gpus = gpus_per_replica or point.gpus_per_replica
+    src_bw = point.gpus_per_replica * point.bandwidth_bytes_per_s_per_gpu
+    d_hw = abs(math.log(gpus * target.bandwidth_bytes_per_s / src_bw))
+    fit = cal.out_of_sample_rms * (1.0 + d_load)
+    hw = transfer_error(source, target) * (1.0 + d_hw)
+    return math.sqrt(fit**2 + hw**2)
+
+
 def _interval(value: float, sigma: float) -> Interval:
     half = Z_95 * sigma
     return Interval(max(0.0, value * (1.0 - half)), value * (1.0 + half))
@@ -106,12 +130,13 @@ def _rated_s_at(
 
 def _one(
     cal: Calibration, point: StepPoint, target: Target, geometry: ModelGeometry | None,
-    sigma: float,
+    source: Accelerator | None,
 ) -> Prediction:  # fmt: skip
     acc = target.accelerator
     gpus = target.gpus_per_replica or point.gpus_per_replica
     replicas = target.replicas or point.replicas
     batch = min(point.batch, target.max_batch) if target.max_batch else point.batch
+    sigma = prediction_sigma(cal, point, acc, source=source, batch=batch, gpus_per_replica=gpus)
     rated_s = _rated_s_at(point, batch, geometry, acc, gpus)
     tau = cal.step_s(rated_s)
     tput = replicas * batch / tau * point.decode_share
@@ -149,5 +174,4 @@ def predict_points(
     """One prediction per source point, in the source's order."""
     if target.max_batch is not None and target.max_batch < 1:
         raise PredictError(f"--max-batch {target.max_batch}: give a batch cap of at least 1")
-    sigma = math.sqrt(cal.rms_residual**2 + transfer_error(source, target.accelerator) ** 2)
-    return [_one(cal, p, target, geometry, sigma) for p in points]
+    return [_one(cal, p, target, geometry, source) for p in points]
