@@ -76,6 +76,34 @@ def test_one_of_the_pair_past_its_tolerance_is_explained_too() -> None:
     assert wrong["B"].ok is False and UNEXPLAINED in (wrong["B"].cause or "")
 
 
+def test_the_engines_running_gauge_confirms_the_step_weighting() -> None:
+    # a loaded client whose token gaps cannot count the steps: the engine's own time-weighted
+    # running requests (17.0, ±0.3 standard error) read the client's T·τ = 17.1, while its
+    # tokens per step read 15.5 (+10.3 %) and steps/s 35.5 (−9.4 %); T agrees
+    w = window_figures(
+        "vllm", "u", duration_s=10.0, generated_tokens=5500, decode_steps=355,
+        running_mean=17.0, running_sem=0.3,
+    )  # fmt: skip
+    kw = {"client_tokens_per_s": 550.0, "client_tau_s": 17.1 / 550.0, "replicas": 1, "window": w}
+    out = {a.figure: a for a in compare_client_engine(**kw)}  # type: ignore[arg-type]
+    assert out["B"].rel_diff == pytest.approx(17.1 / (5500 / 355) - 1)
+    assert out["B"].ok and out["s"].ok
+    assert (out["B"].cause or "").startswith(STEP_WEIGHTED) and "running" in (out["B"].cause or "")
+    # the gauge far from the client's B (a client B too high for it): no explanation
+    far = window_figures(
+        "vllm", "u", duration_s=10.0, generated_tokens=5500, decode_steps=355,
+        running_mean=15.6, running_sem=0.3,
+    )  # fmt: skip
+    bad = {a.figure: a for a in compare_client_engine(**{**kw, "window": far})}  # type: ignore[arg-type]
+    assert bad["B"].ok is False and UNEXPLAINED in (bad["B"].cause or "")
+    # a gauge without its standard error (fewer than 3 scrapes) explains nothing either
+    bare = window_figures(
+        "vllm", "u", duration_s=10.0, generated_tokens=5500, decode_steps=355, running_mean=17.0
+    )
+    none = {a.figure: a for a in compare_client_engine(**{**kw, "window": bare})}  # type: ignore[arg-type]
+    assert none["B"].ok is False
+
+
 def test_a_step_count_that_disagrees_explains_nothing() -> None:
     w = window_figures("vllm", "u", duration_s=2.0, generated_tokens=1000, decode_steps=75)
     mech = ClientMechanisms(steps_per_s=33.3, step_batch=15.0)  # the client's τ again

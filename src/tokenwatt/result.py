@@ -857,6 +857,9 @@ class EngineFigures(_Strict):
     preemptions: float | None = None
     busy_slots_per_decode: float | None = Field(None, description="llama.cpp only")
     running_mean: float | None = Field(None, description="time-weighted mean running requests")
+    running_sem: float | None = Field(
+        None, description="standard error of running_mean: sd of the scraped levels ÷ √scrapes"
+    )
     waiting_mean: float | None = Field(None, description="time-weighted mean waiting requests")
     kv_usage_mean: float | None = Field(None, description="KV-cache usage fraction, mean")
     kv_usage_max: float | None = None

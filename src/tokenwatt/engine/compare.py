@@ -202,6 +202,7 @@ def compare_client_engine(
         b, s = _explained(t, b, s, mech, r)
     if client_steps is None:
         b, s = _step_weighted(t, b, s, mech)
+        b, s = _step_weighted_by_running(t, b, s, window, r)
     return [t, b, s, *alpha]
 
 
@@ -235,6 +236,44 @@ def _step_weighted(
     )
     explained = {"ok": True, "cause": cause}
     return b.model_copy(update=explained), s.model_copy(update=explained)
+
+
+def _step_weighted_by_running(
+    t: EngineAgreement, b: EngineAgreement, s: EngineAgreement, window: EngineFigures, r: int
+) -> tuple[EngineAgreement, EngineAgreement]:
+    """The step weighting confirmed by the engine's own time-weighted batch where the client's
+    step count cannot (its token gaps blur when its machine is loaded): T·τ is a time-weighted
+    batch, as the engine's running-requests gauge is, while tokens per step weight each step
+    once. When T agrees, the pair parts the covariance's way (client B higher, s lower) and
+    the client's B lies within B's tolerance plus two standard errors of the gauge's mean of
+    the engine's running mean ÷ R, the two count the same batch: explained, both sizes in the
+    cause. The gauge also counts requests in prefill, so where prompts are long it reads
+    above the decode batch and this check is looser there; the gap-based count
+    (``_step_weighted``) is tried first."""
+    if not (t.ok and (b.ok is False or s.ok is False)) or b.rel_diff is None:
+        return b, s
+    running, sem = window.running_mean, window.running_sem
+    if running is None or running <= 0 or sem is None or b.rel_diff <= 0:
+        return b, s
+    if (s.rel_diff or 0.0) >= 0:
+        return b, s
+    time_weighted = running / r
+    rel = b.client / time_weighted - 1.0
+    allowed = b.tolerance + 2.0 * sem / running
+    if abs(rel) > allowed:
+        return b, s
+    cause = (
+        f"{STEP_WEIGHTED}: τ weights each step by its batch, and steps with more streams "
+        f"lasted longer (T·τ reads {b.rel_diff:+.1%} against the engine's tokens per step); "
+        f"the engine's own time-weighted running requests read B = {time_weighted:.1f} "
+        f"({rel:+.1%} from the client's, within ±{allowed:.1%}: the tolerance and two standard "
+        "errors of the gauge's mean); T agrees"
+    )
+    explained = {"ok": True, "cause": cause}
+    return (
+        b if b.ok else b.model_copy(update=explained),
+        s if s.ok else s.model_copy(update=explained),
+    )
 
 
 def _on_engine_clock(

@@ -12,6 +12,7 @@ down is several engines behind one URL, and the window has no engine figures.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,16 @@ def time_weighted_mean(times_s: Sequence[float], values: Sequence[float]) -> flo
     for i in range(1, len(values)):
         area += (times_s[i] - times_s[i - 1]) * (values[i] + values[i - 1]) / 2
     return area / (times_s[-1] - times_s[0])
+
+
+def standard_error(values: Sequence[float]) -> float | None:
+    """sd ÷ √n of a gauge's scraped levels: how far its mean may sit from the window's own
+    (the scrapes are a sample of the level; None below 3 of them)."""
+    n = len(values)
+    if n < 3:
+        return None
+    m = sum(values) / n
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
 
 
 def window_figures(
@@ -154,6 +165,7 @@ def summarize(
     busy = delta.pop("busy_slot_decodes")
     steps = delta["decode_steps"]
     kv = [s.gauges["kv_usage"] for s in samples if "kv_usage" in s.gauges] if inside else []
+    levels = [s.gauges["running"] for s in samples if "running" in s.gauges]
     missing = tuple(
         k for k in (*COUNTERS[:-1], *GAUGES) if (delta.get(k) if k in delta else means[k]) is None
     )
@@ -169,6 +181,7 @@ def summarize(
         preemptions=delta["preemptions"],
         busy_slots_per_decode=busy / steps if busy is not None and steps else None,
         running_mean=means["running"],
+        running_sem=standard_error(levels) if means["running"] is not None else None,
         waiting_mean=means["waiting"],
         kv_usage_mean=means["kv_usage"],
         kv_usage_max=max(kv) if kv else None,
