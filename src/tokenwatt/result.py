@@ -846,6 +846,13 @@ class EngineFigures(_Strict):
     spec_drafts: float | None = Field(None, description="speculative decoding: drafts verified")
     spec_accepted_tokens: float | None = Field(None, description="accepted draft tokens")
     acceptance_length: float | None = Field(None, description="1 + accepted ÷ drafts")
+    prefix_cache_queries: float | None = Field(
+        None, description="prompt tokens looked up in the prefix cache (vLLM, the simulator)"
+    )
+    prefix_cache_hits: float | None = Field(None, description="of those, tokens found cached")
+    prefix_cache_hit_rate: float | None = Field(
+        None, description="the engine's prefix-cache hit rate: hits ÷ queries"
+    )
     batch_per_replica: float | None = Field(None, description="the engine's B")
     steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
     mbu: float | None = Field(
@@ -1034,6 +1041,13 @@ class ProbeSummary(_Strict):
         le=1,
         description="counted prompt tokens the server's prefix cache served ÷ prompt tokens "
         "(usage.prompt_tokens_details.cached_tokens); None: the server did not say",
+    )
+    ideal_prefix_fraction: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="trace replays with block hashes: counted prompt tokens an unbounded "
+        "prefix cache could serve ÷ prompt tokens (the ideal hit rate); None: no hashes",
     )
     engine: EngineFigures | None = Field(None, description="the engine's /metrics, if scraped")
     engine_series_file: str | None = Field(None, description="e.g. engine-03.jsonl")

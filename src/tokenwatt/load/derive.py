@@ -24,7 +24,11 @@ from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import compute_mbu, kv_read_per_output_token
 from tokenwatt.metrics.mixed_steps import regime_from_records
-from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
+from tokenwatt.metrics.sessions import (
+    cached_prompt_fraction,
+    ideal_prefix_fraction,
+    session_stats,
+)
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.result import (
     CostFigures,
@@ -253,7 +257,8 @@ def _slo_detail(verdict: SLOVerdict) -> SloDetail:
 
 def _workload_figures(run: ProbeRun) -> dict[str, Any]:
     """What the workload kind adds to a probe: the rate's unit, conversation figures, the
-    share of prompt tokens the server's prefix cache served."""
+    share of prompt tokens the server's prefix cache served and the share a trace's block
+    hashes allow."""
     w0, w1 = run.window_start_ns, run.window_end_ns
     return {
         "rate_unit": run.rate_unit,
@@ -262,6 +267,9 @@ def _workload_figures(run: ProbeRun) -> dict[str, Any]:
         ),
         "cached_prompt_fraction": cached_prompt_fraction(
             run.records, window_start_ns=w0, window_end_ns=w1
+        ),
+        "ideal_prefix_fraction": ideal_prefix_fraction(
+            run.records, run.shared_prefix_tokens, window_start_ns=w0, window_end_ns=w1
         ),
     }
 

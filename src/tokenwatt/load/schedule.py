@@ -129,6 +129,8 @@ class TraceSource(_Peekable):
         super().__init__(zip(replay.offsets_ns(), replay.plans(), strict=True))
         self.kind: str = f"trace-{replay.trace.format}"
         self.replay = replay
+        # per request index: tokens an unbounded prefix cache could serve (None: no hashes)
+        self.shared_prefix_tokens = replay.shared_tokens if replay.trace.has_hashes else None
 
     def finished(self, rec: RequestRecord, end_ns: int) -> bool:
         return False

@@ -19,6 +19,7 @@ first row arrives at the probe's start; the schedule ends with the trace (it doe
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import math
@@ -136,22 +137,33 @@ class Trace:
             )
         return (len(self.offsets_ns) - 1) / self.span_s
 
-    def ideal_hit_rate(self, block_tokens: int) -> float:
-        """The prefix-cache hit rate an unbounded cache reaches on this trace: Σ over rows in
-        arrival order of the tokens in their leading run of full blocks whose ids an earlier
-        row sent, ÷ Σ prompt tokens (blocks of ``block_tokens``)."""
+    @property
+    def has_hashes(self) -> bool:
+        """Whether any row names its blocks (Azure traces do not: no ideal hit rate)."""
+        return len(self.hash_ids) > 0
+
+    def shared_tokens(self, block_tokens: int) -> np.ndarray:
+        """Per row, in arrival order: the tokens of its leading run of full blocks whose ids
+        an earlier row sent (what an unbounded prefix cache could serve it), int64."""
         seen: set[int] = set()
-        hit = 0
+        out = np.zeros(len(self.input_tokens), dtype=np.int64)
         bounds = self.hash_bounds.tolist()
         for i, tokens in enumerate(self.input_tokens.tolist()):
             row = self.hash_ids[bounds[i] : bounds[i + 1]].tolist()
+            hit = 0
             for j, h in enumerate(row):
                 if h not in seen or (j + 1) * block_tokens > tokens:
                     break
                 hit += block_tokens
+            out[i] = hit
             seen.update(row)
+        return out
+
+    def ideal_hit_rate(self, block_tokens: int) -> float:
+        """The prefix-cache hit rate an unbounded cache reaches on this trace: Σ
+        ``shared_tokens`` ÷ Σ prompt tokens (blocks of ``block_tokens``)."""
         total = int(self.input_tokens.sum())
-        return hit / total if total else 0.0
+        return int(self.shared_tokens(block_tokens).sum()) / total if total else 0.0
 
     def time_scale_for(self, rate_rps: float) -> float:
         """The ``time_scale`` that replays this trace at a mean rate of ``rate_rps``."""
@@ -405,6 +417,13 @@ class TraceReplay:
         for off in self.trace.offsets_ns.tolist():
             yield round(off * self.time_scale)
 
+    @functools.cached_property
+    def shared_tokens(self) -> np.ndarray:
+        """Per row, the tokens an unbounded prefix cache could serve (``Trace.shared_tokens``
+        in this replay's blocks): each plan's ``shared_prefix_tokens``, and the probe's ideal
+        hit rate."""
+        return self.trace.shared_tokens(self.block_tokens)
+
     def _block(self, h: int) -> str | list[int]:
         if h not in self._blocks:
             ss = np.random.SeedSequence([self.seed, _STREAM_TRACE_BLOCK, h & (2**63 - 1)])
@@ -432,17 +451,10 @@ class TraceReplay:
         """Request i of the trace; ``shared_prefix_tokens`` counts the leading full blocks whose
         hash ids an earlier row already sent (what an unbounded prefix cache could hit)."""
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, _STREAM_TRACE_PROMPT]))
-        seen: set[int] = set()
+        shared = self.shared_tokens.tolist()
         for i, row in enumerate(self.trace.rows):
             units = self._blocks_prompt(row, rng)
-            shared = 0
-            for j, h in enumerate(row.hash_ids):
-                full = (j + 1) * self.block_tokens <= row.input_tokens
-                if h not in seen or not full:
-                    break
-                shared += self.block_tokens
-            seen.update(row.hash_ids)
             prompt: str | list[int] = (
                 units if self.prompt_format == "token_ids" else " ".join(units)
             )
-            yield RequestPlan(i, prompt, row.input_tokens, row.output_tokens, None, shared)
+            yield RequestPlan(i, prompt, row.input_tokens, row.output_tokens, None, shared[i])
