@@ -19,6 +19,7 @@ from tokenwatt.load.intervals import probe_intervals
 from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
+from tokenwatt.metrics.agent import agent_figures
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.kv_pressure import mark_kv_pressure, stream_stalls
 from tokenwatt.metrics.latency import ProbeMetrics
@@ -458,6 +459,15 @@ def summarize_probe(
         requests_counted=m.requests_counted,
         **_run_figures(run),
         **_workload_figures(run),
+        agent=agent_figures(
+            run.records,
+            run.conversations,
+            window_start_ns=run.window_start_ns,
+            window_end_ns=run.window_end_ns,
+            gpus=spec.hardware.gpus,
+            mean_power_w=None if energy is None else energy.mean_power_w,
+            price_per_gpu_hour=spec.hardware.price_per_gpu_hour,
+        ),
         engine=engine,
         engine_series_file=engine_series_file,
         cost=_cost(spec, goodput, energy),

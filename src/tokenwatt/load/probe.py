@@ -202,6 +202,8 @@ class ProbeRun:
     # trace replays with block hashes: per request id, the prompt tokens an unbounded prefix
     # cache could serve (``TraceReplay.shared_tokens``); None otherwise
     shared_prefix_tokens: npt.NDArray[np.int64] | None = None
+    # agent trace replays: per request id, its conversation (``Trace.conversations``)
+    conversations: npt.NDArray[np.int64] | None = None
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -743,6 +745,7 @@ def _probe_run(
         rate_unit="requests" if isinstance(schedule, ClosedLoop) else schedule.rate_unit,
         sessions_completed=frozenset(getattr(schedule, "completed", ())),
         shared_prefix_tokens=getattr(schedule, "shared_prefix_tokens", None),
+        conversations=getattr(schedule, "conversations", None),
         seed=seed,
         settings=settings,
         prompt_format=prompt_format,

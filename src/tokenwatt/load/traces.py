@@ -118,6 +118,8 @@ class Trace:
     hash_bounds: np.ndarray  # int64, row i's hash ids are hash_ids[bounds[i]:bounds[i+1]]
     hash_ids: np.ndarray  # int64
     format: TraceFormat
+    # int64, row i's conversation (agent traces: subagents in their parent's); None: not known
+    conversations: np.ndarray | None = None
 
     @property
     def rows(self) -> TraceRows:
@@ -226,8 +228,18 @@ class _Columns:
         self.path = path
         self.t, self.n_in, self.n_out = array("q"), array("q"), array("q")
         self.bounds, self.hashes = array("q", [0]), array("q")
+        self.conversations = array("q")
 
-    def add(self, where: str, t: int, n_in: int, n_out: int, hashes: Sequence[int] = ()) -> None:
+    def add(
+        self,
+        where: str,
+        t: int,
+        n_in: int,
+        n_out: int,
+        hashes: Sequence[int] = (),
+        *,
+        conversation: int | None = None,
+    ) -> None:
         if len(self.t) >= MAX_TRACE_ROWS:
             raise _fail(
                 self.path, where, f"more than {MAX_TRACE_ROWS:,} requests; replay a part of it"
@@ -237,6 +249,8 @@ class _Columns:
         self.n_out.append(n_out)
         self.hashes.extend(hashes)
         self.bounds.append(len(self.hashes))
+        if conversation is not None:
+            self.conversations.append(conversation)
 
     def ordered(self, fmt: TraceFormat) -> Trace:
         if not self.t:
@@ -257,6 +271,9 @@ class _Columns:
             hash_bounds=new_bounds,
             hash_ids=hashes[take],
             format=fmt,
+            conversations=np.frombuffer(self.conversations, dtype=np.int64)[order]
+            if len(self.conversations) == len(self.t)
+            else None,
         )
 
 
@@ -340,8 +357,8 @@ def load_agent_trace(path: Path, *, stagger_s: float = 1.0) -> Trace:
     """WEKA / kv-cache-tester agent conversations (``load.agent_traces``) as one ``Trace``,
     conversation k starting ``stagger_s`` × k after the first."""
     cols = _Columns(path)
-    for where, t, n_in, n_out, hashes in agent_rows(path, stagger_s=stagger_s):
-        cols.add(where, t, n_in, n_out, hashes)
+    for where, t, n_in, n_out, hashes, k in agent_rows(path, stagger_s=stagger_s):
+        cols.add(where, t, n_in, n_out, hashes, conversation=k)
     return cols.ordered("weka")
 
 
@@ -381,16 +398,38 @@ class TraceReplay:
         self.time_scale = time_scale
         self.block_tokens = block_tokens
         self._blocks: dict[int, str | list[int]] = {}
+        self.agent_path: Path | None = None  # agent traces: re-read to restagger sessions
 
     @classmethod
     def from_spec(cls, spec: TraceSpec, *, prompt_format: PromptFormat, seed: int) -> TraceReplay:
-        return cls(
+        replay = cls(
             load_trace(spec.path, spec.format),
             prompt_format=prompt_format,
             seed=seed,
             time_scale=spec.time_scale,
             block_tokens=spec.block_tokens,
         )
+        replay.agent_path = spec.path if spec.format == "weka" else None
+        return replay
+
+    def at_session_rate(self, sessions_per_s: float) -> TraceReplay:
+        """An agent trace with its conversations starting ``sessions_per_s`` a second (one
+        every 1/rate s, in file order), each at its traced pace × ``time_scale``: the load
+        grows by more agents at once, not by faster agents (the search's knob for agent
+        traces, in sessions/s)."""
+        if not (math.isfinite(sessions_per_s) and sessions_per_s > 0):
+            raise SpecError(f"rate must be a positive number of sessions/s, got {sessions_per_s}")
+        assert self.agent_path is not None  # from_spec of a weka trace
+        stagger_s = 1.0 / (sessions_per_s * self.time_scale)  # offsets are scaled after
+        replay = TraceReplay(
+            load_agent_trace(self.agent_path, stagger_s=stagger_s),
+            prompt_format=self.prompt_format,
+            seed=self.seed,
+            time_scale=self.time_scale,
+            block_tokens=self.block_tokens,
+        )
+        replay.agent_path = self.agent_path
+        return replay
 
     @property
     def rate_rps(self) -> float:
