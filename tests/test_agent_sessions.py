@@ -3,11 +3,17 @@ boundary in sessions found by a bench over an agent trace against the simulator.
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+from pathlib import Path
 
+import numpy as np
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from tokenwatt.cli import app
 from tokenwatt.metrics.agent import agent_figures, concurrent_sessions, ttft_by_context
 from tokenwatt.records import RequestRecord
+from tokenwatt.result import load_result
 
 S = 1_000_000_000  # ns
 
@@ -77,3 +83,64 @@ def test_sessions_per_gpu_kw_and_dollar_by_hand() -> None:
         agent_figures(RECORDS, None, **W, gpus=1, mean_power_w=None, price_per_gpu_hour=None)
         is None
     )
+
+
+BENCH_SPEC = """
+name: agent-sessions-bench
+endpoint: {{url: sim, api: completions}}
+model: {{source: qwen3-8b}}
+hardware: {{accelerator: h100-sxm, gpus: 1, price_per_gpu_hour: 2.5}}
+sim: {{efficiency: 0.5, prefill_efficiency: 0.2, prefix_caching: true, max_model_len: 8192}}
+workload: {{trace: {{path: "{trace}", format: weka}}, seed: 0}}
+slo: {{ttft_ms: 300, tpot_ms: 100}}
+search:
+  start_rate_rps: 2
+  precision: 0.25
+  max_probes: 7
+  single_stream_requests: 2
+  sequential: false
+  probe: {{warmup_s: 0, min_duration_s: 60, min_requests: 1, max_duration_s: 60}}
+server_metrics: {{enabled: false}}
+"""
+
+
+@pytest.mark.slow  # a real-time bench over 40 agent conversations (about a minute)
+@pytest.mark.timeout(300)
+def test_bench_finds_the_boundary_in_sessions(tmp_path: Path) -> None:
+    """40 conversations of 3 turns 0.4 s apart (prompts 1310-1822 tokens, the history resent):
+    the search grows the sessions started per second until the SLO fails, and the boundary
+    probe states the sessions it held, per GPU and per $/h."""
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    for c in range(40):
+        reqs = [
+            {"t": 0.4 * k, "type": "s", "in": 64 * (20 + 4 * k) + 30, "out": 8,
+             "hash_ids": list(range(1, 21 + 4 * k))}
+            for k in range(3)
+        ]  # fmt: skip
+        (folder / f"conv{c:02d}.json").write_bytes(orjson.dumps({"requests": reqs}))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BENCH_SPEC.format(trace=folder))
+    res = CliRunner().invoke(app, ["bench", str(spec), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    result = load_result(tmp_path / "out" / "result.json")
+    assert result.search is not None and result.boundary is not None
+    assert result.search.lo_rps is not None and result.search.hi_rps is not None  # bracketed
+    b = result.boundary
+    assert b.rate_unit == "sessions" and b.slo_passed and b.agent is not None
+    sessions = b.agent.concurrent_sessions
+    assert sessions is not None and 1.0 < sessions < 40
+    assert b.agent.sessions_per_gpu == pytest.approx(sessions)
+    assert b.agent.sessions_per_usd_per_hour == pytest.approx(sessions / 2.5)
+    failed = [p for p in result.probes if not p.slo_passed and p.rate_rps == result.search.hi_rps]
+    assert failed, "the lowest failing rate above the boundary was probed"
+    by_rate = sorted(
+        (p.rate_rps, p.agent.concurrent_sessions)
+        for p in result.probes
+        if p.rate_rps and p.agent and p.agent.concurrent_sessions and p.requests_counted
+    )
+    print(f"boundary {result.search.lo_rps:.3g} sessions/s: {sessions:.2f} concurrent sessions")
+    print(by_rate)
+    # more sessions started per second hold more in flight (Little's law, durations growing)
+    lows = [s for r, s in by_rate if r <= result.search.lo_rps]
+    assert max(lows) <= sessions * 1.05
