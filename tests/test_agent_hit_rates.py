@@ -68,6 +68,7 @@ def _probe(tmp_path: Path, url: str, trace: Path, scale: float) -> dict[str, Any
     res = CliRunner().invoke(app, ["probe", str(spec), "--rate", str(rate_rps), "--out", str(out)])
     assert res.exit_code == 0, res.output
     probe: dict[str, Any] = orjson.loads((out / "result.json").read_bytes())["probes"][-1]
+    probe["terminal_output"] = res.output  # what the user read
     return probe
 
 
@@ -141,6 +142,9 @@ def test_large_cache_measures_the_ideal_from_the_hashes(
     assert ideal == pytest.approx(_agent_ideal(), abs=1e-9)
     assert engine == pytest.approx(ideal, abs=0.02)
     assert client == pytest.approx(ideal, abs=0.002)
+    shown = " ".join(agent_probe[0]["terminal_output"].replace("│", " ").split())
+    line = f"ideal {ideal:.1%} · engine {engine:.1%} · client {client:.1%}"
+    assert f"Prefix-cache hits {line}" in shown, shown
 
 
 # Qwen3-8B's KV bytes per cached token, by hand from its config.json: K and V × 36 layers ×
