@@ -35,6 +35,7 @@ import orjson
 
 from tokenwatt.errors import SpecError
 from tokenwatt.load.agent_traces import agent_rows
+from tokenwatt.load.tracelab import tracelab_rows
 from tokenwatt.load.workload import PromptFormat, RequestPlan, random_prompt
 from tokenwatt.spec._base import MAX_TOKENS
 from tokenwatt.spec.workload import Trace as TraceSpec
@@ -51,7 +52,8 @@ __all__ = [
     "parse_mooncake",
 ]
 
-TraceFormat = Literal["azure", "mooncake", "weka"]
+TraceFormat = Literal["azure", "mooncake", "weka", "tracelab"]
+AGENT_FORMATS: tuple[TraceFormat, ...] = ("weka", "tracelab")  # conversations, 64-token blocks
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _Row = tuple[int, int, int, tuple[int, ...]]  # (time ns, input, output, hash ids)
 _STREAM_TRACE_PROMPT, _STREAM_TRACE_BLOCK = 0x54524350, 0x5452424B  # "TRCP", "TRBK"
@@ -353,20 +355,21 @@ def parse_mooncake(source: str | IO[str], path: Path) -> Trace:
     return cols.ordered("mooncake")
 
 
-def load_agent_trace(path: Path, *, stagger_s: float = 1.0) -> Trace:
-    """WEKA / kv-cache-tester agent conversations (``load.agent_traces``) as one ``Trace``,
-    conversation k starting ``stagger_s`` × k after the first."""
+def load_agent_trace(path: Path, *, stagger_s: float = 1.0, fmt: TraceFormat = "weka") -> Trace:
+    """Agent conversations as one ``Trace``, conversation k starting ``stagger_s`` × k after
+    the first: WEKA / kv-cache-tester (``load.agent_traces``) or TraceLab (``load.tracelab``)."""
     cols = _Columns(path)
-    for where, t, n_in, n_out, hashes, k in agent_rows(path, stagger_s=stagger_s):
+    rows = tracelab_rows if fmt == "tracelab" else agent_rows
+    for where, t, n_in, n_out, hashes, k in rows(path, stagger_s=stagger_s):
         cols.add(where, t, n_in, n_out, hashes, conversation=k)
-    return cols.ordered("weka")
+    return cols.ordered(fmt)
 
 
 def load_trace(path: Path, fmt: TraceFormat) -> Trace:
     """Stream and parse a trace file; problems are one-line ``SpecError``s naming the line.
     ``weka``: a folder of agent conversations (``load.agent_traces``)."""
-    if fmt == "weka":
-        return load_agent_trace(path)
+    if fmt in AGENT_FORMATS:
+        return load_agent_trace(path, fmt=fmt)
     try:
         with path.open(encoding="utf-8", newline="") as f:
             return parse_azure(f, path) if fmt == "azure" else parse_mooncake(f, path)
@@ -409,7 +412,7 @@ class TraceReplay:
             time_scale=spec.time_scale,
             block_tokens=spec.block_tokens,
         )
-        replay.agent_path = spec.path if spec.format == "weka" else None
+        replay.agent_path = spec.path if spec.format in AGENT_FORMATS else None
         return replay
 
     def at_session_rate(self, sessions_per_s: float) -> TraceReplay:
@@ -422,7 +425,7 @@ class TraceReplay:
         assert self.agent_path is not None  # from_spec of a weka trace
         stagger_s = 1.0 / (sessions_per_s * self.time_scale)  # offsets are scaled after
         replay = TraceReplay(
-            load_agent_trace(self.agent_path, stagger_s=stagger_s),
+            load_agent_trace(self.agent_path, stagger_s=stagger_s, fmt=self.trace.format),
             prompt_format=self.prompt_format,
             seed=self.seed,
             time_scale=self.time_scale,
