@@ -256,10 +256,12 @@ def _slo_detail(verdict: SLOVerdict) -> SloDetail:
     )
 
 
-def _workload_figures(run: ProbeRun) -> dict[str, Any]:
+def _workload_figures(
+    run: ProbeRun, spec: BenchSpec, energy: EnergySummary | None
+) -> dict[str, Any]:
     """What the workload kind adds to a probe: the rate's unit, conversation figures, the
     share of prompt tokens the server's prefix cache served and the share a trace's block
-    hashes allow."""
+    hashes allow; an agent trace's sessions held and TTFT by context length."""
     w0, w1 = run.window_start_ns, run.window_end_ns
     return {
         "rate_unit": run.rate_unit,
@@ -271,6 +273,15 @@ def _workload_figures(run: ProbeRun) -> dict[str, Any]:
         ),
         "ideal_prefix_fraction": ideal_prefix_fraction(
             run.records, run.shared_prefix_tokens, window_start_ns=w0, window_end_ns=w1
+        ),
+        "agent": agent_figures(
+            run.records,
+            run.conversations,
+            window_start_ns=w0,
+            window_end_ns=w1,
+            gpus=spec.hardware.gpus,
+            mean_power_w=None if energy is None else energy.mean_power_w,
+            price_per_gpu_hour=spec.hardware.price_per_gpu_hour,
         ),
     }
 
@@ -458,16 +469,7 @@ def summarize_probe(
         mean_concurrency=m.mean_concurrency,
         requests_counted=m.requests_counted,
         **_run_figures(run),
-        **_workload_figures(run),
-        agent=agent_figures(
-            run.records,
-            run.conversations,
-            window_start_ns=run.window_start_ns,
-            window_end_ns=run.window_end_ns,
-            gpus=spec.hardware.gpus,
-            mean_power_w=None if energy is None else energy.mean_power_w,
-            price_per_gpu_hour=spec.hardware.price_per_gpu_hour,
-        ),
+        **_workload_figures(run, spec, energy),
         engine=engine,
         engine_series_file=engine_series_file,
         cost=_cost(spec, goodput, energy),
