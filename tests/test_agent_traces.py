@@ -114,9 +114,11 @@ def test_replay_hits_the_ideal_rate_in_the_simulator(monkeypatch: pytest.MonkeyP
     raw = yaml.safe_load((ROOT / "examples/sim-weka-agent-trace.yaml").read_text())
     raw["sim"]["efficiency"] = 0.9
     raw["search"]["probe"] = {"warmup_s": 0, "min_duration_s": 60, "max_duration_s": 60}
+    # a quarter of the traced 7 s: pace × 0.25, conversations 0.25 s apart (4 sessions/s)
+    raw["workload"]["trace"]["time_scale"] = 0.25
     spec = parse_spec(raw)
     trace = load_agent_trace(SAMPLE)
-    run, engine = _replay(spec, trace.native_rate_rps * 4)  # a quarter of the traced 7 s
+    run, engine = _replay(spec, 4.0)
     recs = run.records
     assert len(recs) == len(HAND) and all(r.ok for r in recs)
     assert [r.prompt_tokens for r in recs] == [h[1] for h in HAND]

@@ -159,8 +159,10 @@ __all__ = [
     "RESULT_FILE",
     "SCHEMA_VERSION",
     "SUPPORTED_VERSIONS",
+    "AgentFigures",
     "BenchResult",
     "ClientClock",
+    "ContextTtft",
     "CostFigures",
     "EnergyAudit",
     "EnergyCheck",
@@ -704,6 +706,35 @@ class EnergySummary(_Strict):
         return data
 
 
+class ContextTtft(_Strict):
+    """TTFT of the counted, answered requests whose context (prompt tokens the client sent)
+    lies in [min_tokens, max_tokens) (``metrics.agent``)."""
+
+    min_tokens: int
+    max_tokens: int | None = Field(description="None: no upper end")
+    requests: int
+    ttft_mean_s: float
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+
+
+class AgentFigures(_Strict):
+    """A probe over agent conversations (``metrics.agent``): the sessions it held and its TTFT
+    by context length. On a bench's boundary probe, ``concurrent_sessions`` is the sessions at
+    the SLO."""
+
+    concurrent_sessions: float | None = Field(
+        description="time-weighted mean conversations in flight over the window (first "
+        "request's send to last answer's end, tool gaps included)"
+    )
+    sessions_per_gpu: float | None = None
+    sessions_per_kw: float | None = Field(None, description="÷ mean power in kW (measured)")
+    sessions_per_usd_per_hour: float | None = Field(
+        None, description="÷ (hardware.price_per_gpu_hour × gpus)"
+    )
+    ttft_by_context: list[ContextTtft] = Field(default_factory=list)
+
+
 class SessionStats(_Strict):
     """Per-session figures of a conversation probe. A session belongs to the probe's window
     when its first turn was scheduled in it; its later turns count wherever they fall (they
@@ -867,6 +898,13 @@ class EngineFigures(_Strict):
     spec_drafts: float | None = Field(None, description="speculative decoding: drafts verified")
     spec_accepted_tokens: float | None = Field(None, description="accepted draft tokens")
     acceptance_length: float | None = Field(None, description="1 + accepted ÷ drafts")
+    prefix_cache_queries: float | None = Field(
+        None, description="prompt tokens looked up in the prefix cache (vLLM, the simulator)"
+    )
+    prefix_cache_hits: float | None = Field(None, description="of those, tokens found cached")
+    prefix_cache_hit_rate: float | None = Field(
+        None, description="the engine's prefix-cache hit rate: hits ÷ queries"
+    )
     batch_per_replica: float | None = Field(None, description="the engine's B")
     steps_per_s_per_replica: float | None = Field(None, description="the engine's s")
     mbu: float | None = Field(
@@ -1058,6 +1096,14 @@ class ProbeSummary(_Strict):
         le=1,
         description="counted prompt tokens the server's prefix cache served ÷ prompt tokens "
         "(usage.prompt_tokens_details.cached_tokens); None: the server did not say",
+    )
+    agent: AgentFigures | None = Field(None, description="agent-trace probes only")
+    ideal_prefix_fraction: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="trace replays with block hashes: counted prompt tokens an unbounded "
+        "prefix cache could serve ÷ prompt tokens (the ideal hit rate); None: no hashes",
     )
     engine: EngineFigures | None = Field(None, description="the engine's /metrics, if scraped")
     engine_series_file: str | None = Field(None, description="e.g. engine-03.jsonl")

@@ -145,6 +145,10 @@ def summary_table(result: BenchResult) -> Table:
     _step_rows(t, p.steps)
     t.add_row("mean concurrency (Little)", _num(p.mean_concurrency))
     t.add_row("mean context per token", _num(p.mean_context_per_token, ".1f"))
+    from tokenwatt.report.terminal import agent_rows
+
+    for label, text in agent_rows(p):  # agent traces: sessions held, prefix-cache hit rates
+        t.add_row(label, text)
     if p.attainment is not None:
         t.add_row("SLO attainment", f"{p.attainment:.1%}")
         good_rps = _num(p.run.goodput_requests_per_s if p.run is not None else None)

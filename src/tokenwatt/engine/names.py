@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "CACHE_COUNTERS",
+    "CACHE_NAMES",
     "COUNTERS",
     "ENGINES",
     "ENGINE_NAMES",
@@ -122,6 +124,17 @@ SPEC_NAMES: dict[EngineName, dict[str, Source]] = {
         "spec_accepted_tokens": _s(f"{e}:spec_decode_num_accepted_tokens_total"),
     }
     for e in ("vllm", "llamacpp")
+}
+
+# Automatic prefix caching (``EngineFigures.prefix_cache_hit_rate``): prompt tokens looked up
+# at admission and found cached. vLLM V1 counts both (the simulator serves the same names);
+# absent while caching is off or on engines without them, so kept out of COUNTERS too.
+CACHE_COUNTERS: tuple[str, ...] = ("prefix_cache_queries", "prefix_cache_hits")
+CACHE_NAMES: dict[EngineName, dict[str, Source]] = {
+    "vllm": {
+        "prefix_cache_queries": _s("vllm:prefix_cache_queries_total"),
+        "prefix_cache_hits": _s("vllm:prefix_cache_hits_total"),
+    },
 }
 
 _PREFIXES: tuple[tuple[str, EngineName], ...] = (

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from tokenwatt.engine.expert_counts import ExpertCounts, expert_counts
 from tokenwatt.engine.names import (
+    CACHE_NAMES,
     COUNTERS,
     ENGINE_NAMES,
     GAUGES,
@@ -72,7 +73,8 @@ def sample_from_text(text: str, engine: EngineName, t_ns: int) -> EngineSample:
         k: v for k in COUNTERS if k in names and (v := _value(samples, names[k])) is not None
     }
     gauges = {k: v for k in GAUGES if k in names and (v := _value(samples, names[k])) is not None}
-    for k, src in SPEC_NAMES.get(engine, {}).items():  # speculative decoding, when on
+    optional = {**SPEC_NAMES.get(engine, {}), **CACHE_NAMES.get(engine, {})}
+    for k, src in optional.items():  # speculative decoding, prefix caching: when on
         if (v := _value(samples, src)) is not None:
             counters[k] = v
     if "busy_slot_decodes" in counters:

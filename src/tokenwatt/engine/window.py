@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tokenwatt.engine.checks import SEVERAL_ENGINES, counter_shape
-from tokenwatt.engine.names import COUNTERS, GAUGES, SPEC_COUNTERS
+from tokenwatt.engine.names import CACHE_COUNTERS, COUNTERS, GAUGES, SPEC_COUNTERS
 from tokenwatt.engine.parse import EngineSample
 from tokenwatt.result import EngineFigures
 
@@ -67,11 +67,14 @@ def window_figures(
     decode_steps: float | None = None,
     spec_drafts: float | None = None,
     spec_accepted_tokens: float | None = None,
+    prefix_cache_queries: float | None = None,
+    prefix_cache_hits: float | None = None,
     **counted: Any,
 ) -> EngineFigures:
     """What the engine counted over a window, as the result's ``EngineFigures``, with the
     rates derived once here: T = generated tokens ÷ window, steps/s = steps ÷ window, the
-    acceptance length 1 + accepted draft tokens ÷ drafts. ``counted``: the other counts and
+    acceptance length 1 + accepted draft tokens ÷ drafts, the prefix-cache hit rate hits ÷
+    queries (prompt tokens). ``counted``: the other counts and
     means (``EngineFigures``' fields). Figures the engine does not expose stay None."""
     per_s = duration_s if duration_s > 0 else None
     return EngineFigures(
@@ -88,6 +91,11 @@ def window_figures(
         spec_accepted_tokens=spec_accepted_tokens,
         acceptance_length=1.0 + spec_accepted_tokens / spec_drafts
         if spec_drafts and spec_accepted_tokens is not None
+        else None,
+        prefix_cache_queries=prefix_cache_queries,
+        prefix_cache_hits=prefix_cache_hits,
+        prefix_cache_hit_rate=prefix_cache_hits / prefix_cache_queries
+        if prefix_cache_queries and prefix_cache_hits is not None
         else None,
         **counted,
     )
@@ -158,7 +166,7 @@ def summarize(
         vals = [s.gauges.get(key) for s in samples]
         ok = inside and all(v is not None for v in vals)
         means[key] = time_weighted_mean(times, [v for v in vals if v is not None]) if ok else None
-    for key in SPEC_COUNTERS:
+    for key in (*SPEC_COUNTERS, *CACHE_COUNTERS):
         vals = [s.counters.get(key) for s in samples]
         ok = len(samples) >= 2 and all(v is not None for v in vals)
         delta[key] = counter_delta([v for v in vals if v is not None]) if ok else None
@@ -187,5 +195,7 @@ def summarize(
         kv_usage_max=max(kv) if kv else None,
         spec_drafts=delta["spec_drafts"],
         spec_accepted_tokens=delta["spec_accepted_tokens"],
+        prefix_cache_queries=delta["prefix_cache_queries"],
+        prefix_cache_hits=delta["prefix_cache_hits"],
         missing=list(missing),
     )

@@ -38,8 +38,8 @@ from tokenwatt.spec._base import MAX_TOKENS
 
 __all__ = ["AGENT_BLOCK_TOKENS", "MAX_CONVERSATION_BYTES", "AgentRow", "agent_rows"]
 
-# (where, arrival ns from the first conversation's start, in, out, hash ids)
-AgentRow = tuple[str, int, int, int, list[int]]
+# (where, arrival ns from the first conversation's start, in, out, hash ids, conversation)
+AgentRow = tuple[str, int, int, int, list[int], int]
 
 AGENT_BLOCK_TOKENS = 64  # the format's block size (kv-cache-tester's chunk size)
 # A published conversation is 0.1-5 MB (hash ids of every request's whole prompt); past
@@ -134,12 +134,13 @@ def _conversation(path: Path, k: int, start_ns: int) -> Iterator[AgentRow]:
         out = req.get("out")
         n_out = 1 if out == 0 else _length(out, path, where, "out")  # 0: one token is sent
         hashes = _hashes(req.get("hash_ids", []), path, where, n_in, base)
-        yield f"{path.name} {where}", start_ns + round(t * 1e9), n_in, n_out, hashes
+        yield f"{path.name} {where}", start_ns + round(t * 1e9), n_in, n_out, hashes, k
 
 
 def agent_rows(path: Path, *, stagger_s: float = 1.0) -> Iterator[AgentRow]:
     """The requests of the conversations under ``path`` (a folder of .json files, or one), one
-    file at a time; problems are one-line ``SpecError``s naming the file and request."""
+    file at a time, each with its conversation's index (files in name order); problems are
+    one-line ``SpecError``s naming the file and request."""
     if not (math.isfinite(stagger_s) and 0 <= stagger_s < 1e6):
         raise SpecError(f"agent trace stagger must be >= 0 seconds, got {stagger_s}")
     for k, file in enumerate(_files(path)):

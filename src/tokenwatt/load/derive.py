@@ -19,11 +19,16 @@ from tokenwatt.load.keepup import generator_failure, load_generator_summary
 from tokenwatt.load.probe import ProbeRun
 from tokenwatt.load.speculation import declared_drafter, probe_steps, step_basis
 from tokenwatt.metrics.accuracy import probe_accuracy
+from tokenwatt.metrics.agent import agent_figures
 from tokenwatt.metrics.cost import cost_figures
 from tokenwatt.metrics.latency import ProbeMetrics
 from tokenwatt.metrics.mbu import MbuNode, MbuWindow, RequestSweep, window_mbu
 from tokenwatt.metrics.mbu.kv_pressure import mark_kv_pressure
-from tokenwatt.metrics.sessions import cached_prompt_fraction, session_stats
+from tokenwatt.metrics.sessions import (
+    cached_prompt_fraction,
+    ideal_prefix_fraction,
+    session_stats,
+)
 from tokenwatt.metrics.slo import EarlyStop, Limits, SLOVerdict, judge_probe
 from tokenwatt.metrics.spec_chunks import (
     ChunkedSteps,
@@ -236,9 +241,12 @@ def _slo_detail(verdict: SLOVerdict) -> SloDetail:
     )
 
 
-def _workload_figures(run: ProbeRun) -> dict[str, Any]:
+def _workload_figures(
+    run: ProbeRun, spec: BenchSpec, energy: EnergySummary | None
+) -> dict[str, Any]:
     """What the workload kind adds to a probe: the rate's unit, conversation figures, the
-    share of prompt tokens the server's prefix cache served."""
+    share of prompt tokens the server's prefix cache served and the share a trace's block
+    hashes allow; an agent trace's sessions held and TTFT by context length."""
     w0, w1 = run.window_start_ns, run.window_end_ns
     return {
         "rate_unit": run.rate_unit,
@@ -247,6 +255,18 @@ def _workload_figures(run: ProbeRun) -> dict[str, Any]:
         ),
         "cached_prompt_fraction": cached_prompt_fraction(
             run.records, window_start_ns=w0, window_end_ns=w1
+        ),
+        "ideal_prefix_fraction": ideal_prefix_fraction(
+            run.records, run.shared_prefix_tokens, window_start_ns=w0, window_end_ns=w1
+        ),
+        "agent": agent_figures(
+            run.records,
+            run.conversations,
+            window_start_ns=w0,
+            window_end_ns=w1,
+            gpus=spec.hardware.gpus,
+            mean_power_w=None if energy is None else energy.mean_power_w,
+            price_per_gpu_hour=spec.hardware.price_per_gpu_hour,
         ),
     }
 
@@ -464,7 +484,7 @@ def summarize_probe(
         mean_concurrency=m.mean_concurrency,
         requests_counted=m.requests_counted,
         **_run_figures(run),
-        **_workload_figures(run),
+        **_workload_figures(run, spec, energy),
         engine=engine,
         engine_series_file=engine_series_file,
         cost=_cost(spec, goodput, energy),

@@ -29,7 +29,7 @@ from tokenwatt.engine import (
 )
 from tokenwatt.engine.align import count_on_engine_clock
 from tokenwatt.engine.expert_load import expert_load_from_samples
-from tokenwatt.engine.names import COUNTERS, GAUGES
+from tokenwatt.engine.names import CACHE_COUNTERS, COUNTERS, GAUGES, SPEC_COUNTERS
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.geometry.routing import ExpertLoad
 from tokenwatt.hardware import Accelerator
@@ -169,7 +169,8 @@ def read_engine_series(path: Path) -> list[EngineSample]:
     out: list[EngineSample] = []
     for line in path.read_bytes().splitlines():
         row = orjson.loads(line)
-        counters = {k: float(row[k]) for k in COUNTERS if k in row}
+        keys = (*COUNTERS, *SPEC_COUNTERS, *CACHE_COUNTERS)  # optional ones where written
+        counters = {k: float(row[k]) for k in keys if k in row}
         gauges = {k: float(row[k]) for k in GAUGES if k in row}
         out.append(EngineSample(int(row["t_ns"]), counters, gauges))
     return out

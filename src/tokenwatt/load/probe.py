@@ -61,7 +61,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
@@ -93,6 +93,10 @@ from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
 from tokenwatt.records import RequestPhase, RequestRecord, write_requests
 from tokenwatt.result import WorkerKeepUp
 from tokenwatt.spec import BenchSpec, ProbeSettings
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "LATE_SEND_S",
@@ -196,6 +200,11 @@ class ProbeRun:
     # counted requests in flight at an early stop whose first token was known to be past the
     # TTFT limit, when the stop counted them (``LateFirstTokens``); they end cancelled
     late_first_tokens_at_stop: int = 0
+    # trace replays with block hashes: per request id, the prompt tokens an unbounded prefix
+    # cache could serve (``TraceReplay.shared_tokens``); None otherwise
+    shared_prefix_tokens: npt.NDArray[np.int64] | None = None
+    # agent trace replays: per request id, its conversation (``Trace.conversations``)
+    conversations: npt.NDArray[np.int64] | None = None
 
     def is_counted(self, rec: RequestRecord) -> bool:
         return self.window_start_ns <= rec.scheduled_ns < self.window_end_ns
@@ -738,6 +747,8 @@ def _probe_run(
         arrival="concurrency" if isinstance(schedule, ClosedLoop) else schedule.kind,
         rate_unit="requests" if isinstance(schedule, ClosedLoop) else schedule.rate_unit,
         sessions_completed=frozenset(getattr(schedule, "completed", ())),
+        shared_prefix_tokens=getattr(schedule, "shared_prefix_tokens", None),
+        conversations=getattr(schedule, "conversations", None),
         seed=seed,
         settings=settings,
         prompt_format=prompt_format,

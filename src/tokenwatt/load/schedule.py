@@ -7,7 +7,9 @@ request back (``finished``). Three sources feed that one loop:
 * ``OpenLoopSource``: the spec's open-loop process (Poisson, gamma, constant) at a rate, with
   the workload generator's requests; endless.
 * ``TraceSource``: a ``TraceReplay`` (Azure or Mooncake trace); finite, and the trace's own
-  rate scaled to the probe's rate when one is given (``TraceReplay.at_rate``).
+  rate scaled to the probe's rate when one is given (``TraceReplay.at_rate``). An agent trace
+  (WEKA) takes the rate in sessions/s instead: its conversations start one every 1/rate s,
+  each at its traced pace (``TraceReplay.at_session_rate``).
 * ``SessionSource``: conversations. Session starts follow an open-loop process; each session
   is closed-loop within itself: turn k+1 becomes due only when turn k's answer has ended, at
   that end plus a think time (``load.sessions.Conversation``). So ``peek`` can change after a
@@ -126,10 +128,15 @@ class TraceSource(_Peekable):
 
     rate_unit: RateUnit = "requests"
 
-    def __init__(self, replay: TraceReplay) -> None:
+    def __init__(self, replay: TraceReplay, *, rate_unit: RateUnit = "requests") -> None:
         super().__init__(zip(replay.offsets_ns(), replay.plans(), strict=True))
+        self.rate_unit = rate_unit  # sessions: an agent trace's conversations started /s
         self.kind: str = f"trace-{replay.trace.format}"
         self.replay = replay
+        # per request index: tokens an unbounded prefix cache could serve (None: no hashes)
+        self.shared_prefix_tokens = replay.shared_tokens if replay.trace.has_hashes else None
+        # per request index: its conversation (agent traces; None otherwise)
+        self.conversations = replay.trace.conversations
 
     def finished(self, rec: RequestRecord, end_ns: int) -> bool:
         return False
@@ -310,6 +317,8 @@ def make_source(
         return closed, None
     if w.trace is not None:
         replay = TraceReplay.from_spec(w.trace, prompt_format=prompt_format, seed=seed)
+        if replay.agent_path is not None and rate_rps is not None:  # sessions started /s
+            return TraceSource(replay.at_session_rate(rate_rps), rate_unit="sessions"), rate_rps
         if rate_rps is not None:
             replay = replay.at_rate(rate_rps)
         return TraceSource(replay), replay.rate_rps

@@ -19,6 +19,7 @@ first row arrives at the probe's start; the schedule ends with the trace (it doe
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import math
@@ -34,6 +35,7 @@ import orjson
 
 from tokenwatt.errors import SpecError
 from tokenwatt.load.agent_traces import agent_rows
+from tokenwatt.load.tracelab import tracelab_rows
 from tokenwatt.load.workload import PromptFormat, RequestPlan, random_prompt
 from tokenwatt.spec._base import MAX_TOKENS
 from tokenwatt.spec.workload import Trace as TraceSpec
@@ -50,7 +52,8 @@ __all__ = [
     "parse_mooncake",
 ]
 
-TraceFormat = Literal["azure", "mooncake", "weka"]
+TraceFormat = Literal["azure", "mooncake", "weka", "tracelab"]
+AGENT_FORMATS: tuple[TraceFormat, ...] = ("weka", "tracelab")  # conversations, 64-token blocks
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _Row = tuple[int, int, int, tuple[int, ...]]  # (time ns, input, output, hash ids)
 _STREAM_TRACE_PROMPT, _STREAM_TRACE_BLOCK = 0x54524350, 0x5452424B  # "TRCP", "TRBK"
@@ -117,6 +120,8 @@ class Trace:
     hash_bounds: np.ndarray  # int64, row i's hash ids are hash_ids[bounds[i]:bounds[i+1]]
     hash_ids: np.ndarray  # int64
     format: TraceFormat
+    # int64, row i's conversation (agent traces: subagents in their parent's); None: not known
+    conversations: np.ndarray | None = None
 
     @property
     def rows(self) -> TraceRows:
@@ -136,22 +141,33 @@ class Trace:
             )
         return (len(self.offsets_ns) - 1) / self.span_s
 
-    def ideal_hit_rate(self, block_tokens: int) -> float:
-        """The prefix-cache hit rate an unbounded cache reaches on this trace: Σ over rows in
-        arrival order of the tokens in their leading run of full blocks whose ids an earlier
-        row sent, ÷ Σ prompt tokens (blocks of ``block_tokens``)."""
+    @property
+    def has_hashes(self) -> bool:
+        """Whether any row names its blocks (Azure traces do not: no ideal hit rate)."""
+        return len(self.hash_ids) > 0
+
+    def shared_tokens(self, block_tokens: int) -> np.ndarray:
+        """Per row, in arrival order: the tokens of its leading run of full blocks whose ids
+        an earlier row sent (what an unbounded prefix cache could serve it), int64."""
         seen: set[int] = set()
-        hit = 0
+        out = np.zeros(len(self.input_tokens), dtype=np.int64)
         bounds = self.hash_bounds.tolist()
         for i, tokens in enumerate(self.input_tokens.tolist()):
             row = self.hash_ids[bounds[i] : bounds[i + 1]].tolist()
+            hit = 0
             for j, h in enumerate(row):
                 if h not in seen or (j + 1) * block_tokens > tokens:
                     break
                 hit += block_tokens
+            out[i] = hit
             seen.update(row)
+        return out
+
+    def ideal_hit_rate(self, block_tokens: int) -> float:
+        """The prefix-cache hit rate an unbounded cache reaches on this trace: Σ
+        ``shared_tokens`` ÷ Σ prompt tokens (blocks of ``block_tokens``)."""
         total = int(self.input_tokens.sum())
-        return hit / total if total else 0.0
+        return int(self.shared_tokens(block_tokens).sum()) / total if total else 0.0
 
     def time_scale_for(self, rate_rps: float) -> float:
         """The ``time_scale`` that replays this trace at a mean rate of ``rate_rps``."""
@@ -214,8 +230,18 @@ class _Columns:
         self.path = path
         self.t, self.n_in, self.n_out = array("q"), array("q"), array("q")
         self.bounds, self.hashes = array("q", [0]), array("q")
+        self.conversations = array("q")
 
-    def add(self, where: str, t: int, n_in: int, n_out: int, hashes: Sequence[int] = ()) -> None:
+    def add(
+        self,
+        where: str,
+        t: int,
+        n_in: int,
+        n_out: int,
+        hashes: Sequence[int] = (),
+        *,
+        conversation: int | None = None,
+    ) -> None:
         if len(self.t) >= MAX_TRACE_ROWS:
             raise _fail(
                 self.path, where, f"more than {MAX_TRACE_ROWS:,} requests; replay a part of it"
@@ -225,6 +251,8 @@ class _Columns:
         self.n_out.append(n_out)
         self.hashes.extend(hashes)
         self.bounds.append(len(self.hashes))
+        if conversation is not None:
+            self.conversations.append(conversation)
 
     def ordered(self, fmt: TraceFormat) -> Trace:
         if not self.t:
@@ -245,6 +273,9 @@ class _Columns:
             hash_bounds=new_bounds,
             hash_ids=hashes[take],
             format=fmt,
+            conversations=np.frombuffer(self.conversations, dtype=np.int64)[order]
+            if len(self.conversations) == len(self.t)
+            else None,
         )
 
 
@@ -324,20 +355,21 @@ def parse_mooncake(source: str | IO[str], path: Path) -> Trace:
     return cols.ordered("mooncake")
 
 
-def load_agent_trace(path: Path, *, stagger_s: float = 1.0) -> Trace:
-    """WEKA / kv-cache-tester agent conversations (``load.agent_traces``) as one ``Trace``,
-    conversation k starting ``stagger_s`` × k after the first."""
+def load_agent_trace(path: Path, *, stagger_s: float = 1.0, fmt: TraceFormat = "weka") -> Trace:
+    """Agent conversations as one ``Trace``, conversation k starting ``stagger_s`` × k after
+    the first: WEKA / kv-cache-tester (``load.agent_traces``) or TraceLab (``load.tracelab``)."""
     cols = _Columns(path)
-    for where, t, n_in, n_out, hashes in agent_rows(path, stagger_s=stagger_s):
-        cols.add(where, t, n_in, n_out, hashes)
-    return cols.ordered("weka")
+    rows = tracelab_rows if fmt == "tracelab" else agent_rows
+    for where, t, n_in, n_out, hashes, k in rows(path, stagger_s=stagger_s):
+        cols.add(where, t, n_in, n_out, hashes, conversation=k)
+    return cols.ordered(fmt)
 
 
 def load_trace(path: Path, fmt: TraceFormat) -> Trace:
     """Stream and parse a trace file; problems are one-line ``SpecError``s naming the line.
     ``weka``: a folder of agent conversations (``load.agent_traces``)."""
-    if fmt == "weka":
-        return load_agent_trace(path)
+    if fmt in AGENT_FORMATS:
+        return load_agent_trace(path, fmt=fmt)
     try:
         with path.open(encoding="utf-8", newline="") as f:
             return parse_azure(f, path) if fmt == "azure" else parse_mooncake(f, path)
@@ -369,16 +401,38 @@ class TraceReplay:
         self.time_scale = time_scale
         self.block_tokens = block_tokens
         self._blocks: dict[int, str | list[int]] = {}
+        self.agent_path: Path | None = None  # agent traces: re-read to restagger sessions
 
     @classmethod
     def from_spec(cls, spec: TraceSpec, *, prompt_format: PromptFormat, seed: int) -> TraceReplay:
-        return cls(
+        replay = cls(
             load_trace(spec.path, spec.format),
             prompt_format=prompt_format,
             seed=seed,
             time_scale=spec.time_scale,
             block_tokens=spec.block_tokens,
         )
+        replay.agent_path = spec.path if spec.format in AGENT_FORMATS else None
+        return replay
+
+    def at_session_rate(self, sessions_per_s: float) -> TraceReplay:
+        """An agent trace with its conversations starting ``sessions_per_s`` a second (one
+        every 1/rate s, in file order), each at its traced pace × ``time_scale``: the load
+        grows by more agents at once, not by faster agents (the search's knob for agent
+        traces, in sessions/s)."""
+        if not (math.isfinite(sessions_per_s) and sessions_per_s > 0):
+            raise SpecError(f"rate must be a positive number of sessions/s, got {sessions_per_s}")
+        assert self.agent_path is not None  # from_spec of a weka trace
+        stagger_s = 1.0 / (sessions_per_s * self.time_scale)  # offsets are scaled after
+        replay = TraceReplay(
+            load_agent_trace(self.agent_path, stagger_s=stagger_s, fmt=self.trace.format),
+            prompt_format=self.prompt_format,
+            seed=self.seed,
+            time_scale=self.time_scale,
+            block_tokens=self.block_tokens,
+        )
+        replay.agent_path = self.agent_path
+        return replay
 
     @property
     def rate_rps(self) -> float:
@@ -404,6 +458,13 @@ class TraceReplay:
         """Arrival offsets after the probe's start, non-decreasing; ends with the trace."""
         for off in self.trace.offsets_ns.tolist():
             yield round(off * self.time_scale)
+
+    @functools.cached_property
+    def shared_tokens(self) -> np.ndarray:
+        """Per row, the tokens an unbounded prefix cache could serve (``Trace.shared_tokens``
+        in this replay's blocks): each plan's ``shared_prefix_tokens``, and the probe's ideal
+        hit rate."""
+        return self.trace.shared_tokens(self.block_tokens)
 
     def _block(self, h: int) -> str | list[int]:
         if h not in self._blocks:
@@ -432,17 +493,10 @@ class TraceReplay:
         """Request i of the trace; ``shared_prefix_tokens`` counts the leading full blocks whose
         hash ids an earlier row already sent (what an unbounded prefix cache could hit)."""
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, _STREAM_TRACE_PROMPT]))
-        seen: set[int] = set()
+        shared = self.shared_tokens.tolist()
         for i, row in enumerate(self.trace.rows):
             units = self._blocks_prompt(row, rng)
-            shared = 0
-            for j, h in enumerate(row.hash_ids):
-                full = (j + 1) * self.block_tokens <= row.input_tokens
-                if h not in seen or not full:
-                    break
-                shared += self.block_tokens
-            seen.update(row.hash_ids)
             prompt: str | list[int] = (
                 units if self.prompt_format == "token_ids" else " ".join(units)
             )
-            yield RequestPlan(i, prompt, row.input_tokens, row.output_tokens, None, shared)
+            yield RequestPlan(i, prompt, row.input_tokens, row.output_tokens, None, shared[i])

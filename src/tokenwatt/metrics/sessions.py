@@ -8,17 +8,25 @@
 * ``cached_prompt_fraction``: Σ cached_tokens ÷ Σ prompt_tokens over counted, answered
   requests whose server reported ``usage.prompt_tokens_details.cached_tokens``; None when
   none did (absent is unknown, not zero).
+* ``ideal_prefix_fraction``: over the same counted, answered requests of a trace replay with
+  block hashes, Σ the tokens an unbounded prefix cache could serve (the leading full blocks an
+  earlier request of the replay sent) ÷ Σ prompt tokens (the client's counts: the trace's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 from tokenwatt.metrics.request import is_counted, ttft_s
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import SessionStats
 
-__all__ = ["cached_prompt_fraction", "session_stats"]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["cached_prompt_fraction", "ideal_prefix_fraction", "session_stats"]
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -75,3 +83,21 @@ def cached_prompt_fraction(
             cached += min(r.cached_tokens, r.prompt_tokens)
             prompt += r.prompt_tokens
     return cached / prompt if prompt else None
+
+
+def ideal_prefix_fraction(
+    records: Sequence[RequestRecord],
+    shared_tokens: npt.NDArray[np.int64] | None,
+    *,
+    window_start_ns: int,
+    window_end_ns: int,
+) -> float | None:
+    """The hit rate the hashes allow these requests (see module); None without hashes."""
+    if shared_tokens is None:
+        return None
+    shared = prompt = 0
+    for r in records:
+        if r.ok and is_counted(r, window_start_ns, window_end_ns):
+            shared += min(int(shared_tokens[r.request_id]), r.prompt_tokens_client)
+            prompt += r.prompt_tokens_client
+    return shared / prompt if prompt else None

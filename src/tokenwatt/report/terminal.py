@@ -181,6 +181,30 @@ def _sim_mark(result: BenchResult, text: str) -> Text:
     return title
 
 
+def agent_rows(p: ProbeSummary) -> list[tuple[str, str]]:
+    """An agent-trace probe's sessions held (at the SLO on a bench's boundary) and its three
+    prefix-cache hit rates (methodology: "Agent sessions", "Three hit rates per probe")."""
+    rows: list[tuple[str, str]] = []
+    a = p.agent
+    if a is not None and a.concurrent_sessions is not None:
+        per = [f"{a.sessions_per_gpu:.3g}/GPU"] if a.sessions_per_gpu is not None else []
+        if a.sessions_per_kw is not None:
+            per.append(f"{a.sessions_per_kw:.3g}/kW")
+        if a.sessions_per_usd_per_hour is not None:
+            per.append(f"{a.sessions_per_usd_per_hour:.3g} per $/h")
+        rows.append(("Agent sessions", f"{a.concurrent_sessions:.3g} in flight ({', '.join(per)})"))
+    engine = p.engine.prefix_cache_hit_rate if p.engine is not None else None
+    if p.ideal_prefix_fraction is not None or engine is not None:
+        rows.append(
+            (
+                "Prefix-cache hits",
+                f"ideal {fmt_pct(p.ideal_prefix_fraction)} · engine {fmt_pct(engine)} · "
+                f"client {fmt_pct(p.cached_prompt_fraction)}",
+            )
+        )
+    return rows
+
+
 def headline(result: BenchResult) -> RenderableType:
     """SLO goodput, tokens per joule and MBU at the boundary, in that order."""
     grid = Table.grid(padding=(0, 2))
@@ -199,6 +223,8 @@ def headline(result: BenchResult) -> RenderableType:
         cost = cost_text(b)
         if cost is not None:
             grid.add_row("Cost", Text(cost))
+        for label, text in agent_rows(b):
+            grid.add_row(label, Text(text))
         # A refusal's reason is the self-checks' warning, said once there.
         refused = b.mbu_detail is not None and b.mbu_detail.flags.above_rated_bandwidth
         grid.add_row("MBU", Text(_mbu_text(b), "bold red" if refused else ""))

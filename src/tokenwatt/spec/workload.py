@@ -136,10 +136,11 @@ class Trace(Section):
     """A timestamped trace to replay: arrival times and per-request lengths come from it."""
 
     path: Path = Field(description="trace file")
-    format: Literal["azure", "mooncake", "weka"] = Field(
+    format: Literal["azure", "mooncake", "weka", "tracelab"] = Field(
         description="azure: CSV TIMESTAMP,ContextTokens,GeneratedTokens; mooncake: JSONL "
         "timestamp (ms), input_length, output_length, hash_ids; weka: a folder of agent "
-        "conversations (kv-cache-tester JSON, 64-token hash_ids blocks)"
+        "conversations (kv-cache-tester JSON, 64-token hash_ids blocks); tracelab: TraceLab "
+        "coding-agent rounds (JSONL, or .jsonl.gz; prefix_tokens made into 64-token blocks)"
     )
     time_scale: float = Field(
         1.0,
@@ -155,9 +156,9 @@ class Trace(Section):
     @classmethod
     def _weka_blocks(cls, data: Any) -> Any:
         """WEKA traces name 64-token blocks: the default there, and nothing else accepted."""
-        if isinstance(data, dict) and data.get("format") == "weka":
+        if isinstance(data, dict) and data.get("format") in ("weka", "tracelab"):
             if data.get("block_tokens", 64) != 64:
-                raise ValueError("block_tokens: WEKA agent traces use 64-token blocks")
+                raise ValueError("block_tokens: agent traces use 64-token blocks")
             data = {**data, "block_tokens": 64}
         return data
 
