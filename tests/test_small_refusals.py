@@ -72,6 +72,7 @@ def test_closed_loop_workers_and_an_uncached_repo_id_are_said(tmp_path: Path) ->
     proc = _tw("probe", "--base-url", "sim", "--model", "meta-llama/Llama-3.1-8B",
                "--set", "hardware.accelerator=h100-sxm", "--concurrency", "1",
                "--max-requests", "2", "--workers", "2", "--out", str(out),
+               "--output-tokens", "16", "--warmup", "0",  # the notes, not the figures
                env={"HF_HOME": str(tmp_path / "hf")})  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     text = " ".join(proc.stdout.split())
