@@ -58,7 +58,7 @@ from tokenwatt.cli.peer_flags import (
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
-    from tokenwatt.load.probe import ProbeProgress
+    from tokenwatt.load.measure import ProbeProgress
     from tokenwatt.result import BenchResult
     from tokenwatt.spec import BenchSpec
 

@@ -36,6 +36,18 @@ from tokenwatt.records import RequestRecord
 from tokenwatt.result import BenchResult, LoadGenerator, ProbeSummary, write_result
 from tokenwatt.spec import BenchSpec, ProbeSettings
 
+__all__ = [
+    "ProbeFiles",
+    "ProbeLoad",
+    "ProbeProgress",
+    "ProbeRequest",
+    "ProbeSetup",
+    "measure_probe",
+    "probe_command",
+    "probe_node",
+    "warnings_for",
+]
+
 StopTest = Callable[[Sequence[RequestRecord]], bool]
 
 
