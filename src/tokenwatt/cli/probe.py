@@ -58,7 +58,7 @@ from tokenwatt.cli.peer_flags import (
 from tokenwatt.errors import SpecError
 
 if TYPE_CHECKING:
-    from tokenwatt.load.measure import ProbeProgress
+    from tokenwatt.load.measure import ProbeProgress, SimMode
     from tokenwatt.result import BenchResult
     from tokenwatt.spec import BenchSpec
 
@@ -283,7 +283,8 @@ def run_probe_command(
 
     folder = choose_out_dir(out, spec.name, overwrite=overwrite)
     started_ns = time.time_ns()
-    request = ProbeRequest(rate, concurrency, max_requests, spec.workload.seed, sim_mode)  # type: ignore[arg-type]
+    sim: SimMode = "thread" if sim_mode == "thread" else "subprocess"  # checked: _check_flags
+    request = ProbeRequest(rate, concurrency, max_requests, spec.workload.seed, sim)
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
         console=console, transient=True, disable=quiet,

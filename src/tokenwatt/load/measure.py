@@ -42,6 +42,7 @@ __all__ = [
     "ProbeProgress",
     "ProbeRequest",
     "ProbeSetup",
+    "SimMode",
     "measure_probe",
     "probe_command",
     "probe_node",
