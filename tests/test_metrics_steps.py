@@ -132,7 +132,7 @@ def test_probe_view_shows_steps_only_when_a_step_is_not_one_token() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tokenwatt.cli.probe import _step_rows
+    from tokenwatt.report.terminal import step_rows as _step_rows
 
     def render(records: list[RequestRecord], engine: float | None = None) -> str:
         t = Table()

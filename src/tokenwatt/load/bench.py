@@ -29,9 +29,10 @@ from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.load.capacity import Stage, next_concurrency, start_rate
 from tokenwatt.load.derive import early_stop_for, summarize_probe
-from tokenwatt.load.energy_window import open_probe_power, power_warnings, probe_energy
-from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
+from tokenwatt.load.energy_window import open_probe_power, power_warnings
+from tokenwatt.load.engine_probe import EngineWitness
 from tokenwatt.load.fit import check_fits
+from tokenwatt.load.measure import ProbeFiles, ProbeLoad, ProbeSetup, measure_probe
 from tokenwatt.load.probe import LateFirstTokens, ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import (
     BoundarySearch,
@@ -176,12 +177,11 @@ class _Run:
 
         warm = probe_settings.warmup_s
         self.emit(BenchEvent("probe_start", index, rate_rps, phase=phase, warmup_s=warm))
-        scraper = None if self.witness is None else await self.witness.start()
-        run = await run_probe(
-            spec,
-            self.target.client,
-            rate_rps=rate_rps,
-            seed=seed,
+        setup = ProbeSetup(spec, self.target, self.geometry, self.accelerator, self.monitor,
+                           self.witness)  # fmt: skip
+        load = ProbeLoad(
+            rate_rps,
+            seed,
             settings=settings,
             concurrency=concurrency,
             max_requests=max_requests,
@@ -190,24 +190,13 @@ class _Run:
             should_close=seq.should_close if seq is not None else None,
             late=LateFirstTokens.of(seq),
         )
-        name = f"requests-{index:02d}.jsonl"
-        await asyncio.to_thread(run.write_requests, self.out_dir / name)
-        window = None if self.witness is None else await self.witness.stop(scraper, run)
-        series_file = write_engine_series(scraper, self.out_dir / f"engine-{index:02d}.jsonl")
-        energy, series = await probe_energy(self.monitor, run, self.accelerator)
-        summary = summarize_probe(
-            index=index,
-            run=run,
-            spec=spec,
-            geometry=self.geometry,
-            accelerator=self.accelerator,
-            energy=energy,
-            power_series=series,
-            early_stop_reason=_stop_reason(seq, stopper) if run.stopped_early else None,
-            requests_file=name,
-            phase=phase,
-            engine_window=window,
-            engine_series_file=series_file,
+        names = (f"requests-{index:02d}.jsonl", f"engine-{index:02d}.jsonl")
+        files = ProbeFiles(index, self.out_dir, *names, phase=phase, record_max_requests=False)
+        run, summary = await measure_probe(
+            setup,
+            load,
+            files,
+            lambda r: _stop_reason(seq, stopper) if r.stopped_early else None,
         )
         _add_counts(summary, run, spec)
         _add_in_flight(summary, run, seq)

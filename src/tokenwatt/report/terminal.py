@@ -8,11 +8,13 @@ renders it and the result models stay free of rich.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -48,7 +50,7 @@ from tokenwatt.report.mbu_text import (
     mbu_notes,
     raised_flags,
 )
-from tokenwatt.result import BenchResult, ProbeSummary
+from tokenwatt.result import BenchResult, Latency, ProbeSummary, StepSummary
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -66,8 +68,10 @@ __all__ = [
     "headline",
     "intervals_block",
     "mbu_block",
+    "probe_summary_table",
     "probe_table",
     "single_stream_block",
+    "step_rows",
 ]
 
 
@@ -457,3 +461,121 @@ class ResultView:
             if i:
                 yield Text("")
             yield section
+
+
+# The probe command's table: one column of figures for one probe, in ms with one decimal.
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v * 1e3:.1f}"
+
+
+def _num(v: float | None, fmt: str = ".2f") -> str:
+    return "–" if v is None or not math.isfinite(v) else format(v, fmt)
+
+
+def probe_summary_table(result: BenchResult) -> Table:
+    """The probe's figures from its ``result.json`` record, with the words every view uses:
+    offered (asked for), counted (in the window), achieved (succeeded) per second."""
+    p = result.probes[0]
+    t = Table(title=_probe_title(result), show_header=True, header_style="bold")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("load", _load_text(p))
+    t.add_row("window", f"{p.window_s:.1f} s, {p.requests_counted} requests counted")
+    t.add_row("output tokens/s (T)", _num(p.output_tokens_per_s, ".1f"))
+    t.add_row("τ token-weighted ITL, ms", _ms(p.itl_token_weighted_s))
+    for name, d in (("TTFT", p.ttft_s), ("TPOT", p.tpot_s), ("chunk ITL", p.itl_s),
+                    ("E2E", p.e2e_s)):  # fmt: skip
+        t.add_row(f"{name} ms (mean / p50 / p99)", f"{_ms(d.mean)} / {_ms(d.p50)} / {_ms(d.p99)}")
+    step_rows(t, p.steps)
+    t.add_row("mean concurrency (Little)", _num(p.mean_concurrency))
+    t.add_row("mean context per token", _num(p.mean_context_per_token, ".1f"))
+    for label, text in agent_rows(p):  # agent traces: sessions held, prefix-cache hit rates
+        t.add_row(label, text)
+    if p.attainment is not None:
+        t.add_row("SLO attainment", f"{p.attainment:.1%}")
+        good_rps = _num(p.run.goodput_requests_per_s if p.run is not None else None)
+        good_tps = _num(p.goodput_output_tokens_per_s, ".1f")
+        t.add_row("goodput req/s / tokens/s", f"{good_rps} / {good_tps}")
+    reason = escape(str(p.slo_detail.reason))
+    if p.accuracy is not None:
+        t.add_row("graded answers (accuracy)", accuracy_text(p.accuracy))
+    t.add_row("SLO verdict", "[green]pass[/]" if p.slo_passed else f"[red]fail[/] ({reason})")
+    errors = ", ".join(f"{k} {v}" for k, v in p.errors_by_kind.items()) or "none"
+    t.add_row("failed requests", f"{p.requests_failed} ({errors})")
+    # cancelled by the client (still running at the probe's end, or an early stop): their own
+    # kind, neither failures nor judged for attainment
+    t.add_row("cancelled requests", f"{p.requests_cancelled} (not failures, not judged)")
+    lat = p.send_lateness_s or Latency()
+    t.add_row("send lateness ms (p50 / p99)", f"{_ms(lat.p50)} / {_ms(lat.p99)}")
+    _mbu_rows(t, p)
+    _energy_rows(t, p)
+    return t
+
+
+def _probe_title(result: BenchResult) -> str:
+    """The table's title: a simulated probe says so on the table itself."""
+    return f"probe · [bold magenta]{SIMULATED}[/] (tokenwatt sim)" if result.simulated else "probe"
+
+
+def _load_text(p: ProbeSummary) -> str:
+    """One line for the load: what was asked for, what the window held, what succeeded (they
+    differ by Poisson noise and failures; the verdict speaks for the counted rate)."""
+    unit = {"sessions": "sessions/s", "turns": "turns/s"}.get(p.rate_unit, "req/s")
+    held = f"{_num(p.counted_rate_rps)} counted, {_num(p.achieved_rate_rps)} achieved req/s"
+    if p.rate_rps is not None:
+        arrival = p.run.arrival if p.run is not None else "poisson"
+        return f"{p.rate_rps:g} {unit} offered ({arrival}), {held}"
+    return f"concurrency {p.concurrency}, {held}"
+
+
+def _energy_rows(t: Table, p: ProbeSummary) -> None:
+    """Tokens per joule (or why not), both J-per-token figures, each source's audit verdict
+    and $/Mtok: the rows ``bench``'s report has, from the same ``EnergySummary``."""
+    e = p.energy
+    if e is None:
+        t.add_row("tokens per joule", "not measured (no power source in the spec)")
+    else:
+        mark = power_mark(e)
+        t.add_row(
+            "tokens per joule",
+            f"{_num(e.tokens_per_joule, '.3g')} ({e.scope} scope, {e.source}, "
+            f"{e.kind}{f', {mark}' if mark else ''})",
+        )
+        t.add_row(
+            "J per output / total token",
+            f"{_num(e.joules_per_output_token, '.3g')} / {_num(e.joules_per_total_token, '.3g')}",
+        )
+        for a in e.audit:
+            verdict = "[green]valid[/]" if a.valid else f"[red]{escape(a.verdict)}[/]"
+            t.add_row(f"power {a.source} ({a.scope}, {a.method})", verdict)
+    if p.cost is not None and p.cost.usd_per_mtok is not None:
+        t.add_row("$/Mtok at this goodput", _num(p.cost.usd_per_mtok, ".4g"))
+
+
+def step_rows(t: Table, steps: StepSummary | None) -> None:
+    """Engine steps as the chunks show them (methodology "Speculative decoding"): shown when
+    a step is not one token (speculation or coalescing), where ITL per chunk ≠ per token."""
+    if steps is None or (steps.speculation == "none" and not steps.coalesced):
+        return
+    kind = "coalesced chunks" if steps.coalesced else f"speculation {steps.speculation}"
+    t.add_row("ITL per chunk / per token, ms",
+              f"{_ms(steps.itl_chunk_s)} / {_ms(steps.itl_token_s)} ({kind})")  # fmt: skip
+    alpha = _num(steps.acceptance_length, ".3f")
+    if steps.engine_acceptance_length is not None:
+        alpha += f" (engine {steps.engine_acceptance_length:.3f})"
+    t.add_row("steps/s per sequence, acceptance length", f"{_num(steps.steps_per_s)}, {alpha}")
+
+
+def _mbu_rows(t: Table, p: ProbeSummary) -> None:
+    """Both MBU figures, every raised flag with its direction, and the refusal line of an MBU
+    above 100 % (``metrics.mbu.check_rated_bandwidth``)."""
+    detail = p.mbu_detail
+    if detail is None and p.mbu is None:
+        return
+    refused = detail is not None and detail.flags.above_rated_bandwidth
+    text = escape(mbu_figures_text(p.mbu, detail))
+    t.add_row("MBU", f"[bold red]{text}[/]" if refused else text)
+    for f in raised_flags(detail):
+        t.add_row("MBU flag", escape(f))
+    if refused and detail is not None:
+        t.add_row("MBU error", f"[red]{escape(detail.notes[0])}[/]")
