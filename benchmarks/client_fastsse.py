@@ -329,7 +329,7 @@ def _worker(args: argparse.Namespace, mode: str, port: int, index: int) -> dict[
     if args.gc_threshold > 0:
         gc.set_threshold(args.gc_threshold, 50, 100)
     a = argparse.Namespace(**vars(args))
-    # streams dealt like load.workers deals requests: slot k to worker k mod N
+    # streams dealt like send.workers deals requests: slot k to worker k mod N
     a.streams = len(range(index, args.streams, args.workers))
     a.burst_streams = len(range(index, args.burst_streams, args.workers))
     factory, _ = _loop_factory(args.no_uvloop)

@@ -168,9 +168,9 @@ async def _matrix() -> str:
     (a request after a late-copy mode may be refused as stale: right, not a miss)."""
     from tokenwatt.client import StreamClient
     from tokenwatt.load.probe import run_probe
-    from tokenwatt.load.workload import WorkloadGenerator
     from tokenwatt.spec import ProbeSettings, parse_spec
     from tokenwatt.spec.endpoint import Timeouts
+    from tokenwatt.traffic.workload import WorkloadGenerator
 
     n = 3 * len(MODES)
     fast = {"connect_s": 2, "first_token_s": 0.6, "idle_s": 0.3, "total_s": 10}

@@ -63,7 +63,7 @@ except Exception as exc:
 
 _TRACE = """
 from pathlib import Path
-from tokenwatt.load.traces import load_trace
+from tokenwatt.traffic.traces import load_trace
 try:
     t = load_trace(Path({path!r}), {fmt!r})
     done(f"ok: {{len(t.rows)}} rows")

@@ -5,7 +5,7 @@ joined by a veth pair) whose processes run in a time namespace of their own, so 
 ``CLOCK_MONOTONIC`` is the machine's plus the host's offset (``unshare --time --monotonic``,
 Linux >= 5.6). Two processes started on one host share its offset; two hosts' clocks differ by
 exactly the difference of their offsets, which is the independent truth the clock arithmetic
-of ``load.send.ray_actors`` is checked against.
+of ``send.ray_actors`` is checked against.
 
 ``Bed`` makes the bridge, the namespaces and the links, starts processes on hosts
 (:meth:`Bed.spawn`), tears a host down mid-run (:meth:`Bed.kill_host`: every process in its

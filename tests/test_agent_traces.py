@@ -17,10 +17,10 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target
-from tokenwatt.load.traces import TraceReplay, load_agent_trace, load_trace
 from tokenwatt.sim import SimConfig, start_sim_thread
 from tokenwatt.spec import parse_spec
 from tokenwatt.spec.endpoint import Timeouts
+from tokenwatt.traffic.traces import TraceReplay, load_agent_trace, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "src/tokenwatt/examples/traces/weka_sample"
@@ -194,8 +194,8 @@ def test_a_capped_cache_falls_below_the_ideal_as_worked_by_hand(tmp_path: Path) 
 def test_bounds_refuse_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file over the size bound is refused before it is parsed; past the row bound, the
     request that crosses it is named."""
-    import tokenwatt.load.agent_traces as agent
-    from tokenwatt.load import traces
+    import tokenwatt.traffic.agent_traces as agent
+    from tokenwatt.traffic import traces
 
     monkeypatch.setattr(agent, "MAX_CONVERSATION_BYTES", 100)
     big = tmp_path / "big"

@@ -60,8 +60,24 @@ ALLOWED: dict[str, set[str]] = {
     # the engine witness returns result types (EngineFigures, EngineAgreement)
     "engine": _BASE | {"batch_steps", "httpget", "promscrape"},
     "sim": _ROOT | {"geometry", "hardware", "simsettings"},
+    # what to send: workloads, arrivals, traces, conversations; pure data, no socket or clock
+    "traffic": _BASE | {"examples"},
+    # how to send: the sender seam, its workers (processes, Ray actors) and their wire format
+    "send": _BASE | {"client", "traffic"},
+    # the run: the probe window, the search, bench and sweep
     "load": _BASE
-    | {"client", "metrics", "power", "engine", "sweep_result", "httpget", "promscrape", "sim"},
+    | {
+        "client",
+        "metrics",
+        "power",
+        "engine",
+        "sweep_result",
+        "httpget",
+        "promscrape",
+        "sim",
+        "traffic",
+        "send",
+    },
     "report": _BASE | {"metrics", "sweep_result"},
     # another tool's file → a result: reads with report.br02, derives with metrics
     "importers": _BASE | {"metrics", "report"},
@@ -283,7 +299,7 @@ def test_the_circle_checker_sees_a_circle() -> None:
 
 
 # ---------------------------------------------------------------------- the sender seam
-SEND = SRC / "load" / "send"
+SEND = SRC / "send"
 # the seam itself: the protocol and its shared parts, the figures, and the one opener
 SEAM = {"__init__", "base", "figures", "opening"}
 
@@ -302,17 +318,18 @@ def _modules_imported(path: Path) -> set[str]:
 
 
 def _sender_implementations() -> set[str]:
-    """The ways requests leave: every module of ``load.send`` beyond the seam, and the worker
-    and Ray helpers (``load.workers``, ``load.ray_workers``) they build on."""
-    found = {f"tokenwatt.load.send.{p.stem}" for p in SEND.glob("*.py") if p.stem not in SEAM}
-    return found | {"tokenwatt.load.workers", "tokenwatt.load.ray_workers"}
+    """The ways requests leave: every module of ``send`` beyond the seam, and the worker
+    and Ray helpers (``send.workers``, ``send.ray_workers``) they build on."""
+    found = {f"tokenwatt.send.{p.stem}" for p in SEND.glob("*.py") if p.stem not in SEAM}
+    found -= {"tokenwatt.send.wire", "tokenwatt.send.clock_track"}  # formats, not senders
+    return found | {"tokenwatt.send.workers", "tokenwatt.send.ray_workers"}
 
 
 def test_the_probe_knows_no_sender_implementation() -> None:
     """``load.probe`` keeps the window and the schedule; how requests leave is behind
-    ``load.send.base.Sender``, opened by ``load.send.opening`` (docs/architecture.md)."""
+    ``send.base.Sender``, opened by ``send.opening`` (docs/architecture.md)."""
     impls = _sender_implementations()
-    assert {"tokenwatt.load.send.local", "tokenwatt.load.send.processes"} <= impls
+    assert {"tokenwatt.send.local", "tokenwatt.send.processes"} <= impls
     imported = _modules_imported(SRC / "load" / "probe.py")
     bad = {m for m in imported if m in impls or m == "tokenwatt.client"}
     assert not bad, f"load/probe.py imports sender implementations {sorted(bad)}"
@@ -321,14 +338,14 @@ def test_the_probe_knows_no_sender_implementation() -> None:
 @pytest.mark.parametrize("path", sorted(SEND.glob("*.py")), ids=lambda p: p.name)
 def test_the_sender_package_imports_no_metrics(path: Path) -> None:
     """A sender sends and times; what the records mean is the metrics' business."""
-    assert "metrics" not in _imports(path), f"load/send/{path.name} imports tokenwatt.metrics"
+    assert "metrics" not in _imports(path), f"send/{path.name} imports tokenwatt.metrics"
 
 
 def test_the_seam_checker_sees_a_from_import(tmp_path: Path) -> None:
     sample = tmp_path / "x.py"
-    sample.write_text("from tokenwatt.load.send import local\nimport tokenwatt.load.workers\n")
+    sample.write_text("from tokenwatt.send import local\nimport tokenwatt.send.workers\n")
     assert _modules_imported(sample) == {
-        "tokenwatt.load.send",
-        "tokenwatt.load.send.local",
-        "tokenwatt.load.workers",
+        "tokenwatt.send",
+        "tokenwatt.send.local",
+        "tokenwatt.send.workers",
     }

@@ -1,4 +1,4 @@
-"""An actor's clock followed through a probe (``load.clock_track``), without Ray.
+"""An actor's clock followed through a probe (``send.clock_track``), without Ray.
 
 The truth: a stand-in actor whose clock is this process's monotonic clock plus a known offset
 that drifts at a known rate (or steps once), read through the same exchange the coordinator
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tokenwatt.clock import now_ns
-from tokenwatt.load.clock_track import OffsetTrack, clock_limit_ns
-from tokenwatt.load.ray_workers import measure_offset
+from tokenwatt.send.clock_track import OffsetTrack, clock_limit_ns
+from tokenwatt.send.ray_workers import measure_offset
 
 
 class _Remote:

@@ -9,8 +9,8 @@ import pytest
 
 from tokenwatt.geometry import load_geometry
 from tokenwatt.load.target import resolve_accelerator, sim_config
-from tokenwatt.load.workload import resolve_prompt_format
 from tokenwatt.spec import load_spec
+from tokenwatt.traffic.workload import resolve_prompt_format
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
 

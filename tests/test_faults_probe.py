@@ -22,12 +22,12 @@ from faultserver import EXPECTED, LATE_MODES, MODES, FaultServer, threaded
 from tokenwatt.client import StreamClient
 from tokenwatt.load.derive import summarize_probe
 from tokenwatt.load.probe import run_probe
-from tokenwatt.load.workload import WorkloadGenerator
 from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, ErrorTally, Limits, judge_probe
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import load_result
 from tokenwatt.spec import ProbeSettings, parse_spec
 from tokenwatt.spec.endpoint import Timeouts
+from tokenwatt.traffic.workload import WorkloadGenerator
 
 FAST = {"connect_s": 2, "first_token_s": 0.6, "idle_s": 0.3, "total_s": 10}
 USER, PASSWORD, API_KEY = "tw-user-q7", "pw-S3cr3t-9xZ", "sk-key-Distinct-4242"

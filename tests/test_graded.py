@@ -2,7 +2,7 @@
 Wilson interval, the accuracy floor, and the simulator's degrading answers as the truth.
 
 The simulator works the tasks out from the prompt text itself (``sim.answers``, no code shared
-with ``load.graded``), so the grader and the simulator agreeing is a check of both; with
+with ``traffic.graded``), so the grader and the simulator agreeing is a check of both; with
 ``sim.answer_error`` it decides which answers go wrong and counts them, the truth the client's
 accuracy is checked against over real HTTP on 127.0.0.1.
 """
@@ -23,7 +23,18 @@ import yaml
 from builders import streamed_record
 from tokenwatt.errors import SpecError
 from tokenwatt.load.consistency import consistency_prompts
-from tokenwatt.load.graded import (
+from tokenwatt.load.probe import ProbeRun, run_probe
+from tokenwatt.load.target import open_target
+from tokenwatt.metrics.accuracy import probe_accuracy, wilson_interval
+from tokenwatt.metrics.slo import Limits, judge_probe
+from tokenwatt.report.labels import accuracy_text, describe_slo
+from tokenwatt.result import load_result
+from tokenwatt.send.opening import open_sender
+from tokenwatt.sim.answers import answer_words, error_probability, wrong_answer
+from tokenwatt.simsettings import AnswerErrorSettings
+from tokenwatt.spec import parse_spec
+from tokenwatt.spec.graded import GradedSection
+from tokenwatt.traffic.graded import (
     GradedSlice,
     GradedTask,
     grade,
@@ -31,19 +42,8 @@ from tokenwatt.load.graded import (
     make_task,
     public_set,
 )
-from tokenwatt.load.probe import ProbeRun, run_probe
-from tokenwatt.load.schedule import make_source
-from tokenwatt.load.send.opening import open_sender
-from tokenwatt.load.target import open_target
-from tokenwatt.load.workload import RequestPlan
-from tokenwatt.metrics.accuracy import probe_accuracy, wilson_interval
-from tokenwatt.metrics.slo import Limits, judge_probe
-from tokenwatt.report.labels import accuracy_text, describe_slo
-from tokenwatt.result import load_result
-from tokenwatt.sim.answers import answer_words, error_probability, wrong_answer
-from tokenwatt.simsettings import AnswerErrorSettings
-from tokenwatt.spec import parse_spec
-from tokenwatt.spec.graded import GradedSection
+from tokenwatt.traffic.schedule import make_source
+from tokenwatt.traffic.workload import RequestPlan
 
 BASE: dict[str, Any] = {
     "model": {"source": "llama-3.1-8b"},

@@ -8,8 +8,8 @@ import pytest
 from scipy import stats
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
 from tokenwatt.spec.workload import Concurrency, Constant, Gamma, Poisson
+from tokenwatt.traffic.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
 
 
 def gaps_s(schedule: OpenLoopSchedule, n: int) -> np.ndarray:

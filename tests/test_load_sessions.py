@@ -11,16 +11,16 @@ import pytest
 from scipy import stats
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.arrivals import OpenLoopSchedule
-from tokenwatt.load.sessions import (
+from tokenwatt.spec.workload import ThinkExponential, ThinkUniform, Workload
+from tokenwatt.traffic.arrivals import OpenLoopSchedule
+from tokenwatt.traffic.sessions import (
     Conversation,
     SessionPlanner,
     mean_turns,
     session_rate_rps,
     think_times_ns,
 )
-from tokenwatt.load.traces import TraceReplay, parse_azure
-from tokenwatt.spec.workload import ThinkExponential, ThinkUniform, Workload
+from tokenwatt.traffic.traces import TraceReplay, parse_azure
 
 S = 10**9
 

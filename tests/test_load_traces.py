@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.traces import TraceReplay, load_trace, parse_azure, parse_mooncake
 from tokenwatt.spec.workload import Trace as TraceSpec
+from tokenwatt.traffic.traces import TraceReplay, load_trace, parse_azure, parse_mooncake
 
 TRACES = resources.files("tokenwatt") / "examples" / "traces"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.traces import MAX_LINE_CHARS, MAX_TRACE_ROWS, load_trace
+from tokenwatt.traffic.traces import MAX_LINE_CHARS, MAX_TRACE_ROWS, load_trace
 
 HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
@@ -82,7 +82,7 @@ _CHILD = """
 import sys
 from pathlib import Path
 from tokenwatt.errors import SpecError
-from tokenwatt.load.traces import load_trace
+from tokenwatt.traffic.traces import load_trace
 try:
     t = load_trace(Path(sys.argv[1]), sys.argv[2])
     print(len(t.rows), t.rows[-1].hash_ids[-1] if t.rows[-1].hash_ids else -1)

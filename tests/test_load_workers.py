@@ -1,5 +1,5 @@
-"""What the worker senders share: record batches (load.wire), each worker's keep-up figures
-and their verdict (load.send.figures, load.keepup), and how many workers ``auto`` means.
+"""What the worker senders share: record batches (send.wire), each worker's keep-up figures
+and their verdict (send.figures, load.keepup), and how many workers ``auto`` means.
 
 Checked against independent truths: records built by hand and round-tripped, figures worked
 out by hand. The live senders themselves run real processes against the simulator in
@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenwatt.load.keepup import KEEP_UP_LATENESS_P99_S, client_bound, keep_up_problems
-from tokenwatt.load.send.figures import worker_stats
-from tokenwatt.load.wire import WireError, pack_records, unpack_records
-from tokenwatt.load.workers import worker_count
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import WorkerKeepUp
+from tokenwatt.send.figures import worker_stats
+from tokenwatt.send.wire import WireError, pack_records, unpack_records
+from tokenwatt.send.workers import worker_count
 
 # ---------------------------------------------------------------------- wire
 _int = st.integers(min_value=0, max_value=2**62)

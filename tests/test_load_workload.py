@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.workload import (
+from tokenwatt.spec import parse_spec
+from tokenwatt.spec.workload import Workload
+from tokenwatt.traffic.workload import (
     TOKEN_ID_RANGE,
     WORDS,
     RequestPlan,
     WorkloadGenerator,
     resolve_prompt_format,
 )
-from tokenwatt.spec import parse_spec
-from tokenwatt.spec.workload import Workload
 
 
 def plans(workload: dict, n: int, *, fmt: str = "token_ids", seed: int = 0) -> list[RequestPlan]:

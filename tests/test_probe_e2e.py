@@ -473,9 +473,9 @@ def test_probe_settings_default_from_spec() -> None:
 def test_request_cancelled_before_its_first_step_is_recorded() -> None:
     """A send task cancelled before it ever ran (Ctrl-C in the same loop turn) still leaves a
     cancelled record, so the scheduled request is not lost from the count (the in-process
-    sender, ``load.send.local``)."""
-    from tokenwatt.load.send.local import LocalSender
-    from tokenwatt.load.workload import RequestPlan
+    sender, ``send.local``)."""
+    from tokenwatt.send.local import LocalSender
+    from tokenwatt.traffic.workload import RequestPlan
 
     class NeverRuns:
         async def stream(self, **kw: Any) -> RequestRecord:

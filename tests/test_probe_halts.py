@@ -19,8 +19,8 @@ from test_faults_probe import run_cli, spec_dict
 from tokenwatt.load.derive import UNRESPONSIVE, summarize_probe
 from tokenwatt.load.probe import run_probe
 from tokenwatt.load.target import open_target
-from tokenwatt.load.traces import TraceReplay, TraceRow
 from tokenwatt.spec import parse_spec
+from tokenwatt.traffic.traces import TraceReplay, TraceRow
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""A probe sent by Ray actors fed live (``search.probe.ray`` / ``--ray``, ``load.send.ray_actors``).
+"""A probe sent by Ray actors fed live (``search.probe.ray`` / ``--ray``, ``send.ray_actors``).
 
 The truths: the in-process probe of the same seed (the same requests at the same offsets, the
 same counted set, tokens per request, T within noise at a rate one process handles); on one

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.traces import TraceReplay, load_trace
+from tokenwatt.traffic.traces import TraceReplay, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "src/tokenwatt/examples/traces/tracelab_sample/rounds.jsonl"
@@ -93,7 +93,7 @@ def test_bad_rounds_are_one_line(tmp_path: Path, line: bytes, message: str) -> N
 
 
 def test_an_endless_line_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tokenwatt.load import tracelab
+    from tokenwatt.traffic import tracelab
 
     monkeypatch.setattr(tracelab, "MAX_LINE_CHARS", 100)
     path = tmp_path / "long.jsonl"

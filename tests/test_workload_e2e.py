@@ -18,13 +18,13 @@ import yaml
 from tokenwatt.errors import SpecError
 from tokenwatt.load.derive import summarize_probe
 from tokenwatt.load.probe import ProbeRun, run_probe
-from tokenwatt.load.schedule import SessionSource, TraceSource, make_source
-from tokenwatt.load.sessions import SessionPlanner
 from tokenwatt.load.target import open_target
-from tokenwatt.load.traces import TraceReplay, load_trace
 from tokenwatt.metrics.latency import sent_late
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec import parse_spec
+from tokenwatt.traffic.schedule import SessionSource, TraceSource, make_source
+from tokenwatt.traffic.sessions import SessionPlanner
+from tokenwatt.traffic.traces import TraceReplay, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

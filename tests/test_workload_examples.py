@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tokenwatt.load.arrivals import OpenLoopSchedule
 from tokenwatt.load.probe import ProbeRun, run_probe
-from tokenwatt.load.sessions import SessionPlanner, session_rate_rps
 from tokenwatt.load.target import open_target
-from tokenwatt.load.traces import TraceReplay
-from tokenwatt.load.workload import WorkloadGenerator, resolve_prompt_format
 from tokenwatt.spec import load_spec, parse_spec
+from tokenwatt.traffic.arrivals import OpenLoopSchedule
+from tokenwatt.traffic.sessions import SessionPlanner, session_rate_rps
+from tokenwatt.traffic.traces import TraceReplay
+from tokenwatt.traffic.workload import WorkloadGenerator, resolve_prompt_format
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

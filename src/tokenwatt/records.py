@@ -43,7 +43,7 @@ ErrorKind = Literal[
     "stream_error",  # a JSON error object inside a 200 stream
     "truncated",  # a 200 stream that ended (framing end or clean close) without a proper end
     "cancelled",  # ended by the client (probe end, early stop, Ctrl-C) while in flight
-    "worker_lost",  # the worker process sending it died before reporting it (load.send)
+    "worker_lost",  # the worker process sending it died before reporting it (send)
 ]
 RequestStatus = Literal["ok", "error", "cancelled"]
 STAMP_TYPECODE = "q"  # int64: monotonic nanoseconds
@@ -97,7 +97,7 @@ class RequestRecord:
     cached_tokens: int | None = None
     session_id: int | None = None  # the conversation this turn belongs to (sessions only)
     turn: int | None = None  # 0-based turn within its session (sessions only)
-    # graded requests only (load.graded): the task's kind, and whether the answer was right
+    # graded requests only (traffic.graded): the task's kind, and whether the answer was right
     # (None: not graded, or the stream failed before an answer could be judged)
     task: str | None = None
     correct: bool | None = None

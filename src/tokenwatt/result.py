@@ -754,7 +754,7 @@ class SessionStats(_Strict):
 
 
 class WorkerKeepUp(_Strict):
-    """One sending process's keep-up over a probe (``load.send.figures.worker_stats``)."""
+    """One sending process's keep-up over a probe (``send.figures.worker_stats``)."""
 
     worker: int
     core: int | None = Field(None, description="the core it was pinned to")

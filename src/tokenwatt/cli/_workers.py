@@ -39,7 +39,7 @@ def with_senders(spec: BenchSpec, workers: str | None, ray: str | None = None) -
         spec = _with_probe(spec, "--workers", "workers", value)
     if ray is not None:
         spec = _with_probe(spec, "--ray", "ray", ray)
-        from tokenwatt.load.ray_workers import ray_module
+        from tokenwatt.send.ray_workers import ray_module
 
         ray_module()
     return spec

@@ -1,6 +1,6 @@
 """Greedy consistency: the references a consistency task is graded against.
 
-A consistency task (``load.graded``) asks whether the engine's greedy answer to a prompt
+A consistency task (``traffic.graded``) asks whether the engine's greedy answer to a prompt
 under load is the answer it gives the same prompt alone. Before a probe's load starts, each
 prompt of a small seeded pool is sent alone, one after another, greedy and free to stop; its
 text is the reference. The pool comes from the spec's workload seed, so every probe of a run
@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from tokenwatt.clock import now_ns
-from tokenwatt.load.graded import TASK_WORDS
-from tokenwatt.load.send.base import Streamer
+from tokenwatt.send.base import Streamer
 from tokenwatt.spec import BenchSpec
+from tokenwatt.traffic.graded import TASK_WORDS
 
 __all__ = ["CONSISTENCY_POOL", "consistency_prompts", "consistency_references"]
 
-_STREAM_POOL = 8  # the pool's random stream (load.workload uses 1–6, load.graded 7)
+_STREAM_POOL = 8  # the pool's random stream (traffic.workload uses 1–6, traffic.graded 7)
 CONSISTENCY_POOL = 4  # distinct consistency prompts, each sent alone once per probe
 
 

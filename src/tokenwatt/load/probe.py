@@ -35,7 +35,7 @@ Timeline (monotonic ns)::
   for (one stall of the whole process is caught up on instead): the probe stops there,
   marked ``saturated`` (the load generator's limit, not the server's; the
   SLO judge never calls that a pass or an SLO failure). The cap and that rule belong to the
-  sender (``load.send.base``: one rule for this process, worker processes and Ray actors);
+  sender (``send.base``: one rule for this process, worker processes and Ray actors);
   the probe hands each request over at its slot and stops when the sender says so.
 * A broken endpoint stops the probe too: once at least ``_ERROR_STOP_MIN`` requests have
   ended and their transport/server errors (``metrics.slo.BROKEN_ENDPOINT_KINDS``) are clearly
@@ -65,17 +65,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
-from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule
 from tokenwatt.load.consistency import consistency_references
 from tokenwatt.load.heap import frozen_heap
-from tokenwatt.load.schedule import (
-    OpenLoopSource,
-    RateUnit,
-    ScheduleSource,
-    closed_loop_plans,
-    make_source,
-)
-from tokenwatt.load.send.base import (
+from tokenwatt.load.window import WindowRules
+from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
+from tokenwatt.metrics.sequential import SequentialStop
+from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
+from tokenwatt.records import RequestPhase, RequestRecord, write_requests
+from tokenwatt.result import WorkerKeepUp
+from tokenwatt.send.base import (
     LATE_SEND_S,
     MAX_PENDING_SENDS,
     MAX_SEND_LAG_S,
@@ -83,16 +81,18 @@ from tokenwatt.load.send.base import (
     Streamer,
     sleep_until,
 )
-from tokenwatt.load.send.opening import open_sender
-from tokenwatt.load.window import WindowRules
-from tokenwatt.load.workload import PromptFormat, RequestPlan
-from tokenwatt.load.workload import resolve_prompt_format as _resolve_prompt_format
-from tokenwatt.metrics.latency import ProbeMetrics, compute_probe_metrics
-from tokenwatt.metrics.sequential import SequentialStop
-from tokenwatt.metrics.slo import BROKEN_ENDPOINT_KINDS, clearly_failed
-from tokenwatt.records import RequestPhase, RequestRecord, write_requests
-from tokenwatt.result import WorkerKeepUp
+from tokenwatt.send.opening import open_sender
 from tokenwatt.spec import BenchSpec, ProbeSettings
+from tokenwatt.traffic.arrivals import ClosedLoop, OpenLoopSchedule
+from tokenwatt.traffic.schedule import (
+    OpenLoopSource,
+    RateUnit,
+    ScheduleSource,
+    closed_loop_plans,
+    make_source,
+)
+from tokenwatt.traffic.workload import PromptFormat, RequestPlan
+from tokenwatt.traffic.workload import resolve_prompt_format as _resolve_prompt_format
 
 if TYPE_CHECKING:
     import numpy as np
@@ -246,7 +246,7 @@ class ProbeRun:
 
 class _Probe:
     """One probe's window rules and schedule; how its requests leave is the ``sender``'s
-    (``load.send``), so nothing here depends on processes, actors or tasks."""
+    (``send``), so nothing here depends on processes, actors or tasks."""
 
     def __init__(
         self,

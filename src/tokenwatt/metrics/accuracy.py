@@ -1,6 +1,6 @@
 """Accuracy of a probe's graded answers, with its Wilson score interval.
 
-A graded request (``load.graded``) carries ``task`` and, once its stream ended ok,
+A graded request (``traffic.graded``) carries ``task`` and, once its stream ended ok,
 ``correct``. Accuracy is right ÷ judged over the window's counted graded requests; one that
 failed or was cancelled before an answer is not judged (failures count against the error
 budget, not the accuracy). The interval is Wilson's score interval for a binomial

@@ -1,4 +1,4 @@
-"""Agent-session figures of a probe over an agent trace (``load.agent_traces``).
+"""Agent-session figures of a probe over an agent trace (``traffic.agent_traces``).
 
 What an agent workload is sized in is users, not requests: AgentPerf and InferenceX's agentic
 scenario state the most concurrent agent sessions a node serves at a target speed. So:

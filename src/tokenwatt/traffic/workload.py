@@ -37,7 +37,6 @@ import orjson
 
 from tokenwatt.bounded import DATASET_MAX_BYTES, IMPORT_MAX_BYTES, read_bounded
 from tokenwatt.errors import SpecError
-from tokenwatt.load.graded import GradedTask
 from tokenwatt.spec import BenchSpec
 from tokenwatt.spec.workload import (
     Dataset,
@@ -49,6 +48,7 @@ from tokenwatt.spec.workload import (
     SharedPrefix,
 )
 from tokenwatt.spec.workload import Workload as WorkloadSpec
+from tokenwatt.traffic.graded import GradedTask
 
 __all__ = [
     "TOKEN_ID_RANGE",
@@ -100,7 +100,7 @@ class RequestPlan:
     max_tokens: int
     prefix_id: int | None = None  # which shared prefix the prompt starts with, if any
     shared_prefix_tokens: int = 0  # leading tokens (client count) shared with other requests
-    task: GradedTask | None = None  # a graded request's task (load.graded), else None
+    task: GradedTask | None = None  # a graded request's task (traffic.graded), else None
 
 
 def resolve_prompt_format(spec: BenchSpec) -> PromptFormat:

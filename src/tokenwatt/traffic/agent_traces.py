@@ -19,8 +19,8 @@ Conversation k (files in name order) starts ``stagger_s`` × k after the first: 
 sets record each conversation from its own zero. Every request keeps its conversation's order
 and traced gaps (``t``, which holds the model's time, the tool calls and the user's thinking);
 a probe's ``time_scale`` scales them all. Bounds: ``MAX_CONVERSATION_BYTES`` a file (one
-conversation is parsed at a time; ``load.traces`` keeps only its rows' columns, at most
-``MAX_TRACE_ROWS``). ``load.traces.load_trace(path, "weka")`` gives the ``Trace``, and
+conversation is parsed at a time; ``traffic.traces`` keeps only its rows' columns, at most
+``MAX_TRACE_ROWS``). ``traffic.traces.load_trace(path, "weka")`` gives the ``Trace``, and
 ``Trace.ideal_hit_rate`` the prefix-cache hit rate its hashes allow.
 """
 

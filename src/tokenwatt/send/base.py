@@ -1,8 +1,8 @@
 """The sender seam: how a probe's requests leave the machine, and whether they left on time.
 
 A probe (``load.probe``) owns the window rules and the schedule: it decides *which* request
-goes *when*. A :class:`Sender` sends it, in one of three ways (``load.send.local``: asyncio
-tasks in this process; ``load.send.processes``: worker processes; ``load.send.ray_actors``:
+goes *when*. A :class:`Sender` sends it, in one of three ways (``send.local``: asyncio
+tasks in this process; ``send.processes``: worker processes; ``send.ray_actors``:
 Ray actors), and reports every finished record back. The probe talks to all three through
 the same five calls, so it has no branch on how requests are sent:
 
@@ -32,9 +32,9 @@ from typing import Protocol
 
 from tokenwatt.client.openai import Prompt
 from tokenwatt.clock import now_ns
-from tokenwatt.load.graded import GradedTask, grade
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import WorkerKeepUp
+from tokenwatt.traffic.graded import GradedTask, grade
 
 __all__ = [
     "LATE_SEND_S",
@@ -103,7 +103,7 @@ async def stream_one(
 ) -> RequestRecord:
     """Send ``req`` (scheduled at ``sched_ns``) and stream its answer into ``record``: the one
     send call of every sender (in-process probe, live and fixed-schedule workers). A request
-    carrying a graded task (``load.graded``) goes greedy and free to stop, and its answer is
+    carrying a graded task (``traffic.graded``) goes greedy and free to stop, and its answer is
     graded here once the stream has ended; its text is not kept."""
     task: GradedTask | None = getattr(req, "task", None)
     if task is not None and record is not None:

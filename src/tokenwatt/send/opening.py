@@ -1,6 +1,6 @@
 """Which sender a probe gets, and the refusals where it is opened.
 
-One place decides how a probe's requests leave (``load.send.base``): this process
+One place decides how a probe's requests leave (``send.base``): this process
 (``local``) unless ``search.probe.workers`` > 1 (worker processes) or ``search.probe.ray``
 (Ray actors). A closed loop (the single-stream point) stays in this process: one stream needs
 no help. Conversations stay too, and asking for workers with them is refused: a next turn
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from tokenwatt.client import StreamClient
 from tokenwatt.errors import SpecError
-from tokenwatt.load.arrivals import ClosedLoop
-from tokenwatt.load.schedule import ScheduleSource, SessionSource
-from tokenwatt.load.send.base import LATE_SEND_S, Sender, Streamer
-from tokenwatt.load.send.local import LocalSender
-from tokenwatt.load.send.processes import LivePool
-from tokenwatt.load.workers import ClientConfig
+from tokenwatt.send.base import LATE_SEND_S, Sender, Streamer
+from tokenwatt.send.local import LocalSender
+from tokenwatt.send.processes import LivePool
+from tokenwatt.send.workers import ClientConfig
 from tokenwatt.spec import BenchSpec, ProbeSettings
+from tokenwatt.traffic.arrivals import ClosedLoop
+from tokenwatt.traffic.schedule import ScheduleSource, SessionSource
 
 __all__ = ["open_sender"]
 
@@ -49,7 +49,7 @@ def open_sender(
     cfg = ClientConfig.from_client(client, ignore_eos=spec.workload.ignore_eos)
     if ray is not None:
         # Ray is an optional extra: imported only when asked for
-        from tokenwatt.load.send.ray_actors import RayLivePool, clock_limit_ns  # noqa: PLC0415
+        from tokenwatt.send.ray_actors import RayLivePool, clock_limit_ns  # noqa: PLC0415
 
         limit = clock_limit_ns([spec.slo.ttft_ms, spec.slo.tpot_ms])
         return RayLivePool(n, cfg, address=ray, late_send_s=LATE_SEND_S, clock_limit_ns=limit)

@@ -15,10 +15,10 @@ import asyncio
 from typing import Any
 
 from tokenwatt.clock import now_ns
-from tokenwatt.load.send.base import Sendable, SenderBase, Streamer, cpu_seconds, stream_one
-from tokenwatt.load.send.figures import worker_stats
 from tokenwatt.records import RequestRecord
 from tokenwatt.result import WorkerKeepUp
+from tokenwatt.send.base import Sendable, SenderBase, Streamer, cpu_seconds, stream_one
+from tokenwatt.send.figures import worker_stats
 
 __all__ = ["LocalSender"]
 

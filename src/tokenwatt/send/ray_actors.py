@@ -1,7 +1,7 @@
 """A probe's workers as Ray actors, fed live (``search.probe.ray`` / ``--ray``; extra
 ``tokenwatt[ray]``).
 
-The same division of work as ``load.send.processes`` (the probe keeps its window rules and deals
+The same division of work as ``send.processes`` (the probe keeps its window rules and deals
 request k to worker k mod N ahead of its slot; the workers only send), with Ray actors instead
 of local processes: one CPU each, spread over the cluster's nodes, never restarted. What
 differs is the transport and the clock:
@@ -9,7 +9,7 @@ differs is the transport and the clock:
 * **Clocks.** Each actor's offset (its monotonic clock minus the coordinator's) is measured
   by exchange (``ray_workers.measure_offset``: Cristian, ± half the shortest round trip)
   before the probe, every ``RECLOCK_S`` during it (by the pump, between calls) and once after
-  it (``load.clock_track``). A slot t on the coordinator's clock is sent as t + the latest
+  it (``send.clock_track``). A slot t on the coordinator's clock is sent as t + the latest
   offset, so the actor sleeps until that instant on its own clock; every stamp of its records
   is shifted back by the latest offset as they arrive (``ray_workers.shift_stamps``), so the
   probe's window rules read one clock, and at the end by the offset interpolated at the
@@ -49,8 +49,11 @@ from typing import Any, Literal
 
 from tokenwatt.clock import now_ns
 from tokenwatt.errors import SpecError
-from tokenwatt.load.clock_track import RECLOCK_S, OffsetTrack, clock_limit_ns
-from tokenwatt.load.ray_workers import (
+from tokenwatt.records import RequestRecord
+from tokenwatt.result import WorkerKeepUp
+from tokenwatt.send.clock_track import RECLOCK_S, OffsetTrack, clock_limit_ns
+from tokenwatt.send.processes import FINISH_S, LiveDealer, Share, SlotSender, fields
+from tokenwatt.send.ray_workers import (
     ClockActor,
     ClockOffset,
     measure_offset,
@@ -59,11 +62,8 @@ from tokenwatt.load.ray_workers import (
     shift_stamps,
     spread_actors,
 )
-from tokenwatt.load.send.processes import FINISH_S, LiveDealer, Share, SlotSender, fields
-from tokenwatt.load.wire import unpack_records
-from tokenwatt.load.workers import ClientConfig, ScheduledRequest
-from tokenwatt.records import RequestRecord
-from tokenwatt.result import WorkerKeepUp
+from tokenwatt.send.wire import unpack_records
+from tokenwatt.send.workers import ClientConfig, ScheduledRequest
 
 __all__ = ["RAY_LEAD_NS", "RayLivePool", "clock_limit_ns", "lead_ns", "ray_worker_count"]
 

@@ -1,8 +1,8 @@
-"""What a sending worker process needs, shared by the live senders (``load.send``).
+"""What a sending worker process needs, shared by the live senders (``send``).
 
 One client process carries about 100k streamed tokens/s on one core; near that its loop reads
 late, events share reads and stamps lose their precision exactly where a big node is tested.
-The live senders (``load.send.processes`` on this machine, ``load.send.ray_actors`` across
+The live senders (``send.processes`` on this machine, ``send.ray_actors`` across
 machines) move the sending into worker processes; this module holds what both need:
 
 * :class:`ClientConfig`: everything a worker needs to build its own ``StreamClient``

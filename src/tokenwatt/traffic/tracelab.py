@@ -34,8 +34,8 @@ from typing import IO, Any
 import orjson
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.agent_traces import AGENT_BLOCK_TOKENS, AgentRow
 from tokenwatt.spec._base import MAX_TOKENS
+from tokenwatt.traffic.agent_traces import AGENT_BLOCK_TOKENS, AgentRow
 
 __all__ = ["MAX_LINE_CHARS", "tracelab_rows"]
 

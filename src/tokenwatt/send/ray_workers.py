@@ -1,6 +1,6 @@
 """Ray plumbing for the live Ray sender (optional extra: ``tokenwatt[ray]``).
 
-``load.send.ray_actors`` sends a probe's requests from Ray actors spread over a cluster's
+``send.ray_actors`` sends a probe's requests from Ray actors spread over a cluster's
 nodes; this module holds what it needs from Ray itself: the import with its one-line error, the
 session (joined or started, the command's signal handlers kept), actors spread one per CPU,
 and each actor's clock.
@@ -15,7 +15,7 @@ several exchanges is kept). A slot is put onto the actor's clock by adding the o
 every stamp of its records is shifted back by it (:func:`shift_stamps`), so all records land on
 the coordinator's clock. On one machine the true offset is 0, which the tests use as the
 independent truth. An exchange over monotonic clocks needs no wall-clock agreement (NTP steps do
-not move it); drift over a probe is tracked by ``load.clock_track``.
+not move it); drift over a probe is tracked by ``send.clock_track``.
 """
 
 from __future__ import annotations

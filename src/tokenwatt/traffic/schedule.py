@@ -12,7 +12,7 @@ request back (``finished``). Three sources feed that one loop:
   each at its traced pace (``TraceReplay.at_session_rate``).
 * ``SessionSource``: conversations. Session starts follow an open-loop process; each session
   is closed-loop within itself: turn k+1 becomes due only when turn k's answer has ended, at
-  that end plus a think time (``load.sessions.Conversation``). So ``peek`` can change after a
+  that end plus a think time (``traffic.sessions.Conversation``). So ``peek`` can change after a
   ``finished`` call, and the send loop re-peeks when ``finished`` says so.
 
 A source does no I/O and reads no clock (answer ends come in as integers), which is what lets
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
-from tokenwatt.load.graded import graded_plans
-from tokenwatt.load.sessions import Conversation, SessionPlanner, TurnPlan, session_rate_rps
-from tokenwatt.load.traces import TraceReplay
-from tokenwatt.load.workload import PromptFormat, RequestPlan, WorkloadGenerator
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec import BenchSpec
+from tokenwatt.traffic.arrivals import ClosedLoop, OpenLoopSchedule, make_arrivals
+from tokenwatt.traffic.graded import graded_plans
+from tokenwatt.traffic.sessions import Conversation, SessionPlanner, TurnPlan, session_rate_rps
+from tokenwatt.traffic.traces import TraceReplay
+from tokenwatt.traffic.workload import PromptFormat, RequestPlan, WorkloadGenerator
 
 __all__ = [
     "OpenLoopSource",

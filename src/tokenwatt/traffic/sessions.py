@@ -27,11 +27,6 @@ from typing import Literal
 import numpy as np
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.workload import (
-    SharedPrefixes,
-    WorkloadGenerator,
-    sample_lengths,
-)
 from tokenwatt.spec.workload import (
     Distribution,
     Empirical,
@@ -43,6 +38,11 @@ from tokenwatt.spec.workload import (
     Uniform,
 )
 from tokenwatt.spec.workload import Workload as WorkloadSpec
+from tokenwatt.traffic.workload import (
+    SharedPrefixes,
+    WorkloadGenerator,
+    sample_lengths,
+)
 
 __all__ = [
     "Conversation",

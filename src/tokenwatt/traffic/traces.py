@@ -34,11 +34,11 @@ import numpy as np
 import orjson
 
 from tokenwatt.errors import SpecError
-from tokenwatt.load.agent_traces import agent_rows
-from tokenwatt.load.tracelab import tracelab_rows
-from tokenwatt.load.workload import PromptFormat, RequestPlan, random_prompt
 from tokenwatt.spec._base import MAX_TOKENS
 from tokenwatt.spec.workload import Trace as TraceSpec
+from tokenwatt.traffic.agent_traces import agent_rows
+from tokenwatt.traffic.tracelab import tracelab_rows
+from tokenwatt.traffic.workload import PromptFormat, RequestPlan, random_prompt
 
 __all__ = [
     "MAX_TRACE_ROWS",
@@ -357,7 +357,8 @@ def parse_mooncake(source: str | IO[str], path: Path) -> Trace:
 
 def load_agent_trace(path: Path, *, stagger_s: float = 1.0, fmt: TraceFormat = "weka") -> Trace:
     """Agent conversations as one ``Trace``, conversation k starting ``stagger_s`` × k after
-    the first: WEKA / kv-cache-tester (``load.agent_traces``) or TraceLab (``load.tracelab``)."""
+    the first: WEKA / kv-cache-tester (``traffic.agent_traces``) or TraceLab
+    (``traffic.tracelab``)."""
     cols = _Columns(path)
     rows = tracelab_rows if fmt == "tracelab" else agent_rows
     for where, t, n_in, n_out, hashes, k in rows(path, stagger_s=stagger_s):
@@ -367,7 +368,7 @@ def load_agent_trace(path: Path, *, stagger_s: float = 1.0, fmt: TraceFormat = "
 
 def load_trace(path: Path, fmt: TraceFormat) -> Trace:
     """Stream and parse a trace file; problems are one-line ``SpecError``s naming the line.
-    ``weka``: a folder of agent conversations (``load.agent_traces``)."""
+    ``weka``: a folder of agent conversations (``traffic.agent_traces``)."""
     if fmt in AGENT_FORMATS:
         return load_agent_trace(path, fmt=fmt)
     try:

@@ -61,7 +61,7 @@ TASK_WORDS: tuple[str, ...] = (
     "apple", "river", "stone", "cloud", "green", "table", "music", "light",
     "paper", "horse", "water", "bread", "chair", "smile", "storm", "glass",
 )  # fmt: skip
-_STREAM_GRADED = 7  # the slice's random stream (load.workload uses 1–6)
+_STREAM_GRADED = 7  # the slice's random stream (traffic.workload uses 1–6)
 _INT = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 PUBLIC_SET = "gsm8k_test_sample.jsonl"  # in tokenwatt.examples/graded

@@ -12,9 +12,9 @@ only moves the *sending* out of the process:
   clock, so the worker sends at that very instant and its stamps need no conversion.
 * Each worker (its own process, event loop and ``StreamClient``, optionally pinned to a
   core) sleeps until the slot, sends, and returns finished records in compact batches
-  (``load.wire``) every ``interval_s``, with its sender figures: late sends, its current
+  (``send.wire``) every ``interval_s``, with its sender figures: late sends, its current
   and worst lag. They join the coordinator's own in the pool's ``Pace``
-  (``load.send.base``): the same saturation rule as in-process.
+  (``send.base``): the same saturation rule as in-process.
 * :meth:`LivePool.finish` ends the run: ``cancel=True`` (the probe is done) cancels what is
   in flight, whose records come back ``cancelled`` with the chunks received so far; requests
   whose slot had not come are reported unsent and dropped, exactly as an in-process sender
@@ -24,8 +24,8 @@ only moves the *sending* out of the process:
 
 The coordinator's half that does not depend on how a worker is reached (dealing k mod N, the
 figures, records reported once, lost requests as failures, the keep-up figures) is
-:class:`LiveDealer`, a ``load.send.base.Sender``; the sending half is :class:`SlotSender`.
-``load.send.ray_actors`` uses both for Ray actors; only the transport differs (a pipe here,
+:class:`LiveDealer`, a ``send.base.Sender``; the sending half is :class:`SlotSender`.
+``send.ray_actors`` uses both for Ray actors; only the transport differs (a pipe here,
 actor calls there).
 """
 
@@ -44,7 +44,9 @@ import orjson
 
 from tokenwatt.client import StreamClient
 from tokenwatt.clock import now_ns
-from tokenwatt.load.send.base import (
+from tokenwatt.records import RequestRecord
+from tokenwatt.result import WorkerKeepUp
+from tokenwatt.send.base import (
     Sendable,
     SenderBase,
     SenderFigures,
@@ -52,9 +54,9 @@ from tokenwatt.load.send.base import (
     sleep_until,
     stream_one,
 )
-from tokenwatt.load.send.figures import worker_stats
-from tokenwatt.load.wire import pack_records, unpack_records
-from tokenwatt.load.workers import (
+from tokenwatt.send.figures import worker_stats
+from tokenwatt.send.wire import pack_records, unpack_records
+from tokenwatt.send.workers import (
     ClientConfig,
     ScheduledRequest,
     lost_record,
@@ -62,8 +64,6 @@ from tokenwatt.load.workers import (
     run_loop,
     worker_count,
 )
-from tokenwatt.records import RequestRecord
-from tokenwatt.result import WorkerKeepUp
 
 __all__ = ["FINISH_S", "LEAD_NS", "LiveDealer", "LivePool", "Share", "SlotSender", "fields"]
 
@@ -219,7 +219,7 @@ H = TypeVar("H", bound=Share)
 
 class LiveDealer(SenderBase, Generic[H]):
     """What every live pool does the same way, whatever carries its messages: a
-    ``load.send.base.Sender`` that deals request k to worker k mod N.
+    ``send.base.Sender`` that deals request k to worker k mod N.
 
     A subclass fills ``handles`` in ``_open``, sends one request in :meth:`_send` (False: the
     worker is unreachable), names a lost worker in :meth:`_lost_message` and ends in
