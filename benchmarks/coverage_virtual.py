@@ -15,7 +15,9 @@ appends each search's probes (rate, counts, miss flags in send order) to a JSON-
 interval, how many intervals were open below and above),
 so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
 is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
-Each search stops on its own D = 1 interval, as ``tokenwatt bench`` searches. The row adds the
+With ``--precision P`` each search is two-sided, as ``tokenwatt bench`` searches (``two_sided``:
+it goes on until the reported interval is closed and within ± P); without it, each search
+stops on its own D = 1 interval at 5 %. The row adds the
 searches whose reported interval at that D lies within ± 5 % of its point.
 ``--checks`` follows each converged search with ``tokenwatt bench``'s drift checks
 (``load.bench._drift_checks``: a re-test at the highest pass and a confirmation at the fitted
@@ -40,7 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import BoundarySearch, SearchOutcome
 from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, reported_boundary
-from virtual_probe import CASES, VirtualProbe, VirtualRun, drift_checks, reference_boundary
+from virtual_probe import (
+    CASES,
+    HOLDOUT_CASES,
+    VirtualProbe,
+    VirtualRun,
+    drift_checks,
+    reference_boundary,
+)
 
 
 def _dump(
@@ -125,7 +134,14 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", default="dense", choices=sorted(CASES))
+    ap.add_argument("--case", default="dense", choices=sorted(CASES | HOLDOUT_CASES))
+    ap.add_argument(
+        "--precision",
+        type=float,
+        default=None,
+        help="search two-sided to this half width (as tokenwatt bench does); omitted: the "
+        "search stops on its own D = 1 interval at 5 %%",
+    )
     ap.add_argument("--searches", type=int, default=200)
     ap.add_argument("--first-seed", type=int, default=1000)
     ap.add_argument("--design-effect", type=float, nargs="+", default=[REPORTED_DESIGN_EFFECT])
@@ -138,15 +154,22 @@ def main() -> None:
     if args.summarize:
         summarize(args.summarize, args.design_effect)
         return
-    c = CASES[args.case]
+    c = (CASES | HOLDOUT_CASES)[args.case]
     ref = args.reference
     rows: dict[float, list[tuple[bool, float, int, int, str, bool]]] = {
         d: [] for d in args.design_effect
     }
     for k in range(args.searches):
         probe = VirtualProbe(c, lifetimes=args.lifetimes)
+        two = args.precision is not None
         s = BoundarySearch(
-            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30
+            probe,
+            start_rate_rps=2.0,
+            allowed=0.01,
+            seed=args.first_seed + k,
+            max_probes=30,
+            precision=args.precision if two else 0.05,
+            two_sided=two,
         )
         out = asyncio.run(s.run())
         changed = args.checks and checks(probe, out, args.first_seed + k)

@@ -49,11 +49,25 @@ sits within precision/2 of it, the fitted point) and stops when the interval's h
 within ``precision`` of its point. No confirmation re-run: a rate already measured is probed
 again only when both candidates have been measured (the data there are undecided or
 contradict each other), and then both measurements enter the fit together.
+
+**Two-sided** (``two_sided``, what ``tokenwatt bench`` runs): the search above stops on its
+own interval (D = 1, ends at probed rates) at its resolution, min(``precision``, 5 %); the
+interval the user reads (``metrics.boundary.reported_boundary``: the low end through the
+design effect D = 5) is then usually open below. The search goes on (``_close_next``) until
+that reported interval is closed at both ends and its half width is within ``precision`` of
+its point: the end farther from the point (or the open one) gets the next probe, the low end
+at point × (1 − 1.5·precision) and the high end at point × (1 + precision), a rate already
+measured within precision/2 of that target being probed again so the counts pool. The low
+end is probed well below the point on purpose: the point of short windows leans high, and a
+search that kept probing just below it until a clean window closed the low end selected the
+optimistic windows (coverage fell to 8–72 %). When ``max_probes`` or ``max_time_s`` runs out
+first, ``SearchOutcome.unclosed`` says which end was not established and why.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
@@ -63,6 +77,7 @@ from tokenwatt.metrics.boundary import (
     BoundaryFit,
     Evidence,
     fit_boundary,
+    reported_boundary,
 )
 
 __all__ = [
@@ -76,6 +91,7 @@ __all__ = [
     "bracket_rate",
     "probe_seed",
     "step_factor",
+    "unclosed_line",
 ]
 
 P = TypeVar("P")
@@ -89,6 +105,7 @@ StopReason = Literal[
     "error",
     "saturated",
     "changed",
+    "max_time",
 ]
 Halt = Literal["error", "saturated"]
 _MASK64 = (1 << 64) - 1
@@ -121,6 +138,11 @@ class _HaltedError(Exception):
     """A probe said ``halt``: the search ends where it is."""
 
 
+# The search's own (D = 1) stop before the two-sided phase: never coarser than this, so the
+# fit's point is placed as well as the coverage of the reported interval was measured with.
+RESOLUTION = 0.05
+LOW_TARGET = 1.5  # the low end's probe: point × (1 − LOW_TARGET · precision)
+HIGH_TARGET = 1.0  # the high end's probe: point × (1 + HIGH_TARGET · precision)
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
 
 
@@ -132,6 +154,39 @@ def step_factor(k: int, growth: float, first_step: float | None) -> float:
     if first_step is None:
         return growth
     return math.exp(min(math.log(growth), math.log(first_step) * 2.0 ** min(k, 60)))
+
+
+_WHY = {
+    "max_probes": "search.max_probes ran out",
+    "max_time": "the time limit (--max-time) ran out",
+    "changed": "the server changed during the run",
+    "max_rate": "the SLO still held at search.max_rate_rps",
+    "failed_at_start": "no rate passed",
+    "interrupted": "the run was interrupted",
+    "error": "the endpoint failed",
+    "saturated": "the load generator could not offer the load",
+}
+
+
+def unclosed_line(rep: BoundaryFit, precision: float, stop: str) -> str | None:
+    """One line naming the end of the reported interval not established (open, or farther
+    from the point than ``precision``) and why the search stopped before it was; None when
+    both ends are established."""
+    point = rep.rate_rps
+    if point is None:
+        return f"no boundary was placed: {_WHY.get(stop, stop)}"
+    low, high = rep.low_rps, rep.high_rps
+    half = rep.relative_half_width
+    if low is not None and high is not None and half is not None:
+        if half <= precision:
+            return None
+        far = "low" if point - low >= high - point else "high"
+        what = f"the half width is {half:.0%}, the {far} end farther from the point"
+    else:
+        what = " and ".join(f"the {n} end is open" for n, e in (("low", low), ("high", high))
+                            if e is None)  # fmt: skip
+    why = _WHY.get(stop, stop)
+    return f"{what} (asked ±{precision:.0%}): {why}"
 
 
 def bracket_rate(offered_rps: float, outcome: ProbeOutcome[P]) -> float:
@@ -178,10 +233,15 @@ class SearchOutcome(Generic[P]):
     precision_target: float = 0.05
     fit: BoundaryFit | None = None  # fit mode: the boundary with its interval
     evidence: list[Evidence] = field(default_factory=list)  # fit mode: each probe, as placed
+    reported: BoundaryFit | None = None  # two-sided: the reported interval at the stop
+    unclosed: str | None = None  # two-sided: which end was not established, and why
 
     @property
     def precision_reached(self) -> float | None:
-        """Fit mode: the interval's half width over its point; else the bracket's width."""
+        """Fit mode: the interval's half width over its point (the reported interval's when the
+        search was two-sided); else the bracket's width."""
+        if self.reported is not None and self.reported.relative_half_width is not None:
+            return self.reported.relative_half_width
         if self.fit is not None and self.fit.relative_half_width is not None:
             return self.fit.relative_half_width
         if self.lo_rps is None or self.hi_rps is None:
@@ -228,6 +288,9 @@ class BoundarySearch(Generic[P]):
         design_effect: float = 1.0,
         on_step: Callable[[SearchStep[P]], None] | None = None,
         first_step: float | None = None,
+        two_sided: bool = False,
+        max_time_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not (math.isfinite(start_rate_rps) and start_rate_rps > 0):
             raise ValueError(f"start_rate_rps must be > 0, got {start_rate_rps}")
@@ -261,6 +324,12 @@ class BoundarySearch(Generic[P]):
         self.current_phase: Phase = "grow"  # of the probe in flight, for progress displays
         self.first_step = first_step
         self._walk: tuple[int, int] = (0, 0)  # (direction, steps taken in it)
+        self.two_sided = two_sided
+        self.max_time_s = max_time_s
+        self._clock = clock
+        self._t0 = clock()
+        # The D = 1 stop: at precision, or at RESOLUTION when the reported interval decides.
+        self.resolution = min(precision, RESOLUTION) if two_sided else precision
 
     def _factor(self, direction: int) -> float:
         """The factor of the next step of a walk up (+1) or down (−1) from a rate:
@@ -328,12 +397,12 @@ class BoundarySearch(Generic[P]):
         if fit is None or fit.rate_rps is None:
             return None
         half = fit.relative_half_width
-        if half is not None and half <= self.precision:
+        if half is not None and half <= self.resolution:
             return None
         measured = [e.rate_rps for e in self._evidence]
 
         def fresh(r: float) -> bool:
-            return all(abs(math.log(r / m)) >= self.precision / 2 for m in measured)
+            return all(abs(math.log(r / m)) >= self.resolution / 2 for m in measured)
 
         lo, hi = fit.low_rps, fit.high_rps
         middle = math.sqrt(lo * hi) if lo is not None and hi is not None else fit.rate_rps
@@ -342,14 +411,59 @@ class BoundarySearch(Generic[P]):
                 return min(r, self.max_rate_rps), "fit"
         return min(middle, self.max_rate_rps), "confirm"
 
+    def _close_next(self) -> tuple[float, str] | None:
+        """Two-sided: the next rate and the end it is for, or None when the reported interval
+        is closed at both ends and within ``precision`` of its point (module docstring)."""
+        assert self.allowed is not None
+        rep = reported_boundary(self._evidence, self.allowed, self.confidence)
+        self.outcome.reported = rep
+        point = rep.rate_rps
+        if point is None:
+            return None
+        if rep.high_rps is None:
+            end = "high"
+        elif rep.low_rps is None:
+            end = "low"
+        elif (rep.relative_half_width or 0.0) <= self.precision:
+            return None
+        else:
+            end = "low" if point - rep.low_rps >= rep.high_rps - point else "high"
+        if end == "low":
+            target = point * (1.0 - LOW_TARGET * self.precision)
+        else:
+            target = point * (1.0 + HIGH_TARGET * self.precision)
+        near = [e.rate_rps for e in self._evidence
+                if abs(math.log(e.rate_rps / target)) < self.precision / 2]  # fmt: skip
+        rate = min(near, key=lambda m: abs(math.log(m / target))) if near else target
+        return min(rate, self.max_rate_rps), end
+
+    def _time_left(self) -> bool:
+        return self.max_time_s is None or self._clock() - self._t0 < self.max_time_s
+
     def _budget_left(self) -> bool:
-        return len(self.outcome.steps) < self.max_probes
+        return len(self.outcome.steps) < self.max_probes and self._time_left()
+
+    def _out_of_budget(self) -> StopReason:
+        """Why no probe more may run: the probe count or the time limit."""
+        return "max_time" if not self._time_left() else "max_probes"
 
     async def run(self) -> SearchOutcome[P]:
         try:
             return await self._run()
         except _HaltedError:
             return self.outcome
+        finally:
+            self._settle_ends()
+
+    def _settle_ends(self) -> None:
+        """Two-sided: the reported interval at the stop and, unless it is closed and within
+        ``precision``, which end was not established and why (the stop reason)."""
+        out = self.outcome
+        if not self.two_sided or self.allowed is None or not self._evidence:
+            return
+        rep = reported_boundary(self._evidence, self.allowed, self.confidence)
+        out.reported = rep
+        out.unclosed = unclosed_line(rep, self.precision, out.stop_reason)
 
     async def _run(self) -> SearchOutcome[P]:
         out = self.outcome
@@ -359,7 +473,7 @@ class BoundarySearch(Generic[P]):
         while not passed:
             rate /= self._factor(-1)
             if not self._budget_left():
-                out.stop_reason = "max_probes"
+                out.stop_reason = self._out_of_budget()
                 return out
             if rate < self.min_rate_rps:
                 out.stop_reason = "failed_at_start"
@@ -368,7 +482,7 @@ class BoundarySearch(Generic[P]):
         # Grow while passing (only if nothing above has failed yet).
         while out.hi_rps is None:
             if not self._budget_left():
-                out.stop_reason = "max_probes"
+                out.stop_reason = self._out_of_budget()
                 return out
             lo = out.lo_rps
             assert lo is not None
@@ -388,7 +502,7 @@ class BoundarySearch(Generic[P]):
         while out.lo_rps is None:
             rate /= self._factor(-1)
             if not self._budget_left():
-                out.stop_reason = "max_probes"
+                out.stop_reason = self._out_of_budget()
                 return out
             if rate < self.min_rate_rps:
                 out.stop_reason = "failed_at_start"
@@ -405,7 +519,7 @@ class BoundarySearch(Generic[P]):
             if hi is None:
                 # A pass above the old failure removed it: grow again from there.
                 if not self._budget_left():
-                    out.stop_reason = "max_probes"
+                    out.stop_reason = self._out_of_budget()
                     return out
                 if lo >= self.max_rate_rps:
                     out.stop_reason = "max_rate"
@@ -414,16 +528,20 @@ class BoundarySearch(Generic[P]):
                 continue
             if self._fit_mode and out.fit is not None and out.fit.relative_half_width is not None:
                 nxt = self._fit_next()
-                if nxt is None:
-                    out.stop_reason = "converged"
+                close = self._close_next() if nxt is None and self.two_sided else None
+                if nxt is None and close is None:
+                    out.stop_reason, out.unclosed = "converged", None
                     return out
                 if not self._budget_left():
-                    out.stop_reason = "max_probes"
+                    out.stop_reason = self._out_of_budget()
                     return out
+                if nxt is None and close is not None:
+                    nxt = (close[0], "fit")
+                assert nxt is not None
                 await self._run_one(*nxt)
                 continue
             if not self._budget_left():
-                out.stop_reason = "max_probes"
+                out.stop_reason = self._out_of_budget()
                 return out
             if (hi - lo) / lo >= self.precision:
                 await self._run_one(math.sqrt(lo * hi), "bisect")

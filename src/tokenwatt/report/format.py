@@ -30,6 +30,7 @@ __all__ = [
     "no_boundary_text",
     "no_failure_seen",
     "rel_change",
+    "safe_rate_text",
 ]
 
 DASH = "—"
@@ -220,3 +221,21 @@ def goodput_headline(result: BenchResult, b: ProbeSummary) -> tuple[str, str]:
     )
     rate = fmt_interval(b.boundary_rate_rps, b.rate_interval_rps, b.confidence, "req/s", fmt_float)
     return main, f"fitted boundary {rate}, {good} there"
+
+
+def safe_rate_text(result: BenchResult, b: ProbeSummary) -> str | None:
+    """The safe rate: the low end of the boundary's interval, with goodput there, or why it
+    was not established (``search.unclosed``); None where no boundary was fitted."""
+    if b.boundary_rate_rps is None:
+        return None
+    conf = f"{b.confidence:.0%}" if b.confidence is not None else "95%"
+    unclosed = result.search.unclosed if result.search is not None else None
+    if b.safe_rate_rps is None:
+        return f"not established (the boundary's {conf} interval is open below)" + (
+            f": {unclosed}" if unclosed else ""
+        )
+    good = b.goodput_tokens_per_s_at_safe_rate
+    there = f", {fmt_tokens_per_s(good)} tok/s goodput there" if good is not None else ""
+    where = f"the low end of the boundary's {conf} interval"
+    text = f"{fmt_float(b.safe_rate_rps)} req/s{there} ({where})"
+    return text + (f"; {unclosed}" if unclosed else "")

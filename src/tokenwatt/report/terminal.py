@@ -31,6 +31,7 @@ from tokenwatt.report.format import (
     goodput_headline,
     no_boundary_text,
     no_failure_seen,
+    safe_rate_text,
 )
 from tokenwatt.report.intervals_text import interval_caption, interval_rows
 from tokenwatt.report.labels import (
@@ -193,6 +194,9 @@ def headline(result: BenchResult) -> RenderableType:
     else:
         label, good = _goodput_row(result, b, probe_only=probe_only)
         grid.add_row(label, Text(good, "bold green" if b.slo_passed else "bold red"))
+        safe = None if probe_only else safe_rate_text(result, b)
+        if safe is not None:
+            grid.add_row("Safe rate", Text(safe))
         tpj = energy_text(b)
         grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
         cost = cost_text(b)
