@@ -11,8 +11,9 @@ how often each design effect's interval holds the reference. Prints one row per 
 effect: coverage, mean half width, mean probes and requests per search, converged searches,
 and the load average (virtual time does not feel it; it says what else ran). ``--dump``
 appends each search's probes (rate, counts, miss flags in send order) to a JSON-lines file;
-``--summarize`` prints the table from dumps (how many references fell below and above the
-interval, how many intervals were open below and above),
+``--summarize`` (with ``--precision`` for two-sided dumps) prints the table from dumps (how
+many references fell below and above the interval, how many intervals were open below and
+above),
 so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
 is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
 With ``--precision P`` each search is two-sided, as ``tokenwatt bench`` searches (``two_sided``:
@@ -41,7 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import BoundarySearch, SearchOutcome
-from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, reported_boundary
+from tokenwatt.metrics.boundary import (
+    REPORTED_DESIGN_EFFECT,
+    BoundaryFit,
+    Evidence,
+    reported_boundary,
+    two_sided_boundary,
+)
 from virtual_probe import (
     CASES,
     HOLDOUT_CASES,
@@ -77,6 +84,14 @@ def _dump(
         f.write(json.dumps(line) + "\n")
 
 
+def interval(ev: list[Evidence], d: float, two_sided: bool) -> BoundaryFit:
+    """The interval a search reports: two-sided (``two_sided_boundary``, the low end at a
+    probed rate) or the one-sided search's (``reported_boundary``)."""
+    if two_sided:
+        return two_sided_boundary(ev, 0.01, 0.95, d)
+    return reported_boundary(ev, 0.01, 0.95, d)
+
+
 def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bool:
     """The bench's drift checks after a converged search, in virtual time
     (``virtual_probe.drift_checks``, the bench's rule); True when a change is called (no
@@ -84,7 +99,7 @@ def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bo
     return any(c.changed is not None for c in drift_checks(probe, out, seed))
 
 
-def summarize(paths: list[Path], design_effects: list[float]) -> None:
+def summarize(paths: list[Path], design_effects: list[float], two_sided: bool) -> None:
     """The coverage table from dumps (several processes may have appended to one file): per
     case and design effect, coverage, where the misses fell, mean half width."""
     lines = []
@@ -113,7 +128,7 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
             halves = []
             for x in mine:
                 ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
-                fit = reported_boundary(ev, 0.01, 0.95, d)
+                fit = interval(ev, d, two_sided)
                 lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
                 held += lo <= x["reference"] <= hi
                 below += x["reference"] < lo
@@ -152,7 +167,7 @@ def main() -> None:
     ap.add_argument("--checks", action="store_true", help="the bench's drift checks after")
     args = ap.parse_args()
     if args.summarize:
-        summarize(args.summarize, args.design_effect)
+        summarize(args.summarize, args.design_effect, args.precision is not None)
         return
     c = (CASES | HOLDOUT_CASES)[args.case]
     ref = args.reference
@@ -183,7 +198,7 @@ def main() -> None:
         if args.dump is not None:
             _dump(args.dump, args.case, args.first_seed + k, ref, out)
         for d in args.design_effect:
-            fit = reported_boundary(out.evidence, 0.01, 0.95, d)
+            fit = interval(out.evidence, d, two)
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
             held = ref is not None and lo <= ref <= hi and not changed
             half = fit.relative_half_width or float("nan")

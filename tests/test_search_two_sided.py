@@ -13,7 +13,6 @@ import math
 import pytest
 
 from tokenwatt.load.search import (
-    LOW_TARGET,
     BoundarySearch,
     ProbeOutcome,
     unclosed_line,
@@ -56,10 +55,20 @@ def test_two_sided_search_closes_both_ends_within_precision(precision: float) ->
     assert rep.low_rps <= TRUE_RPS <= rep.high_rps
     assert rep.relative_half_width is not None and rep.relative_half_width <= precision
     assert out.precision_reached == rep.relative_half_width
-    # The low end was closed by a probe near point × (1 − 1.5 · precision) (a rate measured
-    # within precision/2 of it probed again, the counts pooled), not just below the point.
-    target = rep.rate_rps * (1 - LOW_TARGET * precision)
-    assert any(abs(math.log(e.rate_rps / target)) < precision / 2 for e in out.evidence)
+    # The low end is a probed rate, probed again until its pooled clean passes (with the
+    # clean ones above it), read as n/5 independent requests, exclude the boundary below it.
+    at_low = [e for e in out.evidence if e.rate_rps == rep.low_rps]
+    assert len(at_low) >= 2 and all(e.misses["tpot_p99"] == 0 for e in at_low)
+    cut_below = reported_cut_loss(out.evidence, rep.low_rps)
+    assert cut_below > 1.92 * 5
+
+
+def reported_cut_loss(evidence: list[Evidence], low: float) -> float:
+    """By hand: the log-likelihood the clean probes at and above ``low`` (and below the first
+    failure) lose when forced to p = α: (their judged requests) · −ln(1 − α)."""
+    first_fail = min(e.rate_rps for e in evidence if e.misses["tpot_p99"] > 0.01 * e.judged)
+    n = sum(e.judged for e in evidence if low <= e.rate_rps < first_fail)
+    return n * -math.log(0.99)
 
 
 def test_running_out_of_probes_names_the_open_end() -> None:

@@ -54,13 +54,15 @@ contradict each other), and then both measurements enter the fit together.
 own interval (D = 1, ends at probed rates) at its resolution, min(``precision``, 5 %); the
 interval the user reads (``metrics.boundary.reported_boundary``: the low end through the
 design effect D = 5) is then usually open below. The search goes on (``_close_next``) until
-that reported interval is closed at both ends and its half width is within ``precision`` of
-its point: the end farther from the point (or the open one) gets the next probe, the low end
-at point × (1 − 1.5·precision) and the high end at point × (1 + precision), a rate already
-measured within precision/2 of that target being probed again so the counts pool. The low
-end is probed well below the point on purpose: the point of short windows leans high, and a
-search that kept probing just below it until a clean window closed the low end selected the
-optimistic windows (coverage fell to 8–72 %). When ``max_probes`` or ``max_time_s`` runs out
+its reported interval (``metrics.boundary.two_sided_boundary``: the low end at a probed rate
+through D = 5) is closed at both ends and its half width is within ``precision`` of its
+point. An open high end gets a probe at point × (1 + precision); otherwise the low end gets
+its probe at the lowest rate that leaves the half width within precision once its passes
+establish it, point × (1 − 2·precision + 1 %) + (high − point), probed again (the counts pool)
+until they do. The low end is probed as far below the point as the precision allows on
+purpose: the point of short windows leans high, and a search that kept probing just below it
+until a clean window closed the low end selected the optimistic windows (coverage fell to
+8–72 %). When ``max_probes`` or ``max_time_s`` runs out
 first, ``SearchOutcome.unclosed`` says which end was not established and why.
 """
 
@@ -77,7 +79,7 @@ from tokenwatt.metrics.boundary import (
     BoundaryFit,
     Evidence,
     fit_boundary,
-    reported_boundary,
+    two_sided_boundary,
 )
 
 __all__ = [
@@ -141,8 +143,7 @@ class _HaltedError(Exception):
 # The search's own (D = 1) stop before the two-sided phase: never coarser than this, so the
 # fit's point is placed as well as the coverage of the reported interval was measured with.
 RESOLUTION = 0.05
-LOW_TARGET = 1.5  # the low end's probe: point × (1 − LOW_TARGET · precision)
-HIGH_TARGET = 1.0  # the high end's probe: point × (1 + HIGH_TARGET · precision)
+LOW_MARGIN = 0.01  # the low end's probe sits this fraction (of the point) inside the target
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
 
 
@@ -415,27 +416,26 @@ class BoundarySearch(Generic[P]):
         """Two-sided: the next rate and the end it is for, or None when the reported interval
         is closed at both ends and within ``precision`` of its point (module docstring)."""
         assert self.allowed is not None
-        rep = reported_boundary(self._evidence, self.allowed, self.confidence)
+        rep = two_sided_boundary(self._evidence, self.allowed, self.confidence)
         self.outcome.reported = rep
-        point = rep.rate_rps
+        point, low, high = rep.rate_rps, rep.low_rps, rep.high_rps
         if point is None:
             return None
-        if rep.high_rps is None:
-            end = "high"
-        elif rep.low_rps is None:
-            end = "low"
-        elif (rep.relative_half_width or 0.0) <= self.precision:
+        if high is None:  # open above: a probe above the point, to fail there
+            return min(point * (1.0 + self.precision), self.max_rate_rps), "high"
+        half = rep.relative_half_width
+        if low is not None and half is not None and half <= self.precision:
             return None
-        else:
-            end = "low" if point - rep.low_rps >= rep.high_rps - point else "high"
-        if end == "low":
-            target = point * (1.0 - LOW_TARGET * self.precision)
-        else:
-            target = point * (1.0 + HIGH_TARGET * self.precision)
+        # The lowest rate whose pass, once established, leaves the half width within precision.
+        target = point * (1.0 - 2.0 * self.precision + LOW_MARGIN) + (high - point)
+        if low is not None and low >= target * math.exp(-self.precision / 4):
+            # The low end is where it can be: the high end is too far; probe between.
+            return min(math.sqrt(point * high), self.max_rate_rps), "high"
+        # Pool with a rate already measured just above the target (never below it: an end
+        # there would leave the half width over precision).
         near = [e.rate_rps for e in self._evidence
-                if abs(math.log(e.rate_rps / target)) < self.precision / 2]  # fmt: skip
-        rate = min(near, key=lambda m: abs(math.log(m / target))) if near else target
-        return min(rate, self.max_rate_rps), end
+                if target <= e.rate_rps <= target * math.exp(self.precision / 4)]  # fmt: skip
+        return (min(near) if near else target), "low"
 
     def _time_left(self) -> bool:
         return self.max_time_s is None or self._clock() - self._t0 < self.max_time_s
@@ -461,7 +461,7 @@ class BoundarySearch(Generic[P]):
         out = self.outcome
         if not self.two_sided or self.allowed is None or not self._evidence:
             return
-        rep = reported_boundary(self._evidence, self.allowed, self.confidence)
+        rep = two_sided_boundary(self._evidence, self.allowed, self.confidence)
         out.reported = rep
         out.unclosed = unclosed_line(rep, self.precision, out.stop_reason)
 
