@@ -109,7 +109,8 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         at an early stop whose first token was already past the TTFT limit, per limit, where
         the sequential test counted them (``metrics.sequential``); None in older files and
         where the decision read finished requests only.
-        (optional) the boundary probe's ``safe_rate_rps`` and
+        (optional) probe ``fit_role``: whether it joined the boundary fit, and why not;
+        the boundary probe's ``safe_rate_rps`` and
         ``goodput_tokens_per_s_at_safe_rate`` (the reported interval's low end, goodput
         scaled there); ``search.unclosed`` (which end of the boundary's interval the search
         did not establish, and why) and ``search.max_time_s``; stop reason ``max_time``.
@@ -1060,6 +1061,9 @@ class ProbeSummary(_Strict):
         None, description="boundary only: the rate interval scaled the same way"
     )
     confidence: float | None = Field(None, description="boundary only: of the intervals")
+    fit_role: str | None = Field(
+        None, description="whether this probe joined the boundary fit, and why not (None: older)"
+    )
     safe_rate_rps: float | None = Field(
         None, description="boundary only: the safe rate, the rate interval's low end (None: open)"
     )

@@ -34,11 +34,14 @@ from tokenwatt.load.engine_probe import EngineWitness, write_engine_series
 from tokenwatt.load.fit import check_fits
 from tokenwatt.load.probe import LateFirstTokens, ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import (
+    CHECK_ROLE,
     RESOLUTION,
+    SINGLE_STREAM_ROLE,
     BoundarySearch,
     ProbeOutcome,
     SearchOutcome,
     probe_seed,
+    step_role,
 )
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
@@ -688,6 +691,10 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
     """The search's record, the boundary with its interval, and why there is none."""
     spec, result = bench.spec, bench.result
     result.search = _summary_of(bench, out)
+    for p in result.probes:
+        p.fit_role = CHECK_ROLE if p.phase == "check" else step_role(out, p.index)
+    if result.single_stream is not None:
+        result.single_stream.fit_role = SINGLE_STREAM_ROLE
     b = out.boundary
     payload = b.outcome.payload if b is not None else None
     reported = None

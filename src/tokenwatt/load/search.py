@@ -93,6 +93,7 @@ __all__ = [
     "bracket_rate",
     "probe_seed",
     "step_factor",
+    "step_role",
     "unclosed_line",
 ]
 
@@ -551,3 +552,35 @@ class BoundarySearch(Generic[P]):
             else:
                 out.stop_reason = "converged"
                 return out
+
+
+CHECK_ROLE = (
+    "not joined: a drift check (re-test or confirmation) after the search; checks never join "
+    "the fit (their long windows near the boundary cost the interval its coverage)"
+)
+SINGLE_STREAM_ROLE = "not joined: the single-stream point (one request at a time, no rate)"
+
+
+def step_role(out: SearchOutcome[P], index: int) -> str:
+    """Whether search probe ``index`` joined the boundary fit and, where it did not or where
+    it passed above the headline's probe, why (the result's ``fit_role``)."""
+    step = next((s for s in out.steps if s.index == index), None)
+    if step is None:
+        return "not joined: not a search probe"
+    if step.outcome.halt == "error":
+        return "not joined: an error probe (the endpoint failed); it ended the search"
+    if step.outcome.halt == "saturated":
+        return "not joined: the load generator could not offer its rate; it ended the search"
+    if step.outcome.evidence is None:
+        return "not joined: no counts (the bracket alone decided)"
+    b = out.boundary
+    if b is not None and b.index == index:
+        return (
+            "joined the fit; the headline's probe (*): the highest pass no lower failure outranks"
+        )
+    if step.passed and out.lo_rps is not None and step.placed_rps > out.lo_rps:
+        below = [s for s in out.steps if not s.passed and s.outcome.halt is None
+                 and s.index != index and s.placed_rps <= step.placed_rps]  # fmt: skip
+        by = f" (probe {below[-1].index} at {below[-1].placed_rps:.3g} req/s)" if below else ""
+        return f"joined the fit; a pass above the headline's rate, outranked by a failure{by}"
+    return "joined the fit"

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DASH",
+    "STAR_CAPTION",
     "fmt_bytes",
     "fmt_bytes_per_s",
     "fmt_count",
@@ -27,6 +28,7 @@ __all__ = [
     "fmt_signed_pct",
     "fmt_tokens_per_s",
     "goodput_headline",
+    "higher_passes_note",
     "no_boundary_text",
     "no_failure_seen",
     "rel_change",
@@ -34,6 +36,12 @@ __all__ = [
 ]
 
 DASH = "—"
+# What the star marks, on the terminal's probe table and the HTML's probes and charts.
+STAR_CAPTION = (
+    "* = the headline's probe: the highest search pass that no failure at a lower rate "
+    "outranks; drift checks and the single stream do not join the fit, and each probe's "
+    "fit_role says why"
+)
 
 
 def _ok(x: float | None) -> bool:
@@ -220,7 +228,25 @@ def goodput_headline(result: BenchResult, b: ProbeSummary) -> tuple[str, str]:
         fmt_tokens_per_s,
     )
     rate = fmt_interval(b.boundary_rate_rps, b.rate_interval_rps, b.confidence, "req/s", fmt_float)
-    return main, f"fitted boundary {rate}, {good} there"
+    higher = higher_passes_note(result, b)
+    return main, f"fitted boundary {rate}, {good} there" + (f"  ·  {higher}" if higher else "")
+
+
+def higher_passes_note(result: BenchResult, b: ProbeSummary) -> str | None:
+    """Why probes that passed above the headline's rate are not the headline, each with its
+    ``fit_role`` (a drift check, a pass a lower failure outranks); None when there are none."""
+    higher = [
+        p for p in result.probes
+        if p.slo_passed and p.index != b.index and p.rate_rps is not None
+        and b.rate_rps is not None and p.rate_rps > b.rate_rps
+    ]  # fmt: skip
+    if not higher:
+        return None
+    parts = []
+    for p in higher:
+        role = (p.fit_role or "not the headline's probe").replace("joined the fit; ", "")
+        parts.append(f"probe {p.index} passed at {fmt_float(p.rate_rps)} req/s: {role}")
+    return "higher passes not headlined: " + "; ".join(parts)
 
 
 def safe_rate_text(result: BenchResult, b: ProbeSummary) -> str | None:

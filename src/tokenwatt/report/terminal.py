@@ -20,6 +20,7 @@ from tokenwatt.report.checks import self_checks
 from tokenwatt.report.engine_view import ENGINE_HEADER, engine_probe, engine_rows
 from tokenwatt.report.format import (
     DASH,
+    STAR_CAPTION,
     fmt_bytes,
     fmt_bytes_per_s,
     fmt_float,
@@ -346,7 +347,7 @@ class ProbeTable:
         self.result = result
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield _sim_mark(self.result, "Probes (rates in req/s; * = boundary)")
+        yield _sim_mark(self.result, f"Probes (rates in req/s; {STAR_CAPTION})")
         yield _probe_grid(self.result, wide=options.max_width >= WIDE_TABLE_MIN_WIDTH)
 
 
