@@ -81,3 +81,17 @@ def test_an_unestablished_low_end_says_why() -> None:
 
 def test_an_old_file_without_a_fit_prints_no_safe_rate() -> None:
     assert "Safe rate" not in _text(headline(_result()))
+
+
+def test_a_time_limit_is_a_self_check_with_its_remedy_and_the_open_end() -> None:
+    from tokenwatt.report.checks import self_checks
+
+    why = "the low end is open (asked ±10%): the time limit (--max-time) ran out"
+
+    def timed_out(data: dict[str, Any]) -> None:
+        _fitted(None, why)(data)
+        data["search"]["stop_reason"] = "max_time"
+
+    msgs = [c.message for c in self_checks(_result(timed_out))]
+    line = next(m for m in msgs if "max_time" in m)
+    assert why in line and "raise --max-time (search.max_time_s)" in line

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DASH",
     "STAR_CAPTION",
+    "STAR_SHORT",
     "fmt_bytes",
     "fmt_bytes_per_s",
     "fmt_count",
@@ -36,7 +37,8 @@ __all__ = [
 ]
 
 DASH = "—"
-# What the star marks, on the terminal's probe table and the HTML's probes and charts.
+# What the star marks: short on the terminal's probe table, whole in the HTML's table and charts.
+STAR_SHORT = "* = the headline's probe"
 STAR_CAPTION = (
     "* = the headline's probe: the highest search pass that no failure at a lower rate "
     "outranks; drift checks and the single stream do not join the fit, and each probe's "

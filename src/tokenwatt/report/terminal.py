@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +22,7 @@ from tokenwatt.report.engine_view import ENGINE_HEADER, engine_probe, engine_row
 from tokenwatt.report.format import (
     DASH,
     STAR_CAPTION,
+    STAR_SHORT,
     fmt_bytes,
     fmt_bytes_per_s,
     fmt_float,
@@ -347,8 +349,9 @@ class ProbeTable:
         self.result = result
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield _sim_mark(self.result, f"Probes (rates in req/s; {STAR_CAPTION})")
+        yield _sim_mark(self.result, f"Probes (rates in req/s; {STAR_SHORT})")
         yield _probe_grid(self.result, wide=options.max_width >= WIDE_TABLE_MIN_WIDTH)
+        yield Padding(Text(STAR_CAPTION, "dim"), (0, 0, 0, 4))
 
 
 def probe_table(result: BenchResult) -> RenderableType:
