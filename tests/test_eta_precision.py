@@ -82,3 +82,21 @@ def test_the_plan_before_the_search_by_hand() -> None:
         "search learns)"  # fmt: skip
     capped = search_plan_text(SearchSettings(max_time_s=300), rate_rps=13.0, drain_s=12.0)
     assert "capped by --max-time 5 min" in capped
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [(["--precision", "1.5"], "search.precision"), (["--max-time", "soon"], "--max-time")],
+)
+def test_the_cli_refuses_a_bad_value_in_one_line_exit_2(flags: list[str], field: str) -> None:
+    import subprocess
+    import sys
+
+    args = ["bench", "--base-url", "sim", "--model", "llama-3.1-8b", "--hardware", "h100-sxm"]
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenwatt", *args, *flags],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    lines = [x for x in (out.stdout + out.stderr).splitlines() if x.strip()]
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in out.stderr

@@ -437,10 +437,9 @@ def bench(  # noqa: PLR0917 - one parameter per flag
         extra["search.start_rate_rps"] = open_rate
     if duration is not None:
         extra["search.probe.min_duration_s"] = duration
-    extra["hardware.price_per_gpu_hour"] = price
-    extra["hardware.price_per_kwh"] = kwh
-    extra.update(NodeFlags(hardware, gpus, replicas, bandwidth_tb_s).spec_fields())
-    extra.update(search_fields(precision, max_time))
+    extra |= {"hardware.price_per_gpu_hour": price, "hardware.price_per_kwh": kwh}
+    extra |= NodeFlags(hardware, gpus, replicas, bandwidth_tb_s).spec_fields()
+    extra |= search_fields(precision, max_time)  # --precision, --max-time
     flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
     spec = with_senders(build_spec(spec_path, flags), workers, ray)
     if closed is not None:
