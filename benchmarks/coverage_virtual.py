@@ -99,7 +99,16 @@ def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bo
     return any(c.changed is not None for c in drift_checks(probe, out, seed))
 
 
-def summarize(paths: list[Path], design_effects: list[float], two_sided: bool) -> None:
+def _within(fit: BoundaryFit, precision: float | None) -> bool:
+    """Two-sided (``precision``): both ends closed and the half width within it; else the
+    one-sided search's check, the interval within ± 5 % of its point."""
+    if precision is not None:
+        half = fit.relative_half_width
+        return half is not None and half <= precision + 1e-12
+    return fit.relative_reach is not None and fit.relative_reach <= 0.05
+
+
+def summarize(paths: list[Path], design_effects: list[float], precision: float | None) -> None:
     """The coverage table from dumps (several processes may have appended to one file): per
     case and design effect, coverage, where the misses fell, mean half width."""
     lines = []
@@ -128,7 +137,7 @@ def summarize(paths: list[Path], design_effects: list[float], two_sided: bool) -
             halves = []
             for x in mine:
                 ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
-                fit = interval(ev, d, two_sided)
+                fit = interval(ev, d, precision is not None)
                 lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
                 held += lo <= x["reference"] <= hi
                 below += x["reference"] < lo
@@ -136,7 +145,7 @@ def summarize(paths: list[Path], design_effects: list[float], two_sided: bool) -
                 open_low += fit.low_rps is None
                 open_high += fit.high_rps is None
                 halves.append(fit.relative_half_width or float("nan"))
-                within += fit.relative_reach is not None and fit.relative_reach <= 0.05
+                within += _within(fit, precision)
             n = len(mine)
             print(
                 f"| {case} ({mine[0]['reference']:.2f} req/s) | {d:g} | {held} of {n} "
@@ -167,7 +176,7 @@ def main() -> None:
     ap.add_argument("--checks", action="store_true", help="the bench's drift checks after")
     args = ap.parse_args()
     if args.summarize:
-        summarize(args.summarize, args.design_effect, args.precision is not None)
+        summarize(args.summarize, args.design_effect, args.precision)
         return
     c = (CASES | HOLDOUT_CASES)[args.case]
     ref = args.reference
@@ -202,7 +211,7 @@ def main() -> None:
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
             held = ref is not None and lo <= ref <= hi and not changed
             half = fit.relative_half_width or float("nan")
-            within = fit.relative_reach is not None and fit.relative_reach <= 0.05
+            within = _within(fit, args.precision)
             rows[d].append((held, half, len(out.steps), n_req, out.stop_reason, within))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for d, rs in rows.items():
