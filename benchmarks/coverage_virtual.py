@@ -35,6 +35,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +109,15 @@ def _within(fit: BoundaryFit, precision: float | None) -> bool:
     return fit.relative_reach is not None and fit.relative_reach <= 0.05
 
 
+def _probe_s(p: dict[str, Any]) -> float:
+    """A probe's seconds on a real server, estimated from its dump: the bench's warm-up
+    (10 s, at least ``WARMUP_LIFETIMES`` of its own median E2E), its judged requests at its
+    rate, and one median E2E of drain. An estimate (the warm-up reads the probe's own E2E,
+    the bench the nearest lower rate's)."""
+    e2e = float(p.get("e2e_s", 0.0))
+    return max(10.0, WARMUP_LIFETIMES * e2e) + p["n"] / p["rate"] + e2e
+
+
 def summarize(paths: list[Path], design_effects: list[float], precision: float | None) -> None:
     """The coverage table from dumps (several processes may have appended to one file): per
     case and design effect, coverage, where the misses fell, mean half width."""
@@ -132,6 +142,7 @@ def summarize(paths: list[Path], design_effects: list[float], precision: float |
         conv = sum(x["stop"] == "converged" for x in mine)
         probes = np.mean([len(x["probes"]) for x in mine])
         reqs = np.mean([sum(p["n"] for p in x["probes"]) for x in mine])
+        probe_s = np.mean([sum(_probe_s(p) for p in x["probes"]) for x in mine])
         for d in design_effects:
             held = below = above = open_low = open_high = within = 0
             halves = []
@@ -151,6 +162,7 @@ def summarize(paths: list[Path], design_effects: list[float], precision: float |
                 f"| {case} ({mine[0]['reference']:.2f} req/s) | {d:g} | {held} of {n} "
                 f"({held / n:.1%}) | {below} | {above} | {open_low} | {open_high} | "
                 f"{np.nanmean(halves):.1%} | {within} of {n} | {probes:.1f} | {reqs:.0f} | "
+                f"{probe_s:.0f} s | "
                 f"{conv} of {n} |",
                 flush=True,
             )
