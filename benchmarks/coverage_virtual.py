@@ -13,7 +13,7 @@ and the load average (virtual time does not feel it; it says what else ran). ``-
 appends each search's probes (rate, counts, miss flags in send order) to a JSON-lines file;
 ``--summarize`` (with ``--precision`` for two-sided dumps) prints the table from dumps (how
 many references fell below and above the interval, how many intervals were open below and
-above),
+above, and the probe seconds a real server would spend, estimated from the dump: ``_probe_s``),
 so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
 is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
 With ``--precision P`` each search is two-sided, as ``tokenwatt bench`` searches (``two_sided``:
