@@ -11,11 +11,14 @@ how often each design effect's interval holds the reference. Prints one row per 
 effect: coverage, mean half width, mean probes and requests per search, converged searches,
 and the load average (virtual time does not feel it; it says what else ran). ``--dump``
 appends each search's probes (rate, counts, miss flags in send order) to a JSON-lines file;
-``--summarize`` prints the table from dumps (how many references fell below and above the
-interval, how many intervals were open below and above),
+``--summarize`` (with ``--precision`` for two-sided dumps) prints the table from dumps (how
+many references fell below and above the interval, how many intervals were open below and
+above, and the probe seconds a real server would spend, estimated from the dump: ``_probe_s``),
 so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
 is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
-Each search stops on its own D = 1 interval, as ``tokenwatt bench`` searches. The row adds the
+With ``--precision P`` each search is two-sided, as ``tokenwatt bench`` searches (``two_sided``:
+it goes on until the reported interval is closed and within ± P); without it, each search
+stops on its own D = 1 interval at 5 %. The row adds the
 searches whose reported interval at that D lies within ± 5 % of its point.
 ``--checks`` follows each converged search with ``tokenwatt bench``'s drift checks
 (``load.bench._drift_checks``: a re-test at the highest pass and a confirmation at the fitted
@@ -32,6 +35,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +43,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import BoundarySearch, SearchOutcome
-from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, Evidence, reported_boundary
-from virtual_probe import CASES, VirtualProbe, VirtualRun, drift_checks, reference_boundary
+from tokenwatt.metrics.boundary import (
+    REPORTED_DESIGN_EFFECT,
+    BoundaryFit,
+    Evidence,
+    reported_boundary,
+    two_sided_boundary,
+)
+from virtual_probe import (
+    CASES,
+    HOLDOUT_CASES,
+    VirtualProbe,
+    VirtualRun,
+    drift_checks,
+    reference_boundary,
+)
 
 
 def _dump(
@@ -68,6 +85,14 @@ def _dump(
         f.write(json.dumps(line) + "\n")
 
 
+def interval(ev: list[Evidence], d: float, two_sided: bool) -> BoundaryFit:
+    """The interval a search reports: two-sided (``two_sided_boundary``, the low end at a
+    probed rate) or the one-sided search's (``reported_boundary``)."""
+    if two_sided:
+        return two_sided_boundary(ev, 0.01, 0.95, d)
+    return reported_boundary(ev, 0.01, 0.95, d)
+
+
 def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bool:
     """The bench's drift checks after a converged search, in virtual time
     (``virtual_probe.drift_checks``, the bench's rule); True when a change is called (no
@@ -75,7 +100,25 @@ def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bo
     return any(c.changed is not None for c in drift_checks(probe, out, seed))
 
 
-def summarize(paths: list[Path], design_effects: list[float]) -> None:
+def _within(fit: BoundaryFit, precision: float | None) -> bool:
+    """Two-sided (``precision``): both ends closed and the half width within it; else the
+    one-sided search's check, the interval within ± 5 % of its point."""
+    if precision is not None:
+        half = fit.relative_half_width
+        return half is not None and half <= precision + 1e-12
+    return fit.relative_reach is not None and fit.relative_reach <= 0.05
+
+
+def _probe_s(p: dict[str, Any]) -> float:
+    """A probe's seconds on a real server, estimated from its dump: the bench's warm-up
+    (10 s, at least ``WARMUP_LIFETIMES`` of its own median E2E), its judged requests at its
+    rate, and one median E2E of drain. An estimate (the warm-up reads the probe's own E2E,
+    the bench the nearest lower rate's)."""
+    e2e = float(p.get("e2e_s", 0.0))
+    return max(10.0, WARMUP_LIFETIMES * e2e) + p["n"] / p["rate"] + e2e
+
+
+def summarize(paths: list[Path], design_effects: list[float], precision: float | None) -> None:
     """The coverage table from dumps (several processes may have appended to one file): per
     case and design effect, coverage, where the misses fell, mean half width."""
     lines = []
@@ -99,12 +142,13 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
         conv = sum(x["stop"] == "converged" for x in mine)
         probes = np.mean([len(x["probes"]) for x in mine])
         reqs = np.mean([sum(p["n"] for p in x["probes"]) for x in mine])
+        probe_s = np.mean([sum(_probe_s(p) for p in x["probes"]) for x in mine])
         for d in design_effects:
             held = below = above = open_low = open_high = within = 0
             halves = []
             for x in mine:
                 ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
-                fit = reported_boundary(ev, 0.01, 0.95, d)
+                fit = interval(ev, d, precision is not None)
                 lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
                 held += lo <= x["reference"] <= hi
                 below += x["reference"] < lo
@@ -112,12 +156,13 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
                 open_low += fit.low_rps is None
                 open_high += fit.high_rps is None
                 halves.append(fit.relative_half_width or float("nan"))
-                within += fit.relative_reach is not None and fit.relative_reach <= 0.05
+                within += _within(fit, precision)
             n = len(mine)
             print(
                 f"| {case} ({mine[0]['reference']:.2f} req/s) | {d:g} | {held} of {n} "
                 f"({held / n:.1%}) | {below} | {above} | {open_low} | {open_high} | "
                 f"{np.nanmean(halves):.1%} | {within} of {n} | {probes:.1f} | {reqs:.0f} | "
+                f"{probe_s:.0f} s | "
                 f"{conv} of {n} |",
                 flush=True,
             )
@@ -125,7 +170,14 @@ def summarize(paths: list[Path], design_effects: list[float]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", default="dense", choices=sorted(CASES))
+    ap.add_argument("--case", default="dense", choices=sorted(CASES | HOLDOUT_CASES))
+    ap.add_argument(
+        "--precision",
+        type=float,
+        default=None,
+        help="search two-sided to this half width (as tokenwatt bench does); omitted: the "
+        "search stops on its own D = 1 interval at 5 %%",
+    )
     ap.add_argument("--searches", type=int, default=200)
     ap.add_argument("--first-seed", type=int, default=1000)
     ap.add_argument("--design-effect", type=float, nargs="+", default=[REPORTED_DESIGN_EFFECT])
@@ -136,17 +188,24 @@ def main() -> None:
     ap.add_argument("--checks", action="store_true", help="the bench's drift checks after")
     args = ap.parse_args()
     if args.summarize:
-        summarize(args.summarize, args.design_effect)
+        summarize(args.summarize, args.design_effect, args.precision)
         return
-    c = CASES[args.case]
+    c = (CASES | HOLDOUT_CASES)[args.case]
     ref = args.reference
     rows: dict[float, list[tuple[bool, float, int, int, str, bool]]] = {
         d: [] for d in args.design_effect
     }
     for k in range(args.searches):
         probe = VirtualProbe(c, lifetimes=args.lifetimes)
+        two = args.precision is not None
         s = BoundarySearch(
-            probe, start_rate_rps=2.0, allowed=0.01, seed=args.first_seed + k, max_probes=30
+            probe,
+            start_rate_rps=2.0,
+            allowed=0.01,
+            seed=args.first_seed + k,
+            max_probes=30,
+            precision=args.precision if two else 0.05,
+            two_sided=two,
         )
         out = asyncio.run(s.run())
         changed = args.checks and checks(probe, out, args.first_seed + k)
@@ -160,11 +219,11 @@ def main() -> None:
         if args.dump is not None:
             _dump(args.dump, args.case, args.first_seed + k, ref, out)
         for d in args.design_effect:
-            fit = reported_boundary(out.evidence, 0.01, 0.95, d)
+            fit = interval(out.evidence, d, two)
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
             held = ref is not None and lo <= ref <= hi and not changed
             half = fit.relative_half_width or float("nan")
-            within = fit.relative_reach is not None and fit.relative_reach <= 0.05
+            within = _within(fit, args.precision)
             rows[d].append((held, half, len(out.steps), n_req, out.stop_reason, within))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for d, rs in rows.items():

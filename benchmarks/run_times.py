@@ -113,8 +113,8 @@ _SHORTER = (
     ("start near the boundary", "`--rate R` (first probe's rate)", "nothing, if R is close"),
     (
         "coarser boundary",
-        "`--set search.precision=0.15`",
-        "the boundary within 15 % instead of {precision_pct:g} %",
+        "`--precision 0.20`",
+        "the boundary's interval within ±20 % instead of ±{precision_pct:g} %",
     ),
     (
         "shorter windows",
@@ -167,8 +167,9 @@ warm-up, a window and a drain (spec `search.probe`, defaults in brackets):
   (a clear pass or failure), so near the boundary a probe lasts about as long as its
   {p.min_requests}-odd requests take to arrive, and far from it a few seconds;
 * drain: the counted requests finish (at most `drain_timeout_s` [{p.drain_timeout_s:g} s]);
-* the search stops when the boundary's interval is within ± `precision` [{s.precision:g}] of
-  its point (at most `max_probes` [{s.max_probes}]), then re-tests one rate and confirms the
+* the search stops when the boundary's 95 % interval is closed at both ends and its half
+  width is within `precision` [{s.precision:g}] of its point (`--precision`; at most
+  `max_probes` [{s.max_probes}], or `--max-time`), then re-tests one rate and confirms the
   fitted boundary.
 
 ## Measured

@@ -14,6 +14,7 @@ from test_bench import SPEC, run_cli
 from tokenwatt.cli.bench import _Display
 from tokenwatt.load.bench import BenchEvent
 from tokenwatt.load.eta import (
+    LOW_END_CLEAN,
     Eta,
     bound_probes,
     duration_text,
@@ -85,16 +86,19 @@ def test_time_left_in_the_probe_by_hand() -> None:
 
 def test_probes_to_come_by_hand() -> None:
     seq = SearchSettings(precision=0.05, growth=2.0, max_probes=20, sequential=True)
+    # the two-sided search's low-end probes are counted in tests/test_eta_precision.py; here
+    # the low end's clean requests are already judged (clean_near), so none is added
+    full = {"clean_near": LOW_END_CLEAN}
     # ln 1.2 / ln 1.1 = 1.91: one halving, the probe in flight; then the two drift checks
-    assert probes_to_come(seq, index=5, checks_started=0, lo_rps=10, hi_rps=12) == 2
+    assert probes_to_come(seq, index=5, checks_started=0, lo_rps=10, hi_rps=12, **full) == 2
     # ln 2 / ln 1.1 = 7.27: ⌈log2 7.27⌉ = 3 halvings, 2 after this one, + 2 checks
-    assert probes_to_come(seq, index=5, checks_started=0, lo_rps=10, hi_rps=20) == 4
+    assert probes_to_come(seq, index=5, checks_started=0, lo_rps=10, hi_rps=20, **full) == 4
     # still growing: this probe brackets (×2), then 3 halvings, + 2 checks
-    assert probes_to_come(seq, index=2, checks_started=0, lo_rps=10, hi_rps=None) == 5
+    assert probes_to_come(seq, index=2, checks_started=0, lo_rps=10, hi_rps=None, **full) == 5
     # one search probe left in max_probes: 1 + 2 checks
-    assert probes_to_come(seq, index=19, checks_started=0, lo_rps=10, hi_rps=None) == 3
+    assert probes_to_come(seq, index=19, checks_started=0, lo_rps=10, hi_rps=None, **full) == 3
     # in the first check: the second is left
-    assert probes_to_come(seq, index=9, checks_started=1, lo_rps=10, hi_rps=11) == 1
+    assert probes_to_come(seq, index=9, checks_started=1, lo_rps=10, hi_rps=11, **full) == 1
     bracket = SearchSettings(precision=0.05, growth=2.0, max_probes=20, sequential=False)
     # ln 2 / ln 1.05 = 14.2: ⌈log2 14.2⌉ = 4 halvings, 3 after this one; no drift checks
     assert probes_to_come(bracket, index=3, checks_started=0, lo_rps=10, hi_rps=20) == 3
@@ -130,12 +134,13 @@ def test_the_display_shows_the_line_live() -> None:
     )  # fmt: skip
     display(BenchEvent("probe_progress", index=3, rate_rps=14.1, phase="fit", progress=prog))
     # left: max(1.5 − 2, (15 − 20)/14.1) → 0 s of window + 0.25 s drain;
-    # to come: ln 2 / ln 1.9 = 1.08 (precision 0.45, sequential): ⌈log2⌉ = 1, none after
-    # this one, + 2 checks: 2 × 40 s = 80 s
+    # to come: ln 2 / ln 1.1 = 7.27 (precision 0.45, sequential: the bisection's width is
+    # the resolution, min(0.45, 5 %)): ⌈log2⌉ = 3, 2 after this one, + ⌈956 / 280⌉ = 4 for
+    # the low end (no clean pass yet), within max_probes 8 − 3 = 5, + 2 checks: 7 × 40 s
     (task,) = display.progress.tasks
     assert (
         task.description
-        == "probe 3 of ≤ 10 · 14.1 req/s · 0 s left in this probe · about 80 s to go"
+        == "probe 3 of ≤ 10 · 14.1 req/s · 0 s left in this probe · about 5 min to go"
     )
 
 

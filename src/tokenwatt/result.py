@@ -109,6 +109,12 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         at an early stop whose first token was already past the TTFT limit, per limit, where
         the sequential test counted them (``metrics.sequential``); None in older files and
         where the decision read finished requests only.
+        (optional) probe ``fit_role``: whether it joined the boundary fit, and why not;
+        the boundary probe's ``safe_rate_rps`` and
+        ``goodput_tokens_per_s_at_safe_rate`` (the reported interval's low end, goodput
+        scaled there); ``search.unclosed`` (which end of the boundary's interval the search
+        did not establish, and why) and ``search.max_time_s``; stop reason ``max_time``.
+        None in older files.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -1125,6 +1131,15 @@ class ProbeSummary(_Strict):
         None, description="boundary only: the rate interval scaled the same way"
     )
     confidence: float | None = Field(None, description="boundary only: of the intervals")
+    fit_role: str | None = Field(
+        None, description="whether this probe joined the boundary fit, and why not (None: older)"
+    )
+    safe_rate_rps: float | None = Field(
+        None, description="boundary only: the safe rate, the rate interval's low end (None: open)"
+    )
+    goodput_tokens_per_s_at_safe_rate: float | None = Field(
+        None, description="boundary only: goodput at the safe rate, scaled as the interval"
+    )
     intervals: FigureIntervals | None = Field(
         None, description="the probe's figures as intervals (None: not computed, older file)"
     )
@@ -1177,12 +1192,21 @@ class SearchStep(_Strict):
 
 class SearchSummary(_Strict):
     history: list[SearchStep] = Field(default_factory=list)
-    precision_target: float = Field(description="stop when (hi − lo)/lo is below this")
-    precision_reached: float | None = Field(None, description="(hi − lo)/lo at the end")
-    stop_reason: str = Field(
-        description="converged, max_probes, max_rate, failed_at_start, single_stream_fails, "
-        "interrupted, error, saturated, changed"
+    precision_target: float = Field(
+        description="stop when the boundary's 95 % interval is within ± this of its point "
+        "(without search.sequential: when (hi − lo)/lo is below this)"
     )
+    precision_reached: float | None = Field(
+        None, description="the interval's half width over its point at the end (or (hi − lo)/lo)"
+    )
+    stop_reason: str = Field(
+        description="converged, max_probes, max_time, max_rate, failed_at_start, "
+        "single_stream_fails, interrupted, error, saturated, changed"
+    )
+    unclosed: str | None = Field(
+        None, description="which end of the boundary's interval was not established, and why"
+    )
+    max_time_s: float | None = Field(None, description="the search's time limit (None: none)")
     lo_rps: float | None = Field(None, description="the boundary: highest passing rate")
     hi_rps: float | None = Field(None, description="lowest failing rate above it")
     drift: list[str] = Field(

@@ -27,8 +27,10 @@ from tokenwatt.cli.options import (
     GpusOption,
     HardwareOption,
     KwhOption,
+    MaxTimeOption,
     ModelOption,
     OverwriteOption,
+    PrecisionOption,
     PriceOption,
     ReplicasOption,
     SetOption,
@@ -121,6 +123,7 @@ class _Display:
         self.durations_s: list[float] = []  # finished probes after the single stream, wall time
         self.checks_started = 0
         self.drain_s = 0.0  # the latest probe's E2E p99: the drain's tail
+        self.passes: list[tuple[float, int]] = []  # clean search passes: (rate, judged)
 
     def print(self, text: str, style: str | None = None) -> None:
         if not self.quiet:
@@ -170,6 +173,11 @@ class _Display:
         self.warmup_s = ev.warmup_s or 0.0
         if ev.phase == "check":
             self.checks_started += 1
+        if ev.index == 1 and ev.phase != "check":  # before the search: what it will take
+            from tokenwatt.load.eta import search_plan_text
+
+            self.print(search_plan_text(self.spec.search, rate_rps=ev.rate_rps,
+                                        drain_s=self.drain_s))  # fmt: skip
         if ev.index is None:  # a closed-loop stage that finds the start rate
             name = f"start · {ev.phase}"
         elif ev.index == 0:
@@ -211,7 +219,7 @@ class _Display:
             left = 0.0
         to_come = probes_to_come(
             search, index=ev.index, checks_started=self.checks_started, lo_rps=self.lo,
-            hi_rps=self.hi,
+            hi_rps=self.hi, clean_near=self._clean_near(),
         )  # fmt: skip
         per_probe = (
             sum(self.durations_s) / len(self.durations_s)
@@ -224,6 +232,14 @@ class _Display:
         )  # fmt: skip
         return progress_text(eta)
 
+    def _clean_near(self) -> int:
+        """Clean requests judged by search passes within 2·precision + 5 % of the lowest
+        failure: what establishes the interval's low end (``load.eta.close_probes``)."""
+        if self.hi is None:
+            return 0
+        floor = self.hi * (1.0 - 2.0 * self.spec.search.precision - 0.05)
+        return sum(n for r, n in self.passes if r >= floor)
+
     def _done(self, ev: BenchEvent) -> None:
         from tokenwatt.clock import now_ns
         from tokenwatt.report.terminal import rate_text
@@ -234,6 +250,9 @@ class _Display:
             self.durations_s.append((now_ns() - self.started_ns) / 1e9)
         if s.e2e_s.p99 is not None:
             self.drain_s = s.e2e_s.p99
+        judged, clean = s.slo_detail.judged, not any(s.slo_detail.misses.values())
+        if ev.index and ev.phase != "check" and s.slo_passed and s.rate_rps and judged and clean:
+            self.passes.append((s.rate_rps, judged))
         verdict = "[green]pass[/]" if s.slo_passed else "[red]fail[/]"
         why = "" if s.slo_passed else f"; {s.slo_detail.reason}"
         mbu = "n/a" if s.mbu is None else f"{s.mbu:.1%}"
@@ -395,13 +414,15 @@ def bench(  # noqa: PLR0917 - one parameter per flag
     gpus: GpusOption = None,
     replicas: ReplicasOption = None,
     bandwidth_tb_s: BandwidthOption = None,
+    precision: PrecisionOption = None,
+    max_time: MaxTimeOption = None,
 ) -> None:
     """Find the SLO boundary and report goodput, tokens per joule and MBU there.
 
     Without a spec: tokenwatt bench --base-url http://HOST:8000 --model NAME
     --set hardware.accelerator=h100-sxm --set hardware.gpus=1
     """
-    from tokenwatt.cli.options import Flags, NodeFlags, build_spec
+    from tokenwatt.cli.options import Flags, NodeFlags, build_spec, search_fields
 
     peer = PeerFlags(
         rate, concurrency, max_concurrency, max_requests, seed, input_tokens, output_tokens,
@@ -416,9 +437,9 @@ def bench(  # noqa: PLR0917 - one parameter per flag
         extra["search.start_rate_rps"] = open_rate
     if duration is not None:
         extra["search.probe.min_duration_s"] = duration
-    extra["hardware.price_per_gpu_hour"] = price
-    extra["hardware.price_per_kwh"] = kwh
-    extra.update(NodeFlags(hardware, gpus, replicas, bandwidth_tb_s).spec_fields())
+    extra |= {"hardware.price_per_gpu_hour": price, "hardware.price_per_kwh": kwh}
+    extra |= NodeFlags(hardware, gpus, replicas, bandwidth_tb_s).spec_fields()
+    extra |= search_fields(precision, max_time)  # --precision, --max-time
     flags = Flags(base_url, model, api, slo_ttft_ms, slo_tpot_ms, list(sets or []), extra)
     spec = with_senders(build_spec(spec_path, flags), workers, ray)
     if closed is not None:

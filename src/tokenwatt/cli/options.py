@@ -35,8 +35,10 @@ __all__ = [
     "GpusOption",
     "HardwareOption",
     "KwhOption",
+    "MaxTimeOption",
     "ModelOption",
     "NodeFlags",
+    "PrecisionOption",
     "PriceOption",
     "ReplicasOption",
     "SetOption",
@@ -44,6 +46,7 @@ __all__ = [
     "SloTtftOption",
     "apply_set",
     "build_spec",
+    "search_fields",
 ]
 
 BaseUrlOption = Annotated[
@@ -124,6 +127,47 @@ KwhOption = Annotated[
         help="electricity per kWh (hardware.price_per_kwh): adds the measured energy's cost",
     ),
 ]
+# The search's precision and time limit: bench and every command that runs its search.
+PrecisionOption = Annotated[
+    float | None,
+    typer.Option(
+        "--precision",
+        help="half width of the boundary's 95 % interval, as a fraction of its point (0.10: "
+        "±10 %); the search probes until both ends are within it (search.precision)",
+    ),
+]
+MaxTimeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--max-time",
+        help="stop the search after this long (seconds, or 90s, 10m, 1h); the result names "
+        "the interval's end left open (search.max_time_s)",
+    ),
+]
+_TIME_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def search_fields(precision: float | None, max_time: str | None) -> dict[str, Any]:
+    """The spec fields ``--precision`` and ``--max-time`` stand for (checked as the spec
+    checks them; a malformed time is refused here, naming the flag)."""
+    fields: dict[str, Any] = {}
+    if precision is not None:
+        fields["search.precision"] = precision
+    if max_time is not None:
+        text = max_time.strip().lower()
+        unit = _TIME_UNITS_S.get(text[-1:]) if text else None
+        number = text[:-1] if unit is not None else text
+        try:
+            seconds = float(number) * (unit or 1.0)
+        except ValueError:
+            raise SpecError(
+                f"--max-time must be seconds or a number with s, m or h (e.g. 10m), got "
+                f"{max_time!r}"
+            ) from None
+        fields["search.max_time_s"] = seconds
+    return fields
+
+
 OverwriteOption = Annotated[
     bool,
     typer.Option(

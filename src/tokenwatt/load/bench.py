@@ -35,10 +35,14 @@ from tokenwatt.load.fit import check_fits
 from tokenwatt.load.measure import ProbeFiles, ProbeLoad, ProbeSetup, measure_probe
 from tokenwatt.load.probe import LateFirstTokens, ProbeProgress, ProbeRun, run_probe
 from tokenwatt.load.search import (
+    CHECK_ROLE,
+    RESOLUTION,
+    SINGLE_STREAM_ROLE,
     BoundarySearch,
     ProbeOutcome,
     SearchOutcome,
     probe_seed,
+    step_role,
 )
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
@@ -332,6 +336,7 @@ def _search_summary(out: SearchOutcome[ProbeSummary]) -> SearchSummary:
         stop_reason=out.stop_reason,
         lo_rps=out.lo_rps,
         hi_rps=out.hi_rps,
+        unclosed=out.unclosed,
     )
 
 
@@ -353,6 +358,8 @@ def _with_interval(b: ProbeSummary, fit: BoundaryFit | None) -> ProbeSummary:
             "goodput_tokens_per_s_at_boundary": scale(point),
             "goodput_interval_tokens_per_s": (scale(fit.low_rps), scale(fit.high_rps)),
             "confidence": fit.confidence,
+            "safe_rate_rps": fit.low_rps,
+            "goodput_tokens_per_s_at_safe_rate": scale(fit.low_rps),
         }
     )
 
@@ -558,6 +565,7 @@ def _fit_text(fit: BoundaryFit | None) -> str | None:
 def _summary_of(bench: _Run, out: SearchOutcome[ProbeSummary]) -> SearchSummary:
     summary = _search_summary(out)
     summary.start, summary.drift = bench.start_note, list(bench.drift)
+    summary.max_time_s = bench.spec.search.max_time_s
     return summary
 
 
@@ -602,12 +610,14 @@ async def _search(bench: _Run) -> None:
         seed=spec.workload.seed,
         allowed=limits.allowed_violation_fraction if bench.sequential else None,
         on_step=on_step,
+        two_sided=bench.sequential,
+        max_time_s=ss.max_time_s,
         # A start from the staircase or the spec is an estimate of the boundary: walk away
         # from it in steps that begin at the width the search stops at (a pass and a failure
         # that far apart bracket the boundary to ± precision), not at ×growth. The start from
         # the single-stream point is far below the boundary: ×growth from there.
         first_step=(
-            1 + 2 * ss.precision
+            1 + 2 * min(ss.precision, RESOLUTION)
             if bench.start_note is not None or ss.start_rate_rps is not None
             else None
         ),
@@ -670,12 +680,16 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
     """The search's record, the boundary with its interval, and why there is none."""
     spec, result = bench.spec, bench.result
     result.search = _summary_of(bench, out)
+    for p in result.probes:
+        p.fit_role = CHECK_ROLE if p.phase == "check" else step_role(out, p.index)
+    if result.single_stream is not None:
+        result.single_stream.fit_role = SINGLE_STREAM_ROLE
     b = out.boundary
     payload = b.outcome.payload if b is not None else None
     reported = None
     if out.fit is not None and out.evidence:
         allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
-        reported = reported_boundary(out.evidence, allowed)
+        reported = out.reported or reported_boundary(out.evidence, allowed)
     result.boundary = _with_interval(payload, reported) if payload is not None else None
     if out.stop_reason in ("error", "saturated"):
         result.boundary = None

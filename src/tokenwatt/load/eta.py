@@ -18,7 +18,13 @@ Pure arithmetic over what the search already knows, for the live progress line
   brackets it, leaving ``⌈log2(ln(growth) / width)⌉`` (an upper estimate: a walk from an
   estimated start steps by less than ``growth`` at first, ``load.search.step_factor``). Then
   the drift checks (a re-test and a confirmation) in sequential mode. Never more than
-  ``max_probes`` allows.
+  ``max_probes`` allows. In sequential mode the bisection's width is the search's own
+  resolution, ``ln(1 + 2·min(precision, 5 %))``, and the two-sided search adds the probes that
+  establish the interval's low end (``close_probes``): its cut must lose more than
+  χ²₁(95 %)/2 · D (D = 5) of log-likelihood, i.e. ``LOW_END_CLEAN`` = 956 clean requests at
+  p99 at or above the low end's probe, about ``PASS_JUDGED`` = 280 per passing probe (194 to
+  decide, the rest drained), less the clean requests already judged near the boundary
+  (passes within 2·precision + 5 % of the lowest failure): the estimate falls as they come.
 * **Each probe to come** lasts as long as the finished search probes did on average (their
   wall time, sequential early stops included); before any finished, a full-length probe at
   the current rate.
@@ -30,20 +36,30 @@ import math
 from dataclasses import dataclass
 
 from tokenwatt.load.probe import ProbeProgress
+from tokenwatt.load.search import RESOLUTION
+from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, profile_threshold
 from tokenwatt.spec import ProbeSettings, SearchSettings
 
 __all__ = [
     "DRIFT_CHECKS",
+    "LOW_END_CLEAN",
+    "PASS_JUDGED",
     "Eta",
     "bound_probes",
+    "close_probes",
     "duration_text",
     "full_probe_s",
     "probe_left_s",
     "probes_to_come",
     "progress_text",
+    "search_plan_text",
 ]
 
 DRIFT_CHECKS = 2  # sequential mode: the re-test and the confirmation after the search
+# Clean requests (at p99) that establish the two-sided interval's low end: its cut loses
+# n · −ln(0.99) / D > χ²₁(95 %)/2 (``metrics.boundary.two_sided_boundary``), n ≥ 956.
+LOW_END_CLEAN = math.ceil(profile_threshold(0.95) * REPORTED_DESIGN_EFFECT / -math.log1p(-0.01))
+PASS_JUDGED = 280  # requests a passing probe judges: 194 decide it, the drain adds the rest
 
 
 def _window_s(
@@ -111,6 +127,14 @@ def bound_probes(search: SearchSettings) -> int:
     return search.max_probes + (DRIFT_CHECKS if search.sequential else 0)
 
 
+def close_probes(search: SearchSettings, clean_near: int) -> int:
+    """The two-sided search's probes that establish the low end (module doc), given
+    ``clean_near`` clean requests already judged near the boundary; 0 without it."""
+    if not search.sequential:
+        return 0
+    return max(math.ceil((LOW_END_CLEAN - clean_near) / PASS_JUDGED), 0)
+
+
 def probes_to_come(
     search: SearchSettings,
     *,
@@ -118,19 +142,24 @@ def probes_to_come(
     checks_started: int,
     lo_rps: float | None,
     hi_rps: float | None,
+    clean_near: int = 0,
 ) -> int:
     """Probes after the one in flight (number ``index``, 1-based; ``checks_started`` of
     them drift checks), as the module doc estimates them."""
     checks = DRIFT_CHECKS if search.sequential else 0
     if checks_started > 0:
         return max(checks - checks_started, 0)
-    width = math.log1p(2 * search.precision if search.sequential else search.precision)
+    close = close_probes(search, clean_near)
+    if search.sequential:
+        width = math.log1p(2 * min(search.precision, RESOLUTION))
+    else:
+        width = math.log1p(search.precision)
     if lo_rps is not None and hi_rps is not None and hi_rps > lo_rps > 0:
         span = math.log(hi_rps / lo_rps)
         left = max(math.ceil(math.log2(span / width)) - 1, 0)
     else:
         left = max(math.ceil(math.log2(math.log(search.growth) / width)), 0)
-    left = min(left, max(search.max_probes - index, 0))
+    left = min(left + close, max(search.max_probes - index, 0))
     return left + checks
 
 
@@ -176,3 +205,22 @@ def progress_text(eta: Eta) -> str:
     if eta.to_go_s is not None:
         parts.append(f"about {duration_text(eta.to_go_s)} to go")
     return " · ".join(parts)
+
+
+def search_plan_text(search: SearchSettings, *, rate_rps: float | None, drain_s: float) -> str:
+    """Before the first search probe: what the chosen precision will take, from the probe
+    count ``probes_to_come`` estimates with nothing learnt yet, each probe a warm-up, the
+    window a decided pass needs at the start rate (``PASS_JUDGED`` requests; without
+    ``search.sequential`` a whole window, ``full_probe_s``) and the drain; the live line
+    refines it from the probes' own wall times as they finish."""
+    n = 1 + probes_to_come(search, index=1, checks_started=0, lo_rps=None, hi_rps=None)
+    per_probe = full_probe_s(search.probe, rate_rps, drain_s)
+    if search.sequential and rate_rps:  # a decided pass closes its window at ~PASS_JUDGED
+        per_probe = search.probe.warmup_s + PASS_JUDGED / rate_rps + drain_s
+    total = n * per_probe
+    limit = search.max_time_s
+    capped = f", capped by --max-time {duration_text(limit)}" if limit is not None else ""
+    return (
+        f"±{search.precision:.0%} asked: about {n} probes, about {duration_text(total)}"
+        f"{capped} (an estimate; it updates as the search learns)"
+    )

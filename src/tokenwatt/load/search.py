@@ -49,11 +49,27 @@ sits within precision/2 of it, the fitted point) and stops when the interval's h
 within ``precision`` of its point. No confirmation re-run: a rate already measured is probed
 again only when both candidates have been measured (the data there are undecided or
 contradict each other), and then both measurements enter the fit together.
+
+**Two-sided** (``two_sided``, what ``tokenwatt bench`` runs): the search above stops on its
+own interval (D = 1, ends at probed rates) at its resolution, min(``precision``, 5 %); the
+interval the user reads (``metrics.boundary.reported_boundary``: the low end through the
+design effect D = 5) is then usually open below. The search goes on (``_close_next``) until
+its reported interval (``metrics.boundary.two_sided_boundary``: the low end at a probed rate
+through D = 5) is closed at both ends and its half width is within ``precision`` of its
+point. An open high end gets a probe at point × (1 + precision); otherwise the low end gets
+its probe at the lowest rate that leaves the half width within precision once its passes
+establish it, point × (1 − 2·precision + 1 %) + (high − point), probed again (the counts pool)
+until they do. The low end is probed as far below the point as the precision allows on
+purpose: the point of short windows leans high, and a search that kept probing just below it
+until a clean window closed the low end selected the optimistic windows (coverage fell to
+8–72 %). When ``max_probes`` or ``max_time_s`` runs out
+first, ``SearchOutcome.unclosed`` says which end was not established and why.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
@@ -63,6 +79,7 @@ from tokenwatt.metrics.boundary import (
     BoundaryFit,
     Evidence,
     fit_boundary,
+    two_sided_boundary,
 )
 
 __all__ = [
@@ -76,6 +93,8 @@ __all__ = [
     "bracket_rate",
     "probe_seed",
     "step_factor",
+    "step_role",
+    "unclosed_line",
 ]
 
 P = TypeVar("P")
@@ -89,6 +108,7 @@ StopReason = Literal[
     "error",
     "saturated",
     "changed",
+    "max_time",
 ]
 Halt = Literal["error", "saturated"]
 _MASK64 = (1 << 64) - 1
@@ -121,6 +141,10 @@ class _HaltedError(Exception):
     """A probe said ``halt``: the search ends where it is."""
 
 
+# The search's own (D = 1) stop before the two-sided phase: never coarser than this, so the
+# fit's point is placed as well as the coverage of the reported interval was measured with.
+RESOLUTION = 0.05
+LOW_MARGIN = 0.01  # the low end's probe sits this fraction (of the point) inside the target
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
 
 
@@ -132,6 +156,39 @@ def step_factor(k: int, growth: float, first_step: float | None) -> float:
     if first_step is None:
         return growth
     return math.exp(min(math.log(growth), math.log(first_step) * 2.0 ** min(k, 60)))
+
+
+_WHY = {
+    "max_probes": "search.max_probes ran out",
+    "max_time": "the time limit (--max-time) ran out",
+    "changed": "the server changed during the run",
+    "max_rate": "the SLO still held at search.max_rate_rps",
+    "failed_at_start": "no rate passed",
+    "interrupted": "the run was interrupted",
+    "error": "the endpoint failed",
+    "saturated": "the load generator could not offer the load",
+}
+
+
+def unclosed_line(rep: BoundaryFit, precision: float, stop: str) -> str | None:
+    """One line naming the end of the reported interval not established (open, or farther
+    from the point than ``precision``) and why the search stopped before it was; None when
+    both ends are established."""
+    point = rep.rate_rps
+    if point is None:
+        return f"no boundary was placed: {_WHY.get(stop, stop)}"
+    low, high = rep.low_rps, rep.high_rps
+    half = rep.relative_half_width
+    if low is not None and high is not None and half is not None:
+        if half <= precision:
+            return None
+        far = "low" if point - low >= high - point else "high"
+        what = f"the half width is {half:.0%}, the {far} end farther from the point"
+    else:
+        what = " and ".join(f"the {n} end is open" for n, e in (("low", low), ("high", high))
+                            if e is None)  # fmt: skip
+    why = _WHY.get(stop, stop)
+    return f"{what} (asked ±{precision:.0%}): {why}"
 
 
 def bracket_rate(offered_rps: float, outcome: ProbeOutcome[P]) -> float:
@@ -178,10 +235,15 @@ class SearchOutcome(Generic[P]):
     precision_target: float = 0.05
     fit: BoundaryFit | None = None  # fit mode: the boundary with its interval
     evidence: list[Evidence] = field(default_factory=list)  # fit mode: each probe, as placed
+    reported: BoundaryFit | None = None  # two-sided: the reported interval at the stop
+    unclosed: str | None = None  # two-sided: which end was not established, and why
 
     @property
     def precision_reached(self) -> float | None:
-        """Fit mode: the interval's half width over its point; else the bracket's width."""
+        """Fit mode: the interval's half width over its point (the reported interval's when the
+        search was two-sided); else the bracket's width."""
+        if self.reported is not None and self.reported.relative_half_width is not None:
+            return self.reported.relative_half_width
         if self.fit is not None and self.fit.relative_half_width is not None:
             return self.fit.relative_half_width
         if self.lo_rps is None or self.hi_rps is None:
@@ -228,6 +290,9 @@ class BoundarySearch(Generic[P]):
         design_effect: float = 1.0,
         on_step: Callable[[SearchStep[P]], None] | None = None,
         first_step: float | None = None,
+        two_sided: bool = False,
+        max_time_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not (math.isfinite(start_rate_rps) and start_rate_rps > 0):
             raise ValueError(f"start_rate_rps must be > 0, got {start_rate_rps}")
@@ -261,6 +326,12 @@ class BoundarySearch(Generic[P]):
         self.current_phase: Phase = "grow"  # of the probe in flight, for progress displays
         self.first_step = first_step
         self._walk: tuple[int, int] = (0, 0)  # (direction, steps taken in it)
+        self.two_sided = two_sided
+        self.max_time_s = max_time_s
+        self._clock = clock
+        self._t0 = clock()
+        # The D = 1 stop: at precision, or at RESOLUTION when the reported interval decides.
+        self.resolution = min(precision, RESOLUTION) if two_sided else precision
 
     def _factor(self, direction: int) -> float:
         """The factor of the next step of a walk up (+1) or down (−1) from a rate:
@@ -328,12 +399,12 @@ class BoundarySearch(Generic[P]):
         if fit is None or fit.rate_rps is None:
             return None
         half = fit.relative_half_width
-        if half is not None and half <= self.precision:
+        if half is not None and half <= self.resolution:
             return None
         measured = [e.rate_rps for e in self._evidence]
 
         def fresh(r: float) -> bool:
-            return all(abs(math.log(r / m)) >= self.precision / 2 for m in measured)
+            return all(abs(math.log(r / m)) >= self.resolution / 2 for m in measured)
 
         lo, hi = fit.low_rps, fit.high_rps
         middle = math.sqrt(lo * hi) if lo is not None and hi is not None else fit.rate_rps
@@ -342,14 +413,58 @@ class BoundarySearch(Generic[P]):
                 return min(r, self.max_rate_rps), "fit"
         return min(middle, self.max_rate_rps), "confirm"
 
+    def _close_next(self) -> tuple[float, str] | None:
+        """Two-sided: the next rate and the end it is for, or None when the reported interval
+        is closed at both ends and within ``precision`` of its point (module docstring)."""
+        assert self.allowed is not None
+        rep = two_sided_boundary(self._evidence, self.allowed, self.confidence)
+        self.outcome.reported = rep
+        point, low, high = rep.rate_rps, rep.low_rps, rep.high_rps
+        if point is None:
+            return None
+        if high is None:  # open above: a probe above the point, to fail there
+            return min(point * (1.0 + self.precision), self.max_rate_rps), "high"
+        half = rep.relative_half_width
+        if low is not None and half is not None and half <= self.precision:
+            return None
+        # The lowest rate whose pass, once established, leaves the half width within precision.
+        target = point * (1.0 - 2.0 * self.precision + LOW_MARGIN) + (high - point)
+        if low is not None and low >= target * math.exp(-self.precision / 4):
+            # The low end is where it can be: the high end is too far; probe between.
+            return min(math.sqrt(point * high), self.max_rate_rps), "high"
+        # Pool with a rate already measured just above the target (never below it: an end
+        # there would leave the half width over precision).
+        near = [e.rate_rps for e in self._evidence
+                if target <= e.rate_rps <= target * math.exp(self.precision / 4)]  # fmt: skip
+        return (min(near) if near else target), "low"
+
+    def _time_left(self) -> bool:
+        return self.max_time_s is None or self._clock() - self._t0 < self.max_time_s
+
     def _budget_left(self) -> bool:
-        return len(self.outcome.steps) < self.max_probes
+        return len(self.outcome.steps) < self.max_probes and self._time_left()
+
+    def _out_of_budget(self) -> StopReason:
+        """Why no probe more may run: the probe count or the time limit."""
+        return "max_time" if not self._time_left() else "max_probes"
 
     async def run(self) -> SearchOutcome[P]:
         try:
             return await self._run()
         except _HaltedError:
             return self.outcome
+        finally:
+            self._settle_ends()
+
+    def _settle_ends(self) -> None:
+        """Two-sided: the reported interval at the stop and, unless it is closed and within
+        ``precision``, which end was not established and why (the stop reason)."""
+        out = self.outcome
+        if not self.two_sided or self.allowed is None or not self._evidence:
+            return
+        rep = two_sided_boundary(self._evidence, self.allowed, self.confidence)
+        out.reported = rep
+        out.unclosed = unclosed_line(rep, self.precision, out.stop_reason)
 
     async def _run(self) -> SearchOutcome[P]:
         out = self.outcome
@@ -359,7 +474,7 @@ class BoundarySearch(Generic[P]):
         while not passed:
             rate /= self._factor(-1)
             if not self._budget_left():
-                out.stop_reason = "max_probes"
+                out.stop_reason = self._out_of_budget()
                 return out
             if rate < self.min_rate_rps:
                 out.stop_reason = "failed_at_start"
@@ -368,7 +483,7 @@ class BoundarySearch(Generic[P]):
         # Grow while passing (only if nothing above has failed yet).
         while out.hi_rps is None:
             if not self._budget_left():
-                out.stop_reason = "max_probes"
+                out.stop_reason = self._out_of_budget()
                 return out
             lo = out.lo_rps
             assert lo is not None
@@ -388,7 +503,7 @@ class BoundarySearch(Generic[P]):
         while out.lo_rps is None:
             rate /= self._factor(-1)
             if not self._budget_left():
-                out.stop_reason = "max_probes"
+                out.stop_reason = self._out_of_budget()
                 return out
             if rate < self.min_rate_rps:
                 out.stop_reason = "failed_at_start"
@@ -405,7 +520,7 @@ class BoundarySearch(Generic[P]):
             if hi is None:
                 # A pass above the old failure removed it: grow again from there.
                 if not self._budget_left():
-                    out.stop_reason = "max_probes"
+                    out.stop_reason = self._out_of_budget()
                     return out
                 if lo >= self.max_rate_rps:
                     out.stop_reason = "max_rate"
@@ -414,16 +529,20 @@ class BoundarySearch(Generic[P]):
                 continue
             if self._fit_mode and out.fit is not None and out.fit.relative_half_width is not None:
                 nxt = self._fit_next()
-                if nxt is None:
-                    out.stop_reason = "converged"
+                close = self._close_next() if nxt is None and self.two_sided else None
+                if nxt is None and close is None:
+                    out.stop_reason, out.unclosed = "converged", None
                     return out
                 if not self._budget_left():
-                    out.stop_reason = "max_probes"
+                    out.stop_reason = self._out_of_budget()
                     return out
+                if nxt is None and close is not None:
+                    nxt = (close[0], "fit")
+                assert nxt is not None
                 await self._run_one(*nxt)
                 continue
             if not self._budget_left():
-                out.stop_reason = "max_probes"
+                out.stop_reason = self._out_of_budget()
                 return out
             if (hi - lo) / lo >= self.precision:
                 await self._run_one(math.sqrt(lo * hi), "bisect")
@@ -433,3 +552,35 @@ class BoundarySearch(Generic[P]):
             else:
                 out.stop_reason = "converged"
                 return out
+
+
+CHECK_ROLE = (
+    "not joined: a drift check (re-test or confirmation) after the search; checks never join "
+    "the fit (their long windows near the boundary cost the interval its coverage)"
+)
+SINGLE_STREAM_ROLE = "not joined: the single-stream point (one request at a time, no rate)"
+
+
+def step_role(out: SearchOutcome[P], index: int) -> str:
+    """Whether search probe ``index`` joined the boundary fit and, where it did not or where
+    it passed above the headline's probe, why (the result's ``fit_role``)."""
+    step = next((s for s in out.steps if s.index == index), None)
+    if step is None:
+        return "not joined: not a search probe"
+    if step.outcome.halt == "error":
+        return "not joined: an error probe (the endpoint failed); it ended the search"
+    if step.outcome.halt == "saturated":
+        return "not joined: the load generator could not offer its rate; it ended the search"
+    if step.outcome.evidence is None:
+        return "not joined: no counts (the bracket alone decided)"
+    b = out.boundary
+    if b is not None and b.index == index:
+        return (
+            "joined the fit; the headline's probe (*): the highest pass no lower failure outranks"
+        )
+    if step.passed and out.lo_rps is not None and step.placed_rps > out.lo_rps:
+        below = [s for s in out.steps if not s.passed and s.outcome.halt is None
+                 and s.index != index and s.placed_rps <= step.placed_rps]  # fmt: skip
+        by = f" (probe {below[-1].index} at {below[-1].placed_rps:.3g} req/s)" if below else ""
+        return f"joined the fit; a pass above the headline's rate, outranked by a failure{by}"
+    return "joined the fit"

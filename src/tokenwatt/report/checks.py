@@ -157,6 +157,7 @@ def _search(result: BenchResult) -> list[Check]:
         return out  # single_stream_fails: its warning says why and what to do, once
     remedy = {
         "max_probes": "raise search.max_probes",
+        "max_time": "raise --max-time (search.max_time_s) or ask a wider --precision",
         "max_rate": "the SLO held up to search.max_rate_rps; raise it",
         "failed_at_start": "the SLO failed at the lowest rate; lower search.start_rate_rps "
         "or relax the SLO",
@@ -170,6 +171,8 @@ def _search(result: BenchResult) -> list[Check]:
             f"the search stopped ({s.stop_reason}) before the bracket closed to "
             f"{s.precision_target:.0%}{reached}"
         )
+    if s.unclosed:
+        message += f"; {s.unclosed}"
     out.append(Check("warning", f"{message}: {remedy}"))
     return out
 

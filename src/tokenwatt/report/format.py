@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DASH",
+    "STAR_CAPTION",
+    "STAR_SHORT",
     "fmt_bytes",
     "fmt_bytes_per_s",
     "fmt_count",
@@ -27,12 +29,21 @@ __all__ = [
     "fmt_signed_pct",
     "fmt_tokens_per_s",
     "goodput_headline",
+    "higher_passes_note",
     "no_boundary_text",
     "no_failure_seen",
     "rel_change",
+    "safe_rate_text",
 ]
 
 DASH = "—"
+# What the star marks: short on the terminal's probe table, whole in the HTML's table and charts.
+STAR_SHORT = "* = the headline's probe"
+STAR_CAPTION = (
+    "* = the headline's probe: the highest search pass that no failure at a lower rate "
+    "outranks; drift checks and the single stream do not join the fit, and each probe's "
+    "fit_role says why"
+)
 
 
 def _ok(x: float | None) -> bool:
@@ -219,4 +230,40 @@ def goodput_headline(result: BenchResult, b: ProbeSummary) -> tuple[str, str]:
         fmt_tokens_per_s,
     )
     rate = fmt_interval(b.boundary_rate_rps, b.rate_interval_rps, b.confidence, "req/s", fmt_float)
-    return main, f"fitted boundary {rate}, {good} there"
+    higher = higher_passes_note(result, b)
+    return main, f"fitted boundary {rate}, {good} there" + (f"  ·  {higher}" if higher else "")
+
+
+def higher_passes_note(result: BenchResult, b: ProbeSummary) -> str | None:
+    """Why probes that passed above the headline's rate are not the headline, each with its
+    ``fit_role`` (a drift check, a pass a lower failure outranks); None when there are none."""
+    higher = [
+        p for p in result.probes
+        if p.slo_passed and p.index != b.index and p.rate_rps is not None
+        and b.rate_rps is not None and p.rate_rps > b.rate_rps
+    ]  # fmt: skip
+    if not higher:
+        return None
+    parts = []
+    for p in higher:
+        role = (p.fit_role or "not the headline's probe").replace("joined the fit; ", "")
+        parts.append(f"probe {p.index} passed at {fmt_float(p.rate_rps)} req/s: {role}")
+    return "higher passes not headlined: " + "; ".join(parts)
+
+
+def safe_rate_text(result: BenchResult, b: ProbeSummary) -> str | None:
+    """The safe rate: the low end of the boundary's interval, with goodput there, or why it
+    was not established (``search.unclosed``); None where no boundary was fitted."""
+    if b.boundary_rate_rps is None:
+        return None
+    conf = f"{b.confidence:.0%}" if b.confidence is not None else "95%"
+    unclosed = result.search.unclosed if result.search is not None else None
+    if b.safe_rate_rps is None:
+        return f"not established (the boundary's {conf} interval is open below)" + (
+            f": {unclosed}" if unclosed else ""
+        )
+    good = b.goodput_tokens_per_s_at_safe_rate
+    there = f", {fmt_tokens_per_s(good)} tok/s goodput there" if good is not None else ""
+    where = f"the low end of the boundary's {conf} interval"
+    text = f"{fmt_float(b.safe_rate_rps)} req/s{there} ({where})"
+    return text + (f"; {unclosed}" if unclosed else "")

@@ -20,6 +20,7 @@ from tokenwatt.report.checks import self_checks
 from tokenwatt.report.engine_view import ENGINE_HEADER, engine_probe, engine_rows
 from tokenwatt.report.format import (
     DASH,
+    STAR_CAPTION,
     fmt_bytes,
     fmt_bytes_per_s,
     fmt_float,
@@ -313,7 +314,7 @@ def _probes(r: BenchResult) -> str:
         "SLO",
     ]
     table = _table(headers, rows, left=(0, len(headers) - 1), row_classes=classes, mark=_mark(r))
-    note = '<p class="sub">★ the boundary: the highest rate that met the SLO.</p>'
+    note = f'<p class="sub">{_e(STAR_CAPTION.replace("*", "★", 1))}.</p>'
     return _section("probes", "Probes", table + note)
 
 
@@ -521,7 +522,7 @@ def render_html(result: BenchResult) -> str:
             _figure(
                 plots.latency_plot(result),
                 f"TTFT and TPOT {q} per probe against output tokens/s; dashed: the SLO; "
-                "green passed, red failed, star: the boundary.",
+                f"green passed, red failed; {STAR_CAPTION.replace('*', 'star', 1)}.",
                 m,
             ),
         )
@@ -535,7 +536,7 @@ def render_html(result: BenchResult) -> str:
                 "SLO goodput (output tokens/s of the requests that met every limit) and "
                 "attainment (the fraction of requests that did) against each probe's achieved "
                 "rate; dotted: all output tokens/s, T. Green probes passed the SLO, red failed; "
-                "star: the boundary.",
+                f"{STAR_CAPTION.replace('*', 'star', 1)}.",
                 m,
             ),
         )

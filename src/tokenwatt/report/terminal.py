@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.console import Group, RenderableType
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -22,6 +23,8 @@ from tokenwatt.report.checks import self_checks
 from tokenwatt.report.engine_view import ENGINE_HEADER, engine_probe, engine_rows
 from tokenwatt.report.format import (
     DASH,
+    STAR_CAPTION,
+    STAR_SHORT,
     fmt_bytes,
     fmt_bytes_per_s,
     fmt_float,
@@ -33,6 +36,7 @@ from tokenwatt.report.format import (
     goodput_headline,
     no_boundary_text,
     no_failure_seen,
+    safe_rate_text,
 )
 from tokenwatt.report.intervals_text import interval_caption, interval_rows
 from tokenwatt.report.labels import (
@@ -222,6 +226,9 @@ def headline(result: BenchResult) -> RenderableType:
     else:
         label, good = _goodput_row(result, b, probe_only=probe_only)
         grid.add_row(label, Text(good, "bold green" if b.slo_passed else "bold red"))
+        safe = None if probe_only else safe_rate_text(result, b)
+        if safe is not None:
+            grid.add_row("Safe rate", Text(safe))
         tpj = energy_text(b)
         grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
         cost = cost_text(b)
@@ -375,8 +382,9 @@ class ProbeTable:
         self.result = result
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield _sim_mark(self.result, "Probes (rates in req/s; * = boundary)")
+        yield _sim_mark(self.result, f"Probes (rates in req/s; {STAR_SHORT})")
         yield _probe_grid(self.result, wide=options.max_width >= WIDE_TABLE_MIN_WIDTH)
+        yield Padding(Text(STAR_CAPTION, "dim"), (0, 0, 0, 4))
 
 
 def probe_table(result: BenchResult) -> RenderableType:

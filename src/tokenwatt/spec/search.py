@@ -82,11 +82,19 @@ class SearchSettings(Section):
         2.0, gt=1, le=1000, description="factor between rates until the SLO fails"
     )
     precision: float = Field(
-        0.05,
+        0.10,
         gt=0,
         lt=1,
-        description="stop when the boundary's 95 % interval is within ± this of its point "
-        "(without search.sequential: when (hi − lo) / lo is below this)",
+        description="stop when the boundary's 95 % interval, closed at both ends, has a half "
+        "width within this fraction of its point (without search.sequential: when "
+        "(hi − lo) / lo is below this)",
+    )
+    max_time_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="stop probing after this many seconds of search (None: no limit); the "
+        "result names the interval's end left open",
     )
     max_rate_rps: float = Field(
         10_000.0, gt=0, le=MAX_RATE_RPS, description="give up growing past this rate"

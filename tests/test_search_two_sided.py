@@ -1,0 +1,116 @@
+"""The two-sided search: it goes on until the reported boundary interval is closed at both
+ends and within ``precision`` of its point, or names the end it could not establish and why.
+
+A noise-free miss curve stands in for the server: every probe judges 300 requests, of which
+round(300 · p(r)) miss, p(r) = 1 % · (r / 10)^40, so the true boundary (p = α = 1 %) is 10 req/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from tokenwatt.load.search import (
+    BoundarySearch,
+    ProbeOutcome,
+    unclosed_line,
+)
+from tokenwatt.metrics.boundary import BoundaryFit, Evidence, reported_boundary
+
+TRUE_RPS = 10.0
+N = 300
+
+
+async def curve(rate: float, seed: int) -> ProbeOutcome[None]:
+    misses = round(N * 0.01 * (rate / TRUE_RPS) ** 40)
+    misses = min(misses, N)
+    ev = Evidence(rate, N, {"tpot_p99": misses})
+    return ProbeOutcome(misses <= 0.01 * N, counted_rps=rate, requests=N, evidence=ev)
+
+
+def search(**kw: object) -> BoundarySearch[None]:
+    args: dict[str, object] = {"start_rate_rps": 8.0, "allowed": 0.01, "first_step": 1.1}
+    args.update(kw)
+    return BoundarySearch(curve, **args)  # type: ignore[arg-type]
+
+
+def test_one_sided_search_leaves_the_reported_interval_open_below() -> None:
+    """The search before: it stops on its own D = 1 interval and the reported low end, read
+    through D = 5, is open (300 clean requests are 60 independent ones: fewer than 192)."""
+    out = asyncio.run(search(precision=0.05).run())
+    assert out.stop_reason == "converged"
+    rep = reported_boundary(out.evidence, 0.01)
+    assert rep.low_rps is None and rep.high_rps is not None
+
+
+@pytest.mark.parametrize("precision", [0.10, 0.05])
+def test_two_sided_search_closes_both_ends_within_precision(precision: float) -> None:
+    s = search(precision=precision, two_sided=True, max_probes=40)
+    out = asyncio.run(s.run())
+    rep = out.reported
+    assert out.stop_reason == "converged" and out.unclosed is None
+    assert rep is not None and rep.low_rps is not None and rep.high_rps is not None
+    assert rep.low_rps <= TRUE_RPS <= rep.high_rps
+    assert rep.relative_half_width is not None and rep.relative_half_width <= precision
+    assert out.precision_reached == rep.relative_half_width
+    # The low end is a probed rate, probed again until its pooled clean passes (with the
+    # clean ones above it), read as n/5 independent requests, exclude the boundary below it.
+    at_low = [e for e in out.evidence if e.rate_rps == rep.low_rps]
+    assert len(at_low) >= 2 and all(e.misses["tpot_p99"] == 0 for e in at_low)
+    cut_below = reported_cut_loss(out.evidence, rep.low_rps)
+    assert cut_below > 1.92 * 5
+
+
+def reported_cut_loss(evidence: list[Evidence], low: float) -> float:
+    """By hand: the log-likelihood the clean probes at and above ``low`` (and below the first
+    failure) lose when forced to p = α: (their judged requests) · −ln(1 − α)."""
+    first_fail = min(e.rate_rps for e in evidence if e.misses["tpot_p99"] > 0.01 * e.judged)
+    n = sum(e.judged for e in evidence if low <= e.rate_rps < first_fail)
+    return n * -math.log(0.99)
+
+
+def test_running_out_of_probes_names_the_open_end() -> None:
+    one_sided = asyncio.run(search(precision=0.10).run())
+    budget = len(one_sided.steps) + 1
+    out = asyncio.run(search(precision=0.10, two_sided=True, max_probes=budget).run())
+    assert out.stop_reason == "max_probes"
+    assert out.unclosed is not None
+    assert "low end is open" in out.unclosed and "search.max_probes" in out.unclosed
+
+
+def test_the_time_limit_stops_the_search_and_says_so() -> None:
+    """A clock that advances 60 s per probe, a limit of 10 minutes: the 11th probe never runs."""
+    now = [0.0]
+
+    async def slow(rate: float, seed: int) -> ProbeOutcome[None]:
+        now[0] += 60.0
+        return await curve(rate, seed)
+
+    s = BoundarySearch(
+        slow, start_rate_rps=2.0, allowed=0.01, precision=0.02, two_sided=True,
+        max_time_s=600.0, clock=lambda: now[0], max_probes=100,
+    )  # fmt: skip
+    out = asyncio.run(s.run())
+    assert out.stop_reason == "max_time"
+    assert len(out.steps) == 10
+    assert out.unclosed is not None and "time limit" in out.unclosed
+
+
+def test_unclosed_line_by_hand() -> None:
+    closed = BoundaryFit(10.0, 9.0, 10.5, 0.95, "tpot_p99")  # half width 7.5 %
+    assert unclosed_line(closed, 0.10, "converged") is None
+    line = unclosed_line(closed, 0.05, "max_time")
+    assert line == (
+        "the half width is 8%, the low end farther from the point (asked ±5%): "
+        "the time limit (--max-time) ran out"
+    )
+    open_below = BoundaryFit(10.0, None, 10.5, 0.95, "tpot_p99")
+    assert unclosed_line(open_below, 0.10, "changed") == (
+        "the low end is open (asked ±10%): the server changed during the run"
+    )
+    neither = BoundaryFit(10.0, None, None, 0.95, "tpot_p99")
+    assert unclosed_line(neither, 0.10, "max_probes") == (
+        "the low end is open and the high end is open (asked ±10%): search.max_probes ran out"
+    )
