@@ -27,6 +27,7 @@ import numpy as np
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.metrics.slo import Limits, RequestLatency, evaluate_slo
+from tokenwatt.metrics.stats import interpolated_quantile
 from tokenwatt.predict.calibrate import Calibration
 from tokenwatt.predict.points import PredictError
 from tokenwatt.sim import SimConfig, VirtualSim
@@ -129,7 +130,9 @@ def _energy_j(sim: VirtualSim, cfg: SimConfig, w0_ns: int, w1_ns: int) -> float:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    return float(np.quantile(np.array(values), q)) if values else math.nan
+    """The interpolated quantile every view uses (``metrics.stats``); NaN for no values."""
+    found = interpolated_quantile(values, q)
+    return math.nan if found is None else found
 
 
 def replay(
