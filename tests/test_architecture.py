@@ -186,20 +186,27 @@ _TOP_LEVEL = {p.stem for p in SRC.glob("*.py")}
 
 
 ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
-_ROW = re.compile(r"^\|\s*((?:`[\w.]+`[,\s]*)+)\|(.*)\|\s*$")
+_SECTION = re.compile(r"^###\s+((?:`[\w.]+`[,\s]*)+)$")
 
 
 def _named_in_map() -> tuple[dict[str, set[str]], set[str]]:
-    """Per package row of the architecture table: the backticked names in its text; and
-    every backticked name of the page (top-level modules are named in prose too)."""
+    """Per package section of the map ("### `pkg`" up to the next heading): the backticked
+    names in its text; and every backticked name of the page (top-level modules are named in
+    prose too)."""
     text = ARCHITECTURE.read_text("utf-8")
     rows: dict[str, set[str]] = {}
+    current: list[str] = []
     for line in text.splitlines():
-        m = _ROW.match(line)
+        m = _SECTION.match(line)
         if m:
-            names = set(re.findall(r"`([\w.]+)`", m.group(2)))
-            for package in re.findall(r"`([\w.]+)`", m.group(1)):
-                rows[package] = names
+            current = re.findall(r"`([\w.]+)`", m.group(1))
+            for package in current:
+                rows[package] = set()
+        elif line.startswith("#"):
+            current = []
+        else:
+            for package in current:
+                rows[package] |= set(re.findall(r"`([\w.]+)`", line))
     return rows, set(re.findall(r"`([\w.]+)", text))
 
 
@@ -212,15 +219,15 @@ def _names_module(names: set[str], package: str, module: str, inner: str = "") -
 
 def test_the_map_names_every_module() -> None:
     """docs/architecture.md is the map: every module under src/ is named in its package's
-    row of the table (a top-level module anywhere on the page), so a new module cannot
+    section ("### `pkg`"; a top-level module anywhere on the page), so a new module cannot
     arrive unmapped."""
     rows, everywhere = _named_in_map()
     missing = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC)
-        if rel.name.startswith("__"):  # a package's __init__/__main__: the package's row
+        if rel.name.startswith("__"):  # a package's __init__/__main__: the package's section
             if len(rel.parts) > 1 and rel.parts[0] not in rows:
-                missing.append(f"{rel.parts[0]}/ (no row for the package)")
+                missing.append(f"{rel.parts[0]}/ (no section for the package)")
             continue
         if len(rel.parts) == 1:
             if not _names_module(everywhere, "", rel.stem):
@@ -231,7 +238,7 @@ def test_the_map_names_every_module() -> None:
             missing.append(rel.as_posix())
     assert not missing, (
         f"docs/architecture.md does not name {', '.join(missing)}: add each to its "
-        "package's row of the table, with its one idea"
+        "package's section, with its one idea"
     )
 
 
