@@ -59,7 +59,7 @@ def sweep_file(tmp_path: Path) -> Path:
             "search": {
                 "growth": 2.0,
                 "precision": 0.3,
-                "max_probes": 3,
+                "max_probes": 6,
                 "single_stream_requests": 3,
                 "probe": {
                     "warmup_s": 1,
