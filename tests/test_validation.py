@@ -388,7 +388,7 @@ def _search_spec(seed: int) -> dict[str, Any]:
             "start_rate_rps": 16,
             "growth": 1.5,
             "precision": 0.1,
-            "max_probes": 12,
+            "max_probes": 20,
             "single_stream_requests": 2,
             "probe": {
                 "warmup_s": 3,

@@ -466,8 +466,7 @@ def demo_spec_text() -> str:
 def demo(
     out: OutOption = None, overwrite: OverwriteOption = False, quiet: QuietOption = False
 ) -> None:
-    """Run the bundled demo: Qwen3-30B-A3B (MoE) on a simulated H100, about a minute and a
-    half."""
+    """Run the bundled demo: Qwen3-30B-A3B (MoE) on a simulated H100, about two minutes."""
     import yaml
 
     from tokenwatt.spec import parse_spec
