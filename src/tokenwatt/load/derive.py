@@ -411,6 +411,32 @@ def _cost(spec: BenchSpec, goodput: float, energy: EnergySummary | None) -> Cost
     )
 
 
+def _latency_figures(m: ProbeMetrics) -> dict[str, Any]:
+    """The probe's latency distributions and attainment, as the result names them."""
+    return {
+        "attainment": m.slo_attainment,
+        "ttft_s": m.ttft_s,
+        "tpot_s": m.tpot_s,
+        "itl_s": m.itl_chunk_s,
+        "e2e_s": m.e2e_s,
+        "reasoning_output_tokens": m.reasoning_output_tokens if m.ttft_reasoning_s else None,
+        "ttft_reasoning_s": m.ttft_reasoning_s,
+        "ttft_answer_s": m.ttft_answer_s,
+    }
+
+
+def _request_counts(m: ProbeMetrics) -> dict[str, Any]:
+    """How the probe's requests ended, its send lateness and its window."""
+    return {
+        "send_lateness_s": m.send_lateness_s,
+        "requests_ok": m.requests_ok,
+        "requests_failed": m.requests_failed,
+        "requests_cancelled": m.requests_cancelled,
+        "errors_by_kind": m.errors_by_kind,
+        "window_s": m.window_s,
+    }
+
+
 def summarize_probe(
     *,
     index: int,
@@ -458,26 +484,14 @@ def summarize_probe(
         power_series=power_series,
         slo_passed=verdict.passed,
         slo_detail=_slo_detail(verdict),
-        attainment=m.slo_attainment,
-        ttft_s=m.ttft_s,
-        tpot_s=m.tpot_s,
-        itl_s=m.itl_chunk_s,
-        e2e_s=m.e2e_s,
-        reasoning_output_tokens=m.reasoning_output_tokens if m.ttft_reasoning_s else None,
-        ttft_reasoning_s=m.ttft_reasoning_s,
-        ttft_answer_s=m.ttft_answer_s,
+        **_latency_figures(m),
         accuracy=probe_accuracy(run.counted),
         steps=probe_steps(run.counted, declared).model_copy(
             update={
                 "engine_acceptance_length": None if engine is None else engine.acceptance_length
             }
         ),
-        send_lateness_s=m.send_lateness_s,
-        requests_ok=m.requests_ok,
-        requests_failed=m.requests_failed,
-        requests_cancelled=m.requests_cancelled,
-        errors_by_kind=m.errors_by_kind,
-        window_s=m.window_s,
+        **_request_counts(m),
         requests_file=requests_file,
         flags=probe_flags(run, mbu, engine),
         phase=phase,
