@@ -1,4 +1,5 @@
-"""Fixtures shared by the test modules (the builders they use are in ``builders.py``)."""
+"""Fixtures shared by the test modules (the builders they use are in ``builders.py``; the
+xdist lock that lets a timing test run alone is in ``xdist_exclusive.py``)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,6 @@ def sim() -> Iterator[RunningSim]:
     a module that needs another configuration defines its own ``sim``."""
     with start_sim_thread(sim8b_config()) as running:
         yield running
+
+
+pytest_plugins = ["xdist_exclusive"]

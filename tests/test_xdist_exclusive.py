@@ -1,0 +1,63 @@
+"""The xdist lock (``xdist_exclusive``) on a suite of its own, run by pytest-xdist on two workers:
+an exclusive test's run overlaps no other test's, while the shared tests do overlap each other
+(so the check below could see an overlap if the lock let one through)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("xdist")
+
+TESTS = Path(__file__).parent
+
+SUITE = """
+import json, os, time, pytest
+
+def _span(name, seconds):
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    with open(os.path.join(os.environ["SPANS"], name), "w") as f:
+        json.dump([t0, time.monotonic()], f)
+
+@pytest.mark.parametrize("i", range(6))
+def test_shared(i):
+    _span(f"shared{i}", 0.4)
+
+@pytest.mark.exclusive
+@pytest.mark.parametrize("i", range(2))
+def test_alone(i):
+    _span(f"alone{i}", 0.4)
+"""
+
+
+def test_an_exclusive_test_overlaps_no_other(tmp_path: Path) -> None:
+    suite, spans = tmp_path / "suite", tmp_path / "spans"
+    suite.mkdir()
+    spans.mkdir()
+    (suite / "conftest.py").write_text('pytest_plugins = ["xdist_exclusive"]\n')
+    (suite / "test_mixed.py").write_text(SUITE)
+    path = f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    env = {**os.environ, "SPANS": str(spans), "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+           "--rootdir", str(suite), str(suite)]  # fmt: skip
+    proc = subprocess.run(
+        cmd, check=False, cwd=suite, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    got = {f.name: json.loads(f.read_text()) for f in spans.iterdir()}
+    assert len(got) == 8
+
+    def overlap(a: list[float], b: list[float]) -> bool:
+        return a[0] < b[1] and b[0] < a[1]
+
+    for name in ("alone0", "alone1"):
+        others = [n for n in got if n != name]
+        assert not any(overlap(got[name], got[n]) for n in others), (name, got)
+    shared = [got[f"shared{i}"] for i in range(6)]
+    assert any(overlap(a, b) for k, a in enumerate(shared) for b in shared[k + 1 :])
