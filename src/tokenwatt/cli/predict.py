@@ -153,6 +153,7 @@ def prediction_dict(
             "rms_residual": cal.rms_residual,
             "loo_residuals": list(cal.loo_residuals),
             "out_of_sample_rms": cal.out_of_sample_rms,
+            "extrapolation_per_log_x": cal.extrapolation_per_log_x,
             "power": None
             if power is None
             else {

@@ -11,14 +11,19 @@ power law's share at the target's busy share.
 The interval: relative σ around the prediction, ±1.96σ, by a rule fixed from the fitting
 data and the distance moved, never from a scored point:
 
-    σ² = (σ_fit × (1 + d_load))² + (e × (1 + d_hw))²
+    σ² = (σ_fit × (1 + d_load))² + (e × (1 + d_hw))² + (k × (d_hw + d_x))²
 
 σ_fit is the calibration's out-of-sample error (the larger of its residual RMS and its
 leave-one-out RMS); d_load = |ln(B ÷ the nearest end of the fitted batch range)| (0 inside
 it): how far the point's batch lies outside what was fitted; e is the stated error of moving
 the stack to other hardware (``transfer_error``: 0 on the same accelerator, 10 % to another
 of the same vendor, 20 % across vendors) and d_hw = |ln(GPUs' × bandwidth' ÷ (GPUs ×
-bandwidth))| per replica: how far the target's memory system lies from the source's.
+bandwidth))| per replica: how far the target's memory system lies from the source's; k is
+the calibration's held-out extrapolation error per unit of log-distance in rated step time
+(``Calibration.extrapolation_per_log_x``: split fits on the source), and d_x = |ln(x' ÷ the
+nearest end of the fitted x range)| (0 inside it), x' the target step's rated time: the
+distance each step is carried, by the machine and beyond the fitted steps, priced at the
+error the source showed when its own steps were carried that far.
 """
 
 from __future__ import annotations
@@ -86,8 +91,10 @@ def transfer_error(source: Accelerator | None, target: Accelerator) -> float:
 def prediction_sigma(
     cal: Calibration, point: StepPoint, target: Accelerator, *, source: Accelerator | None,
     batch: float | None = None, gpus_per_replica: int | None = None,
+    rated_s: float | None = None,
 ) -> float:  # fmt: skip
-    """σ of one predicted step time (the module's rule)."""
+    """σ of one predicted step time (the module's rule); ``rated_s`` is the target step's x
+    (None: the source point's, scaled by the bandwidth moved)."""
     b = point.batch if batch is None else batch
     d_load = 0.0
     if cal.batch_range is not None and b > 0:
@@ -98,7 +105,17 @@ def prediction_sigma(
     d_hw = abs(math.log(gpus * target.bandwidth_bytes_per_s / src_bw))
     fit = cal.out_of_sample_rms * (1.0 + d_load)
     hw = transfer_error(source, target) * (1.0 + d_hw)
-    return math.sqrt(fit**2 + hw**2)
+    x = (
+        point.rated_s * src_bw / (gpus * target.bandwidth_bytes_per_s)
+        if rated_s is None
+        else rated_s
+    )
+    d_x = 0.0
+    if cal.rated_range_s is not None and x > 0:
+        x_lo, x_hi = cal.rated_range_s
+        d_x = max(0.0, math.log(x / x_hi), math.log(x_lo / x))
+    carried = cal.extrapolation_per_log_x * (d_hw + d_x)
+    return math.sqrt(fit**2 + hw**2 + carried**2)
 
 
 def _interval(value: float, sigma: float) -> Interval:
@@ -136,8 +153,10 @@ def _one(
     gpus = target.gpus_per_replica or point.gpus_per_replica
     replicas = target.replicas or point.replicas
     batch = min(point.batch, target.max_batch) if target.max_batch else point.batch
-    sigma = prediction_sigma(cal, point, acc, source=source, batch=batch, gpus_per_replica=gpus)
     rated_s = _rated_s_at(point, batch, geometry, acc, gpus)
+    sigma = prediction_sigma(
+        cal, point, acc, source=source, batch=batch, gpus_per_replica=gpus, rated_s=rated_s
+    )
     tau = cal.step_s(rated_s)
     tput = replicas * batch / tau * point.decode_share
     tpj = power = None
