@@ -32,12 +32,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tokenwatt.errors import GeometryError
+from tokenwatt.geometry.dtypes import canonical_dtype
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.predict.calibrate import Calibration
 from tokenwatt.predict.points import PredictError, StepPoint
 
-__all__ = ["Prediction", "Target", "predict_points", "prediction_sigma", "transfer_error"]
+__all__ = [
+    "Prediction",
+    "Target",
+    "check_weight_dtype",
+    "predict_points",
+    "prediction_sigma",
+    "transfer_error",
+]
 
 Z_95 = 1.959963984540054
 SAME_VENDOR_TRANSFER = 0.10  # relative σ: another accelerator of the same vendor
@@ -52,6 +61,7 @@ class Target:
     gpus_per_replica: int | None = None  # None: the source's
     replicas: int | None = None  # None: the source's
     max_batch: int | None = None
+    weight_dtype: str | None = None  # None: the source's; another dtype is refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +126,29 @@ def prediction_sigma(
         d_x = max(0.0, math.log(x / x_hi), math.log(x_lo / x))
     carried = cal.extrapolation_per_log_x * (d_hw + d_x)
     return math.sqrt(fit**2 + hw**2 + carried**2)
+
+
+def check_weight_dtype(wanted: str | None, geometry: ModelGeometry | None) -> None:
+    """Refuse a change of weight dtype: the fitted efficiency and floor belong to the
+    source's kernels (an FP8 GEMM is another kernel with another efficiency, and its
+    dequantisation another per-step cost), so halving the bytes would predict a speed-up
+    no measurement stands behind. The same dtype, named in any spelling, passes."""
+    if wanted is None:
+        return
+    if geometry is None:
+        raise PredictError(
+            "--to-weight-dtype needs the source model's geometry; the source records none"
+        )
+    try:
+        want = canonical_dtype(wanted, what="--to-weight-dtype")
+    except GeometryError as exc:
+        raise PredictError(str(exc)) from None
+    have = canonical_dtype(geometry.weight_dtype)
+    if want != have:
+        raise PredictError(
+            f"--to-weight-dtype {want}: the source ran {have} weights and a change of weight "
+            f"dtype is not modelled; calibrate on a run with {want} weights"
+        )
 
 
 def _interval(value: float, sigma: float) -> Interval:
@@ -193,4 +226,5 @@ def predict_points(
     """One prediction per source point, in the source's order."""
     if target.max_batch is not None and target.max_batch < 1:
         raise PredictError(f"--max-batch {target.max_batch}: give a batch cap of at least 1")
+    check_weight_dtype(target.weight_dtype, geometry)
     return [_one(cal, p, target, geometry, source) for p in points]

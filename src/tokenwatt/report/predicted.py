@@ -91,7 +91,7 @@ def print_prediction(data: dict[str, Any], console: Console | None = None) -> No
         f"transfer error {data['transfer_error']:.0%}",
         highlight=False,
     )
-    for note in cal["notes"]:
+    for note in [*cal["notes"], *data.get("assumptions", [])]:
         console.print(f"note: {note}", highlight=False)
     for table in predicted_tables(data):
         console.print(table)
