@@ -13,7 +13,9 @@ data outside the scored table:
   shared by the chat files, each file its own floor and efficiency, by least squares on
   relative error over a grid of s (the fitted s and how much it lowers the residuals);
 * a per-sequence host cost c (seconds per sequence per step, the same on both hosts): τ =
-  floor + c × B + x ÷ efficiency fitted over both GPUs of the chat files.
+  floor + c × B + x ÷ efficiency fitted over both GPUs of the chat files;
+* a max-form step, x = max(weight read, all GEMM FLOPs incl. the decode tokens') + KV read,
+  against the summed step the simulator prices, by the same hardware rule on the chat files.
 
 The two geometries are the Qwen3-8B preset with the published sizes of the larger models
 (hidden 5,120; intermediate 17,408 / 25,600; 40 / 64 layers and query heads; 8 KV heads):
@@ -23,6 +25,7 @@ The two geometries are the Qwen3-8B preset with the published sizes of the large
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -118,6 +121,37 @@ def _host_cost(files: list[list[tuple[str, StepPoint]]]) -> tuple[float, float, 
     return float(coef[0]), float(coef[1]), 1.0 / float(coef[2])
 
 
+def _x(gpu: str, p: StepPoint, active: float, form: str) -> float:
+    """The step's rated time on ``gpu`` (the point's GPU count), summed or max-form."""
+    acc = get_accelerator("b200" if gpu == "B200" else "h100-sxm")
+    g = p.gpus_per_replica
+    weights = p.weight_bytes_per_step / (g * acc.bandwidth_bytes_per_s)
+    kv = p.kv_bytes_per_step / (g * acc.bandwidth_bytes_per_s)
+    prompt = p.prefill_flops_per_step / (g * acc.bf16_dense_flops)
+    if form == "sum":
+        return weights + kv + prompt
+    return max(weights, prompt + 2.0 * active * p.batch / (g * acc.bf16_dense_flops)) + kv
+
+
+def _form_errors(model: str, configs: list[MlEnergyConfig], form: str) -> list[float]:
+    """Calibrate τ = floor + x ÷ eff on the H100 rows, predict each B200 row at its cap."""
+    active = _geometry(model).active_params
+    hg, bg = _groups(configs, "H100"), _groups(configs, "B200")
+    h = _points(model, hg[max(hg, key=lambda g: len(hg[g]))])
+    xs = np.array([_x("H100", p, active, form) for p in h])
+    floor, inv = _fit_step(xs, np.array([p.step_s for p in h]), with_floor=True)
+    if floor < 0:
+        floor, inv = _fit_step(xs, np.array([p.step_s for p in h]), with_floor=False)
+    errs = []
+    for b_gpus, rows in bg.items():
+        for b, bp in zip(rows, _points(model, rows), strict=True):
+            src = [p for p in h if p.concurrency == float(b.max_num_seqs)]
+            if src:
+                moved = dataclasses.replace(src[0], gpus_per_replica=b_gpus)
+                errs.append((floor + _x("B200", moved, active, form) * inv) / bp.step_s - 1.0)
+    return errs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -135,6 +169,14 @@ def main() -> None:
     best = int(np.argmin(sse))
     print(f"B200 achieved-bandwidth share (chat files): s = {grid[best]:.2f}; relative SSE "
           f"{sse[best]:.3f} against {_share_sse(chat, 1.0):.3f} at s = 1")  # fmt: skip
+    for form in ("sum", "max"):
+        e: list[float] = []
+        for st, m in FILES.items():
+            if "chat" in st:
+                e += _form_errors(m, read_mlenergy(args.data / f"{st}.json")[1], form)
+        mid, mid_abs = statistics.median(e), statistics.median(abs(x) for x in e)
+        print(f"{form}-form step (chat files, {len(e)} points): median signed TPOT error "
+              f"{mid:+.1%}, median |error| {mid_abs:.1%}")  # fmt: skip
     floor, c, eff = _host_cost(chat)
     print(f"per-sequence host cost (chat files, both GPUs): c = {c * 1e6:.2f} us per sequence "
           f"per step (floor {floor * 1e3:.2f} ms, efficiency {eff:.3f})")  # fmt: skip
