@@ -33,13 +33,13 @@ class SimRun:
     tokens_per_joule: float  # the simulator's truth over the decode steps
 
 
-def sim_run(model: str, accelerator: str, batch: int, seed: int = 0) -> SimRun:
+def sim_run(model: str, accelerator: str, batch: int, seed: int = 0, gpus: int = 1) -> SimRun:
     """B requests at t = 0; τ from the token times, energy from the simulator's steps."""
     geom = load_geometry(model)
     acc = get_accelerator(accelerator)
     cfg = SimConfig(
         geometry=geom, accelerator=acc, efficiency=EFFICIENCY, step_overhead_ms=FLOOR_S * 1e3,
-        max_model_len=4096, seed=seed,
+        max_model_len=4096, seed=seed, gpus_per_replica=gpus,
     )  # fmt: skip
     sim = VirtualSim(cfg)
     for _ in range(batch):
@@ -54,8 +54,9 @@ def sim_run(model: str, accelerator: str, batch: int, seed: int = 0) -> SimRun:
     point = StepPoint(
         label=f"B={batch}", batch=float(batch), step_s=tau,
         weight_bytes_per_step=geom.weight_bytes_per_step(batch), kv_bytes_per_step=kv,
-        gpus_per_replica=1, replicas=1, bandwidth_bytes_per_s_per_gpu=acc.bandwidth_bytes_per_s,
-        concurrency=float(batch), power_w_per_gpu=power_w, tdp_w_per_gpu=acc.tdp_w,
+        gpus_per_replica=gpus, replicas=1,
+        bandwidth_bytes_per_s_per_gpu=acc.bandwidth_bytes_per_s, concurrency=float(batch),
+        power_w_per_gpu=power_w, tdp_w_per_gpu=acc.tdp_w,
     )  # fmt: skip
     return SimRun(point, tokens / sum(s.energy_j for s in decode))
 
@@ -162,3 +163,77 @@ def test_interval_rule_by_hand() -> None:
     assert got == pytest.approx(math.hypot(noisy.out_of_sample_rms, 0.10 * (1 + d_hw)))
     far = prediction_sigma(noisy, inside, h100, source=h100, batch=256.0)
     assert far == pytest.approx(noisy.out_of_sample_rms * (1 + math.log(256 / 64)))
+
+
+def _line_point(x_s: float, tau_s: float, batch: float) -> StepPoint:
+    """A point whose rated step time is exactly ``x_s`` (1 GPU at 1 TB/s, no prompts)."""
+    return StepPoint(
+        label=f"x={x_s}", batch=batch, step_s=tau_s, weight_bytes_per_step=x_s * 1e12,
+        kv_bytes_per_step=0.0, gpus_per_replica=1, replicas=1,
+        bandwidth_bytes_per_s_per_gpu=1e12,
+    )  # fmt: skip
+
+
+def test_split_extrapolation_error_by_hand() -> None:
+    """Two halves on two different lines (x in ms): τ = 1 + x on x = 1, 2 and τ = 2 + x on
+    x = 4, 8. Two points fix two constants, so each half's fit is its own line, and the other
+    half's errors are read off by hand: from the low line, x = 4 → 5 against 6 (+1/5, moved
+    ln 2 from x = 2) and x = 8 → 9 against 10 (+1/9, ln 4); from the high line, x = 1 → 3
+    against 2 (−1/3, ln 4 from x = 4) and x = 2 → 4 against 3 (−1/4, ln 2).
+    k = √(Σe² ÷ Σd²)."""
+    import math
+
+    pts = [
+        _line_point(1e-3, 2e-3, 1.0), _line_point(2e-3, 3e-3, 2.0),
+        _line_point(4e-3, 6e-3, 4.0), _line_point(8e-3, 10e-3, 8.0),
+    ]  # fmt: skip
+    cal = calibrate(pts)
+    ln2, ln4 = math.log(2), math.log(4)
+    want = math.sqrt(
+        ((1 / 5) ** 2 + (1 / 9) ** 2 + (1 / 3) ** 2 + (1 / 4) ** 2) / (2 * ln2**2 + 2 * ln4**2)
+    )
+    assert cal.extrapolation_per_log_x == pytest.approx(want, rel=1e-9)
+    assert cal.rated_range_s == pytest.approx((1e-3, 8e-3))
+    # on the law itself the held-out error is nil
+    exact = calibrate([_line_point(x, 1e-3 + x, b) for x, b in ((1e-3, 1), (2e-3, 2),
+                                                            (4e-3, 4), (8e-3, 8))])  # fmt: skip
+    assert exact.extrapolation_per_log_x == pytest.approx(0.0, abs=1e-9)
+    # under four points there is nothing to split: 0, and the interval says so by its size
+    assert calibrate(pts[:3]).extrapolation_per_log_x == 0.0
+
+
+def test_interval_carries_the_held_out_error_by_hand() -> None:
+    """σ² adds (k (d_hw + d_x))²: a source point at the lowest fitted x moved to a machine
+    with 2.3× the bandwidth lands ln 2.3 below the fitted x range as well as ln 2.3 away in
+    bandwidth; a point in the middle of the range moves by d_hw only once it stays inside."""
+    import dataclasses
+    import math
+
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    bw = h100.bandwidth_bytes_per_s
+    pts = [
+        dataclasses.replace(_line_point(x, 1e-3 + x, b), bandwidth_bytes_per_s_per_gpu=bw,
+                            weight_bytes_per_step=x * bw)
+        for x, b in ((1e-3, 1), (4e-3, 4), (8e-3, 8), (16e-3, 16))
+    ]  # fmt: skip
+    cal = dataclasses.replace(calibrate(pts), extrapolation_per_log_x=0.2)
+    d_hw = math.log(b200.bandwidth_bytes_per_s / bw)
+    fit = cal.out_of_sample_rms
+    hw = 0.10 * (1 + d_hw)
+    low = prediction_sigma(cal, pts[0], b200, source=h100)  # x' = 1 ms ÷ 2.3: below the range
+    assert low == pytest.approx(math.sqrt(fit**2 + hw**2 + (0.2 * 2 * d_hw) ** 2))
+    mid = prediction_sigma(cal, pts[3], b200, source=h100)  # x' ≈ 7 ms: inside
+    assert mid == pytest.approx(math.sqrt(fit**2 + hw**2 + (0.2 * d_hw) ** 2))
+
+
+def test_a_tensor_parallel_change_splits_the_bytes() -> None:
+    """H100 ×1 → B200 ×2: the step's bytes split over two GPUs, the floor kept; the
+    simulator's two-GPU B200 (which prices the same split and no all-reduce) is the truth,
+    within 3 %. The all-reduce a real TP step adds is not modelled: the CLI says so."""
+    points = [sim_run("llama-3.1-8b", "h100-sxm", b).point for b in BATCHES]
+    cal = calibrate(points)
+    target = Target(get_accelerator("b200"), gpus_per_replica=2)
+    preds = predict_points(cal, points, target, source=get_accelerator("h100-sxm"))
+    for pred, b in zip(preds, BATCHES, strict=True):
+        truth = sim_run("llama-3.1-8b", "b200", b, gpus=2).point.step_s
+        assert pred.tpot_s == pytest.approx(truth, rel=0.03)

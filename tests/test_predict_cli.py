@@ -66,6 +66,7 @@ def test_published_rows_predict_the_b200_simulator(
     assert data["target"]["accelerator"] == "b200"
     assert data["calibration"]["efficiency"] == pytest.approx(EFFICIENCY, rel=0.02)
     assert data["transfer_error"] == pytest.approx(0.10)
+    assert data["assumptions"] == []  # no TP change: nothing held fixed to say
     assert len(data["points"]) == len(BATCHES)
     for point, b in zip(data["points"], BATCHES, strict=True):
         truth = sim_run("llama-3.1-8b", "b200", b)
@@ -206,3 +207,46 @@ def test_without_a_price_no_cost_is_made_up(
     assert point["predicted"]["usd_per_mtok"] is None
     assert point["predicted"]["interval"]["usd_per_mtok"] is None
     assert point["predicted"]["ttft_ms"] > 0
+
+
+def test_a_weight_dtype_change_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fitted efficiency belongs to the source's kernels: FP8 weights on the target are
+    refused by name; the source's own dtype in another spelling passes; an unknown one is
+    named."""
+    from tokenwatt.result import load_result
+
+    geometry = load_result(RESULT).geometry
+    assert geometry is not None and geometry.weight_dtype == "bf16"
+    rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200",
+                        "--to-weight-dtype", "fp8", "--json")  # fmt: skip
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "--to-weight-dtype fp8: the source ran bf16 weights" in err
+    assert "not modelled" in err and "Traceback" not in err + out
+    rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200",
+                        "--to-weight-dtype", "bfloat16", "--json", *QUICK)  # fmt: skip
+    assert rc == 0, err
+    assert json.loads(out)["kind"] == "PREDICTED"
+    rc, _, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200",
+                      "--to-weight-dtype", "fp7")  # fmt: skip
+    assert rc == 2
+    assert "unknown --to-weight-dtype 'fp7'" in err
+
+
+def test_a_tensor_parallel_change_is_stated(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--to-gpus 2 from a one-GPU source: the JSON and the terminal say that the bytes split
+    and the all-reduce is not modelled."""
+    rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200", "--to-gpus", "2",
+                        "--json", *QUICK)  # fmt: skip
+    assert rc == 0, err
+    (said,) = json.loads(out)["assumptions"]
+    assert said.startswith("tensor parallel 1 -> 2 GPUs per replica")
+    assert "all-reduce" in said and "not modelled" in said
+    rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200", "--to-gpus", "2",
+                        *QUICK)  # fmt: skip
+    assert rc == 0, err
+    assert "note: tensor parallel 1 -> 2" in " ".join(out.split())

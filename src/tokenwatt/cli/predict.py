@@ -127,6 +127,18 @@ def _point_dict(
     }
 
 
+def _assumptions(points: list[StepPoint], gpus_per_replica: int | None) -> list[str]:
+    """What the prediction holds fixed that the target changes (said, not hidden)."""
+    src = points[0].gpus_per_replica if points else None
+    if gpus_per_replica is None or src is None or gpus_per_replica == src:
+        return []
+    return [
+        f"tensor parallel {src} -> {gpus_per_replica} GPUs per replica: the bytes are split "
+        f"over {gpus_per_replica} GPUs; the all-reduce time stays the source's, inside the "
+        "fitted floor (not modelled)"
+    ]
+
+
 def prediction_dict(
     about: str,
     target: Accelerator,
@@ -138,6 +150,7 @@ def prediction_dict(
     transfer: float,
     slo: SLO,
     price_per_gpu_hour: float | None,
+    gpus_per_replica: int | None = None,
 ) -> dict[str, Any]:
     """What ``--json`` prints: one object, every predicted figure under ``predicted``."""
     power = cal.power
@@ -153,6 +166,7 @@ def prediction_dict(
             "rms_residual": cal.rms_residual,
             "loo_residuals": list(cal.loo_residuals),
             "out_of_sample_rms": cal.out_of_sample_rms,
+            "extrapolation_per_log_x": cal.extrapolation_per_log_x,
             "power": None
             if power is None
             else {
@@ -163,6 +177,7 @@ def prediction_dict(
             "notes": list(cal.notes),
         },
         "transfer_error": transfer,
+        "assumptions": _assumptions(points, gpus_per_replica),
         "slo": slo.model_dump(exclude_none=True),
         "price_per_gpu_hour": price_per_gpu_hour,
         "points": [
@@ -219,6 +234,13 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     max_batch: Annotated[
         int | None, typer.Option("--max-batch", min=1, help="the target's batch cap")
     ] = None,
+    to_weight_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--to-weight-dtype",
+            help="the target's weight dtype; only the source's is accepted (not modelled)",
+        ),
+    ] = None,
     price_per_gpu_hour: Annotated[
         float | None,
         typer.Option(
@@ -251,7 +273,7 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     target = get_accelerator(to)
     src = _source(source)
     cal = calibrate(src.points)
-    tgt = Target(target, to_gpus, to_replicas, max_batch)
+    tgt = Target(target, to_gpus, to_replicas, max_batch, to_weight_dtype)
     preds = predict_points(cal, src.points, tgt, source=src.accelerator, geometry=src.geometry)
     slo = _slo(src.slo, slo_ttft_ms, slo_tpot_ms)
     price = price_per_gpu_hour if price_per_gpu_hour is not None else src.price_per_gpu_hour
@@ -260,7 +282,7 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     transfer = transfer_error(src.accelerator, target)
     data = prediction_dict(
         src.about, target, cal, src.points, preds, served=served, transfer=transfer, slo=slo,
-        price_per_gpu_hour=price,
+        price_per_gpu_hour=price, gpus_per_replica=to_gpus,
     )  # fmt: skip
     if html is not None:
         from tokenwatt.report.predicted_html import write_predicted_html

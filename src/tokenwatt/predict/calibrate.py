@@ -15,6 +15,14 @@ cannot both be fitted. The achieved MBU it implies, x/(floor + x/efficiency), ri
 towards ``efficiency``: the batch dependence of MBU, with no third constant. The fit is linear least
 squares on relative error (each point weighted 1/τ), so a 5 ms step and a 50 ms step count
 alike; a negative floor is refused by refitting with the floor at zero.
+
+How wrong the model is when it is carried away from what it was fitted on is measured on
+the source itself, never on a target: the points are split at the median of x, the step law
+is fitted on one half and each point of the other half is predicted from it (both ways).
+``extrapolation_per_log_x`` is √(Σ e² ÷ Σ d²) over those held-out points, e the relative
+error and d = |ln(x ÷ the nearest fitted x)| the distance moved: the out-of-sample error per
+unit of log-distance in rated step time, which ``predict.transfer`` multiplies by the
+distance a target moves each step.
 """
 
 from __future__ import annotations
@@ -44,6 +52,9 @@ class Calibration:
     # fewer than three points or two distinct batches remain
     loo_residuals: tuple[float, ...] = ()
     batch_range: tuple[float, float] | None = None  # the fitted points' smallest and largest B
+    # held-out relative error per unit of |ln x| moved (split fits; 0 under four points)
+    extrapolation_per_log_x: float = 0.0
+    rated_range_s: tuple[float, float] | None = None  # the fitted points' smallest and largest x
 
     @property
     def rms_residual(self) -> float:
@@ -95,16 +106,43 @@ def _loo(points: Sequence[StepPoint]) -> tuple[float, ...]:
         return ()
     out = []
     for k, held in enumerate(points):
-        rest = [p for j, p in enumerate(points) if j != k]
-        xs = np.array([p.rated_s for p in rest])
-        taus = np.array([p.step_s for p in rest])
-        floor, inv = _fit_step(xs, taus, with_floor=len({round(p.batch, 3) for p in rest}) >= 2)
-        if floor < 0:
-            floor, inv = _fit_step(xs, taus, with_floor=False)
-        if inv <= 0:
+        fit = _fit_rest([p for j, p in enumerate(points) if j != k])
+        if fit is None:
             return ()
+        floor, inv = fit
         out.append(held.step_s / (floor + held.rated_s * inv) - 1.0)
     return tuple(out)
+
+
+def _fit_rest(rest: Sequence[StepPoint]) -> tuple[float, float] | None:
+    """(floor_s, 1/efficiency) by the calibration's rules; None when nothing can be fitted."""
+    xs = np.array([p.rated_s for p in rest])
+    taus = np.array([p.step_s for p in rest])
+    floor, inv = _fit_step(xs, taus, with_floor=len({round(p.batch, 3) for p in rest}) >= 2)
+    if floor < 0:
+        floor, inv = _fit_step(xs, taus, with_floor=False)
+    return None if inv <= 0 else (floor, inv)
+
+
+def _split_extrapolation(points: Sequence[StepPoint]) -> float:
+    """√(Σ e² ÷ Σ d²) over each half's points predicted from a fit on the other half."""
+    if len(points) < 4:
+        return 0.0
+    ordered = sorted(points, key=lambda p: p.rated_s)
+    half = len(ordered) // 2
+    low, high = ordered[:half], ordered[half:]
+    sum_e2 = sum_d2 = 0.0
+    for fitted, held in ((low, high), (high, low)):
+        fit = _fit_rest(fitted)
+        if fit is None:
+            return 0.0
+        floor, inv = fit
+        xs = [p.rated_s for p in fitted]
+        for p in held:
+            d = min(abs(math.log(p.rated_s / x)) for x in xs)
+            sum_e2 += (p.step_s / (floor + p.rated_s * inv) - 1.0) ** 2
+            sum_d2 += d * d
+    return math.sqrt(sum_e2 / sum_d2) if sum_d2 > 0 else 0.0
 
 
 def calibrate(points: Sequence[StepPoint]) -> Calibration:
@@ -139,5 +177,6 @@ def calibrate(points: Sequence[StepPoint]) -> Calibration:
     power = fit_power(points, cal.busy_share)
     batches = [p.batch for p in points]
     return Calibration(
-        eff, floor, residuals, power, tuple(notes), _loo(points), (min(batches), max(batches))
-    )
+        eff, floor, residuals, power, tuple(notes), _loo(points), (min(batches), max(batches)),
+        _split_extrapolation(points), (float(xs.min()), float(xs.max())),
+    )  # fmt: skip

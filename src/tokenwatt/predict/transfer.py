@@ -11,14 +11,19 @@ power law's share at the target's busy share.
 The interval: relative σ around the prediction, ±1.96σ, by a rule fixed from the fitting
 data and the distance moved, never from a scored point:
 
-    σ² = (σ_fit × (1 + d_load))² + (e × (1 + d_hw))²
+    σ² = (σ_fit × (1 + d_load))² + (e × (1 + d_hw))² + (k × (d_hw + d_x))²
 
 σ_fit is the calibration's out-of-sample error (the larger of its residual RMS and its
 leave-one-out RMS); d_load = |ln(B ÷ the nearest end of the fitted batch range)| (0 inside
 it): how far the point's batch lies outside what was fitted; e is the stated error of moving
 the stack to other hardware (``transfer_error``: 0 on the same accelerator, 10 % to another
 of the same vendor, 20 % across vendors) and d_hw = |ln(GPUs' × bandwidth' ÷ (GPUs ×
-bandwidth))| per replica: how far the target's memory system lies from the source's.
+bandwidth))| per replica: how far the target's memory system lies from the source's; k is
+the calibration's held-out extrapolation error per unit of log-distance in rated step time
+(``Calibration.extrapolation_per_log_x``: split fits on the source), and d_x = |ln(x' ÷ the
+nearest end of the fitted x range)| (0 inside it), x' the target step's rated time: the
+distance each step is carried, by the machine and beyond the fitted steps, priced at the
+error the source showed when its own steps were carried that far.
 """
 
 from __future__ import annotations
@@ -27,12 +32,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tokenwatt.errors import GeometryError
+from tokenwatt.geometry.dtypes import canonical_dtype
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
 from tokenwatt.predict.calibrate import Calibration
 from tokenwatt.predict.points import PredictError, StepPoint
 
-__all__ = ["Prediction", "Target", "predict_points", "prediction_sigma", "transfer_error"]
+__all__ = [
+    "Prediction",
+    "Target",
+    "check_weight_dtype",
+    "predict_points",
+    "prediction_sigma",
+    "transfer_error",
+]
 
 Z_95 = 1.959963984540054
 SAME_VENDOR_TRANSFER = 0.10  # relative σ: another accelerator of the same vendor
@@ -47,6 +61,7 @@ class Target:
     gpus_per_replica: int | None = None  # None: the source's
     replicas: int | None = None  # None: the source's
     max_batch: int | None = None
+    weight_dtype: str | None = None  # None: the source's; another dtype is refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +101,10 @@ def transfer_error(source: Accelerator | None, target: Accelerator) -> float:
 def prediction_sigma(
     cal: Calibration, point: StepPoint, target: Accelerator, *, source: Accelerator | None,
     batch: float | None = None, gpus_per_replica: int | None = None,
+    rated_s: float | None = None,
 ) -> float:  # fmt: skip
-    """σ of one predicted step time (the module's rule)."""
+    """σ of one predicted step time (the module's rule); ``rated_s`` is the target step's x
+    (None: the source point's, scaled by the bandwidth moved)."""
     b = point.batch if batch is None else batch
     d_load = 0.0
     if cal.batch_range is not None and b > 0:
@@ -98,7 +115,40 @@ def prediction_sigma(
     d_hw = abs(math.log(gpus * target.bandwidth_bytes_per_s / src_bw))
     fit = cal.out_of_sample_rms * (1.0 + d_load)
     hw = transfer_error(source, target) * (1.0 + d_hw)
-    return math.sqrt(fit**2 + hw**2)
+    x = (
+        point.rated_s * src_bw / (gpus * target.bandwidth_bytes_per_s)
+        if rated_s is None
+        else rated_s
+    )
+    d_x = 0.0
+    if cal.rated_range_s is not None and x > 0:
+        x_lo, x_hi = cal.rated_range_s
+        d_x = max(0.0, math.log(x / x_hi), math.log(x_lo / x))
+    carried = cal.extrapolation_per_log_x * (d_hw + d_x)
+    return math.sqrt(fit**2 + hw**2 + carried**2)
+
+
+def check_weight_dtype(wanted: str | None, geometry: ModelGeometry | None) -> None:
+    """Refuse a change of weight dtype: the fitted efficiency and floor belong to the
+    source's kernels (an FP8 GEMM is another kernel with another efficiency, and its
+    dequantisation another per-step cost), so halving the bytes would predict a speed-up
+    no measurement stands behind. The same dtype, named in any spelling, passes."""
+    if wanted is None:
+        return
+    if geometry is None:
+        raise PredictError(
+            "--to-weight-dtype needs the source model's geometry; the source records none"
+        )
+    try:
+        want = canonical_dtype(wanted, what="--to-weight-dtype")
+    except GeometryError as exc:
+        raise PredictError(str(exc)) from None
+    have = canonical_dtype(geometry.weight_dtype)
+    if want != have:
+        raise PredictError(
+            f"--to-weight-dtype {want}: the source ran {have} weights and a change of weight "
+            f"dtype is not modelled; calibrate on a run with {want} weights"
+        )
 
 
 def _interval(value: float, sigma: float) -> Interval:
@@ -136,8 +186,10 @@ def _one(
     gpus = target.gpus_per_replica or point.gpus_per_replica
     replicas = target.replicas or point.replicas
     batch = min(point.batch, target.max_batch) if target.max_batch else point.batch
-    sigma = prediction_sigma(cal, point, acc, source=source, batch=batch, gpus_per_replica=gpus)
     rated_s = _rated_s_at(point, batch, geometry, acc, gpus)
+    sigma = prediction_sigma(
+        cal, point, acc, source=source, batch=batch, gpus_per_replica=gpus, rated_s=rated_s
+    )
     tau = cal.step_s(rated_s)
     tput = replicas * batch / tau * point.decode_share
     tpj = power = None
@@ -174,4 +226,5 @@ def predict_points(
     """One prediction per source point, in the source's order."""
     if target.max_batch is not None and target.max_batch < 1:
         raise PredictError(f"--max-batch {target.max_batch}: give a batch cap of at least 1")
+    check_weight_dtype(target.weight_dtype, geometry)
     return [_one(cal, p, target, geometry, source) for p in points]

@@ -88,10 +88,11 @@ def print_prediction(data: dict[str, Any], console: Console | None = None) -> No
     console.print(
         f"calibration: efficiency {cal['efficiency']:.3f}, floor {cal['floor_ms']:.2f} ms, "
         f"residual RMS {cal['rms_residual']:.1%} over {len(cal['residuals'])} points; "
-        f"transfer error {data['transfer_error']:.0%}",
+        f"transfer error {data['transfer_error']:.0%}; held-out extrapolation error "
+        f"{cal.get('extrapolation_per_log_x', 0.0):.1%} per unit of ln x moved",
         highlight=False,
     )
-    for note in cal["notes"]:
+    for note in [*cal["notes"], *data.get("assumptions", [])]:
         console.print(f"note: {note}", highlight=False)
     for table in predicted_tables(data):
         console.print(table)
