@@ -1,4 +1,5 @@
-"""MBU and the boundary search validated end to end against the simulator, a black box over HTTP.
+"""MBU validated end to end against the simulator, a black box over HTTP (the boundary search's
+repeatability across seeds is a claim about the search: tests/test_search_virtual.py, virtual time).
 
 The simulator runs in its own process (``sim_mode="subprocess"``) with a per-step truth log;
 the client derives MBU from its own timing only (``load.derive.probe_mbu``), and each test
@@ -32,7 +33,6 @@ import pytest
 
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
-from tokenwatt.load.bench import run_bench
 from tokenwatt.load.derive import probe_mbu
 from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target, resolve_accelerator
@@ -185,6 +185,12 @@ def _report(label: str, mbu: Mbu, truth: Truth, **extra: Any) -> str:
 # -- (a) prefill and overhead zero: derived MBU = configured efficiency --------------------
 
 
+# The window of the efficiency and prefill cases: the derived MBU and the truth log read the
+# same window, and at 6 s they agree within 0.003 on every case measured, far inside the 0.02
+# asserted (docs/validation.md, "Test suite time").
+WINDOW_S = 6.0
+
+
 @pytest.mark.timeout(120)
 def test_mbu_tracks_efficiency_quick(tmp_path: Path) -> None:
     """The default suite's representative case: MoE at efficiency 0.5, batch ≈ 128."""
@@ -203,7 +209,9 @@ def test_mbu_tracks_efficiency_quick(tmp_path: Path) -> None:
     ("case", "batch"), [(DENSE, 32), (MOE, 128), (MLA, 128)], ids=["dense", "moe", "mla"]
 )
 def test_mbu_tracks_efficiency(case: Case, batch: float, efficiency: float, tmp_path: Path) -> None:
-    mbu, truth, _ = asyncio.run(measure(case, tmp_path, efficiency=efficiency, batch=batch))
+    mbu, truth, _ = asyncio.run(
+        measure(case, tmp_path, efficiency=efficiency, batch=batch, window_s=WINDOW_S)
+    )
     print(_report(f"{case.model} {efficiency}", mbu, truth))
     assert truth.busy_fraction > 0.99
     assert mbu.mbu == pytest.approx(efficiency, abs=0.02)
@@ -268,7 +276,15 @@ def test_mbu_with_prefill_and_overhead(
     case: Case, batch: float, efficiency: float, tmp_path: Path
 ) -> None:
     mbu, truth, _ = asyncio.run(
-        measure(case, tmp_path, efficiency=efficiency, batch=batch, prefill=True, overhead_ms=2.0)
+        measure(
+            case,
+            tmp_path,
+            efficiency=efficiency,
+            batch=batch,
+            prefill=True,
+            overhead_ms=2.0,
+            window_s=WINDOW_S,
+        )
     )
     print(_report(f"{case.model} {efficiency} prefill+2ms", mbu, truth))
     assert mbu.mbu is not None
@@ -365,73 +381,7 @@ def test_skewed_routing_reads_high_at_small_batch(tmp_path: Path) -> None:
     assert zipf_large.mbu / t_zl.elapsed < zipf_small.mbu / t_zs.elapsed
 
 
-# -- (d) the search: a boundary that passes, a failure just above, repeatable across seeds ---
-
-
-def _search_spec(seed: int) -> dict[str, Any]:
-    """The demo's node (Qwen3-30B-A3B, simulated H100 at 50 %, realistic prefill) with short
-    outputs, so that a 15 s window holds many request lifetimes: a TPOT-bound p99 over long
-    requests rests on only a few independent batch histories and would be much noisier."""
-    return {
-        "name": f"search-{seed}",
-        "model": {"source": "qwen3-30b-a3b"},
-        "hardware": {"accelerator": "h100-sxm"},
-        "endpoint": {"url": "sim"},
-        "sim": {"efficiency": 0.5, "step_overhead_ms": 0.5},
-        "workload": {
-            "input_tokens": {"kind": "uniform", "min": 256, "max": 768},
-            "output_tokens": 32,
-            "seed": seed,
-        },
-        "slo": {"ttft_ms": 500, "tpot_ms": 40},
-        "search": {
-            "start_rate_rps": 16,
-            "growth": 1.5,
-            "precision": 0.1,
-            "max_probes": 20,
-            "single_stream_requests": 2,
-            "probe": {
-                "warmup_s": 3,
-                "min_duration_s": 15,
-                "min_requests": 200,
-                "max_duration_s": 40,
-                "drain_timeout_s": 30,
-            },
-        },
-    }
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_search_boundary_is_repeatable_across_seeds(tmp_path: Path) -> None:
-    precision = 0.1
-    brackets = []
-    for seed in (1, 2, 3):
-        spec = parse_spec(_search_spec(seed))
-        r = asyncio.run(run_bench(spec, tmp_path / f"s{seed}", sim_mode="subprocess"))
-        s = r.search
-        assert s is not None and s.stop_reason == "converged"
-        lo, hi = s.lo_rps, s.hi_rps  # type: ignore[attr-defined]
-        print(
-            f"seed {seed}: boundary {lo:.2f} rps, fails at {hi:.2f}; probes "
-            + ", ".join(f"{p.rate_rps:.2f}{'+' if p.slo_passed else '-'}" for p in r.probes)
-        )
-        # The boundary was measured to pass; the rate above it was measured to fail (its
-        # latest probe), within the precision.
-        b = r.boundary
-        assert b is not None and b.slo_passed and b.rate_rps == lo
-        at_hi = [p for p in r.probes if p.rate_rps == hi]
-        assert at_hi and not at_hi[-1].slo_passed
-        # search.precision bounds the half width of the boundary's bracket (or of its fitted
-        # interval) relative to its middle (methodology "The sequential search")
-        assert (hi - lo) / (hi + lo) < precision
-        brackets.append((lo, hi))
-    # Repeatable: no seed's boundary lies above another seed's failing rate by more than the
-    # precision — the brackets agree to within one precision step.
-    assert max(lo for lo, _ in brackets) < min(hi for _, hi in brackets) * (1 + precision)
-
-
-# -- (e) many-expert MoE at moderate batch: mixed steps counted ---------------------------------
+# -- (d) many-expert MoE at moderate batch: mixed steps counted ---------------------------------
 
 
 @pytest.mark.slow

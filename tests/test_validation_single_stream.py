@@ -145,11 +145,15 @@ def _http_truth(path: Path, w0: int, w1: int, node_bw: float) -> float:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
-    "model", ["qwen3-30b-a3b", pytest.param("llama-3.1-8b", marks=pytest.mark.slow)]
+    ("model", "requests"),
+    [("qwen3-30b-a3b", 40), pytest.param("llama-3.1-8b", 10, marks=pytest.mark.slow)],
 )
-def test_single_stream_over_http(model: str, tmp_path: Path) -> None:
+def test_single_stream_over_http(model: str, requests: int, tmp_path: Path) -> None:
     """The demo's MoE model at efficiency 0.30 (the issue's 33.6 % against 20.9 %) and a dense
-    model, measured as bench's single-stream point measures it."""
+    model, measured as bench's single-stream point measures it. The dense model sends the
+    bench's default 10 single-stream requests (each about a second of simulated decode): its
+    derived MBU and the truth log agree within 0.0001 over 10, 20 or 40 requests
+    (docs/validation.md), well inside the 0.01 asserted."""
     spec = parse_spec(
         {
             "model": {"source": model},
@@ -165,7 +169,7 @@ def test_single_stream_over_http(model: str, tmp_path: Path) -> None:
     async def go():  # type: ignore[no-untyped-def]
         async with open_target(spec, sim_mode="subprocess", truth_log=log) as target:
             return await run_probe(
-                spec, target.client, rate_rps=None, seed=2, concurrency=1, max_requests=40
+                spec, target.client, rate_rps=None, seed=2, concurrency=1, max_requests=requests
             )
 
     run = asyncio.run(go())
