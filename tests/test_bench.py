@@ -1,10 +1,12 @@
 """`tokenwatt bench` end to end against the simulator, plus the early-stop rule in isolation.
 
 The end-to-end spec makes the boundary a property of the engine: a dense model limited to 8
-running sequences per step, so service saturates at 8 ÷ (16 tokens × step time) requests/s
+running sequences per step, so service saturates at 8 ÷ (8 tokens × step time) requests/s
 and the queue (TTFT) grows above it. Arrivals are evenly spaced (constant) so that windows of
-1.5 s mean something: with Poisson arrivals a 25-request window carries ±20 % of count noise,
-which the slow validation tests handle with longer probes instead.
+1 s mean something: with Poisson arrivals a 30-request window carries ±18 % of count noise,
+which the slow validation tests handle with longer probes instead. Eight output tokens keep a
+request's lifetime (and so the bench's warm-up of three lifetimes) near a quarter of a second,
+and the search starts at about a third of saturation.
 """
 
 from __future__ import annotations
@@ -47,20 +49,20 @@ SPEC = {
     "sim": {"efficiency": 0.5, "prefill_cost": False, "max_num_seqs": 8},
     "workload": {
         "input_tokens": 128,
-        "output_tokens": 16,
+        "output_tokens": 8,
         "seed": 3,
         "arrival": {"kind": "constant"},
     },
     "slo": {"ttft_ms": 200, "tpot_ms": 200},
     "search": {
-        "start_rate_rps": 6,
+        "start_rate_rps": 12,
         "growth": 2.0,
         "precision": 0.45,
         "max_probes": 8,
         "single_stream_requests": 2,
         "probe": {
             "warmup_s": 0.5,
-            "min_duration_s": 1.5,
+            "min_duration_s": 1.0,
             "min_requests": 15,
             "max_duration_s": 4,
             "drain_timeout_s": 5,
@@ -107,11 +109,11 @@ def test_bench_writes_a_consistent_result(
     hi = r.search.hi_rps  # type: ignore[attr-defined]
     assert hi is not None and (hi - b.rate_rps) / b.rate_rps < 0.45  # type: ignore[operator]
     assert any(p.rate_rps == hi and not p.slo_passed for p in r.probes)
-    # Saturation: 8 running sequences ÷ (16 steps × step time), the step reading the weights
+    # Saturation: 8 running sequences ÷ (8 steps × step time), the step reading the weights
     # (and a negligible KV cache) at 50 % of 1 TB/s. Short windows resolve it to a few percent.
     step_s = load_geometry("llama-3.1-8b").weight_bytes_per_step(8) / 0.5e12
-    capacity = 8 / (16 * step_s)
-    assert 16 < capacity < 17.5
+    capacity = 8 / (8 * step_s)
+    assert 32 < capacity < 35
     assert b.rate_rps < 1.15 * capacity  # type: ignore[operator]
     assert hi > 0.9 * capacity
     # The search history matches the probes, one requests file each; after it come the two

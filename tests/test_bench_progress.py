@@ -120,7 +120,7 @@ def test_the_display_shows_the_line_live() -> None:
     """The bench display at a known state: bracket 10–20 req/s, two finished probes of 30 and
     50 s, probe 3 at 14.1 req/s 2 s into its window with 20 counted."""
     spec = parse_spec(yaml.safe_load(yaml.safe_dump(SPEC)), source="test")
-    p = spec.search.probe  # 0.5 s warm-up, ≥ 1.5 s, ≥ 15 requests, ≤ 4 s
+    p = spec.search.probe  # 0.5 s warm-up, ≥ 1 s, ≥ 15 requests, ≤ 4 s
     display = _Display(Console(file=io.StringIO(), width=200), spec)
     display(BenchEvent("search_step", index=2, lo_rps=10.0, hi_rps=20.0))
     display.durations_s = [30.0, 50.0]
@@ -133,7 +133,7 @@ def test_the_display_shows_the_line_live() -> None:
         counted_output_tokens=272,
     )  # fmt: skip
     display(BenchEvent("probe_progress", index=3, rate_rps=14.1, phase="fit", progress=prog))
-    # left: max(1.5 − 2, (15 − 20)/14.1) → 0 s of window + 0.25 s drain;
+    # left: max(1 − 2, (15 − 20)/14.1) → 0 s of window + 0.25 s drain;
     # to come: ln 2 / ln 1.1 = 7.27 (precision 0.45, sequential: the bisection's width is
     # the resolution, min(0.45, 5 %)): ⌈log2⌉ = 3, 2 after this one, + ⌈956 / 280⌉ = 4 for
     # the low end (no clean pass yet), within max_probes 8 − 3 = 5, + 2 checks: 7 × 40 s

@@ -44,8 +44,8 @@ def spec(n_out: int, **probe: Any) -> BenchSpec:
             "workload": {"input_tokens": 128, "output_tokens": n_out, "seed": 3},
             "search": {
                 "probe": {
-                    "warmup_s": 1.0,
-                    "min_duration_s": 4.0,
+                    "warmup_s": 0.5,
+                    "min_duration_s": 3.0,
                     "min_requests": 1,
                     "max_duration_s": 8.0,
                     "drain_timeout_s": 30,

@@ -111,7 +111,7 @@ def test_busy_idle_split_matches_the_simulators_truth(tmp_path: Path) -> None:
         geometry=load_geometry("llama-3.1-8b"),
         accelerator=H100,
         efficiency=0.3,
-        prefill_efficiency=0.05,  # slow prefill: prefill-heavy intervals of tens of ms
+        prefill_efficiency=0.15,  # slow prefill: prefill-heavy intervals of a few hundred ms
         prefill_cost=True,
         kv_cache_gib=8e9 / 2**30,
         max_model_len=4096,

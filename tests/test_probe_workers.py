@@ -66,7 +66,7 @@ def _lines(out: Path) -> list[dict[str, Any]]:
 
 def test_probe_with_two_workers_matches_one(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC)
+    spec.write_text(SPEC.replace("min_duration_s: 3.0", "min_duration_s: 2.2"))  # 25/s × 2.2 s
     one = _probe_cli(spec, tmp_path / "one", "1")
     two = _probe_cli(spec, tmp_path / "two", "2")
     recs1, recs2 = _lines(tmp_path / "one"), _lines(tmp_path / "two")

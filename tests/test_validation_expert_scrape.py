@@ -58,8 +58,8 @@ def _run(tmp: Path, zipf: float, rate: float) -> tuple[ProbeSummary, ProbeSummar
         "hardware": {"accelerator": "h100-sxm", "gpus": 1},
         "endpoint": {"url": "sim"},
         "sim": {"efficiency": 0.5, "prefill_cost": False, "routing": f"zipf:{zipf:g}"},
-        "workload": {"input_tokens": 512, "output_tokens": 128, "seed": 1},
-        "search": {"probe": {"warmup_s": 3, "min_duration_s": 8, "min_requests": 20,
+        "workload": {"input_tokens": 512, "output_tokens": 64, "seed": 1},
+        "search": {"probe": {"warmup_s": 1.5, "min_duration_s": 4, "min_requests": 20,
                              "max_duration_s": 24, "drain_timeout_s": 60}},
     }  # fmt: skip
     log = tmp / "truth.jsonl"

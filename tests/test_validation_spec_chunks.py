@@ -270,8 +270,8 @@ def test_over_http_the_engines_counters_count_the_steps(tmp_path: Path) -> None:
         "endpoint": {"url": "sim"},
         "sim": {"efficiency": 0.5, "prefill_cost": False, "steps_per_chunk": 3,
                 "speculative": {"method": "ngram", "num_tokens": 3, "acceptance": 0.7}},
-        "workload": {"input_tokens": 512, "output_tokens": 256, "seed": 1},
-        "search": {"probe": {"warmup_s": 3, "min_duration_s": 6, "min_requests": 20,
+        "workload": {"input_tokens": 512, "output_tokens": 128, "seed": 1},
+        "search": {"probe": {"warmup_s": 1.5, "min_duration_s": 3, "min_requests": 20,
                              "max_duration_s": 18, "drain_timeout_s": 60}},
     }  # fmt: skip
     log = tmp_path / "truth.jsonl"

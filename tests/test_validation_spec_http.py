@@ -113,9 +113,12 @@ def test_undeclared_speculation_is_detected_and_flagged(tmp_path: Path) -> None:
     bytes are flagged (MBU reads low: here n-gram drafting, which reads none, so it holds)."""
     summary, truth = _run(tmp_path, "llama-3.1-8b",
                           {"method": "ngram", "num_tokens": 3, "acceptance": 0.8}, 8.0,
-                          window_s=4.0, declared=False)  # fmt: skip
+                          window_s=3.0, declared=False, output_tokens=128,
+                          warmup_s=1.5)  # fmt: skip
     st, mbu = summary.steps, summary.mbu_detail
     assert st is not None and mbu is not None and mbu.mbu is not None
+    print(f"detected: MBU {mbu.mbu:.4f} truth {truth['mbu']:.4f} | α "
+          f"{st.acceptance_length:.3f} truth {truth['alpha']:.3f}")  # fmt: skip
     assert st.speculation == "detected" and not st.coalesced
     assert mbu.flags.speculative_steps and mbu.flags.drafter_bytes_unknown
     assert mbu.inputs.speculation is not None and mbu.inputs.speculation.num_tokens == 3
@@ -130,7 +133,7 @@ def test_a_real_endpoint_declares_its_drafter_in_the_engine_section(tmp_path: Pa
     MBU lands on the simulator's truth, with no ``drafter_bytes_unknown``."""
     drafter = {"method": "draft", "num_tokens": 4, "draft_model": "llama-3.1-8b"}
     summary, truth = _run(tmp_path, "llama-3.1-70b", {**drafter, "acceptance": 0.7}, 12.0,
-                          window_s=4.0, gpus=4, declared=False, engine={"drafter": drafter},
+                          window_s=3.0, gpus=4, declared=False, engine={"drafter": drafter},
                           output_tokens=64, warmup_s=1.5)  # fmt: skip
     st, mbu = summary.steps, summary.mbu_detail
     assert st is not None and mbu is not None and mbu.mbu is not None

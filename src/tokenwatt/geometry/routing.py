@@ -15,12 +15,10 @@ per layer. Skewed loads make tokens collide, so they read fewer experts than uni
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, TypeAlias
 
 from tokenwatt.bounded import IMPORT_MAX_BYTES, read_bounded
 from tokenwatt.errors import SpecError
@@ -34,9 +32,17 @@ __all__ = [
 ]
 
 
-FloatArray = npt.NDArray[np.float64]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
+    import numpy.typing as npt
+
+# numpy is imported where a figure is computed, not here: the spec reaches this module, and a
+# command that only parses a spec (or prints its help) then starts without numpy.
+FloatArray: TypeAlias = "npt.NDArray[np.float64]"
 # G_X evaluated element-wise at x = 1 − π (an array): E[x^X] for the step's routed tokens X.
-GeneratingFunction = Callable[[FloatArray], FloatArray]
+GeneratingFunction: TypeAlias = "Callable[[FloatArray], FloatArray]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +54,16 @@ class ExpertLoad:
 
     @classmethod
     def uniform(cls, experts: int, k: int) -> ExpertLoad:
+        import numpy as np  # noqa: PLC0415 - numpy on first use (see FloatArray)
+
         return cls(np.full((1, experts), k / experts), "uniform")
 
     @classmethod
     def from_counts(cls, counts: Sequence[Sequence[float]], k: int, source: str) -> ExpertLoad:
         """π_r = k · n_r / Σ n per layer, capped at 1 (an expert cannot be picked twice by one
         token), the cap's excess spread over the uncapped experts so each row still sums to k."""
+        import numpy as np  # noqa: PLC0415 - numpy on first use (see FloatArray)
+
         arr = np.asarray(counts, dtype=np.float64)
         if arr.ndim != 2 or arr.shape[1] < k or not np.isfinite(arr).all() or (arr < 0).any():
             raise ValueError("expert load must be a non-negative matrix: layers × experts (≥ k)")
@@ -68,6 +78,8 @@ class ExpertLoad:
     @classmethod
     def zipf(cls, experts: int, k: int, s: float) -> ExpertLoad:
         """π_r = min(1, c·r^−s) with Σ π = k (rank order): one row for every layer."""
+        import numpy as np  # noqa: PLC0415 - numpy on first use (see FloatArray)
+
         if s < 0 or not np.isfinite(s):
             raise ValueError(f"Zipf exponent must be a finite number >= 0, got {s}")
         ranks = np.arange(1, experts + 1, dtype=np.float64)
@@ -103,6 +115,8 @@ class ExpertLoad:
         """Distinct experts per layer for ``tokens`` routed tokens, and for those plus the
         random tokens whose generating function is ``more`` (a step's prompt chunks; None:
         none). The same sum as ``expected_distinct``, the power taken once for both."""
+        import numpy as np  # noqa: PLC0415 - numpy on first use (see FloatArray)
+
         kept = np.power(1.0 - self.inclusion, max(tokens, 0.0))
         alone = float((1.0 - kept).sum(axis=1).mean())
         if more is None:
@@ -111,6 +125,8 @@ class ExpertLoad:
 
 
 def _cap_inclusion(pi: FloatArray, k: int) -> FloatArray:
+    import numpy as np  # noqa: PLC0415 - numpy on first use (see FloatArray)
+
     capped = np.zeros(len(pi), dtype=bool)
     out = pi.copy()
     for _ in range(len(pi)):
@@ -132,6 +148,8 @@ def read_expert_counts(path: str | Path) -> list[list[float]]:
     finite non-negative token counts, rows of one length, every row with a routed token.
     Anything else is a one-line SpecError naming the file and the fix. The geometry's shape is
     checked by ``expert_load_from_counts``."""
+    import numpy as np  # noqa: PLC0415 - numpy on first use (see FloatArray)
+
     p = Path(path)
     fix = 'give a JSON file {"counts": [[tokens per expert] per MoE layer]}'
     try:
