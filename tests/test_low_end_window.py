@@ -19,6 +19,7 @@ from tokenwatt.metrics.sequential import SequentialStop
 from tokenwatt.metrics.slo import Limits
 from tokenwatt.records import RequestRecord
 from tokenwatt.spec import ProbeSettings
+from virtual_probe import CASES, VirtualProbe
 
 TRUE_RPS = 10.0
 N = 300  # what a short probe judges
@@ -126,3 +127,21 @@ def test_the_long_window_raises_the_request_minimum_only() -> None:
     longer = _long_window(base, 680)
     assert longer.min_requests == 680
     assert longer.model_dump(exclude={"min_requests"}) == base.model_dump(exclude={"min_requests"})
+
+
+def test_the_virtual_probe_holds_its_pass_as_the_bench_does() -> None:
+    """``virtual_probe.VirtualProbe`` (the coverage runs' probe) honours the search's request:
+    well below the dense case's boundary (~13 req/s) a pass is decided on 194 requests; asked
+    for 500, the same seed's pass judges at least 500."""
+
+    async def never(rate: float, seed: int) -> ProbeOutcome[None]:
+        raise AssertionError("not called")
+
+    probe = VirtualProbe(CASES["dense"], lifetimes=3.0)
+    plain = asyncio.run(probe(6.0, 7))
+    probe.search = BoundarySearch(never, start_rate_rps=6.0, allowed=0.01)  # type: ignore[arg-type]
+    probe.search.want_judged = 500
+    held = asyncio.run(probe(6.0, 7))
+    assert plain.passed and held.passed
+    assert plain.evidence is not None and held.evidence is not None
+    assert plain.evidence.judged < 300 and held.evidence.judged >= 500
