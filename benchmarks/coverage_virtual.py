@@ -207,6 +207,7 @@ def main() -> None:
             precision=args.precision if two else 0.05,
             two_sided=two,
         )
+        probe.search = s  # the low end's long window (``BoundarySearch.want_judged``)
         out = asyncio.run(s.run())
         changed = args.checks and checks(probe, out, args.first_seed + k)
         if changed:

@@ -18,7 +18,7 @@ import numpy as np
 
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
-from tokenwatt.load.search import ProbeOutcome, SearchOutcome, probe_seed
+from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
 from tokenwatt.metrics.boundary import Evidence
 from tokenwatt.metrics.drift import Level, slower_than_search
 from tokenwatt.metrics.sequential import Sprt, decide_probe, miss_counts
@@ -119,13 +119,14 @@ def run_window(
 
 
 def _decision_point(
-    run: VirtualRun, test: Sprt, limits: Limits, min_fail: int = 0
+    run: VirtualRun, test: Sprt, limits: Limits, min_fail: int = 0, min_pass: int = 0
 ) -> tuple[str | None, int, int]:
     """(decision, requests finished, send-order prefix) at the first decided moment, as the
     real probe polls it: a failure from every finished request, a pass from the requests
     sent before the oldest one still running (``load.probe``'s send-order prefix), once that
     prefix decides it; a failure once ``min_fail``
-    have finished (``min_fail_judged``: the drift checks)."""
+    have finished (``min_fail_judged``: the drift checks); a pass once the prefix holds at
+    least ``min_pass`` (the two-sided low end's long window, ``BoundarySearch.want_judged``)."""
     order = sorted(range(len(run.lats)), key=lambda i: run.done_s[i])
     flags = [miss_counts(limits, [r]) for r in run.lats]
     names = list(flags[0]) if flags else []
@@ -143,19 +144,19 @@ def _decision_point(
             prefix += 1
         if n >= min_fail and decide_probe(test, seen, n) == "fail":
             return "fail", n, prefix
-        if decide_probe(test, pre, prefix) == "pass":
+        if prefix >= min_pass and decide_probe(test, pre, prefix) == "pass":
             return "pass", n, prefix
     return None, len(order), prefix
 
 
 def sequential_outcome(
-    run: VirtualRun, test: Sprt, limits: Limits = LIMITS, min_fail: int = 0
+    run: VirtualRun, test: Sprt, limits: Limits = LIMITS, min_fail: int = 0, min_pass: int = 0
 ) -> ProbeOutcome[VirtualRun]:
     """The probe's verdict as the sequential test would have reached it, in virtual time: a
     decided failure stops at once (judged: the finished requests); a decided pass closes the
     window and every counted request sent before then drains and is judged (nearest rank)."""
     order = sorted(range(len(run.lats)), key=lambda i: run.done_s[i])
-    decision, n_done, _ = _decision_point(run, test, limits, min_fail)
+    decision, n_done, _ = _decision_point(run, test, limits, min_fail, min_pass)
     cut = len(run.lats)
     if decision is not None:
         t = run.done_s[order[n_done - 1]]
@@ -207,7 +208,9 @@ def reference_boundary(
 class VirtualProbe:
     """The search's probe callable in virtual time, with the bench's warm-up rule: at least
     ``warmup_s`` and ``lifetimes`` request lifetimes (median E2E at the nearest lower rate
-    measured so far, as ``load.bench`` stretches it)."""
+    measured so far, as ``load.bench`` stretches it). With ``search`` set, the judged
+    requests the search wants of the probe in flight (``BoundarySearch.want_judged``) hold its
+    pass and lengthen its window, as ``load.bench`` does."""
 
     case: Case
     lifetimes: float
@@ -215,15 +218,17 @@ class VirtualProbe:
     test: Sprt = field(default_factory=lambda: Sprt(0.01))
     e2e_s: dict[float, float] | None = None
     min_fail_judged: int = 0  # the drift checks: a failure only on as many as a pass needs
+    search: BoundarySearch[VirtualRun] | None = None
 
     async def __call__(self, rate: float, seed: int) -> ProbeOutcome[VirtualRun]:
         known = self.e2e_s if self.e2e_s is not None else {}
         lower = [r for r in known if r <= rate]
         life = known[max(lower)] if lower else 0.0
         warm = max(self.warmup_s, self.lifetimes * life)
-        run = run_window(self.case, rate, seed, window_requests=max(200, int(rate * 60)),
+        want = (self.search.want_judged if self.search is not None else None) or 0
+        run = run_window(self.case, rate, seed, window_requests=max(200, int(rate * 60), want),
                          warmup_s=warm)  # fmt: skip
-        out = sequential_outcome(run, self.test, min_fail=self.min_fail_judged)
+        out = sequential_outcome(run, self.test, min_fail=self.min_fail_judged, min_pass=want)
         known[rate] = float(np.median(np.subtract(run.done_s, run.sent_s)))
         self.e2e_s = known
         return out

@@ -16,7 +16,7 @@ after every probe, atomically, so an interrupted or crashed run keeps what it me
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +55,7 @@ from tokenwatt.metrics.drift import Level, slower_than_search
 from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
 from tokenwatt.metrics.slo import EarlyStop, Limits, latencies
 from tokenwatt.power import PowerMonitor
+from tokenwatt.records import RequestRecord
 from tokenwatt.result import (
     BenchResult,
     Latency,
@@ -161,11 +162,13 @@ class _Run:
         settings: ProbeSettings | None = None,
         concurrency: int | None = None,
         max_requests: int | None = None,
+        want_judged: int | None = None,
     ) -> ProbeSummary:
-        """One probe."""
+        """One probe; ``want_judged``: its pass may not close the window before that many
+        judged requests (the two-sided low end's long window, ``load.search``)."""
         spec = self.spec
         if settings is None and rate_rps is not None:
-            settings = self.settings_for(rate_rps)
+            settings = _long_window(self.settings_for(rate_rps), want_judged)
         seq = self._sequential_stop(rate_rps, phase, settings)
         probe_settings = settings or spec.search.probe
         stopper = None if seq is not None else early_stop_for(spec, rate_rps, probe_settings)
@@ -191,7 +194,7 @@ class _Run:
             max_requests=max_requests,
             on_progress=progress,
             should_stop=seq.should_stop if seq is not None else stopper,
-            should_close=seq.should_close if seq is not None else None,
+            should_close=_close_after(seq, want_judged) if seq is not None else None,
             late=LateFirstTokens.of(seq),
         )
         names = (f"requests-{index:02d}.jsonl", f"engine-{index:02d}.jsonl")
@@ -235,6 +238,29 @@ class _Run:
         if interrupted:
             self.result.interrupted = True
         self.write()
+
+
+def _long_window(settings: ProbeSettings, want_judged: int | None) -> ProbeSettings:
+    """The settings with the window's request minimum raised to ``want_judged`` (else the
+    window would close at ``min_duration_s`` short of them)."""
+    if want_judged is None or want_judged <= settings.min_requests:
+        return settings
+    return settings.model_copy(update={"min_requests": want_judged})
+
+
+def _close_after(
+    seq: SequentialStop, want_judged: int | None
+) -> Callable[[Sequence[RequestRecord]], bool]:
+    """The sequential pass's ``should_close``, held until ``want_judged`` requests are judged
+    (None: at the verdict). A failure still stops the probe at once (``should_stop``)."""
+    if not want_judged:
+        return seq.should_close
+    need = want_judged
+
+    def should_close(done: Sequence[RequestRecord]) -> bool:
+        return seq.should_close(done) and seq.judged >= need
+
+    return should_close
 
 
 def _stop_reason(seq: SequentialStop | None, stopper: EarlyStop | None) -> str | None:
@@ -580,7 +606,8 @@ async def _search(bench: _Run) -> None:
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1
-        s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase)
+        s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase,
+                                want_judged=search.want_judged)  # fmt: skip
         return outcome_of(s)
 
     def on_step(step: SearchStepT[ProbeSummary]) -> None:

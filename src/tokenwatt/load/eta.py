@@ -36,8 +36,7 @@ import math
 from dataclasses import dataclass
 
 from tokenwatt.load.probe import ProbeProgress
-from tokenwatt.load.search import RESOLUTION
-from tokenwatt.metrics.boundary import REPORTED_DESIGN_EFFECT, profile_threshold
+from tokenwatt.load.search import LOW_END_CLEAN, RESOLUTION
 from tokenwatt.spec import ProbeSettings, SearchSettings
 
 __all__ = [
@@ -56,9 +55,6 @@ __all__ = [
 ]
 
 DRIFT_CHECKS = 2  # sequential mode: the re-test and the confirmation after the search
-# Clean requests (at p99) that establish the two-sided interval's low end: its cut loses
-# n · −ln(0.99) / D > χ²₁(95 %)/2 (``metrics.boundary.two_sided_boundary``), n ≥ 956.
-LOW_END_CLEAN = math.ceil(profile_threshold(0.95) * REPORTED_DESIGN_EFFECT / -math.log1p(-0.01))
 PASS_JUDGED = 280  # requests a passing probe judges: 194 decide it, the drain adds the rest
 
 

@@ -58,11 +58,15 @@ its reported interval (``metrics.boundary.two_sided_boundary``: the low end at a
 through D = 5) is closed at both ends and its half width is within ``precision`` of its
 point. An open high end gets a probe at point × (1 + precision); otherwise the low end gets
 its probe at the lowest rate that leaves the half width within precision once its passes
-establish it, point × (1 − 2·precision + 1 %) + (high − point), probed again (the counts pool)
-until they do. The low end is probed as far below the point as the precision allows on
-purpose: the point of short windows leans high, and a search that kept probing just below it
-until a clean window closed the low end selected the optimistic windows (coverage fell to
-8–72 %). When ``max_probes`` or ``max_time_s`` runs out
+establish it, point × (1 − 2·precision + 1 %) + (high − point). That probe's window is long
+enough for the low end at once (``want_judged``: the clean requests the end still needs,
+``LOW_END_CLEAN`` less those already judged clean from its rate up to the lowest failure; its
+pass may not close the window sooner, a failure still stops it at once): one warm-up and one
+drain instead of one per ~280 requests. If a miss there leaves the end short, the rate is
+probed again (the counts pool) until it is established. The low end is probed as far below
+the point as the precision allows on purpose: the point of short windows leans high, and a
+search that kept probing just below it until a clean window closed the low end selected the
+optimistic windows (coverage fell to 8–72 %). When ``max_probes`` or ``max_time_s`` runs out
 first, ``SearchOutcome.unclosed`` says which end was not established and why.
 """
 
@@ -76,13 +80,16 @@ from typing import Generic, Literal, TypeVar
 
 from tokenwatt.metrics.boundary import (
     BOUNDARY_CONFIDENCE,
+    REPORTED_DESIGN_EFFECT,
     BoundaryFit,
     Evidence,
     fit_boundary,
+    profile_threshold,
     two_sided_boundary,
 )
 
 __all__ = [
+    "LOW_END_CLEAN",
     "NOISE_SIGMAS",
     "BoundarySearch",
     "Phase",
@@ -146,6 +153,9 @@ class _HaltedError(Exception):
 RESOLUTION = 0.05
 LOW_MARGIN = 0.01  # the low end's probe sits this fraction (of the point) inside the target
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
+# Clean requests (at p99) that establish the two-sided interval's low end: its cut loses
+# n · −ln(0.99) / D > χ²₁(95 %)/2 (``metrics.boundary.two_sided_boundary``), n ≥ 956.
+LOW_END_CLEAN = math.ceil(profile_threshold(0.95) * REPORTED_DESIGN_EFFECT / -math.log1p(-0.01))
 
 
 def step_factor(k: int, growth: float, first_step: float | None) -> float:
@@ -324,6 +334,9 @@ class BoundarySearch(Generic[P]):
         self._on_step = on_step
         self.outcome: SearchOutcome[P] = SearchOutcome(precision_target=precision)
         self.current_phase: Phase = "grow"  # of the probe in flight, for progress displays
+        # Of the probe in flight: the judged requests its pass should gather before the window
+        # may close (the two-sided low end's long window); None: the sequential verdict alone.
+        self.want_judged: int | None = None
         self.first_step = first_step
         self._walk: tuple[int, int] = (0, 0)  # (direction, steps taken in it)
         self.two_sided = two_sided
@@ -341,12 +354,15 @@ class BoundarySearch(Generic[P]):
         self._walk = (direction, k)
         return step_factor(k, self.growth, self.first_step)
 
-    async def _run_one(self, rate: float, phase: Phase) -> bool:
+    async def _run_one(self, rate: float, phase: Phase, want_judged: int | None = None) -> bool:
         out = self.outcome
         index = len(out.steps) + 1
         seed = probe_seed(self.seed, index)
-        self.current_phase = phase
-        result = await self._probe(rate, seed)
+        self.current_phase, self.want_judged = phase, want_judged
+        try:
+            result = await self._probe(rate, seed)
+        finally:
+            self.want_judged = None
         placed = bracket_rate(rate, result)
         if result.halt is not None:
             out.stop_reason = result.halt
@@ -437,6 +453,25 @@ class BoundarySearch(Generic[P]):
         near = [e.rate_rps for e in self._evidence
                 if target <= e.rate_rps <= target * math.exp(self.precision / 4)]  # fmt: skip
         return (min(near) if near else target), "low"
+
+    def _low_end_wanted(self, rate: float) -> int | None:
+        """The clean judged requests the low end's probe at ``rate`` should gather:
+        ``LOW_END_CLEAN`` less those judged clean from ``rate`` up to the lowest failure
+        (None: none wanted beyond the sequential verdict's own)."""
+        assert self.allowed is not None
+        allowed = self.allowed
+
+        def clean(e: Evidence) -> bool:
+            return all(e.counts(k)[1] == 0 for k in e.misses)
+
+        def failed(e: Evidence) -> bool:
+            return any(m > allowed * n for n, m in (e.counts(k) for k in e.misses))
+
+        first_fail = min((e.rate_rps for e in self._evidence if failed(e)), default=math.inf)
+        have = sum(e.judged for e in self._evidence
+                   if rate <= e.rate_rps < first_fail and clean(e))  # fmt: skip
+        want = LOW_END_CLEAN - have
+        return want if want > 0 else None
 
     def _time_left(self) -> bool:
         return self.max_time_s is None or self._clock() - self._t0 < self.max_time_s
@@ -536,10 +571,12 @@ class BoundarySearch(Generic[P]):
                 if not self._budget_left():
                     out.stop_reason = self._out_of_budget()
                     return out
+                want = None
                 if nxt is None and close is not None:
                     nxt = (close[0], "fit")
+                    want = self._low_end_wanted(close[0]) if close[1] == "low" else None
                 assert nxt is not None
-                await self._run_one(*nxt)
+                await self._run_one(*nxt, want_judged=want)
                 continue
             if not self._budget_left():
                 out.stop_reason = self._out_of_budget()
