@@ -60,3 +60,21 @@ def streamed_record(
         completion_tokens=sum(chunk_tokens),
         saw_done=saw_done,
     )
+
+
+def ttft_record(i: int, ttft_s: float) -> RequestRecord:
+    """Request ``i``, scheduled at i seconds, two output tokens: its TTFT as given, its TPOT
+    10 ms (the sequential stop's hooks read these)."""
+    t0 = 1_000_000_000 * i
+    first = t0 + round(ttft_s * 1e9)
+    return RequestRecord(
+        request_id=i,
+        prompt_tokens_client=8,
+        max_tokens=2,
+        scheduled_ns=t0,
+        sent_ns=t0,
+        first_token_ns=first,
+        done_ns=first + 10_000_000,
+        chunk_ns=[first, first + 10_000_000],
+        chunk_tokens=[1, 1],
+    )

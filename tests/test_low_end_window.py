@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import math
 
+from builders import ttft_record
 from tokenwatt.load.bench import _close_after, _long_window
 from tokenwatt.load.search import LOW_END_CLEAN, BoundarySearch, ProbeOutcome
 from tokenwatt.metrics.boundary import Evidence
 from tokenwatt.metrics.sequential import SequentialStop
 from tokenwatt.metrics.slo import Limits
-from tokenwatt.records import RequestRecord
 from tokenwatt.spec import ProbeSettings
 from virtual_probe import CASES, VirtualProbe
 
@@ -93,32 +93,16 @@ def test_the_long_window_saves_probes_over_short_ones() -> None:
     assert len(long_asked) == len(short_asked) - (at_low - 1)
 
 
-def _record(i: int, ttft_s: float) -> RequestRecord:
-    t0 = 1_000_000_000 * i
-    first = t0 + round(ttft_s * 1e9)
-    return RequestRecord(
-        request_id=i,
-        prompt_tokens_client=8,
-        max_tokens=2,
-        scheduled_ns=t0,
-        sent_ns=t0,
-        first_token_ns=first,
-        done_ns=first + 10_000_000,
-        chunk_ns=[first, first + 10_000_000],
-        chunk_tokens=[1, 1],
-    )
-
-
 def test_the_bench_holds_the_pass_until_the_wanted_requests_are_judged() -> None:
     limits = Limits("percentile", 0.5, None, None, 0.99, 0.9)
-    fast = [_record(i, 0.1) for i in range(300)]
+    fast = [ttft_record(i, 0.1) for i in range(300)]
     plain, held = SequentialStop(limits), SequentialStop(limits)
     assert _close_after(plain, None)(fast[:194])  # the sequential verdict alone: 194 decide
     close = _close_after(held, 300)
     assert not close(fast[:194]) and not close(fast[:299])
     assert close(fast)
     # a failure still stops the probe at once
-    assert held.should_stop([_record(i, 0.9) for i in range(3)])
+    assert held.should_stop([ttft_record(i, 0.9) for i in range(3)])
 
 
 def test_the_long_window_raises_the_request_minimum_only() -> None:

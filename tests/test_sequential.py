@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from builders import ttft_record
 from tokenwatt.metrics.sequential import (
     SequentialStop,
     Sprt,
@@ -14,7 +15,6 @@ from tokenwatt.metrics.sequential import (
     miss_counts,
 )
 from tokenwatt.metrics.slo import Limits, RequestLatency
-from tokenwatt.records import RequestRecord
 
 # p99 (α = 0.01), indifference ratio 2: H0 p = 0.005, H1 p = 0.02; errors 5 % each way.
 # By hand: a miss adds ln(0.02/0.005) = ln 4 = 1.386294; a request within the limit adds
@@ -104,28 +104,12 @@ def test_a_probe_fails_on_any_limit_and_passes_on_all() -> None:
     assert miss_counts(limits, [_lat(0.1, 0.01, ok=False)]) == {"ttft_p99": 1, "tpot_p99": 1}
 
 
-def _record(i: int, ttft_s: float) -> RequestRecord:
-    t0 = 1_000_000_000 * i
-    first = t0 + round(ttft_s * 1e9)
-    return RequestRecord(
-        request_id=i,
-        prompt_tokens_client=8,
-        max_tokens=2,
-        scheduled_ns=t0,
-        sent_ns=t0,
-        first_token_ns=first,
-        done_ns=first + 10_000_000,
-        chunk_ns=[first, first + 10_000_000],
-        chunk_tokens=[1, 1],
-    )
-
-
 def test_the_stop_hooks_read_finished_records() -> None:
     stop = SequentialStop(Limits("percentile", 0.5, None, None, 0.99, 0.9))
-    fast = [_record(i, 0.1) for i in range(193)]
+    fast = [ttft_record(i, 0.1) for i in range(193)]
     assert not stop.should_close(fast) and not stop.should_stop(fast)
-    assert stop.should_close([*fast, _record(193, 0.1)])  # the 194th request decides
-    slow = [_record(i, 0.9) for i in range(3)]
+    assert stop.should_close([*fast, ttft_record(193, 0.1)])  # the 194th request decides
+    slow = [ttft_record(i, 0.9) for i in range(3)]
     assert stop.should_stop(slow) and stop.reason is not None and "3 of 3" in stop.reason
 
 
@@ -136,9 +120,9 @@ def test_a_check_calls_a_failure_only_on_as_many_requests_as_a_pass_needs() -> N
     assert Sprt(0.01).clean_pass_n == 194 == math.ceil(A / -PER_HIT)
     limits = Limits("percentile", 0.5, None, None, 0.99, 0.9)
     stop = SequentialStop(limits, min_fail_judged=Sprt(0.01).clean_pass_n)
-    burst = [_record(i, 0.9) for i in range(12)]
+    burst = [ttft_record(i, 0.9) for i in range(12)]
     assert not stop.should_stop(burst)  # 12 of 12: decided, but on too few
-    after = [*burst, *(_record(i, 0.1) for i in range(12, 194))]
+    after = [*burst, *(ttft_record(i, 0.1) for i in range(12, 194))]
     assert stop.should_stop(after) and stop.reason is not None and "12 of 194" in stop.reason
     assert SequentialStop(limits).should_stop(burst)  # a search probe stops at once
 
@@ -186,7 +170,11 @@ def test_in_flight_misses_count_for_their_own_limit_only() -> None:
 
 def test_the_stop_hook_says_how_many_misses_are_in_flight() -> None:
     stop = SequentialStop(Limits("percentile", 0.5, None, None, 0.99, 0.9))
-    done = [_record(0, 0.9), _record(1, 0.9), *(_record(i, 0.1) for i in range(2, 10))]
+    done = [
+        ttft_record(0, 0.9),
+        ttft_record(1, 0.9),
+        *(ttft_record(i, 0.1) for i in range(2, 10)),
+    ]
     assert not stop.should_stop(done)  # 2 of 10: undecided
     assert not stop.should_stop_with_in_flight(done, {})
     assert stop.should_stop_with_in_flight(done, {"ttft_p99": 1})
@@ -194,7 +182,7 @@ def test_the_stop_hook_says_how_many_misses_are_in_flight() -> None:
     assert "3 of 11 requests miss ttft_p99 (1 of them still in flight" in stop.reason
     # settled misses alone decide as before, with the plain reason
     stop = SequentialStop(Limits("percentile", 0.5, None, None, 0.99, 0.9))
-    slow = [_record(i, 0.9) for i in range(3)]
+    slow = [ttft_record(i, 0.9) for i in range(3)]
     assert stop.should_stop_with_in_flight(slow, {"ttft_p99": 4})
     assert stop.reason is not None and "3 of 3" in stop.reason and "in flight" not in stop.reason
     assert stop.in_flight_misses == {}  # the finished requests decided: none counted in flight
@@ -204,7 +192,11 @@ def test_late_first_tokens_count_for_the_ttft_limit_and_never_in_a_check() -> No
     """``should_stop_late`` counts k requests in flight past the TTFT limit as TTFT misses
     (the attainment form: attainment misses); a check probe (``min_fail_judged``, the drift
     checks compare miss fractions) never stops on them, only on its finished requests."""
-    done = [_record(0, 0.9), _record(1, 0.9), *(_record(i, 0.1) for i in range(2, 10))]
+    done = [
+        ttft_record(0, 0.9),
+        ttft_record(1, 0.9),
+        *(ttft_record(i, 0.1) for i in range(2, 10)),
+    ]
     stop = SequentialStop(Limits("percentile", 0.5, 0.05, None, 0.99, 0.9))
     assert stop.late_first_token_limit == "ttft_p99"
     assert not stop.should_stop_late(done, 0) and stop.in_flight_misses == {}
