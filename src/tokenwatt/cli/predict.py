@@ -127,18 +127,6 @@ def _point_dict(
     }
 
 
-def _assumptions(points: list[StepPoint], gpus_per_replica: int | None) -> list[str]:
-    """What the prediction holds fixed that the target changes (said, not hidden)."""
-    src = points[0].gpus_per_replica if points else None
-    if gpus_per_replica is None or src is None or gpus_per_replica == src:
-        return []
-    return [
-        f"tensor parallel {src} -> {gpus_per_replica} GPUs per replica: the bytes are split "
-        f"over {gpus_per_replica} GPUs; the all-reduce time stays the source's, inside the "
-        "fitted floor (not modelled)"
-    ]
-
-
 def prediction_dict(
     about: str,
     target: Accelerator,
@@ -153,6 +141,8 @@ def prediction_dict(
     gpus_per_replica: int | None = None,
 ) -> dict[str, Any]:
     """What ``--json`` prints: one object, every predicted figure under ``predicted``."""
+    from tokenwatt.predict.transfer import assumptions
+
     power = cal.power
     return {
         "kind": PREDICTED,
@@ -177,7 +167,7 @@ def prediction_dict(
             "notes": list(cal.notes),
         },
         "transfer_error": transfer,
-        "assumptions": _assumptions(points, gpus_per_replica),
+        "assumptions": assumptions(points, gpus_per_replica),
         "slo": slo.model_dump(exclude_none=True),
         "price_per_gpu_hour": price_per_gpu_hour,
         "points": [

@@ -42,6 +42,7 @@ from tokenwatt.predict.points import PredictError, StepPoint
 __all__ = [
     "Prediction",
     "Target",
+    "assumptions",
     "check_weight_dtype",
     "predict_points",
     "prediction_sigma",
@@ -126,6 +127,18 @@ def prediction_sigma(
         d_x = max(0.0, math.log(x / x_hi), math.log(x_lo / x))
     carried = cal.extrapolation_per_log_x * (d_hw + d_x)
     return math.sqrt(fit**2 + hw**2 + carried**2)
+
+
+def assumptions(points: Sequence[StepPoint], gpus_per_replica: int | None) -> list[str]:
+    """What the prediction holds fixed that the target changes (said, not hidden)."""
+    src = points[0].gpus_per_replica if points else None
+    if gpus_per_replica is None or src is None or gpus_per_replica == src:
+        return []
+    return [
+        f"tensor parallel {src} -> {gpus_per_replica} GPUs per replica: the bytes are split "
+        f"over {gpus_per_replica} GPUs; the all-reduce time stays the source's, inside the "
+        "fitted floor (not modelled)"
+    ]
 
 
 def check_weight_dtype(wanted: str | None, geometry: ModelGeometry | None) -> None:
