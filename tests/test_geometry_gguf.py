@@ -237,6 +237,7 @@ def test_gemma3_270m_file() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @needs_gemma
 def test_gemma3_270m_file_against_the_gguf_reader() -> None:
     g = geometry_from_gguf(GEMMA)

@@ -26,6 +26,7 @@ MBU_MEAN_ERROR = 0.008
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("case", ["dense", "moe", "prefill"])
 def test_intervals_cover_the_simulators_truth(case: str) -> None:

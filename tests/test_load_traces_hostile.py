@@ -102,6 +102,7 @@ def _child(path: Path, fmt: str) -> tuple[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 def test_row_bound_in_bounded_memory(tmp_path: Path) -> None:
     """10^6 Mooncake rows with 4 hash ids each load in columns (~130 MB peak with numpy and
     the interpreter, where Python objects took ~1 GB); one row more is refused by line."""

@@ -100,6 +100,7 @@ def test_usd_per_mtok_is_the_price_over_goodput(served: ServedPrediction | None)
 
 
 @pytest.mark.slow  # three probes, four boundary searches: about half a minute
+@pytest.mark.virtual
 def test_probes_of_a_simulated_h100_predict_the_b200_simulator() -> None:
     """The result-folder path end to end: three Poisson probes of the simulated H100 as
     ``bench`` summarizes them (their workload read from the probes' own records), calibrated

@@ -52,6 +52,7 @@ def test_dense_converges_within_precision() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.parametrize("case", ["dense", "moe", "prefill"])
 def test_converges_and_the_reported_interval_covers(case: str) -> None:
     """Six of the coverage benchmark's seeded searches per case (``benchmarks/
@@ -100,6 +101,7 @@ def demo_search(seed: int) -> SearchOutcome[VirtualRun]:
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 def test_search_boundary_is_repeatable_across_seeds() -> None:
     """Six seeded searches of the demo's node: each converges with its boundary measured to
     pass and the rate above it measured to fail (its latest probe) within the precision, and

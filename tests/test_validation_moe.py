@@ -280,6 +280,7 @@ def test_many_expert_moe_quick(case: Case, efficiency: float, batch: int, prefil
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.parametrize(("case", "efficiency", "batch", "prefill"), GRID)
 def test_many_expert_moe_grid(case: Case, efficiency: float, batch: int, prefill: bool) -> None:
     o = run_case(case, efficiency=efficiency, batch=batch, prefill=prefill)
@@ -340,6 +341,7 @@ FEW_EXPERTS_AND_DENSE = [
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.parametrize("batch", [8, 32])
 @pytest.mark.parametrize(("case", "efficiency"), FEW_EXPERTS_AND_DENSE, ids=lambda v: str(v)[:20])
 def test_fewer_experts_and_dense_stay_on_truth(case: Case, efficiency: float, batch: int) -> None:

@@ -90,6 +90,7 @@ CASES = [
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.parametrize(("case", "efficiency", "batch", "routing"), CASES)
 def test_band_grid(case: Case, efficiency: float, batch: int, routing: str) -> None:
     o = run_case(case, efficiency=efficiency, batch=batch, prefill=True, routing=routing)

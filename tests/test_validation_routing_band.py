@@ -119,6 +119,7 @@ GRID = [(c, e, s, b) for c, e, batches in MODELS for s in SKEWS for b in batches
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.parametrize(("case", "efficiency", "skew", "batch"), GRID)
 def test_band_holds_the_truth_grid(case: Case, efficiency: float, skew: float, batch: int) -> None:
     check(run(case, efficiency, skew, batch))

@@ -202,6 +202,7 @@ GRID = [
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.parametrize(("case", "k", "acceptance", "batch"), GRID, ids=lambda v: str(v)[:12])
 def test_speculation_grid(case: Case, k: int, acceptance: float, batch: int) -> None:
     o = run_case(case, k=k, acceptance=acceptance, batch=batch, window_s=120)

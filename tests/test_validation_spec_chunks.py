@@ -242,6 +242,7 @@ GRID = [
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 @pytest.mark.parametrize(("case", "k", "c", "p", "declared"), GRID, ids=lambda v: str(v)[:14])
 def test_chunked_speculation_grid(case: Case, k: int, c: int, p: float, declared: bool) -> None:
     o = run_case(case, k=k, c=c, acceptance=p, declared=declared)

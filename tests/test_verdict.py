@@ -131,6 +131,7 @@ def test_virtual_slower_server_called_slower_same_server_not() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.virtual
 def test_virtual_null_pairs_rarely_call_a_difference() -> None:
     """8 null pairs (the first 8 of ``benchmarks/compare_verdicts.py``'s 40, seeds 2000 + k
     against 12000 + k; the benchmark measures the >= 95 % of 40 pairs that call none): no

@@ -1,6 +1,8 @@
 """The xdist lock (``xdist_exclusive``) on a suite of its own, run by pytest-xdist on two workers:
 an exclusive test's run overlaps no other test's, while the shared tests do overlap each other
-(so the check below could see an overlap if the lock let one through)."""
+(so the check below could see an overlap if the lock let one through). Each test also says how
+it holds the lock (a second shared ``flock`` from the same process is refused only beside an
+exclusive one): a long-run marker alone, ``virtual`` shared."""
 
 from __future__ import annotations
 
@@ -17,22 +19,45 @@ pytest.importorskip("xdist")
 TESTS = Path(__file__).parent
 
 SUITE = """
-import json, os, time, pytest
+import fcntl, json, os, time, pytest
 
-def _span(name, seconds):
-    t0 = time.monotonic()
-    time.sleep(seconds)
-    with open(os.path.join(os.environ["SPANS"], name), "w") as f:
-        json.dump([t0, time.monotonic()], f)
+@pytest.fixture
+def span(tmp_path_factory):
+    lock_path = tmp_path_factory.getbasetemp().parent / "exclusive.lock"
+
+    def record(name, seconds):
+        with open(lock_path, "a") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                held = "shared"
+                fcntl.flock(probe, fcntl.LOCK_UN)
+            except BlockingIOError:
+                held = "alone"
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        with open(os.path.join(os.environ["SPANS"], name), "w") as f:
+            json.dump([t0, time.monotonic(), held], f)
+
+    return record
 
 @pytest.mark.parametrize("i", range(6))
-def test_shared(i):
-    _span(f"shared{i}", 0.4)
+def test_shared(i, span):
+    span(f"shared{i}", 0.4)
 
 @pytest.mark.exclusive
 @pytest.mark.parametrize("i", range(2))
-def test_alone(i):
-    _span(f"alone{i}", 0.4)
+def test_alone(i, span):
+    span(f"alone{i}", 0.4)
+
+@pytest.mark.slow
+def test_long_run(span):
+    span("long0", 0.4)
+
+@pytest.mark.slow
+@pytest.mark.virtual
+@pytest.mark.parametrize("i", range(2))
+def test_long_virtual(i, span):
+    span(f"virtual{i}", 0.4)
 """
 
 
@@ -41,6 +66,7 @@ def test_an_exclusive_test_overlaps_no_other(tmp_path: Path) -> None:
     suite.mkdir()
     spans.mkdir()
     (suite / "conftest.py").write_text('pytest_plugins = ["xdist_exclusive"]\n')
+    (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: long\n")
     (suite / "test_mixed.py").write_text(SUITE)
     path = f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     env = {**os.environ, "SPANS": str(spans), "PYTHONPATH": path}
@@ -51,12 +77,15 @@ def test_an_exclusive_test_overlaps_no_other(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     got = {f.name: json.loads(f.read_text()) for f in spans.iterdir()}
-    assert len(got) == 8
+    assert len(got) == 11
+    held = {name: span[2] for name, span in got.items()}
+    alone = {"alone0", "alone1", "long0"}
+    assert held == {n: "alone" if n in alone else "shared" for n in got}, held
 
     def overlap(a: list[float], b: list[float]) -> bool:
         return a[0] < b[1] and b[0] < a[1]
 
-    for name in ("alone0", "alone1"):
+    for name in alone:
         others = [n for n in got if n != name]
         assert not any(overlap(got[name], got[n]) for n in others), (name, got)
     shared = [got[f"shared{i}"] for i in range(6)]

@@ -45,19 +45,36 @@ EXCLUSIVE_MODULES = frozenset(
 )
 
 
+# The marked runs (``.ci/run``'s last stage) are real-time end-to-end runs almost throughout: a
+# test with one of these markers runs alone unless it is marked ``virtual``.
+LONG_RUN_MARKERS = ("slow", "realengine", "browser", "multihost")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "exclusive: holds a figure measured against the wall clock; under pytest-xdist it runs "
         "with no other worker's test beside it",
     )
+    config.addinivalue_line(
+        "markers",
+        "virtual: reads no figure off the wall clock (virtual time, or pure computation), so it "
+        "shares the cores under pytest-xdist even where its module or markers would not",
+    )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__ in EXCLUSIVE_MODULES:
-            item.add_marker(pytest.mark.exclusive)
+def runs_alone(item: pytest.Item) -> bool:
+    """Whether ``item`` takes the lock exclusively: ``virtual`` says it cannot be moved by a
+    neighbour; otherwise an ``exclusive`` mark, a module of wall-clock figures or a long-run
+    marker (real time end to end unless said otherwise) puts it alone."""
+    if item.get_closest_marker("virtual") is not None:
+        return False
+    if item.get_closest_marker("exclusive") is not None:
+        return True
+    module = getattr(item, "module", None)
+    if module is not None and module.__name__ in EXCLUSIVE_MODULES:
+        return True
+    return any(item.get_closest_marker(name) is not None for name in LONG_RUN_MARKERS)
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +88,7 @@ def _exclusive_under_xdist(
         yield
         return
     folder = tmp_path_factory.getbasetemp().parent  # shared by the run's workers
-    exclusive = request.node.get_closest_marker("exclusive") is not None
+    exclusive = runs_alone(request.node)
     with (
         open(folder / "exclusive.turnstile", "a") as gate,
         open(folder / "exclusive.lock", "a") as lock,
