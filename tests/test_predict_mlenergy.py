@@ -122,3 +122,21 @@ def test_reader_refuses_a_broken_histogram(tmp_path: Path) -> None:
     bad.write_text(json.dumps(doc))
     with pytest.raises(PredictError, match=r"not a histogram literal"):
         read_mlenergy(bad)
+
+
+def test_a_rows_csv_carries_the_context_column(tmp_path: Path) -> None:
+    """``context_tokens`` in a CSV of published rows sets the KV context; a bad value is
+    refused in one line naming the line and the column."""
+    from tokenwatt.geometry import load_geometry
+    from tokenwatt.predict import read_rows_csv
+
+    path = tmp_path / "rows.csv"
+    head = "model,hardware,gpus,batch,tpot_ms,input_tokens,output_tokens,context_tokens\n"
+    path.write_text(head + "llama-3.1-8b,h100-sxm,1,16,12.5,1000,600,1450\n")
+    (point,) = points_from_rows(read_rows_csv(path))
+    kv = load_geometry("llama-3.1-8b").kv_bytes_read(1450)
+    assert point.kv_bytes_per_step == pytest.approx(16 * kv, rel=1e-12)
+    path.write_text(head + "llama-3.1-8b,h100-sxm,1,16,12.5,1000,600,-5\n")
+    with pytest.raises(PredictError, match=r"line 2: context_tokens") as err:
+        read_rows_csv(path)
+    assert "\n" not in str(err.value)
