@@ -24,7 +24,11 @@ data outside the scored table:
   H100's b × the bandwidth ratio says whether the per-sequence (KV) part moved as rated
   bandwidth says; a(GPQA) − a(chat) on one GPU is the per-step cost the long reasoning
   outputs add that does not grow with the batch; power per GPU as a share of TDP beside it
-  (a step the GPU spends waiting draws little).
+  (a step the GPU spends waiting draws little);
+* a KV read efficiency apart from the rest, where the source's own context varies: on the H100,
+  b of GPQA minus b of chat (same model, context about 1,600 against 5,500–6,100 tokens)
+  against the rated per-sequence time (KV read + prompt compute) of each: the efficiency of the
+  part that grows with the context, beside each task's own b-efficiency.
 
 The two geometries are the Qwen3-8B preset with the published sizes of the larger models
 (hidden 5,120; intermediate 17,408 / 25,600; 40 / 64 layers and query heads; 8 KV heads):
@@ -211,6 +215,34 @@ def _per_step_terms(data: Path) -> None:
             print(f"{model} {gpu}: per-step term GPQA minus chat {extra * 1e3:+.1f} ms")
 
 
+def _per_sequence_rated_s(model: str, rows: list[MlEnergyConfig], gpus: int) -> float:
+    """Rated seconds one sequence adds to a step: its KV read at the histogram context and its
+    share of prompt compute (input ÷ output prompt tokens per step), on ``gpus`` H100s."""
+    acc, geom = get_accelerator("h100-sxm"), _geometry(model)
+    out: list[float] = []
+    for c in rows:
+        hist = c.output_length_distribution
+        assert hist is not None, "the held-out files publish their histograms"
+        kv = geom.kv_bytes_read(round(INPUT_TOKENS + hist.context_offset_tokens()))
+        prompt = 2.0 * geom.active_params * INPUT_TOKENS / c.avg_output_len
+        out.append(kv / acc.bandwidth_bytes_per_s + prompt / acc.bf16_dense_flops)
+    return statistics.mean(out) / gpus
+
+
+def _kv_efficiency(data: Path) -> None:
+    for name, model in (("Qwen3-14B", "qwen3-14b"), ("Qwen3-32B", "qwen3-32b")):
+        got = {}
+        for task in ("lm-arena-chat", "gpqa"):
+            configs = read_mlenergy(data / f"Qwen__{name}__{task}.json")[1]
+            gpus, _, slope = _split(configs, "H100")
+            rows = [c for c in _groups(configs, "H100")[gpus] if c.max_num_seqs <= 64]
+            got[task] = slope, _per_sequence_rated_s(model, rows, gpus)
+        (b_chat, x_chat), (b_long, x_long) = got["lm-arena-chat"], got["gpqa"]
+        print(f"{name} H100: per-sequence efficiency chat {x_chat / b_chat:.2f}, GPQA "
+              f"{x_long / b_long:.2f}, the part that grows with the context "
+              f"{(x_long - x_chat) / (b_long - b_chat):.2f}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -240,6 +272,7 @@ def main() -> None:
     print(f"per-sequence host cost (chat files, both GPUs): c = {c * 1e6:.2f} us per sequence "
           f"per step (floor {floor * 1e3:.2f} ms, efficiency {eff:.3f})")  # fmt: skip
     _per_step_terms(args.data)
+    _kv_efficiency(args.data)
 
 
 if __name__ == "__main__":
