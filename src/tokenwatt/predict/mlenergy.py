@@ -12,11 +12,10 @@ states one.
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tokenwatt.predict.points import PredictError
 from tokenwatt.predict.rows import PublishedRow
@@ -25,7 +24,6 @@ __all__ = ["LengthHistogram", "MlEnergyConfig", "read_mlenergy", "to_row"]
 
 GPU_NAMES = {"H100": "h100-sxm", "B200": "b200"}  # the benchmark ran H100 SXM 80 GB and B200
 MAX_FILE_BYTES = 50_000_000
-MAX_HISTOGRAM_CHARS = 100_000  # a published histogram is a few hundred bins at most
 
 
 class Parallelization(BaseModel):
@@ -60,7 +58,7 @@ class LengthHistogram(BaseModel):
         mids = [(a + b) / 2.0 for a, b in zip(self.bins, self.bins[1:], strict=False)]
         tokens = sum(c * m for c, m in zip(self.counts, mids, strict=True))
         pairs = sum(c * m * (m - 1.0) / 2.0 for c, m in zip(self.counts, mids, strict=True))
-        return pairs / tokens
+        return max(0.0, pairs / tokens)  # a midpoint under one token: no earlier tokens
 
 
 class MlEnergyConfig(BaseModel):
@@ -79,19 +77,6 @@ class MlEnergyConfig(BaseModel):
     energy_per_token_joules: float | None = Field(None, gt=0)
     parallelization: Parallelization = Field(default_factory=Parallelization)
     output_length_distribution: LengthHistogram | None = None
-
-    @field_validator("output_length_distribution", mode="before")
-    @classmethod
-    def _literal(cls, value: object) -> object:
-        """The files hold the histogram as the text of a Python dict; read it as a literal."""
-        if not isinstance(value, str):
-            return value
-        if len(value) > MAX_HISTOGRAM_CHARS:
-            raise ValueError(f"longer than {MAX_HISTOGRAM_CHARS} characters")
-        try:
-            return ast.literal_eval(value)
-        except (ValueError, SyntaxError, RecursionError, MemoryError):
-            raise ValueError("not a histogram literal") from None
 
 
 def read_mlenergy(path: Path) -> tuple[str, list[MlEnergyConfig]]:

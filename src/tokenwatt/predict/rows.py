@@ -7,9 +7,9 @@ KV a step reads is B × the KV bytes one token reads at the mean context of a ge
 token: the row's ``context_tokens`` where the source publishes its output lengths (input +
 Σ n(n−1)/2 ÷ Σ n over the requests, the definition a measured run's MBU uses: long outputs
 weigh by their length), else input + output/2, exact only when every output has the mean
-length. The prompt
-tokens a step carries are B × input ÷ output: in a steady closed loop each request's prompt
-is prefilled once per its output tokens' worth of steps (a row may give its own count).
+length. The prompt tokens a step carries are B × input ÷ output: in a steady closed loop each
+request's prompt is prefilled once per its output tokens' worth of steps (a row may give its
+own count).
 """
 
 from __future__ import annotations
