@@ -15,7 +15,20 @@ data outside the scored table:
 * a per-sequence host cost c (seconds per sequence per step, the same on both hosts): τ =
   floor + c × B + x ÷ efficiency fitted over both GPUs of the chat files;
 * a max-form step, x = max(weight read, all GEMM FLOPs incl. the decode tokens') + KV read,
-  against the summed step the simulator prices, by the same hardware rule on the chat files.
+  against the summed step the simulator prices, by the same hardware rule on the chat files;
+* the mean context of a generated token from each configuration's published output-length
+  histogram (input + Σ n(n−1)/2 ÷ Σ n) against input + mean output ÷ 2;
+* the step split into a part that grows with the batch and one that does not: τ = a + b × B
+  by least squares over the caps up to 64 (both GPUs hold them) per file and GPU. b carries
+  the KV read and the prompts (∝ B); a the weights and the floor. The B200's b against the
+  H100's b × the bandwidth ratio says whether the per-sequence (KV) part moved as rated
+  bandwidth says; a(GPQA) − a(chat) on one GPU is the per-step cost the long reasoning
+  outputs add that does not grow with the batch; power per GPU as a share of TDP beside it
+  (a step the GPU spends waiting draws little);
+* a KV read efficiency apart from the rest, where the source's own context varies: on the H100,
+  b of GPQA minus b of chat (same model, context about 1,600 against 5,500–6,100 tokens)
+  against the rated per-sequence time (KV read + prompt compute) of each: the efficiency of the
+  part that grows with the context, beside each task's own b-efficiency.
 
 The two geometries are the Qwen3-8B preset with the published sizes of the larger models
 (hidden 5,120; intermediate 17,408 / 25,600; 40 / 64 layers and query heads; 8 KV heads):
@@ -152,6 +165,84 @@ def _form_errors(model: str, configs: list[MlEnergyConfig], form: str) -> list[f
     return errs
 
 
+def _context_ratio(configs: list[MlEnergyConfig]) -> tuple[float, float]:
+    """(smallest, largest) histogram context ÷ (input + mean output ÷ 2) over a file."""
+    ratios = [
+        (INPUT_TOKENS + c.output_length_distribution.context_offset_tokens())
+        / (INPUT_TOKENS + c.avg_output_len / 2.0)
+        for c in configs
+        if c.output_length_distribution is not None
+    ]
+    return min(ratios), max(ratios)
+
+
+def _split(configs: list[MlEnergyConfig], gpu: str) -> tuple[int, float, float]:
+    """(GPUs, a_s, b_s per sequence): τ = a + b × B over the caps up to 64 of one GPU count
+    (the count with most rows)."""
+    groups = _groups(configs, gpu)
+    gpus = max(groups, key=lambda g: len(groups[g]))
+    rows = [c for c in groups[gpus] if c.max_num_seqs <= 64]
+    slope, intercept = np.polyfit([c.avg_batch_size for c in rows],
+                                  [c.median_itl_ms / 1e3 for c in rows], 1)  # fmt: skip
+    return gpus, float(intercept), float(slope)
+
+
+def _per_step_terms(data: Path) -> None:
+    bw = {g: get_accelerator(n).bandwidth_bytes_per_s for g, n in (("H100", "h100-sxm"),
+                                                                    ("B200", "b200"))}  # fmt: skip
+    fits: dict[tuple[str, str], tuple[int, float, float]] = {}
+    for stem in FILES:
+        configs = read_mlenergy(data / f"{stem}.json")[1]
+        lo, hi = _context_ratio(configs)
+        print(f"{stem}: histogram context ÷ (input + output/2) = {lo:.2f}–{hi:.2f}")
+        for gpu in ("H100", "B200"):
+            fits[stem, gpu] = g, a, b = _split(configs, gpu)
+            tdp = get_accelerator("b200" if gpu == "B200" else "h100-sxm").tdp_w
+            share = [c.avg_power_watts / (g * tdp) for c in configs
+                     if c.gpu_model == gpu and c.num_gpus == g and c.max_num_seqs <= 64
+                     and c.avg_power_watts]  # fmt: skip
+            print(f"  {gpu} x{g}: tau = {a * 1e3:.2f} ms + {b * 1e6:.1f} us x B (caps <= 64); "
+                  f"power per GPU {min(share):.0%}–{max(share):.0%} of TDP")  # fmt: skip
+        (hg, _, hb), (bg, _, bb) = fits[stem, "H100"], fits[stem, "B200"]
+        rated = hb * hg * bw["H100"] / (bg * bw["B200"])
+        print(f"  B200 per-sequence slope {bb * 1e6:.1f} us against {rated * 1e6:.1f} us the "
+              f"H100's slope x the bandwidth ratio says ({bb / rated - 1.0:+.0%})")  # fmt: skip
+    for model in ("Qwen3-14B", "Qwen3-32B"):
+        for gpu in ("H100", "B200"):
+            extra = (
+                fits[f"Qwen__{model}__gpqa", gpu][1] - fits[f"Qwen__{model}__lm-arena-chat", gpu][1]
+            )
+            print(f"{model} {gpu}: per-step term GPQA minus chat {extra * 1e3:+.1f} ms")
+
+
+def _per_sequence_rated_s(model: str, rows: list[MlEnergyConfig], gpus: int) -> float:
+    """Rated seconds one sequence adds to a step: its KV read at the histogram context and its
+    share of prompt compute (input ÷ output prompt tokens per step), on ``gpus`` H100s."""
+    acc, geom = get_accelerator("h100-sxm"), _geometry(model)
+    out: list[float] = []
+    for c in rows:
+        hist = c.output_length_distribution
+        assert hist is not None, "the held-out files publish their histograms"
+        kv = geom.kv_bytes_read(round(INPUT_TOKENS + hist.context_offset_tokens()))
+        prompt = 2.0 * geom.active_params * INPUT_TOKENS / c.avg_output_len
+        out.append(kv / acc.bandwidth_bytes_per_s + prompt / acc.bf16_dense_flops)
+    return statistics.mean(out) / gpus
+
+
+def _kv_efficiency(data: Path) -> None:
+    for name, model in (("Qwen3-14B", "qwen3-14b"), ("Qwen3-32B", "qwen3-32b")):
+        got = {}
+        for task in ("lm-arena-chat", "gpqa"):
+            configs = read_mlenergy(data / f"Qwen__{name}__{task}.json")[1]
+            gpus, _, slope = _split(configs, "H100")
+            rows = [c for c in _groups(configs, "H100")[gpus] if c.max_num_seqs <= 64]
+            got[task] = slope, _per_sequence_rated_s(model, rows, gpus)
+        (b_chat, x_chat), (b_long, x_long) = got["lm-arena-chat"], got["gpqa"]
+        print(f"{name} H100: per-sequence efficiency chat {x_chat / b_chat:.2f}, GPQA "
+              f"{x_long / b_long:.2f}, the part that grows with the context "
+              f"{(x_long - x_chat) / (b_long - b_chat):.2f}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -180,6 +271,8 @@ def main() -> None:
     floor, c, eff = _host_cost(chat)
     print(f"per-sequence host cost (chat files, both GPUs): c = {c * 1e6:.2f} us per sequence "
           f"per step (floor {floor * 1e3:.2f} ms, efficiency {eff:.3f})")  # fmt: skip
+    _per_step_terms(args.data)
+    _kv_efficiency(args.data)
 
 
 if __name__ == "__main__":

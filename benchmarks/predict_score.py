@@ -22,7 +22,8 @@ Baselines: for hardware, the bandwidth ratio (τ × source bandwidth ÷ target b
 counted; throughput inversely; power scaled by the TDP ratio); for load, constant MBU from
 the highest fitted cap (τ scaled by the bytes per step). Stated, not fitted: the mean input
 length (``INPUT_TOKENS``, the files do not give it) and the transfer error of
-``predict.transfer``.
+``predict.transfer``. Read, not fitted: each configuration's output-length histogram, for the
+mean context of a generated token (``predict.mlenergy``).
 """
 
 from __future__ import annotations

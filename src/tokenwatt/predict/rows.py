@@ -4,9 +4,12 @@ A row names the model, the hardware and GPUs, the load (concurrency, or the mean
 source measured), the median or mean TPOT/ITL and the mean lengths; throughput and power
 when the source measured them. B is the row's batch, else T·τ/R, else its concurrency. The
 KV a step reads is B × the KV bytes one token reads at the mean context of a generated
-token, input + output/2 (the seed's context sum over a request, per token). The prompt
-tokens a step carries are B × input ÷ output: in a steady closed loop each request's prompt
-is prefilled once per its output tokens' worth of steps (a row may give its own count).
+token: the row's ``context_tokens`` where the source publishes its output lengths (input +
+Σ n(n−1)/2 ÷ Σ n over the requests, the definition a measured run's MBU uses: long outputs
+weigh by their length), else input + output/2, exact only when every output has the mean
+length. The prompt tokens a step carries are B × input ÷ output: in a steady closed loop each
+request's prompt is prefilled once per its output tokens' worth of steps (a row may give its
+own count).
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ class PublishedRow(BaseModel):
     batch: float | None = Field(None, gt=0, le=1e7, allow_inf_nan=False)
     output_tokens_per_s: float | None = Field(None, gt=0, le=1e12, allow_inf_nan=False)
     power_w: float | None = Field(None, gt=0, le=1e8, allow_inf_nan=False)
+    context_tokens: float | None = Field(
+        None, gt=0, le=1e9, allow_inf_nan=False,
+        description="mean context per generated token; None: input + output ÷ 2",
+    )  # fmt: skip
     prompt_tokens_per_step: float | None = Field(
         None, ge=0, le=1e9, allow_inf_nan=False,
         description="prompt tokens one decode step carries; None: B × input ÷ output",
@@ -59,6 +66,12 @@ class PublishedRow(BaseModel):
         raise PredictError(
             f"{self.label or self.model}: give batch, output_tokens_per_s or concurrency (B)"
         )
+
+    def mean_context_tokens(self) -> float:
+        """The context one generated token reads, averaged over the generated tokens."""
+        if self.context_tokens is not None:
+            return self.context_tokens
+        return self.input_tokens + self.output_tokens / 2.0
 
     def request_rate_rps(self, batch: float) -> float:
         """Requests per second the row's node served: T ÷ output, else (Little's law over
@@ -93,7 +106,7 @@ def read_rows_csv(path: Path) -> list[PublishedRow]:
 def _point(row: PublishedRow, geometry: ModelGeometry) -> StepPoint:
     acc = get_accelerator(row.hardware)
     batch = row.batch_per_replica()
-    context = round(row.input_tokens + row.output_tokens / 2.0)
+    context = round(row.mean_context_tokens())
     power = None if row.power_w is None else row.power_w / row.gpus
     prompt_tokens = row.prompt_tokens_per_step
     if prompt_tokens is None:
