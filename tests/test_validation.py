@@ -39,6 +39,8 @@ from tokenwatt.load.target import open_target, resolve_accelerator
 from tokenwatt.result import Mbu
 from tokenwatt.spec import parse_spec
 
+pytestmark = pytest.mark.exclusive  # every test: MBU over HTTP against the simulator's truth
+
 
 @dataclass(frozen=True, slots=True)
 class Truth:

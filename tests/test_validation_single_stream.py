@@ -143,6 +143,7 @@ def _http_truth(path: Path, w0: int, w1: int, node_bw: float) -> float:
     return decode_bytes / ((w1 - w0) / 1e9 * node_bw)
 
 
+@pytest.mark.exclusive
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     ("model", "requests"),
