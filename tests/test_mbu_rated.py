@@ -90,7 +90,7 @@ hardware: {accelerator: h100-sxm, gpus: GPUS}
 endpoint: {url: URL, model: llama-70b}
 workload: {input_tokens: 64, output_tokens: 24, seed: 3}
 slo: {ttft_ms: 5000, tpot_ms: 500}
-search: {probe: {warmup_s: 0.5, min_duration_s: 2.0, min_requests: 8}}
+search: {probe: {warmup_s: 0.5, min_duration_s: 1.0, min_requests: 8}}
 """
 
 
