@@ -11,6 +11,7 @@ and the search starts at about a third of saturation.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -87,11 +88,27 @@ def run_cli(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str
 def bench_run(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    d = tmp_path_factory.mktemp("bench")
-    spec = d / "spec.yaml"
-    spec.write_text(yaml.safe_dump(SPEC))
-    out = d / "out"
-    return out, run_cli("bench", str(spec), "--out", str(out))
+    """One bench of ``SPEC`` for the whole run: under pytest-xdist the two tests reading it
+    may land on both workers, and the second reads the first's run (its files and its printed
+    output, kept beside them) instead of running the same bench again."""
+    xdist = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    base = tmp_path_factory.getbasetemp()
+    d = (base.parent if xdist else base) / "bench-run"  # the parent is shared by the workers
+    with open(d.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            printed = d / "printed.json"
+            if not printed.exists():
+                d.mkdir(exist_ok=True)
+                spec = d / "spec.yaml"
+                spec.write_text(yaml.safe_dump(SPEC))
+                res = run_cli("bench", str(spec), "--out", str(d / "out"))
+                run = {"args": res.args, "rc": res.returncode, "out": res.stdout, "err": res.stderr}
+                printed.write_bytes(orjson.dumps(run))
+            run = orjson.loads(printed.read_bytes())
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return d / "out", subprocess.CompletedProcess(run["args"], run["rc"], run["out"], run["err"])
 
 
 @pytest.mark.timeout(200)

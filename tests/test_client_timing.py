@@ -112,6 +112,7 @@ async def _stream(c: StreamClient) -> RequestRecord:
     )
 
 
+@pytest.mark.exclusive
 def test_offset_measurement_is_tight_and_stable() -> None:
     off1, unc1 = measure_offset()
     off2, _ = measure_offset()
@@ -119,6 +120,7 @@ def test_offset_measurement_is_tight_and_stable() -> None:
     assert abs(off1 - off2) < 1_000_000  # no step between two measurements
 
 
+@pytest.mark.exclusive
 @pytest.mark.skipif(not kernel_stamps_available(), reason="no SO_TIMESTAMPNS on this platform")
 def test_kernel_stamps_match_server_send_times() -> None:
     srv = StampServer()
@@ -156,6 +158,7 @@ def test_kernel_stamps_match_server_send_times() -> None:
     assert r.sent_ns is not None and r.sent_ns <= r.chunk_ns[0]
 
 
+@pytest.mark.exclusive
 @pytest.mark.skipif(not kernel_stamps_available(), reason="no SO_TIMESTAMPNS on this platform")
 @pytest.mark.parametrize("kernel", [True, False])
 def test_a_blocked_event_loop_does_not_move_kernel_stamps(kernel: bool) -> None:
@@ -194,6 +197,7 @@ def test_a_blocked_event_loop_does_not_move_kernel_stamps(kernel: bool) -> None:
         assert stamp >= unblocked[0]  # taken only when the loop could run again
 
 
+@pytest.mark.exclusive
 @pytest.mark.skipif(not kernel_stamps_available(), reason="no SO_TIMESTAMPNS on this platform")
 @pytest.mark.parametrize("step_ms", [600, -600])
 def test_a_realtime_clock_step_does_not_move_the_stamps(step_ms: int) -> None:

@@ -66,6 +66,7 @@ def _agreements(summary: dict) -> dict[str, dict]:  # type: ignore[type-arg]
     return {a["figure"]: a for a in summary["engine"]["agreements"]}
 
 
+@pytest.mark.exclusive
 def test_probe_client_and_engine_agree_within_one_percent(tmp_path: Path) -> None:
     data, stdout = _probe(tmp_path, replicas=1, concurrency=6)
     s = data["probes"][0]
@@ -106,6 +107,7 @@ server_metrics: {interval_s: 0.1}
 """
 
 
+@pytest.mark.exclusive
 def test_engine_mbu_stands_beside_the_client_seed_figure(tmp_path: Path) -> None:
     """MoE with prefill in the steps: the headline counts the experts prompt tokens route to
     (mixed steps), the engine's second MBU is the seed's literal formula on its own B and s.
@@ -139,6 +141,7 @@ def test_engine_mbu_stands_beside_the_client_seed_figure(tmp_path: Path) -> None
                    MBU_ROW_NOTE)  # fmt: skip
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow  # end to end through the CLI; quick: test_engine_sim's test of the same name
 # (the comparison and its cause) and the self-check and table test below
 def test_idle_replica_is_flagged_with_its_cause(tmp_path: Path) -> None:
@@ -226,6 +229,7 @@ server_metrics: {interval_s: 0.1}
 """
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow  # a whole bench; each probe's engine figures come from the one derivation
 # probe and bench share (load.derive), checked quickly by the probe tests here
 def test_bench_stores_engine_figures_for_every_probe(tmp_path: Path) -> None:

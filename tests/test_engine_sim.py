@@ -19,7 +19,7 @@ from tokenwatt.records import RequestRecord
 from tokenwatt.sim import RunningSim, start_sim_thread
 from tokenwatt.spec.endpoint import Timeouts
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.exclusive]  # both: T and B over HTTP
 
 # Client B = T·τ counts the few steps a slot sits empty between a request's end and the next
 # one's admission (and the first step of the window); the engine's tokens per step does not.

@@ -90,7 +90,7 @@ hardware: {accelerator: h100-sxm, gpus: GPUS}
 endpoint: {url: URL, model: llama-70b}
 workload: {input_tokens: 64, output_tokens: 24, seed: 3}
 slo: {ttft_ms: 5000, tpot_ms: 500}
-search: {probe: {warmup_s: 0.5, min_duration_s: 2.0, min_requests: 8}}
+search: {probe: {warmup_s: 0.5, min_duration_s: 1.0, min_requests: 8}}
 """
 
 
@@ -116,6 +116,7 @@ def _probe(tmp_path: Path, url: str, gpus: int) -> tuple[subprocess.CompletedPro
     return res, orjson.loads((out / "result.json").read_bytes())["probes"][0]
 
 
+@pytest.mark.exclusive
 def test_wrong_gpu_count_is_refused_end_to_end(sim: RunningSim, tmp_path: Path) -> None:
     # 2 GPUs: the weights fit the stated memory (1 GPU is refused earlier, by the fit check),
     # but the engine's traffic runs on 8 GPUs' bandwidth

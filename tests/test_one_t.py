@@ -22,6 +22,8 @@ from tokenwatt.load.probe import ProbeRun, run_probe
 from tokenwatt.load.target import open_target
 from tokenwatt.spec import BenchSpec, parse_spec
 
+pytestmark = pytest.mark.exclusive  # every test: T over HTTP against the simulator's tokens
+
 
 def truth_tokens(path: Path, w0: int, w1: int) -> int:
     """Tokens the simulator emitted in steps whose frames were written in [w0, w1)."""

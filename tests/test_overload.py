@@ -18,6 +18,8 @@ import yaml
 from faultserver import FaultServer, threaded
 from tokenwatt.load.probe import MAX_PENDING_SENDS, MAX_SEND_LAG_S
 
+pytestmark = pytest.mark.exclusive  # every test: send lag, a stall and a signal's timing
+
 CHILD = Path(__file__).with_name("overload_child.py")
 # Address-space ceiling for the child: Python + numpy + uvloop map ~300 MB; an unbounded
 # sender at 10^6 req/s grew to the machine's 24 GB.

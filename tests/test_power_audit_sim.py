@@ -34,6 +34,8 @@ from tokenwatt.power.audit import clip_union, subtract
 from tokenwatt.sim import SimConfig, start_sim_thread
 from tokenwatt.spec.power import PowerSection
 
+pytestmark = pytest.mark.exclusive  # every test: energy over HTTP against the simulator's truth
+
 S = 1_000_000_000
 H100 = get_accelerator("h100-sxm")
 

@@ -68,6 +68,7 @@ def _client(url: str) -> StreamClient:
 
 
 # ----------------------------------------------------------------------- the client's answer
+@pytest.mark.exclusive
 def test_late_first_tokens_names_only_requests_whose_first_token_cannot_be_in_time() -> None:
     """One slot, 0.15 s a token, 3 tokens: request 0 holds the slot for 0.45 s, request 1
     waits behind it. At 0.3 s after the sends, with a 0.2 s limit: request 0's first token
@@ -100,6 +101,7 @@ def test_late_first_tokens_names_only_requests_whose_first_token_cannot_be_in_ti
     assert none_yet == []
 
 
+@pytest.mark.exclusive
 def test_a_first_token_waiting_unread_on_the_socket_is_not_late() -> None:
     """The first token reaches the socket in time (0.05 s, up to 0.2 s with a delayed ACK)
     while the client's loop is blocked past the limit (0.4 s): unread bytes wait, so the
@@ -199,6 +201,7 @@ def test_the_same_rate_without_the_rule_waits_for_finished_misses() -> None:
     assert not any(r.error_message and "known miss" in r.error_message for r in run.records)
 
 
+@pytest.mark.exclusive
 def test_a_passing_rate_is_not_affected() -> None:
     """At 0.5 req/s (constant) the slot is free at every arrival: TTFT ≈ 50 ms, nothing is
     ever late, the window runs its length and every counted request finishes."""

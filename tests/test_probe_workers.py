@@ -64,6 +64,7 @@ def _lines(out: Path) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in (out / "requests.jsonl").read_bytes().splitlines()]
 
 
+@pytest.mark.exclusive
 def test_probe_with_two_workers_matches_one(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.replace("min_duration_s: 3.0", "min_duration_s: 2.2"))  # 25/s × 2.2 s

@@ -152,6 +152,7 @@ def _truth_mbu(path: Path, w0: int, w1: int, node_bw: float) -> float:
     return read / ((w1 - w0) / 1e9 * node_bw)
 
 
+@pytest.mark.exclusive
 @pytest.mark.timeout(60)
 def test_simulated_reasoning_stream_counts_both_in_t_tau_and_mbu(tmp_path: Path) -> None:
     spec = parse_spec(

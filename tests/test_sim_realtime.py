@@ -91,10 +91,12 @@ def run_efficiency_check(tmp_path: Path, duration_s: float, streams: int) -> Non
     assert mbu == pytest.approx(0.5, rel=0.01)
 
 
+@pytest.mark.exclusive
 def test_bytes_read_over_elapsed_time_equals_the_efficiency(tmp_path: Path) -> None:
     run_efficiency_check(tmp_path, duration_s=1.5, streams=16)
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow
 def test_bytes_read_over_elapsed_time_equals_the_efficiency_long(tmp_path: Path) -> None:
     run_efficiency_check(tmp_path, duration_s=20.0, streams=128)
@@ -269,6 +271,7 @@ def test_several_tokens_per_chunk() -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
 
 
+@pytest.mark.exclusive
 def test_keepalive_comments_are_sent_and_ignored_by_clients() -> None:
     slow = geometry(dense_weight_bytes=50_000_000_000)  # ≈30 ms steps
     with start_sim_thread(config(slow, keepalive_s=0.01, kv_cache_gib=20e9 / 2**30)) as sim:

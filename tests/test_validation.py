@@ -39,6 +39,8 @@ from tokenwatt.load.target import open_target, resolve_accelerator
 from tokenwatt.result import Mbu
 from tokenwatt.spec import parse_spec
 
+pytestmark = pytest.mark.exclusive  # every test: MBU over HTTP against the simulator's truth
+
 
 @dataclass(frozen=True, slots=True)
 class Truth:
@@ -193,8 +195,12 @@ WINDOW_S = 6.0
 
 @pytest.mark.timeout(120)
 def test_mbu_tracks_efficiency_quick(tmp_path: Path) -> None:
-    """The default suite's representative case: MoE at efficiency 0.5, batch ≈ 128."""
-    mbu, truth, _ = asyncio.run(measure(MOE, tmp_path, efficiency=0.5, batch=128, window_s=8))
+    """The default suite's representative case: MoE at efficiency 0.5, batch ≈ 128. Outputs
+    of 64 tokens halve a request's lifetime and so the warm-up and drain; with a 4 s window
+    derived − truth reads +0.002 to +0.003, inside the 0.02 asserted (docs/validation.md)."""
+    mbu, truth, _ = asyncio.run(
+        measure(MOE, tmp_path, efficiency=0.5, batch=128, window_s=4, n_out=64)
+    )
     print(_report("moe 0.5", mbu, truth))
     assert truth.busy_fraction > 0.99
     assert truth.elapsed == pytest.approx(0.5, abs=0.005)  # the simulator does what it is told

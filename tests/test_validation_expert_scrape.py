@@ -85,6 +85,7 @@ def _run(tmp: Path, zipf: float, rate: float) -> tuple[ProbeSummary, ProbeSummar
     return scraped, alone, truth
 
 
+@pytest.mark.exclusive
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("zipf", [1.2, 2.0])
 def test_a_live_scrape_collapses_the_band_onto_the_truth(zipf: float, tmp_path: Path) -> None:

@@ -258,6 +258,7 @@ def test_one_step_per_chunk_is_not_flagged() -> None:
     assert o.engine.mbu == pytest.approx(o.truth, abs=0.01)
 
 
+@pytest.mark.exclusive
 @pytest.mark.timeout(180)
 def test_over_http_the_engines_counters_count_the_steps(tmp_path: Path) -> None:
     """The simulator sending 3 verify steps per chunk (``sim.steps_per_chunk``) behind a plain

@@ -17,6 +17,8 @@ from tokenwatt.load.probe import run_probe
 from tokenwatt.load.target import open_target, resolve_accelerator
 from tokenwatt.spec import parse_spec
 
+pytestmark = pytest.mark.exclusive  # every test: MBU over HTTP against the simulator's truth
+
 
 def _truth(path: Path, w0: int, w1: int, node_bw: float) -> dict[str, float]:
     read = emitted = drafts = batch = batch_s = 0.0

@@ -48,6 +48,7 @@ def _probe(spec: Any, rate: float | None, seed: int = 0) -> ProbeRun:
     return asyncio.run(main())
 
 
+@pytest.mark.exclusive
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("name", "fmt", "trace_file"),

@@ -1,7 +1,10 @@
 """Under pytest-xdist, a test marked ``exclusive`` runs with no other worker's test beside it.
 
-Those tests hold a figure measured against the wall clock: a second worker's test on the same
-cores moves their figures, not the code. Loaded as a plugin by ``conftest.py`` (and by
+Those tests hold a figure measured against the wall clock (the client's send lateness or kernel
+stamps, MBU, tokens/J, T or B over HTTP against the simulator's truth, a stall): a second
+worker's test on the same cores moves their figures, not the code. The mark goes on each such
+test, not on its module, so a module's argument checks, refusals, file shapes and virtual-time
+figures keep sharing the cores. Loaded as a plugin by ``conftest.py`` (and by
 ``test_xdist_exclusive.py``, which checks the lock on a suite of its own).
 """
 
@@ -12,38 +15,6 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
-# Modules whose tests hold a figure measured against the wall clock (the client's send
-# lateness or kernel stamps, MBU, tokens/J, T or B over HTTP against the simulator's truth, a
-# stall or a frozen heap): under pytest-xdist each of their tests runs alone
-# (``_exclusive_under_xdist``); a single test elsewhere takes ``@pytest.mark.exclusive``.
-EXCLUSIVE_MODULES = frozenset(
-    {
-        "test_client_timing",
-        "test_drift",
-        "test_engine_probe",
-        "test_engine_sim",
-        "test_heap",
-        "test_mbu_rated",
-        "test_one_t",
-        "test_overload",
-        "test_power_audit_sim",
-        "test_power_sim_e2e",
-        "test_probe_bench_agree",
-        "test_probe_late_first_tokens",
-        "test_probe_workers",
-        "test_reasoning",
-        "test_sim_realtime",
-        "test_validation",
-        "test_validation_expert_scrape",
-        "test_validation_moe",
-        "test_validation_single_stream",
-        "test_validation_spec_chunks",
-        "test_validation_spec_http",
-        "test_workload_e2e",
-    }
-)
-
 
 # The marked runs (``.ci/run``'s last stage) are real-time end-to-end runs almost throughout: a
 # test with one of these markers runs alone unless it is marked ``virtual``.
@@ -65,14 +36,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def runs_alone(item: pytest.Item) -> bool:
     """Whether ``item`` takes the lock exclusively: ``virtual`` says it cannot be moved by a
-    neighbour; otherwise an ``exclusive`` mark, a module of wall-clock figures or a long-run
-    marker (real time end to end unless said otherwise) puts it alone."""
+    neighbour; otherwise an ``exclusive`` mark (on it or its module) or a long-run marker (real
+    time end to end unless said otherwise) puts it alone."""
     if item.get_closest_marker("virtual") is not None:
         return False
     if item.get_closest_marker("exclusive") is not None:
-        return True
-    module = getattr(item, "module", None)
-    if module is not None and module.__name__ in EXCLUSIVE_MODULES:
         return True
     return any(item.get_closest_marker(name) is not None for name in LONG_RUN_MARKERS)
 
