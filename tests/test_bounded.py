@@ -279,6 +279,17 @@ def test_fuzz_a_document_reads_back_exactly_or_is_refused_in_one_line(doc: Any, 
     assert got == (json.loads(text) if fmt == "json" else yaml.safe_load(text))
 
 
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_key_with_a_line_break_is_quoted_in_the_one_line_refusal(fmt: str) -> None:
+    """The key a refusal names is shown with its escapes: the line stays one line."""
+    doc = {"a\nb": {"\r": [1e300]}}
+    text = json.dumps(doc) if fmt == "json" else yaml.safe_dump(doc)
+    with pytest.raises(SpecError) as got:
+        (parse_json if fmt == "json" else parse_yaml)(text, source="fuzz", error=SpecError)
+    assert "\n" not in str(got.value) and "\r" not in str(got.value)
+    assert "'a\\nb'.'\\r'[0] is 1e+300" in str(got.value)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_fuzz_arbitrary_bytes_never_escape_as_another_exception(raw: bytes) -> None:

@@ -295,8 +295,15 @@ def _path(entry: tuple[Any, Any, Any, int]) -> str:
         entry = entry[2]
     out = ""
     for k in reversed(keys):
-        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+        out += f"[{k}]" if isinstance(k, int) else (f".{_key(k)}" if out else _key(k))
     return out or "the document"
+
+
+def _key(k: Any) -> str:
+    """A key as written, or quoted with its escapes where it holds a line break or another
+    unprintable character: the refusal stays one line whatever the document's keys are."""
+    text = str(k)
+    return text if text.isprintable() else repr(text)
 
 
 def _number_problem(x: float) -> str | None:
