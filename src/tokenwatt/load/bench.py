@@ -41,6 +41,7 @@ from tokenwatt.load.search import (
     BoundarySearch,
     ProbeOutcome,
     SearchOutcome,
+    drift_check_plan,
     probe_seed,
     step_role,
 )
@@ -667,7 +668,9 @@ def level_of(s: ProbeSummary) -> Level | None:
 
 
 async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
-    """Re-test the highest earlier pass and confirm at the fitted boundary; a check slower than
+    """Re-test the highest earlier pass and confirm at the fitted boundary (the confirmation
+    only when its rate is not within the search's resolution of the re-test's,
+    ``load.search.drift_check_plan``); a check slower than
     its neighbours on the search's curve, or one whose requests the server failed, sets the stop
     reason ``changed`` (``metrics.drift``). The checks do not join the fit: their long windows
     near the boundary, joined, cost the reported interval its coverage (docs/methodology.md,
@@ -677,7 +680,8 @@ async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         return
     levels = [lv for st in out.steps if st.outcome.payload is not None
               if (lv := level_of(st.outcome.payload)) is not None]  # fmt: skip
-    for rate, kind in ((b.rate_rps, "re-test"), (fit.rate_rps, "confirmation")):
+    resolution = min(spec.search.precision, RESOLUTION)
+    for rate, kind in drift_check_plan(b.rate_rps, fit.rate_rps, resolution):
         index = len(bench.result.probes) + 1
         seed = probe_seed(spec.workload.seed, index)
         s = await bench.measure(index, rate_rps=rate, seed=seed, phase="check")
