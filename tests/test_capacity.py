@@ -39,3 +39,27 @@ def test_a_stage_that_queues_for_slots_stops_the_climb() -> None:
     # a burst of prefills (TTFT 0.9 s, under the 2.4 s lifetime below) is no queue
     burst = [Stage(1, 0.009, 0.05, 2.4), Stage(4, 0.009, 0.9, 2.5)]
     assert next_concurrency(burst, 0.05) == 16
+
+
+def test_a_stage_is_read_at_the_streams_that_decoded_by_hand() -> None:
+    """README's flag form (Llama-3.1-8B on a simulated H100, TTFT limit 500 ms): the 256-stream
+    stage's burst of prefills kept 98 of its requests waiting past the client's first-token
+    limit (10 × 500 ms), so only 158 decoded, at a median TPOT of 35.2 ms and a mean E2E of
+    11.62 s (the real stage's figures). Read at 256 streams they start the search at ~20 req/s
+    against a boundary of ~13; read at the 158 that decoded, at 13.1."""
+    below = [Stage(1, 0.009, 0.043, 2.35), Stage(64, 0.0182, 1.27, 5.92, decoded=64)]
+    cut = Stage(256, 0.0352, 2.77, 11.62, decoded=158)
+    assert cut.held == 158 and below[1].held == 64 and below[0].held == 1
+    # C* = 64 + (30 − 18.2)/(35.2 − 18.2) · (158 − 64) = 129.25 streams;
+    # E2E(C*) = 5.92 + (129.25 − 64)/94 · (11.62 − 5.92) = 9.876 s; λ₀ = 13.09 req/s
+    c_star = 64 + (0.030 - 0.0182) / (0.0352 - 0.0182) * 94
+    e2e = 5.92 + (c_star - 64) / 94 * (11.62 - 5.92)
+    assert start_rate([*below, cut], 0.05) == pytest.approx(c_star / e2e, rel=1e-9)
+    assert start_rate([*below, cut], 0.05) == pytest.approx(13.09, abs=0.01)
+    # the same figures read at the nominal 256 streams: C* = 197.3, λ₀ = 19.97 req/s
+    nominal = Stage(256, 0.0352, 2.77, 11.62)
+    assert start_rate([*below, nominal], 0.05) == pytest.approx(19.97, abs=0.01)
+    # a stage none of whose requests decoded more than the one below is not interpolated to
+    assert start_rate([*below, Stage(256, 0.0352, 2.77, 11.62, decoded=64)], 0.05) == (
+        pytest.approx(64 / 5.92)
+    )

@@ -401,8 +401,10 @@ def _start_rate(spec: BenchSpec, single: ProbeSummary | None, warnings: list[str
     return 1.0
 
 
-def _stage_of(concurrency: int, ttft: Latency, tpot: Latency, e2e: Latency) -> Stage:
-    return Stage(concurrency, tpot.p50, ttft.p50, e2e.mean)
+def _stage_of(
+    concurrency: int, ttft: Latency, tpot: Latency, e2e: Latency, decoded: int | None = None
+) -> Stage:
+    return Stage(concurrency, tpot.p50, ttft.p50, e2e.mean, decoded)
 
 
 async def _staircase(bench: _Run, single: ProbeSummary) -> float | None:
@@ -432,10 +434,14 @@ async def _staircase(bench: _Run, single: ProbeSummary) -> float | None:
         if run.interrupted:
             raise _InterruptedError
         m = run.metrics
-        stages.append(_stage_of(c, m.ttft_s, m.tpot_s, m.e2e_s))
+        decoded = sum(1 for r in run.counted if r.status == "ok")  # load.capacity: Stage.decoded
+        stages.append(_stage_of(c, m.ttft_s, m.tpot_s, m.e2e_s, decoded))
     rate = start_rate(stages, lim.tpot_s)
     steps = ", ".join(
-        f"{s.concurrency}: TPOT {1000 * (s.tpot_s or 0):.0f} ms" for s in stages if s.e2e_s
+        f"{s.concurrency}{'' if s.held == s.concurrency else f' ({s.held} decoded)'}: "
+        f"TPOT {1000 * (s.tpot_s or 0):.0f} ms"
+        for s in stages
+        if s.e2e_s
     )
     if rate is not None:
         bench.start_note = (
