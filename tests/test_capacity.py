@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tokenwatt.load.capacity import Stage, next_concurrency, start_rate
+from tokenwatt.load.bench import warmup_lifetime_s
+from tokenwatt.load.capacity import Stage, lifetime_at, next_concurrency, start_point, start_rate
 
 
 def test_the_staircase_climbs_by_four_until_tpot_passes_sixty_percent() -> None:
@@ -63,3 +64,52 @@ def test_a_stage_is_read_at_the_streams_that_decoded_by_hand() -> None:
     assert start_rate([*below, Stage(256, 0.0352, 2.77, 11.62, decoded=64)], 0.05) == (
         pytest.approx(64 / 5.92)
     )
+
+
+def test_the_staircase_lifetime_at_a_rate_by_hand() -> None:
+    """Little's law on the stages' curve: E2E(C) linear between (64 streams, 5.92 s) and (158
+    decoded, 11.62 s), k = 5.70 / 94 s per stream. At 11.75 req/s C = 11.75 · E2E(C):
+    C = 11.75 · (5.92 − 64 k) / (1 − 11.75 k) = 83.3 streams, E2E 7.09 s."""
+    stages = [Stage(1, 0.009, 0.043, 2.35), Stage(64, 0.0182, 1.27, 5.92, decoded=64),
+              Stage(256, 0.0352, 2.77, 11.62, decoded=158)]  # fmt: skip
+    k = 5.70 / 94
+    c = 11.75 * (5.92 - 64 * k) / (1 - 11.75 * k)
+    assert lifetime_at(stages, 11.75) == pytest.approx(5.92 + (c - 64) * k, rel=1e-9)
+    assert lifetime_at(stages, 11.75) == pytest.approx(7.09, abs=0.01)
+    # at the start rate it is E2E(C*), the lifetime behind λ₀
+    point = start_point(stages, 0.05)
+    assert point is not None
+    assert lifetime_at(stages, point[0] / point[1]) == pytest.approx(point[1], rel=1e-9)
+    # below the lowest stage's rate (1 / 2.35 s) its E2E; above the highest (158 / 11.62) its E2E
+    assert lifetime_at(stages, 0.2) == 2.35 and lifetime_at(stages, 30.0) == 11.62
+    assert lifetime_at([], 5.0) is None
+
+
+def test_the_warm_up_lifetime_by_hand() -> None:
+    """README's flag form started near the boundary: a pass at 13.25 req/s, a failure at 14.58,
+    then the low end's probe at 11.75 with nothing measured below it. The single-stream
+    lifetime (2.35 s) warmed that probe for the 10 s minimum where its requests lived 8 s; the
+    staircase's lifetime at 11.75 req/s is 7.09 s (21 s of warm-up)."""
+    stages = [Stage(1, 0.009, 0.043, 2.35), Stage(64, 0.0182, 1.27, 5.92, decoded=64),
+              Stage(256, 0.0352, 2.77, 11.62, decoded=158)]  # fmt: skip
+    measured = [(13.25, 11.24), (14.58, 14.57)]
+    assert warmup_lifetime_s(14.0, measured, stages, 2.35) == 11.24  # 13.25 is below it
+    assert warmup_lifetime_s(20.0, measured, stages, 2.35) == 14.57
+    assert warmup_lifetime_s(11.75, measured, stages, 2.35) == lifetime_at(stages, 11.75)
+    # before any probe: the staircase's lifetime at the start rate, E2E(C*)
+    point = start_point(stages, 0.05)
+    assert point is not None
+    start = point[0] / point[1]
+    assert warmup_lifetime_s(start, [], stages, 2.35) == pytest.approx(point[1])
+    # no staircase (a start rate given in the spec): the single stream, else nothing
+    assert warmup_lifetime_s(11.75, [], [], 2.35) == 2.35
+    assert warmup_lifetime_s(11.75, [], [], None) is None
+
+
+def test_start_point_is_the_lifetime_behind_the_start_rate() -> None:
+    stages = [Stage(1, 0.009, 0.05, 2.4), Stage(64, 0.018, 0.3, 5.0), Stage(256, 0.045, 2, 12.0)]
+    point = start_point(stages, 0.05)
+    assert point is not None
+    c, e2e = point
+    assert c == pytest.approx(149.333, rel=1e-4) and e2e == pytest.approx(8.1111, rel=1e-4)
+    assert start_rate(stages, 0.05) == pytest.approx(c / e2e)

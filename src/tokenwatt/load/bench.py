@@ -27,7 +27,7 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.config import preset_stand_in
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
-from tokenwatt.load.capacity import Stage, next_concurrency, start_rate
+from tokenwatt.load.capacity import Stage, lifetime_at, next_concurrency, start_rate
 from tokenwatt.load.derive import early_stop_for, summarize_probe
 from tokenwatt.load.energy_window import open_probe_power, power_warnings
 from tokenwatt.load.engine_probe import EngineWitness
@@ -105,6 +105,30 @@ class BenchEvent:
 OnEvent = Callable[[BenchEvent], None]
 # A probe's warm-up lasts at least this many request lifetimes (see _Run.settings_for).
 WARMUP_LIFETIMES = 3.0
+# A drift check's: it is read by its median TPOT against 2.5 × its neighbours'
+# (``metrics.drift``), and an engine not yet full reads faster, never slower: a short warm-up
+# can hide a change, never call one (docs/methodology.md, "A server that changed").
+CHECK_WARMUP_LIFETIMES = 1.0
+
+
+def warmup_lifetime_s(
+    rate_rps: float,
+    measured: Sequence[tuple[float, float]],
+    stages: Sequence[Stage],
+    single_stream_s: float | None,
+) -> float | None:
+    """The request lifetime a probe at ``rate_rps`` warms up for: the median E2E of the
+    nearest probe at or below its rate (``measured``: rate, median E2E); with none, the
+    closed-loop staircase's lifetime at that rate (``load.capacity.lifetime_at``: measured
+    at about that load); else the single-stream lifetime. A search started near the
+    boundary probes at and below its start with nothing measured below it, and the
+    single-stream lifetime (2.4 s against ~8–11 s near the boundary of README's flag form)
+    would open that window on an engine about two thirds full."""
+    lower = [m for m in measured if m[0] <= rate_rps]
+    if lower:
+        return max(lower)[1]
+    staircase = lifetime_at(stages, rate_rps) if stages else None
+    return staircase if staircase is not None else single_stream_s
 
 
 class _InterruptedError(Exception):
@@ -125,23 +149,27 @@ class _Run:
     witness: EngineWitness | None = None
     sequential: bool = False  # search probes stop at the sequential verdict (metrics.sequential)
     start_note: str | None = None  # how the first rate was found
+    stages: list[Stage] = field(default_factory=list)  # the closed-loop staircase's
     drift: list[str] = field(default_factory=list)
 
-    def settings_for(self, rate_rps: float) -> ProbeSettings:
+    def settings_for(self, rate_rps: float, phase: str = "") -> ProbeSettings:
         """The spec's probe settings, with the warm-up stretched to at least WARMUP_LIFETIMES
-        request lifetimes (median E2E at the nearest measured lower rate), so that the engine's
-        batch has reached its steady state when the window opens."""
+        request lifetimes (``warmup_lifetime_s``), so that the engine's batch has reached its
+        steady state when the window opens; a drift check's to CHECK_WARMUP_LIFETIMES."""
         base = self.spec.search.probe
-        lower = [
-            s
+        measured = [
+            (s.rate_rps, s.e2e_s.p50)
             for s in self.summaries.values()
-            if s.e2e_s.p50 is not None and (s.rate_rps is None or s.rate_rps <= rate_rps)
+            if s.e2e_s.p50 is not None and s.rate_rps is not None
         ]
-        if not lower:
+        single = self.result.single_stream
+        lifetime = warmup_lifetime_s(
+            rate_rps, measured, self.stages, single.e2e_s.p50 if single is not None else None
+        )
+        if lifetime is None:
             return base
-        nearest = max(lower, key=lambda s: -1.0 if s.rate_rps is None else s.rate_rps)
-        lifetime = nearest.e2e_s.p50 or 0.0
-        warmup = min(max(base.warmup_s, WARMUP_LIFETIMES * lifetime), base.max_duration_s)
+        n = CHECK_WARMUP_LIFETIMES if phase == "check" else WARMUP_LIFETIMES
+        warmup = min(max(base.warmup_s, n * lifetime), base.max_duration_s)
         if warmup <= base.warmup_s:
             return base
         return base.model_copy(update={"warmup_s": warmup})
@@ -169,7 +197,7 @@ class _Run:
         judged requests (the two-sided low end's long window, ``load.search``)."""
         spec = self.spec
         if settings is None and rate_rps is not None:
-            settings = _long_window(self.settings_for(rate_rps), want_judged)
+            settings = _long_window(self.settings_for(rate_rps, phase), want_judged)
         seq = self._sequential_stop(rate_rps, phase, settings)
         probe_settings = settings or spec.search.probe
         stopper = None if seq is not None else early_stop_for(spec, rate_rps, probe_settings)
@@ -437,6 +465,7 @@ async def _staircase(bench: _Run, single: ProbeSummary) -> float | None:
         decoded = sum(1 for r in run.counted if r.status == "ok")  # load.capacity: Stage.decoded
         stages.append(_stage_of(c, m.ttft_s, m.tpot_s, m.e2e_s, decoded))
     rate = start_rate(stages, lim.tpot_s)
+    bench.stages = stages
     steps = ", ".join(
         f"{s.concurrency}{'' if s.held == s.concurrency else f' ({s.held} decoded)'}: "
         f"TPOT {1000 * (s.tpot_s or 0):.0f} ms"

@@ -38,6 +38,7 @@ a fraction of a lifetime): the climb stops there and λ₀ is the last stage bel
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,8 +47,10 @@ __all__ = [
     "STAGE_FACTOR",
     "TPOT_SHARE",
     "Stage",
+    "lifetime_at",
     "next_concurrency",
     "queued",
+    "start_point",
     "start_rate",
 ]
 
@@ -107,19 +110,19 @@ def _lerp(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
     return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def start_rate(stages: Sequence[Stage], tpot_limit_s: float | None) -> float | None:
-    """λ₀ = C*/E2E(C*) (see the module doc); None without a usable stage."""
+def start_point(stages: Sequence[Stage], tpot_limit_s: float | None) -> tuple[float, float] | None:
+    """(C*, E2E(C*)) as the module doc interpolates them; None without a usable stage."""
     ok = _unqueued([s for s in stages if s.e2e_s])
     if not ok:
         return None
     below = [s for s in ok if not s.over(tpot_limit_s)]
     if not below:
         first = ok[0]
-        return first.held / (first.e2e_s or 1.0)
+        return float(first.held), first.e2e_s or 1.0
     a = below[-1]
     above = [s for s in ok if s.concurrency > a.concurrency and s.held > a.held]
     if not above or tpot_limit_s is None:
-        return a.held / (a.e2e_s or 1.0)
+        return float(a.held), a.e2e_s or 1.0
     b = above[0]
     ta, tb = a.tpot_s or 0.0, b.tpot_s or 0.0
     target = TPOT_SHARE * tpot_limit_s
@@ -127,4 +130,33 @@ def start_rate(stages: Sequence[Stage], tpot_limit_s: float | None) -> float | N
     if tb > ta and tb > target:
         c = _lerp(target, ta, tb, a.held, b.held)
     e2e = _lerp(c, a.held, b.held, a.e2e_s or 0.0, b.e2e_s or 0.0)
-    return c / e2e if e2e > 0 else None
+    return (c, e2e) if e2e > 0 else None
+
+
+def start_rate(stages: Sequence[Stage], tpot_limit_s: float | None) -> float | None:
+    """λ₀ = C*/E2E(C*) (see the module doc); None without a usable stage."""
+    point = start_point(stages, tpot_limit_s)
+    return None if point is None else point[0] / point[1]
+
+
+def lifetime_at(stages: Sequence[Stage], rate_rps: float) -> float | None:
+    """The request lifetime the stages put at ``rate_rps``: E2E(C) where Little's law on
+    their curve gives C / E2E(C) = ``rate_rps`` (E2E linear in C between stages, as
+    ``start_point`` reads it: at λ₀ this is E2E(C*)); the lowest stage's E2E below the curve,
+    the highest's above it; None without a usable stage. What a probe warms up for when
+    nothing was measured at or below its rate (``load.bench.warmup_lifetime_s``)."""
+    pts = sorted({(s.held, s.e2e_s) for s in _unqueued([s for s in stages if s.e2e_s])
+                  if s.e2e_s})  # fmt: skip
+    if not pts:
+        return None
+    if rate_rps <= pts[0][0] / pts[0][1]:
+        return pts[0][1]
+    for (c0, e0), (c1, e1) in itertools.pairwise(pts):
+        if c1 <= c0 or rate_rps > c1 / e1:
+            continue
+        k = (e1 - e0) / (c1 - c0)
+        if rate_rps * k >= 1.0:  # E2E grows as fast as C: no finite C on this segment
+            return e1
+        c = rate_rps * (e0 - c0 * k) / (1.0 - rate_rps * k)
+        return e0 + (c - c0) * k
+    return pts[-1][1]
