@@ -217,3 +217,29 @@ def test_the_confirmation_is_left_out_when_it_would_repeat_the_re_test_by_hand()
     below = 10.0 * math.exp(-0.05) / 1.0001
     assert [k for _, k in drift_check_plan(10.0, below, 0.05)] == ["re-test", "confirmation"]
     assert [k for _, k in drift_check_plan(10.0, r * 0.9999, 0.05)] == ["re-test"]
+
+
+def test_a_check_warms_up_for_one_lifetime_a_search_probe_for_three() -> None:
+    """``_Run.settings_for`` at 13 req/s with a probe measured at 12 req/s whose requests
+    lived 8 s (median E2E): a search probe warms up 3 × 8 = 24 s, a drift check 1 × 8 s,
+    raised to the spec's 10 s minimum; with 15 s lifetimes the check's is 15 s."""
+    from types import SimpleNamespace
+
+    from tokenwatt.load.bench import CHECK_WARMUP_LIFETIMES, _Run
+    from tokenwatt.spec import SearchSettings
+
+    assert (WARMUP_LIFETIMES, CHECK_WARMUP_LIFETIMES) == (3.0, 1.0)
+
+    def run(e2e_s: float) -> Any:
+        done = SimpleNamespace(rate_rps=12.0, e2e_s=SimpleNamespace(p50=e2e_s))
+        return SimpleNamespace(
+            spec=SimpleNamespace(search=SearchSettings()),  # warm-up ≥ 10 s
+            summaries={1: done},
+            result=SimpleNamespace(single_stream=None),
+            stages=[],
+        )
+
+    assert _Run.settings_for(run(8.0), 13.0).warmup_s == 24.0
+    assert _Run.settings_for(run(8.0), 13.0, "fit").warmup_s == 24.0
+    assert _Run.settings_for(run(8.0), 13.0, "check").warmup_s == 10.0
+    assert _Run.settings_for(run(15.0), 13.0, "check").warmup_s == 15.0
