@@ -588,14 +588,8 @@ class BoundarySearch(Generic[P]):
                 self._confirmed.add(hi)
                 await self._run_one(hi, "confirm")
             else:
-                # Two-sided with the D = 1 fit still open (a failure with too few misses to
-                # place its end): the bracket is narrow, but the reported interval decides.
-                close = self._close_next() if self.two_sided and self._fit_mode else None
-                if close is None:
-                    out.stop_reason = "converged"
-                    return out
-                want = self._low_end_wanted(close[0]) if close[1] == "low" else None
-                await self._run_one(close[0], "fit", want_judged=want)
+                out.stop_reason = "converged"
+                return out
 
 
 CHECK_ROLE = (
