@@ -25,6 +25,12 @@ searches whose reported interval at that D lies within ± 5 % of its point.
 point, each failing only on 194 judged requests), judged as the bench judges them
 (``metrics.drift``, through ``virtual_probe.drift_checks``); they do not join the evidence, and
 a change called leaves no boundary (counted as not held, and printed).
+``--start-factor F`` (with ``--reference``) starts each search where ``tokenwatt bench``'s
+staircase starts it, near the boundary: at F × the reference, walking away from it in the
+bench's small first steps (``first_step`` = 1 + 2 · min(precision, 5 %)); a probe with
+nothing measured at or below its rate warms up for the lifetime at the start rate (the
+median E2E of a virtual window there after 60 s, standing in for the staircase's
+``load.capacity.lifetime_at``), as ``load.bench.warmup_lifetime_s`` does.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES
-from tokenwatt.load.search import BoundarySearch, SearchOutcome
+from tokenwatt.load.search import RESOLUTION, BoundarySearch, SearchOutcome
 from tokenwatt.metrics.boundary import (
     REPORTED_DESIGN_EFFECT,
     BoundaryFit,
@@ -53,10 +59,12 @@ from tokenwatt.metrics.boundary import (
 from virtual_probe import (
     CASES,
     HOLDOUT_CASES,
+    Case,
     VirtualProbe,
     VirtualRun,
     drift_checks,
     reference_boundary,
+    run_window,
 )
 
 
@@ -168,6 +176,21 @@ def summarize(paths: list[Path], design_effects: list[float], precision: float |
             )
 
 
+def _start(args: argparse.Namespace, c: Case) -> tuple[float, float | None, dict[float, float]]:
+    """The start rate, the walk's first step and the lifetimes known before the first probe:
+    2 req/s, ×growth, none; with ``--start-factor``, the bench's start near the boundary."""
+    if args.start_factor is None:
+        return 2.0, None, {}
+    if args.reference is None:
+        raise SystemExit("--start-factor needs --reference")
+    start = args.start_factor * args.reference
+    run = run_window(c, start, 1, window_requests=max(300, int(start * 30)), warmup_s=60.0)
+    life = float(np.median(np.subtract(run.done_s, run.sent_s)))
+    print(f"{c.name}: start {start:.3f} req/s, lifetime there {life:.2f} s", flush=True)
+    precision = args.precision if args.precision is not None else RESOLUTION
+    return start, 1 + 2 * min(precision, RESOLUTION), {0.0: life}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", default="dense", choices=sorted(CASES | HOLDOUT_CASES))
@@ -186,6 +209,10 @@ def main() -> None:
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
     ap.add_argument("--summarize", type=Path, nargs="+", help="print the table from dumps")
     ap.add_argument("--checks", action="store_true", help="the bench's drift checks after")
+    ap.add_argument(
+        "--start-factor", type=float, default=None,
+        help="start at this × the reference, as the bench's staircase does (needs --reference)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.summarize:
         summarize(args.summarize, args.design_effect, args.precision)
@@ -195,17 +222,19 @@ def main() -> None:
     rows: dict[float, list[tuple[bool, float, int, int, str, bool]]] = {
         d: [] for d in args.design_effect
     }
+    start, first_step, seeded = _start(args, c)
     for k in range(args.searches):
-        probe = VirtualProbe(c, lifetimes=args.lifetimes)
+        probe = VirtualProbe(c, lifetimes=args.lifetimes, e2e_s=dict(seeded))
         two = args.precision is not None
         s = BoundarySearch(
             probe,
-            start_rate_rps=2.0,
+            start_rate_rps=start,
             allowed=0.01,
             seed=args.first_seed + k,
             max_probes=30,
             precision=args.precision if two else 0.05,
             two_sided=two,
+            first_step=first_step,
         )
         probe.search = s  # the low end's long window (``BoundarySearch.want_judged``)
         out = asyncio.run(s.run())

@@ -12,6 +12,7 @@ and the search starts at about a third of saturation.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import signal
 import subprocess
@@ -133,13 +134,16 @@ def test_bench_writes_a_consistent_result(
     assert 32 < capacity < 35
     assert b.rate_rps < 1.15 * capacity  # type: ignore[operator]
     assert hi > 0.9 * capacity
-    # The search history matches the probes, one requests file each; after it come the two
-    # drift checks (a re-test of the boundary's rate, a confirmation at the fitted rate).
+    # The search history matches the probes, one requests file each; after it come the
+    # drift checks (a re-test of the boundary's rate, a confirmation at the fitted rate unless
+    # it lies within the resolution, 5 %, of the re-test's: load.search.drift_check_plan).
     searched = [p for p in r.probes if p.phase != "check"]
     assert [s.rate_rps for s in r.search.history] == [p.rate_rps for p in searched]
     checks = [p for p in r.probes if p.phase == "check"]
-    assert len(checks) == 2 and checks[0].rate_rps == b.rate_rps
-    assert len(r.search.drift) == 2
+    assert len(checks) in (1, 2) and checks[0].rate_rps == b.rate_rps
+    if len(checks) == 2:
+        assert abs(math.log(checks[1].rate_rps / checks[0].rate_rps)) >= 0.05  # type: ignore[operator]
+    assert len(r.search.drift) == len(checks)
     assert all("latency as searched" in d for d in r.search.drift), r.search.drift
     # The checks do not join the fit (joined, their long windows near the boundary cost the
     # reported interval its coverage): the interval is the fit over the search's own probes,

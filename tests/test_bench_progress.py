@@ -135,12 +135,14 @@ def test_the_display_shows_the_line_live() -> None:
     display(BenchEvent("probe_progress", index=3, rate_rps=14.1, phase="fit", progress=prog))
     # left: max(1 − 2, (15 − 20)/14.1) → 0 s of window + 0.25 s drain;
     # to come: ln 2 / ln 1.1 = 7.27 (precision 0.45, sequential: the bisection's width is
-    # the resolution, min(0.45, 5 %)): ⌈log2⌉ = 3, 2 after this one, + ⌈956 / 280⌉ = 4 for
-    # the low end (no clean pass yet), within max_probes 8 − 3 = 5, + 2 checks: 7 × 40 s
+    # the resolution, min(0.45, 5 %)): ⌈log2⌉ = 3, 2 after this one, + 1 for the low end
+    # (no clean pass yet), + 2 checks: 5 × 40 s = 200 s; the low end's window holds
+    # 956 − 280 = 676 requests more than a pass, at the bracket's 10 req/s 67.6 s:
+    # 0.25 + 200 + 67.6 = 267.9 s, "4 min"
     (task,) = display.progress.tasks
     assert (
         task.description
-        == "probe 3 of ≤ 10 · 14.1 req/s · 0 s left in this probe · about 5 min to go"
+        == "probe 3 of ≤ 10 · 14.1 req/s · 0 s left in this probe · about 4 min to go"
     )
 
 

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from tokenwatt.load.bench import WARMUP_LIFETIMES, BenchEvent, run_bench
-from tokenwatt.load.search import BoundarySearch
+from tokenwatt.load.search import BoundarySearch, drift_check_plan
 from tokenwatt.metrics.drift import Level, neighbours, slower_than_search
 from tokenwatt.spec import BenchSpec
 from virtual_probe import CASES, VirtualProbe, drift_checks
@@ -200,3 +200,46 @@ def test_a_burst_near_the_boundary_is_not_a_change() -> None:
     assert all(x.changed is None for x in healthy)  # ... and is no change
     slowed = drift_checks(probe, out, 1010, dataclasses.replace(c, efficiency=c.efficiency / 10))
     assert all(x.changed is not None and "median" in x.changed for x in slowed)
+
+
+def test_the_confirmation_is_left_out_when_it_would_repeat_the_re_test_by_hand() -> None:
+    """Two checks read by their median TPOT against the same neighbours measure one level
+    twice when their rates nearly coincide (the flag form's runs: a re-test at 12.45 req/s
+    and a confirmation at 12.86, 3.2 % apart; 14.33 and 14.33): within the search's
+    resolution (5 % in log rate at ±10 %) only the re-test runs."""
+    assert drift_check_plan(12.45, 12.86, 0.05) == [(12.45, "re-test")]  # ln 1.033 < 0.05
+    assert drift_check_plan(14.33, 14.33, 0.05) == [(14.33, "re-test")]
+    # 12.3 and 15.0 (ln 1.22 = 0.20): two levels apart, both run
+    assert drift_check_plan(12.27, 14.98, 0.05) == [(12.27, "re-test"), (14.98, "confirmation")]
+    # the edge: |ln ratio| ≥ resolution keeps the confirmation, below or above the re-test
+    r = 10.0 * math.exp(0.05)
+    assert [k for _, k in drift_check_plan(10.0, r * 1.0001, 0.05)] == ["re-test", "confirmation"]
+    below = 10.0 * math.exp(-0.05) / 1.0001
+    assert [k for _, k in drift_check_plan(10.0, below, 0.05)] == ["re-test", "confirmation"]
+    assert [k for _, k in drift_check_plan(10.0, r * 0.9999, 0.05)] == ["re-test"]
+
+
+def test_a_check_warms_up_for_one_lifetime_a_search_probe_for_three() -> None:
+    """``_Run.settings_for`` at 13 req/s with a probe measured at 12 req/s whose requests
+    lived 8 s (median E2E): a search probe warms up 3 × 8 = 24 s, a drift check 1 × 8 s,
+    raised to the spec's 10 s minimum; with 15 s lifetimes the check's is 15 s."""
+    from types import SimpleNamespace
+
+    from tokenwatt.load.bench import CHECK_WARMUP_LIFETIMES, _Run
+    from tokenwatt.spec import SearchSettings
+
+    assert (WARMUP_LIFETIMES, CHECK_WARMUP_LIFETIMES) == (3.0, 1.0)
+
+    def run(e2e_s: float) -> Any:
+        done = SimpleNamespace(rate_rps=12.0, e2e_s=SimpleNamespace(p50=e2e_s))
+        return SimpleNamespace(
+            spec=SimpleNamespace(search=SearchSettings()),  # warm-up ≥ 10 s
+            summaries={1: done},
+            result=SimpleNamespace(single_stream=None),
+            stages=[],
+        )
+
+    assert _Run.settings_for(run(8.0), 13.0).warmup_s == 24.0
+    assert _Run.settings_for(run(8.0), 13.0, "fit").warmup_s == 24.0
+    assert _Run.settings_for(run(8.0), 13.0, "check").warmup_s == 10.0
+    assert _Run.settings_for(run(15.0), 13.0, "check").warmup_s == 15.0

@@ -12,6 +12,7 @@ from tokenwatt.errors import SpecError
 from tokenwatt.load.eta import (
     LOW_END_CLEAN,
     PASS_JUDGED,
+    close_extra_s,
     close_probes,
     probes_to_come,
     search_plan_text,
@@ -57,28 +58,47 @@ def test_the_low_end_needs_956_clean_requests_by_hand() -> None:
     assert LOW_END_CLEAN == 956
     assert 2 * (955 / 5) * -math.log(0.99) < 3.8415 < 2 * (956 / 5) * -math.log(0.99)
     seq = SearchSettings()
-    assert close_probes(seq, 0) == 4  # ⌈956 / 280⌉
-    assert close_probes(seq, 700) == 1  # ⌈256 / 280⌉
+    # the low end is one long window: one probe while any clean request is missing
+    assert close_probes(seq, 0) == 1
+    assert close_probes(seq, 700) == 1
     assert close_probes(seq, 1000) == 0
     assert close_probes(SearchSettings(sequential=False), 0) == 0
 
 
-def test_probes_to_come_adds_the_low_end_probes_and_learns() -> None:
+def test_the_low_end_window_lasts_what_it_still_needs_beyond_a_pass_by_hand() -> None:
     seq = SearchSettings()
-    # bracket 12–13.2: ⌈log2(ln 1.1 / ln 1.1)⌉ − 1 = 0 bisections; 4 low-end probes; 2 checks
+    # nothing judged near the boundary yet: 956 − 280 = 676 requests more than a decided
+    # pass holds, at 13 req/s 52.0 s
+    assert close_extra_s(seq, 0, 13.0) == pytest.approx(676 / 13.0)
+    assert close_extra_s(seq, 600, 13.0) == pytest.approx(76 / 13.0)  # 956 − 600 − 280
+    assert close_extra_s(seq, 700, 13.0) == 0.0  # 256 still wanted: a pass holds that many
+    assert close_extra_s(seq, 1000, 13.0) == 0.0  # established: no probe, no time
+    assert close_extra_s(seq, 0, None) == 0.0
+    assert close_extra_s(SearchSettings(sequential=False), 0, 13.0) == 0.0
+
+
+def test_probes_to_come_adds_the_low_end_probe_and_learns() -> None:
+    seq = SearchSettings()
+    # bracket 12–13.2: ⌈log2(ln 1.1 / ln 1.1)⌉ − 1 = 0 bisections; 1 low-end probe; 2 checks
     before = probes_to_come(seq, index=4, checks_started=0, lo_rps=12.0, hi_rps=13.2)
-    assert before == 0 + 4 + 2
-    learnt = probes_to_come(
-        seq, index=4, checks_started=0, lo_rps=12.0, hi_rps=13.2, clean_near=2 * PASS_JUDGED
+    assert before == 0 + 1 + 2
+    enough = probes_to_come(
+        seq, index=4, checks_started=0, lo_rps=12.0, hi_rps=13.2, clean_near=4 * PASS_JUDGED
     )
-    assert learnt == 0 + 2 + 2
+    assert enough == 0 + 0 + 2
+    # the low end's long window in flight is the probe in flight, not one to come
+    during = probes_to_come(
+        seq, index=4, checks_started=0, lo_rps=12.0, hi_rps=13.2, low_end_in_flight=True
+    )
+    assert during == 0 + 0 + 2
 
 
 def test_the_plan_before_the_search_by_hand() -> None:
-    # 1 in flight + ⌈log2(ln 2 / ln 1.1)⌉ = 3 to bracket + 4 for the low end + 2 checks = 10
-    # probes of 10 s warm-up + 280 / 13 s + 12 s drain = 43.5 s: 435 s, "7 min"
+    # 1 in flight + ⌈log2(ln 2 / ln 1.1)⌉ = 3 to bracket + 1 for the low end + 2 checks = 7
+    # probes of 10 s warm-up + 280 / 13 s + 12 s drain = 43.54 s: 304.8 s, and the low end's
+    # window (956 − 280) / 13 = 52.0 s longer than a pass: 356.8 s, "6 min"
     text = search_plan_text(SearchSettings(), rate_rps=13.0, drain_s=12.0)
-    assert text == "±10% asked: about 10 probes, about 7 min (an estimate; it updates as the " \
+    assert text == "±10% asked: about 7 probes, about 6 min (an estimate; it updates as the " \
         "search learns)"  # fmt: skip
     capped = search_plan_text(SearchSettings(max_time_s=300), rate_rps=13.0, drain_s=12.0)
     assert "capped by --max-time 5 min" in capped

@@ -194,6 +194,7 @@ class _Display:
         from tokenwatt.load.eta import (
             Eta,
             bound_probes,
+            close_extra_s,
             duration_text,
             full_probe_s,
             probe_left_s,
@@ -217,10 +218,14 @@ class _Display:
             return f"{name} · {duration_text(left)} left"
         if left is None:
             left = 0.0
+        clean = self._clean_near()
+        long_window = p is not None and p.min_requests > search.probe.min_requests
         to_come = probes_to_come(
             search, index=ev.index, checks_started=self.checks_started, lo_rps=self.lo,
-            hi_rps=self.hi, clean_near=self._clean_near(),
+            hi_rps=self.hi, clean_near=clean, low_end_in_flight=long_window,
         )  # fmt: skip
+        extra = 0.0 if long_window or self.checks_started else close_extra_s(
+            search, clean, self.lo or ev.rate_rps)  # fmt: skip
         per_probe = (
             sum(self.durations_s) / len(self.durations_s)
             if self.durations_s
@@ -228,7 +233,7 @@ class _Display:
         )
         eta = Eta.of(
             index=ev.index, bound=bound_probes(search), rate_rps=ev.rate_rps, left_s=left,
-            to_come=to_come, per_probe_s=per_probe,
+            to_come=to_come, per_probe_s=per_probe, extra_s=extra,
         )  # fmt: skip
         return progress_text(eta)
 

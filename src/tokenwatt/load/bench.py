@@ -27,7 +27,7 @@ from tokenwatt.geometry import load_geometry
 from tokenwatt.geometry.config import preset_stand_in
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import Accelerator
-from tokenwatt.load.capacity import Stage, next_concurrency, start_rate
+from tokenwatt.load.capacity import Stage, lifetime_at, next_concurrency, start_rate
 from tokenwatt.load.derive import early_stop_for, summarize_probe
 from tokenwatt.load.energy_window import open_probe_power, power_warnings
 from tokenwatt.load.engine_probe import EngineWitness
@@ -41,6 +41,7 @@ from tokenwatt.load.search import (
     BoundarySearch,
     ProbeOutcome,
     SearchOutcome,
+    drift_check_plan,
     probe_seed,
     step_role,
 )
@@ -104,6 +105,30 @@ class BenchEvent:
 OnEvent = Callable[[BenchEvent], None]
 # A probe's warm-up lasts at least this many request lifetimes (see _Run.settings_for).
 WARMUP_LIFETIMES = 3.0
+# A drift check's: it is read by its median TPOT against 2.5 × its neighbours'
+# (``metrics.drift``), and an engine not yet full reads faster, never slower: a short warm-up
+# can hide a change, never call one (docs/methodology.md, "A server that changed").
+CHECK_WARMUP_LIFETIMES = 1.0
+
+
+def warmup_lifetime_s(
+    rate_rps: float,
+    measured: Sequence[tuple[float, float]],
+    stages: Sequence[Stage],
+    single_stream_s: float | None,
+) -> float | None:
+    """The request lifetime a probe at ``rate_rps`` warms up for: the median E2E of the
+    nearest probe at or below its rate (``measured``: rate, median E2E); with none, the
+    closed-loop staircase's lifetime at that rate (``load.capacity.lifetime_at``: measured
+    at about that load); else the single-stream lifetime. A search started near the
+    boundary probes at and below its start with nothing measured below it, and the
+    single-stream lifetime (2.4 s against ~8–11 s near the boundary of README's flag form)
+    would open that window on an engine about two thirds full."""
+    lower = [m for m in measured if m[0] <= rate_rps]
+    if lower:
+        return max(lower)[1]
+    staircase = lifetime_at(stages, rate_rps) if stages else None
+    return staircase if staircase is not None else single_stream_s
 
 
 class _InterruptedError(Exception):
@@ -124,23 +149,27 @@ class _Run:
     witness: EngineWitness | None = None
     sequential: bool = False  # search probes stop at the sequential verdict (metrics.sequential)
     start_note: str | None = None  # how the first rate was found
+    stages: list[Stage] = field(default_factory=list)  # the closed-loop staircase's
     drift: list[str] = field(default_factory=list)
 
-    def settings_for(self, rate_rps: float) -> ProbeSettings:
+    def settings_for(self, rate_rps: float, phase: str = "") -> ProbeSettings:
         """The spec's probe settings, with the warm-up stretched to at least WARMUP_LIFETIMES
-        request lifetimes (median E2E at the nearest measured lower rate), so that the engine's
-        batch has reached its steady state when the window opens."""
+        request lifetimes (``warmup_lifetime_s``), so that the engine's batch has reached its
+        steady state when the window opens; a drift check's to CHECK_WARMUP_LIFETIMES."""
         base = self.spec.search.probe
-        lower = [
-            s
+        measured = [
+            (s.rate_rps, s.e2e_s.p50)
             for s in self.summaries.values()
-            if s.e2e_s.p50 is not None and (s.rate_rps is None or s.rate_rps <= rate_rps)
+            if s.e2e_s.p50 is not None and s.rate_rps is not None
         ]
-        if not lower:
+        single = self.result.single_stream
+        lifetime = warmup_lifetime_s(
+            rate_rps, measured, self.stages, single.e2e_s.p50 if single is not None else None
+        )
+        if lifetime is None:
             return base
-        nearest = max(lower, key=lambda s: -1.0 if s.rate_rps is None else s.rate_rps)
-        lifetime = nearest.e2e_s.p50 or 0.0
-        warmup = min(max(base.warmup_s, WARMUP_LIFETIMES * lifetime), base.max_duration_s)
+        n = CHECK_WARMUP_LIFETIMES if phase == "check" else WARMUP_LIFETIMES
+        warmup = min(max(base.warmup_s, n * lifetime), base.max_duration_s)
         if warmup <= base.warmup_s:
             return base
         return base.model_copy(update={"warmup_s": warmup})
@@ -168,7 +197,7 @@ class _Run:
         judged requests (the two-sided low end's long window, ``load.search``)."""
         spec = self.spec
         if settings is None and rate_rps is not None:
-            settings = _long_window(self.settings_for(rate_rps), want_judged)
+            settings = _long_window(self.settings_for(rate_rps, phase), want_judged)
         seq = self._sequential_stop(rate_rps, phase, settings)
         probe_settings = settings or spec.search.probe
         stopper = None if seq is not None else early_stop_for(spec, rate_rps, probe_settings)
@@ -400,8 +429,10 @@ def _start_rate(spec: BenchSpec, single: ProbeSummary | None, warnings: list[str
     return 1.0
 
 
-def _stage_of(concurrency: int, ttft: Latency, tpot: Latency, e2e: Latency) -> Stage:
-    return Stage(concurrency, tpot.p50, ttft.p50, e2e.mean)
+def _stage_of(
+    concurrency: int, ttft: Latency, tpot: Latency, e2e: Latency, decoded: int | None = None
+) -> Stage:
+    return Stage(concurrency, tpot.p50, ttft.p50, e2e.mean, decoded)
 
 
 async def _staircase(bench: _Run, single: ProbeSummary) -> float | None:
@@ -431,10 +462,15 @@ async def _staircase(bench: _Run, single: ProbeSummary) -> float | None:
         if run.interrupted:
             raise _InterruptedError
         m = run.metrics
-        stages.append(_stage_of(c, m.ttft_s, m.tpot_s, m.e2e_s))
+        decoded = sum(1 for r in run.counted if r.status == "ok")  # load.capacity: Stage.decoded
+        stages.append(_stage_of(c, m.ttft_s, m.tpot_s, m.e2e_s, decoded))
     rate = start_rate(stages, lim.tpot_s)
+    bench.stages = stages
     steps = ", ".join(
-        f"{s.concurrency}: TPOT {1000 * (s.tpot_s or 0):.0f} ms" for s in stages if s.e2e_s
+        f"{s.concurrency}{'' if s.held == s.concurrency else f' ({s.held} decoded)'}: "
+        f"TPOT {1000 * (s.tpot_s or 0):.0f} ms"
+        for s in stages
+        if s.e2e_s
     )
     if rate is not None:
         bench.start_note = (
@@ -667,7 +703,9 @@ def level_of(s: ProbeSummary) -> Level | None:
 
 
 async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
-    """Re-test the highest earlier pass and confirm at the fitted boundary; a check slower than
+    """Re-test the highest earlier pass and confirm at the fitted boundary (the confirmation
+    only when its rate is not within the search's resolution of the re-test's,
+    ``load.search.drift_check_plan``); a check slower than
     its neighbours on the search's curve, or one whose requests the server failed, sets the stop
     reason ``changed`` (``metrics.drift``). The checks do not join the fit: their long windows
     near the boundary, joined, cost the reported interval its coverage (docs/methodology.md,
@@ -677,7 +715,8 @@ async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         return
     levels = [lv for st in out.steps if st.outcome.payload is not None
               if (lv := level_of(st.outcome.payload)) is not None]  # fmt: skip
-    for rate, kind in ((b.rate_rps, "re-test"), (fit.rate_rps, "confirmation")):
+    resolution = min(spec.search.precision, RESOLUTION)
+    for rate, kind in drift_check_plan(b.rate_rps, fit.rate_rps, resolution):
         index = len(bench.result.probes) + 1
         seed = probe_seed(spec.workload.seed, index)
         s = await bench.measure(index, rate_rps=rate, seed=seed, phase="check")

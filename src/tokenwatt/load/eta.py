@@ -19,12 +19,18 @@ Pure arithmetic over what the search already knows, for the live progress line
   estimated start steps by less than ``growth`` at first, ``load.search.step_factor``). Then
   the drift checks (a re-test and a confirmation) in sequential mode. Never more than
   ``max_probes`` allows. In sequential mode the bisection's width is the search's own
-  resolution, ``ln(1 + 2·min(precision, 5 %))``, and the two-sided search adds the probes that
-  establish the interval's low end (``close_probes``): its cut must lose more than
+  resolution, ``ln(1 + 2·min(precision, 5 %))``, and the two-sided search adds the probe that
+  establishes the interval's low end (``close_probes``): its cut must lose more than
   χ²₁(95 %)/2 · D (D = 5) of log-likelihood, i.e. ``LOW_END_CLEAN`` = 956 clean requests at
-  p99 at or above the low end's probe, about ``PASS_JUDGED`` = 280 per passing probe (194 to
-  decide, the rest drained), less the clean requests already judged near the boundary
-  (passes within 2·precision + 5 % of the lowest failure): the estimate falls as they come.
+  p99 at or above the low end's probe, less the clean requests already judged near the
+  boundary (passes within 2·precision + 5 % of the lowest failure). That probe is one long
+  window (``load.search``, ``want_judged``): one probe, whose window holds what the end still
+  needs beyond the ``PASS_JUDGED`` = 280 of a decided pass (194 to decide, the rest
+  drained), ``close_extra_s`` = (956 − clean − 280) / rate seconds more than a search probe;
+  both fall to nothing as the clean requests come, and the probe in flight, when it is that
+  window, is counted by its own time left. The drift checks are an upper estimate: the
+  confirmation is left out when its rate lies within the resolution of the re-test's
+  (``load.search.drift_check_plan``).
 * **Each probe to come** lasts as long as the finished search probes did on average (their
   wall time, sequential early stops included); before any finished, a full-length probe at
   the current rate.
@@ -45,6 +51,7 @@ __all__ = [
     "PASS_JUDGED",
     "Eta",
     "bound_probes",
+    "close_extra_s",
     "close_probes",
     "duration_text",
     "full_probe_s",
@@ -124,11 +131,19 @@ def bound_probes(search: SearchSettings) -> int:
 
 
 def close_probes(search: SearchSettings, clean_near: int) -> int:
-    """The two-sided search's probes that establish the low end (module doc), given
-    ``clean_near`` clean requests already judged near the boundary; 0 without it."""
-    if not search.sequential:
-        return 0
-    return max(math.ceil((LOW_END_CLEAN - clean_near) / PASS_JUDGED), 0)
+    """The two-sided search's probe that establishes the low end (module doc): one long
+    window while ``clean_near`` clean requests near the boundary fall short of
+    ``LOW_END_CLEAN``; 0 once they do not, or without the two-sided search."""
+    return int(search.sequential and clean_near < LOW_END_CLEAN)
+
+
+def close_extra_s(search: SearchSettings, clean_near: int, rate_rps: float | None) -> float:
+    """How much longer than a decided pass the low end's long window lasts at ``rate_rps``:
+    the clean requests it still needs beyond ``PASS_JUDGED``, sent at that rate (module doc);
+    0 when no such probe is to come or no rate is known."""
+    if not close_probes(search, clean_near) or not rate_rps or rate_rps <= 0:
+        return 0.0
+    return max(LOW_END_CLEAN - clean_near - PASS_JUDGED, 0) / rate_rps
 
 
 def probes_to_come(
@@ -139,13 +154,15 @@ def probes_to_come(
     lo_rps: float | None,
     hi_rps: float | None,
     clean_near: int = 0,
+    low_end_in_flight: bool = False,
 ) -> int:
     """Probes after the one in flight (number ``index``, 1-based; ``checks_started`` of
-    them drift checks), as the module doc estimates them."""
+    them drift checks; ``low_end_in_flight``: it is the low end's long window), as the module
+    doc estimates them."""
     checks = DRIFT_CHECKS if search.sequential else 0
     if checks_started > 0:
         return max(checks - checks_started, 0)
-    close = close_probes(search, clean_near)
+    close = 0 if low_end_in_flight else close_probes(search, clean_near)
     if search.sequential:
         width = math.log1p(2 * min(search.precision, RESOLUTION))
     else:
@@ -178,8 +195,10 @@ class Eta:
         left_s: float,
         to_come: int,
         per_probe_s: float,
+        extra_s: float = 0.0,
     ) -> Eta:
-        return Eta(index, bound, rate_rps, left_s, left_s + to_come * per_probe_s)
+        """``extra_s``: time beyond ``to_come`` probes of ``per_probe_s`` (``close_extra_s``)."""
+        return Eta(index, bound, rate_rps, left_s, left_s + to_come * per_probe_s + extra_s)
 
 
 def duration_text(s: float) -> str:
@@ -207,13 +226,14 @@ def search_plan_text(search: SearchSettings, *, rate_rps: float | None, drain_s:
     """Before the first search probe: what the chosen precision will take, from the probe
     count ``probes_to_come`` estimates with nothing learnt yet, each probe a warm-up, the
     window a decided pass needs at the start rate (``PASS_JUDGED`` requests; without
-    ``search.sequential`` a whole window, ``full_probe_s``) and the drain; the live line
-    refines it from the probes' own wall times as they finish."""
+    ``search.sequential`` a whole window, ``full_probe_s``) and the drain, plus the low
+    end's long window beyond a pass (``close_extra_s``); the live line refines it from the
+    probes' own wall times as they finish."""
     n = 1 + probes_to_come(search, index=1, checks_started=0, lo_rps=None, hi_rps=None)
     per_probe = full_probe_s(search.probe, rate_rps, drain_s)
     if search.sequential and rate_rps:  # a decided pass closes its window at ~PASS_JUDGED
         per_probe = search.probe.warmup_s + PASS_JUDGED / rate_rps + drain_s
-    total = n * per_probe
+    total = n * per_probe + close_extra_s(search, 0, rate_rps)
     limit = search.max_time_s
     capped = f", capped by --max-time {duration_text(limit)}" if limit is not None else ""
     return (

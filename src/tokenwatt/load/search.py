@@ -98,6 +98,7 @@ __all__ = [
     "SearchStep",
     "StopReason",
     "bracket_rate",
+    "drift_check_plan",
     "probe_seed",
     "step_factor",
     "step_role",
@@ -595,6 +596,23 @@ CHECK_ROLE = (
     "not joined: a drift check (re-test or confirmation) after the search; checks never join "
     "the fit (their long windows near the boundary cost the interval its coverage)"
 )
+
+
+def drift_check_plan(
+    retest_rps: float, fitted_rps: float, resolution: float
+) -> list[tuple[float, str]]:
+    """The drift checks after a converged search, as (rate, kind): a re-test at the
+    boundary probe's rate and a confirmation at the fitted point, the confirmation left out
+    when the two rates lie within ``resolution`` of each other (|ln ratio| < resolution, the
+    search's own step there). Both are read by their median TPOT against the same neighbours
+    on the search's curve, so two checks that close measure one latency level twice; the
+    re-test alone caught every 10× slow-down in the drift record."""
+    plan = [(retest_rps, "re-test")]
+    if abs(math.log(fitted_rps / retest_rps)) >= resolution:
+        plan.append((fitted_rps, "confirmation"))
+    return plan
+
+
 SINGLE_STREAM_ROLE = "not joined: the single-stream point (one request at a time, no rate)"
 
 
