@@ -20,10 +20,11 @@ TESTS = Path(__file__).parent
 
 SUITE = """
 import fcntl, json, os, time, pytest
+from xdist_exclusive import lock_paths
 
 @pytest.fixture
-def span(tmp_path_factory):
-    lock_path = tmp_path_factory.getbasetemp().parent / "exclusive.lock"
+def span(request):
+    lock_path = lock_paths(request.config)[1]
 
     def record(name, seconds):
         with open(lock_path, "a") as probe:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
@@ -45,22 +47,29 @@ def runs_alone(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(name) is not None for name in LONG_RUN_MARKERS)
 
 
-@pytest.fixture(autouse=True)
-def _exclusive_under_xdist(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
+def lock_paths(config: pytest.Config) -> tuple[Path, Path] | None:
+    """The run's turnstile and lock files, shared by its workers (named by xdist's run id), or
+    None outside xdist."""
+    run = getattr(config, "workerinput", {}).get("testrunuid")
+    if run is None or os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return None
+    folder = Path(tempfile.gettempdir())
+    return folder / f"xdist-{run}.turnstile", folder / f"xdist-{run}.lock"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
     """Exclusive tests take the lock alone, every other test shares it: a readers-writer lock
     over ``flock``; the turnstile, held by a writer while it waits, keeps new readers from
-    starving it. Serial runs take no lock."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+    starving it. Taken around the whole test, outside pytest-timeout's timer (this wrapper
+    runs first), so the wait for a neighbour's long test never counts against a test's own
+    timeout. Serial runs take no lock."""
+    paths = lock_paths(item.config)
+    if paths is None:
         yield
         return
-    folder = tmp_path_factory.getbasetemp().parent  # shared by the run's workers
-    exclusive = runs_alone(request.node)
-    with (
-        open(folder / "exclusive.turnstile", "a") as gate,
-        open(folder / "exclusive.lock", "a") as lock,
-    ):
+    exclusive = runs_alone(item)
+    with open(paths[0], "a") as gate, open(paths[1], "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
