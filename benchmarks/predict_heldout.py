@@ -25,6 +25,12 @@ data outside the scored table:
   bandwidth says; a(GPQA) − a(chat) on one GPU is the per-step cost the long reasoning
   outputs add that does not grow with the batch; power per GPU as a share of TDP beside it
   (a step the GPU spends waiting draws little);
+* the transfer errors the interval states (``predict.transfer.TRANSFER_SIGMA``): the log
+  error ln(measured ÷ predicted TPOT) of every held-out transfer by the score's rules, per kind
+  (``load``: the lower half of one GPU count's caps to the upper half, on each GPU model;
+  ``accelerator``: H100 ×g → B200 ×g at the same cap; ``accelerator+tp``: H100 ×g → B200 ×g',
+  g' ≠ g) and regime (long output: a mean output of ``LONG_OUTPUT_TOKENS`` or more), and the
+  root mean square of each cell with its number of points;
 * a KV read efficiency apart from the rest, where the source's own context varies: on the H100,
   b of GPQA minus b of chat (same model, context about 1,600 against 5,500–6,100 tokens)
   against the rated per-sequence time (KV read + prompt compute) of each: the efficiency of the
@@ -52,6 +58,8 @@ from tokenwatt.hardware import get_accelerator
 from tokenwatt.predict import StepPoint, Target, calibrate, points_from_rows, predict_points
 from tokenwatt.predict.calibrate import _fit_step
 from tokenwatt.predict.mlenergy import MlEnergyConfig, read_mlenergy, to_row
+from tokenwatt.predict.points import PredictError
+from tokenwatt.predict.transfer import LONG_OUTPUT_TOKENS
 
 PRESET = Path(__file__).resolve().parents[1] / "src/tokenwatt/geometry/presets/Qwen3-8B.json"
 SIZES = {  # layers, query heads, intermediate (hidden 5,120, 8 KV heads, head_dim 128)
@@ -243,6 +251,83 @@ def _kv_efficiency(data: Path) -> None:
               f"{(x_long - x_chat) / (b_long - b_chat):.2f}")  # fmt: skip
 
 
+def _log_errors(model: str, fit: list[MlEnergyConfig], scored: list[MlEnergyConfig],
+                gpus: int) -> list[float]:  # fmt: skip
+    """ln(measured ÷ predicted τ) of each B200 row, predicted by the score's hardware rule from
+    the H100 row with the same cap (rows without one are skipped)."""
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    cal = calibrate(_points(model, fit))
+    out = []
+    for row in scored:
+        src = [c for c in fit if c.max_num_seqs == row.max_num_seqs]
+        if not src:
+            continue
+        target = Target(b200, gpus_per_replica=gpus)
+        (pred,) = predict_points(cal, _points(model, src[:1]), target, source=h100)
+        out.append(float(np.log(row.median_itl_ms / (pred.tpot_s * 1e3))))
+    return out
+
+
+def _transfer_evidence(data: Path) -> dict[tuple[str, bool], list[float]]:
+    """Every held-out transfer's log TPOT error, by kind and long-output regime."""
+    cells: dict[tuple[str, bool], list[float]] = {}
+    for stem, model in FILES.items():
+        configs = read_mlenergy(data / f"{stem}.json")[1]
+        long = statistics.mean(c.avg_output_len for c in configs) >= LONG_OUTPUT_TOKENS
+        hg, bg = _groups(configs, "H100"), _groups(configs, "B200")
+        for g, rows in hg.items():
+            for g2, brows in bg.items():
+                kind = "accelerator" if g == g2 else "accelerator+tp"
+                cells.setdefault((kind, long), []).extend(_log_errors(model, rows, brows, g2))
+        for gpu, groups in (("h100-sxm", hg), ("b200", bg)):
+            for rows in groups.values():
+                caps = sorted({c.max_num_seqs for c in rows})
+                if len(caps) < 4:
+                    continue
+                low = [c for c in rows if c.max_num_seqs in set(caps[: len(caps) // 2])]
+                high = [c for c in rows if c not in low]
+                cells.setdefault(("load", long), []).extend(_load_log_errors(model, low, high, gpu))
+    return cells
+
+
+def _load_log_errors(model: str, low: list[MlEnergyConfig], high: list[MlEnergyConfig],
+                     gpu: str) -> list[float]:  # fmt: skip
+    """ln(measured ÷ predicted τ) of the upper caps from a fit on the lower caps, same GPU."""
+    acc = get_accelerator(gpu)
+    try:
+        cal = calibrate(_points(model, low))
+    except PredictError as exc:  # the caps' steps do not grow with their bytes: no prediction
+        print(f"  load {model} {gpu} caps {[c.max_num_seqs for c in low]}: not fitted ({exc})")
+        return []
+    preds = predict_points(cal, _points(model, high), Target(acc), source=acc)
+    return [
+        float(np.log(r.median_itl_ms / (p.tpot_s * 1e3))) for r, p in zip(high, preds, strict=True)
+    ]
+
+
+def _rms_line(name: str, e: list[float]) -> str:
+    rms = float(np.sqrt(np.mean(np.square(e))))
+    return (f"  {name:30s} n = {len(e):2d}  RMS {rms:.3f}  median {statistics.median(e):+.3f}  "
+            f"range {min(e):+.3f} .. {max(e):+.3f}")  # fmt: skip
+
+
+def _print_transfer_evidence(data: Path) -> None:
+    """Each cell, then the pools the interval states (``predict.transfer``): load over both
+    regimes; another accelerator (with or without a TP change) per regime."""
+    cells = _transfer_evidence(data)
+    print("transfer errors (held-out; log TPOT error ln(measured / predicted)):")
+    for (kind, long), e in sorted(cells.items()):
+        if e:
+            print(_rms_line(f"{kind}, {'long' if long else 'short'} output", e))
+    pools = {
+        "LOAD (both regimes)": [("load", False), ("load", True)],
+        "ACCELERATOR, short output": [("accelerator", False), ("accelerator+tp", False)],
+        "ACCELERATOR, long output": [("accelerator", True), ("accelerator+tp", True)],
+    }
+    for name, keys in pools.items():
+        print(_rms_line(name, [x for k in keys for x in cells.get(k, [])]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -273,6 +358,7 @@ def main() -> None:
           f"per step (floor {floor * 1e3:.2f} ms, efficiency {eff:.3f})")  # fmt: skip
     _per_step_terms(args.data)
     _kv_efficiency(args.data)
+    _print_transfer_evidence(args.data)
 
 
 if __name__ == "__main__":

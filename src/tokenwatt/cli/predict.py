@@ -116,6 +116,7 @@ def _point_dict(
             "interval": {
                 "level": 0.95,
                 "relative_sigma": pred.relative_sigma,
+                "transfer_error": pred.transfer_sigma,
                 "tpot_ms": _pair(pred.tpot_interval_s.low, pred.tpot_interval_s.high, 1e3),
                 "output_tokens_per_s": _pair(
                     pred.output_tokens_per_s_interval.low, pred.output_tokens_per_s_interval.high
@@ -258,7 +259,7 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     e.g. tokenwatt predict results/my-run --to b200 --price-per-gpu-hour 6 --json
     """
     from tokenwatt.hardware import get_accelerator
-    from tokenwatt.predict import Target, calibrate, predict_points, transfer_error
+    from tokenwatt.predict import Target, calibrate, predict_points
 
     target = get_accelerator(to)
     src = _source(source)
@@ -269,7 +270,7 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     price = price_per_gpu_hour if price_per_gpu_hour is not None else src.price_per_gpu_hour
     sigmas = [p.relative_sigma for p in preds]
     served = _served(src, cal, tgt, slo, sigmas=sigmas, price=price, requests=replay_requests)
-    transfer = transfer_error(src.accelerator, target)
+    transfer = max(p.transfer_sigma for p in preds)  # the widest held-out transfer error
     data = prediction_dict(
         src.about, target, cal, src.points, preds, served=served, transfer=transfer, slo=slo,
         price_per_gpu_hour=price, gpus_per_replica=to_gpus,

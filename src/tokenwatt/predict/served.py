@@ -2,8 +2,8 @@
 
 Each point's measured workload is replayed on the calibrated simulator of the target
 (``predict.replay``) three times: with the calibrated stack, and with every step time scaled
-to the ends of the TPOT interval, k = 1 ∓ 1.96 σ (σ of ``predict.transfer``; the low end held
-at ``MIN_SCALE``). Each figure's 95 % interval spans what those three replays give: the
+to the ends of the TPOT interval, k = exp(∓1.96 σ) (σ of ``predict.transfer``; the low end
+held at ``MIN_SCALE``). Each figure's 95 % interval spans what those three replays give: the
 figures are monotone in the step time, so the ends of the step-time interval carry to them
 through the simulator's queueing rather than through a linear rule. tokens/J adds the power
 law's residual RMS in quadrature. The boundary belongs to the workload, not to a point: one
@@ -25,7 +25,7 @@ from tokenwatt.predict.calibrate import Calibration
 from tokenwatt.predict.points import StepPoint
 from tokenwatt.predict.replay import Replayed, ReplayLoad, TargetNode, boundary_rps, replay
 from tokenwatt.predict.replay import target_config as _config
-from tokenwatt.predict.transfer import Z_95
+from tokenwatt.predict.transfer import interval_factors
 from tokenwatt.sim import SimConfig
 
 __all__ = ["MIN_SCALE", "ServedPrediction", "Span", "predict_served", "replay_load"]
@@ -91,8 +91,8 @@ def _tpj(runs: Sequence[Replayed], power_sigma: float) -> Span | None:
     if any(v is None for v in vals):
         return None
     span = _span([v for v in vals if v is not None])
-    half = Z_95 * power_sigma
-    return Span(span.value, max(0.0, span.low * (1 - half)), span.high * (1 + half))
+    low, high = interval_factors(power_sigma)
+    return Span(span.value, span.low * low, span.high * high)
 
 
 def predict_served(
@@ -107,7 +107,8 @@ def predict_served(
     loads = [replay_load(p, requests) for p in points]
 
     def configs(sigma: float) -> list[SimConfig]:
-        scales = (1.0, max(MIN_SCALE, 1.0 - Z_95 * sigma), 1.0 + Z_95 * sigma)
+        fast, slow = interval_factors(sigma)
+        scales = (1.0, max(MIN_SCALE, fast), slow)
         return [
             _config(cal, node, geometry, scale=k, seed=seed, max_model_len=model_len)
             for k in scales
