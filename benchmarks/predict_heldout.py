@@ -25,8 +25,9 @@ data outside the scored table:
   bandwidth says; a(GPQA) − a(chat) on one GPU is the per-step cost the long reasoning
   outputs add that does not grow with the batch; power per GPU as a share of TDP beside it
   (a step the GPU spends waiting draws little);
-* the transfer errors the interval states (``predict.transfer.TRANSFER_SIGMA``): the log
-  error ln(measured ÷ predicted TPOT) of every held-out transfer by the score's rules, per kind
+* the transfer errors the interval states (``predict.transfer``): the log error
+  ln(measured ÷ predicted) of TPOT and of power per GPU of every held-out transfer by the
+  score's rules, per kind
   (``load``: the lower half of one GPU count's caps to the upper half, on each GPU model;
   ``accelerator``: H100 ×g → B200 ×g at the same cap; ``accelerator+tp``: H100 ×g → B200 ×g',
   g' ≠ g) and regime (long output: a mean output of ``LONG_OUTPUT_TOKENS`` or more), and the
@@ -55,7 +56,14 @@ from predict_score import INPUT_TOKENS
 from tokenwatt.geometry import geometry_from_config
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import get_accelerator
-from tokenwatt.predict import StepPoint, Target, calibrate, points_from_rows, predict_points
+from tokenwatt.predict import (
+    Prediction,
+    StepPoint,
+    Target,
+    calibrate,
+    points_from_rows,
+    predict_points,
+)
 from tokenwatt.predict.calibrate import _fit_step
 from tokenwatt.predict.mlenergy import MlEnergyConfig, read_mlenergy, to_row
 from tokenwatt.predict.points import PredictError
@@ -251,10 +259,20 @@ def _kv_efficiency(data: Path) -> None:
               f"{(x_long - x_chat) / (b_long - b_chat):.2f}")  # fmt: skip
 
 
+Errors = list[tuple[float, float | None]]  # (τ, power per GPU): ln(measured ÷ predicted)
+
+
+def _pair(row: MlEnergyConfig, pred: Prediction) -> tuple[float, float | None]:
+    power = None
+    if row.avg_power_watts and pred.power_w_per_gpu:
+        power = float(np.log(row.avg_power_watts / row.num_gpus / pred.power_w_per_gpu))
+    return float(np.log(row.median_itl_ms / (pred.tpot_s * 1e3))), power
+
+
 def _log_errors(model: str, fit: list[MlEnergyConfig], scored: list[MlEnergyConfig],
-                gpus: int) -> list[float]:  # fmt: skip
-    """ln(measured ÷ predicted τ) of each B200 row, predicted by the score's hardware rule from
-    the H100 row with the same cap (rows without one are skipped)."""
+                gpus: int) -> Errors:  # fmt: skip
+    """Log errors of each B200 row, predicted by the score's hardware rule from the H100 row
+    with the same cap (rows without one are skipped)."""
     h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
     cal = calibrate(_points(model, fit))
     out = []
@@ -264,13 +282,13 @@ def _log_errors(model: str, fit: list[MlEnergyConfig], scored: list[MlEnergyConf
             continue
         target = Target(b200, gpus_per_replica=gpus)
         (pred,) = predict_points(cal, _points(model, src[:1]), target, source=h100)
-        out.append(float(np.log(row.median_itl_ms / (pred.tpot_s * 1e3))))
+        out.append(_pair(row, pred))
     return out
 
 
-def _transfer_evidence(data: Path) -> dict[tuple[str, bool], list[float]]:
-    """Every held-out transfer's log TPOT error, by kind and long-output regime."""
-    cells: dict[tuple[str, bool], list[float]] = {}
+def _transfer_evidence(data: Path) -> dict[tuple[str, bool], Errors]:
+    """Every held-out transfer's log errors, by kind and long-output regime."""
+    cells: dict[tuple[str, bool], Errors] = {}
     for stem, model in FILES.items():
         configs = read_mlenergy(data / f"{stem}.json")[1]
         long = statistics.mean(c.avg_output_len for c in configs) >= LONG_OUTPUT_TOKENS
@@ -291,8 +309,8 @@ def _transfer_evidence(data: Path) -> dict[tuple[str, bool], list[float]]:
 
 
 def _load_log_errors(model: str, low: list[MlEnergyConfig], high: list[MlEnergyConfig],
-                     gpu: str) -> list[float]:  # fmt: skip
-    """ln(measured ÷ predicted τ) of the upper caps from a fit on the lower caps, same GPU."""
+                     gpu: str) -> Errors:  # fmt: skip
+    """Log errors of the upper caps from a fit on the lower caps, same GPU."""
     acc = get_accelerator(gpu)
     try:
         cal = calibrate(_points(model, low))
@@ -300,9 +318,7 @@ def _load_log_errors(model: str, low: list[MlEnergyConfig], high: list[MlEnergyC
         print(f"  load {model} {gpu} caps {[c.max_num_seqs for c in low]}: not fitted ({exc})")
         return []
     preds = predict_points(cal, _points(model, high), Target(acc), source=acc)
-    return [
-        float(np.log(r.median_itl_ms / (p.tpot_s * 1e3))) for r, p in zip(high, preds, strict=True)
-    ]
+    return [_pair(r, p) for r, p in zip(high, preds, strict=True)]
 
 
 def _rms_line(name: str, e: list[float]) -> str:
@@ -312,20 +328,25 @@ def _rms_line(name: str, e: list[float]) -> str:
 
 
 def _print_transfer_evidence(data: Path) -> None:
-    """Each cell, then the pools the interval states (``predict.transfer``): load over both
-    regimes; another accelerator (with or without a TP change) per regime."""
+    """Each cell, then the pools the interval states (``predict.transfer``): for TPOT, load over
+    both regimes and another accelerator (with or without a TP change) per regime; for power
+    per GPU (the power law carried to the target), load and another accelerator, each over
+    both regimes (the regimes' errors differ in sign, not in size)."""
     cells = _transfer_evidence(data)
-    print("transfer errors (held-out; log TPOT error ln(measured / predicted)):")
-    for (kind, long), e in sorted(cells.items()):
-        if e:
-            print(_rms_line(f"{kind}, {'long' if long else 'short'} output", e))
-    pools = {
-        "LOAD (both regimes)": [("load", False), ("load", True)],
-        "ACCELERATOR, short output": [("accelerator", False), ("accelerator+tp", False)],
-        "ACCELERATOR, long output": [("accelerator", True), ("accelerator+tp", True)],
-    }
-    for name, keys in pools.items():
-        print(_rms_line(name, [x for k in keys for x in cells.get(k, [])]))
+    load = {"LOAD (both regimes)": [("load", False), ("load", True)]}
+    hw = [("accelerator", False), ("accelerator+tp", False)]
+    hw_long = [("accelerator", True), ("accelerator+tp", True)]
+    tpot = {**load, "ACCELERATOR, short output": hw, "ACCELERATOR, long output": hw_long}
+    power = {**load, "ACCELERATOR (both regimes)": hw + hw_long}
+    for i, (what, pools) in enumerate((("TPOT", tpot), ("power per GPU", power))):
+        print(f"transfer errors (held-out; log {what} error ln(measured / predicted)):")
+        for (kind, long), pairs in sorted(cells.items()):
+            e = [x for x in (p[i] for p in pairs) if x is not None]
+            if e:
+                print(_rms_line(f"{kind}, {'long' if long else 'short'} output", e))
+        for name, keys in pools.items():
+            e = [x for k in keys for x in (p[i] for p in cells.get(k, [])) if x is not None]
+            print(_rms_line(name, e))
 
 
 def main() -> None:

@@ -129,14 +129,13 @@ def test_a_same_gpu_simulator_prediction_gets_no_transfer_term() -> None:
     for regime in (None, float(OUTPUT), 7000.0):
         pts = [dataclasses.replace(p, output_tokens=regime) for p in points]
         for pred in predict_points(cal, pts, Target(h100), source=h100):
-            assert pred.transfer_sigma == 0.0
+            assert pred.transfer_sigma == 0.0 and pred.power_transfer_sigma == 0.0
             assert pred.relative_sigma == pytest.approx(cal.out_of_sample_rms, rel=1e-12)
-    # a batch beyond the fitted range adds the load transfer error (0.20), nothing else
-    (far,) = predict_points(cal, [points[-1]], Target(h100, max_batch=None), source=h100)
-    assert far.transfer_sigma == 0.0
+    # a batch beyond the fitted range adds the load transfer errors (0.20; power 0.13)
     beyond = dataclasses.replace(points[-1], batch=256.0)
     (pred,) = predict_points(cal, [beyond], Target(h100), source=h100)
     assert pred.transfer_sigma == pytest.approx(0.20)
+    assert pred.power_transfer_sigma == pytest.approx(0.13)
 
 
 def test_the_interval_is_log_symmetric_by_hand() -> None:
@@ -165,6 +164,13 @@ def test_the_interval_is_log_symmetric_by_hand() -> None:
         assert pred.tpot_interval_s.high == pytest.approx(pred.tpot_s * math.exp(z * sigma))
         # the long-output band holds a step 5× slower than predicted; the short one does not
         assert (pred.tpot_interval_s.high > 5 * pred.tpot_s) is (e > 0.5)
+        # tokens/J adds the power law's residual RMS and the power transfer error 0.37
+        assert cal.power is not None and pred.tokens_per_joule is not None
+        assert pred.tokens_per_joule_interval is not None
+        tpj_sigma = math.sqrt(sigma**2 + cal.power.rms_residual**2 + 0.37**2)
+        assert pred.tokens_per_joule_interval.high == pytest.approx(
+            pred.tokens_per_joule * math.exp(z * tpj_sigma)
+        )
 
 
 def test_batch_cap_reprices_the_step_from_the_geometry() -> None:

@@ -6,8 +6,9 @@ to the ends of the TPOT interval, k = exp(∓1.96 σ) (σ of ``predict.transfer`
 held at ``MIN_SCALE``). Each figure's 95 % interval spans what those three replays give: the
 figures are monotone in the step time, so the ends of the step-time interval carry to them
 through the simulator's queueing rather than through a linear rule. tokens/J adds the power
-law's residual RMS in quadrature. The boundary belongs to the workload, not to a point: one
-search per pair of mean lengths, its interval at the widest σ of the points sharing them.
+law's residual RMS and the power transfer errors in quadrature. The boundary belongs to the
+workload, not to a point: one search per pair of mean lengths, its interval at the widest σ
+of the points sharing them.
 $/Mtok is ``metrics.cost`` at the predicted goodput (the GPU price only; a kWh price is the
 buyer's own bill).
 """
@@ -98,10 +99,11 @@ def _tpj(runs: Sequence[Replayed], power_sigma: float) -> Span | None:
 def predict_served(
     cal: Calibration, points: Sequence[StepPoint], node: TargetNode, geometry: ModelGeometry,
     limits: Limits, *, sigmas: Sequence[float], price_per_gpu_hour: float | None = None,
-    requests: int = 400, seed: int = 0,
+    requests: int = 400, seed: int = 0, power_sigmas: Sequence[float] | None = None,
 ) -> list[ServedPrediction | None]:  # fmt: skip
-    """One prediction per point, ``sigmas`` its step time's relative σ (None where the point
-    has no workload to replay)."""
+    """One prediction per point, ``sigmas`` its step time's relative σ, ``power_sigmas`` the
+    power transfer errors its tokens/J adds (None: none), None where the point has no workload
+    to replay."""
     longest = max(round((p.prompt_tokens or 0) + (p.output_tokens or 0)) for p in points)
     model_len = max(2, longest + 16)
     loads = [replay_load(p, requests) for p in points]
@@ -131,9 +133,10 @@ def predict_served(
         for key, sigma in widest.items()
     }
     gpus = node.gpus_per_replica * node.replicas
-    power_sigma = 0.0 if cal.power is None else cal.power.rms_residual
+    power_rms = 0.0 if cal.power is None else cal.power.rms_residual
+    moved = [0.0] * len(points) if power_sigmas is None else list(power_sigmas)
     out: list[ServedPrediction | None] = []
-    for point, load, sigma in zip(points, loads, sigmas, strict=True):
+    for point, load, sigma, power_moved in zip(points, loads, sigmas, moved, strict=True):
         if load is None:
             out.append(None)
             continue
@@ -151,7 +154,7 @@ def predict_served(
                 goodput_tok_s=goodput,
                 slo_passed=runs[0].slo_passed,
                 boundary_rps=boundaries[key],
-                tokens_per_joule=_tpj(runs, power_sigma),
+                tokens_per_joule=_tpj(runs, math.hypot(power_rms, power_moved)),
                 usd_per_mtok=_usd(price_per_gpu_hour, gpus, goodput),
             )
         )

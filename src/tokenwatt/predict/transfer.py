@@ -50,6 +50,7 @@ __all__ = [
     "check_weight_dtype",
     "interval_factors",
     "long_output",
+    "power_transfer_sigma",
     "predict_points",
     "prediction_sigma",
     "transfer_error",
@@ -72,6 +73,11 @@ LOAD_TRANSFER = 0.20
 # another vendor: no public pair was scored or held out; stated, never below the same
 # vendor's figure for the regime
 OTHER_VENDOR_TRANSFER = 0.20
+# the power law carried to another accelerator (σ of ln(measured ÷ predicted power per GPU);
+# 26 held-out points, both regimes: the B200 drew more than the H100's shape says on chat,
+# less on GPQA) and beyond the fitted batches on the same one (26 points); tokens/J adds them
+POWER_ACCELERATOR_TRANSFER = 0.37
+POWER_LOAD_TRANSFER = 0.13
 # a point whose requests' mean output reaches this many tokens is a long-output (reasoning)
 # workload: the held-out chat files' outputs average about 620 tokens, their GPQA files' about
 # 7,000; this is their geometric mean rounded to a power of two
@@ -111,6 +117,7 @@ class Prediction:
     relative_sigma: float  # σ of ln(measured ÷ predicted) step time
     source_tpot_s: float
     transfer_sigma: float = 0.0  # the transfer errors inside relative_sigma (held-out)
+    power_transfer_sigma: float = 0.0  # the power transfer errors tokens/J adds (held-out)
 
 
 def long_output(point: StepPoint) -> bool:
@@ -155,6 +162,20 @@ def transfer_sigma(
     )
     beyond = _d_load(cal, point.batch if batch is None else batch) > 0.0
     return math.hypot(hw, LOAD_TRANSFER if beyond else 0.0)
+
+
+def power_transfer_sigma(
+    cal: Calibration, point: StepPoint, target: Accelerator, *, source: Accelerator | None,
+    batch: float | None = None, gpus_per_replica: int | None = None,
+) -> float:  # fmt: skip
+    """The held-out power transfer errors that apply to this move (in quadrature): another
+    accelerator or GPU count, and a batch beyond the fitted range."""
+    gpus = gpus_per_replica or point.gpus_per_replica
+    moved = transfer_error(source, target, gpus_changed=gpus != point.gpus_per_replica) > 0.0
+    beyond = _d_load(cal, point.batch if batch is None else batch) > 0.0
+    return math.hypot(
+        POWER_ACCELERATOR_TRANSFER if moved else 0.0, POWER_LOAD_TRANSFER if beyond else 0.0
+    )
 
 
 def prediction_sigma(
@@ -268,11 +289,14 @@ def _one(
     tput = replicas * batch / tau * point.decode_share
     tpj = power = None
     tpj_iv = None
+    power_moved = power_transfer_sigma(
+        cal, point, acc, source=source, batch=batch, gpus_per_replica=gpus
+    )
     if cal.power is not None and acc.tdp_w:
         power = acc.tdp_w * cal.power.share(cal.busy_share(rated_s))
         if power > 0:
             tpj = tput / (replicas * gpus * power)
-            tpj_sigma = math.sqrt(sigma**2 + cal.power.rms_residual**2)
+            tpj_sigma = math.sqrt(sigma**2 + cal.power.rms_residual**2 + power_moved**2)
             tpj_iv = _interval(tpj, tpj_sigma)
     return Prediction(
         label=point.label,
@@ -289,6 +313,7 @@ def _one(
         transfer_sigma=transfer_sigma(
             cal, point, acc, source=source, batch=batch, gpus_per_replica=gpus
         ),
+        power_transfer_sigma=power_moved,
     )
 
 
