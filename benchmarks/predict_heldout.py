@@ -32,6 +32,9 @@ data outside the scored table:
   ``accelerator``: H100 ×g → B200 ×g at the same cap; ``accelerator+tp``: H100 ×g → B200 ×g',
   g' ≠ g) and regime (long output: a mean output of ``LONG_OUTPUT_TOKENS`` or more), and the
   root mean square of each cell with its number of points;
+* KV capacity at high caps: the sequences whose KV fits at once, (GPUs × memory × 0.9 (vLLM's
+  default) − weights) ÷ (KV bytes per token × the histogram context), against the cap and the
+  published batch, beside the load transfer's error at that cap;
 * a KV read efficiency apart from the rest, where the source's own context varies: on the H100,
   b of GPQA minus b of chat (same model, context about 1,600 against 5,500–6,100 tokens)
   against the rated per-sequence time (KV read + prompt compute) of each: the efficiency of the
@@ -349,6 +352,44 @@ def _print_transfer_evidence(data: Path) -> None:
             print(_rms_line(name, e))
 
 
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory for weights and KV cache
+
+
+def _kv_capacity_seqs(model: str, c: MlEnergyConfig) -> float:
+    """Sequences whose KV fits at once: (GPUs × memory × 0.9 − weights) ÷ (KV bytes per token
+    × the mean context a sequence holds over its life, the histogram context)."""
+    geom, acc = _geometry(model), get_accelerator("b200" if c.gpu_model == "B200" else "h100-sxm")
+    assert acc.memory_bytes is not None and c.output_length_distribution is not None
+    free = c.num_gpus * acc.memory_bytes * GPU_MEMORY_UTILIZATION - geom.stored_weight_bytes
+    context = INPUT_TOKENS + c.output_length_distribution.context_offset_tokens()
+    return free / (geom.kv_bytes_per_token_full_context * context)
+
+
+def _kv_capacity(data: Path) -> None:
+    """Where the published batch falls short of the cap, against the KV capacity, beside the
+    load transfer's log TPOT error there (the score's rule)."""
+    errors: dict[tuple[str, str, int, int], float] = {}
+    for stem, model in FILES.items():
+        configs = read_mlenergy(data / f"{stem}.json")[1]
+        for gpu, name in (("h100-sxm", "H100"), ("b200", "B200")):
+            for g, rows in _groups(configs, name).items():
+                caps = sorted({c.max_num_seqs for c in rows})
+                if len(caps) < 4:
+                    continue
+                low = [c for c in rows if c.max_num_seqs in set(caps[: len(caps) // 2])]
+                high = [c for c in rows if c not in low]
+                for c, (e, _) in zip(high, _load_log_errors(model, low, high, gpu), strict=False):
+                    errors[stem, name, g, c.max_num_seqs] = e
+        for c in sorted(configs, key=lambda c: (c.gpu_model, c.num_gpus, c.max_num_seqs)):
+            fits = _kv_capacity_seqs(model, c)
+            short = c.avg_batch_size < 0.95 * c.max_num_seqs
+            if short or fits < c.max_num_seqs:
+                e = errors.get((stem, c.gpu_model, c.num_gpus, c.max_num_seqs))
+                print(f"  {stem} {c.gpu_model} x{c.num_gpus} cap {c.max_num_seqs}: batch "
+                      f"{c.avg_batch_size:.0f}, KV holds {fits:.0f}; load log error "
+                      f"{'-' if e is None else f'{e:+.3f}'}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -380,6 +421,11 @@ def main() -> None:
     _per_step_terms(args.data)
     _kv_efficiency(args.data)
     _print_transfer_evidence(args.data)
+    print(
+        "KV capacity (configurations whose batch falls 5 % short of the cap or whose cap "
+        "exceeds what the KV cache holds):"
+    )
+    _kv_capacity(args.data)
 
 
 if __name__ == "__main__":
