@@ -1,8 +1,9 @@
 """Held-out evidence for ``tokenwatt predict``: ML.ENERGY files the score never reads.
 
-Usage: python benchmarks/predict_heldout.py --data DIR
+Usage: python benchmarks/predict_heldout.py [--data DIR]
 
-DIR holds the ML.ENERGY leaderboard files (``public/data/models`` of ``ml-energy/leaderboard``).
+DIR holds the ML.ENERGY leaderboard files (``public/data/models`` of ``ml-energy/leaderboard``;
+default: the four held-out files kept in tests/fixtures/public/mlenergy-heldout).
 ``predict_score.py`` scores nine of them; this script reads only the Qwen3-14B and Qwen3-32B
 files (chat and GPQA), which no score uses, to test explanations of the score's fast bias on
 data outside the scored table:
@@ -72,6 +73,7 @@ from tokenwatt.predict.mlenergy import MlEnergyConfig, read_mlenergy, to_row
 from tokenwatt.predict.points import PredictError
 from tokenwatt.predict.transfer import LONG_OUTPUT_TOKENS
 
+HELDOUT_FIXTURES = Path(__file__).resolve().parents[1] / "tests/fixtures/public/mlenergy-heldout"
 PRESET = Path(__file__).resolve().parents[1] / "src/tokenwatt/geometry/presets/Qwen3-8B.json"
 SIZES = {  # layers, query heads, intermediate (hidden 5,120, 8 KV heads, head_dim 128)
     "qwen3-14b": (40, 40, 17408),
@@ -392,7 +394,7 @@ def _kv_capacity(data: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--data", type=Path, default=HELDOUT_FIXTURES)
     args = ap.parse_args()
     chat, errs = [], {}
     for stem, model in FILES.items():
