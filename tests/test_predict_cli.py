@@ -77,6 +77,9 @@ def test_published_rows_predict_the_b200_simulator(
         assert lo < truth.point.step_s * 1e3 < hi
         assert pred["tokens_per_joule"] == pytest.approx(truth.tokens_per_joule, rel=0.03)
         assert pred["interval"]["level"] == 0.95
+        # 96-token outputs moved to another accelerator: the short-output held-out figures
+        assert pred["interval"]["transfer_error"] == pytest.approx(0.11)
+        assert pred["interval"]["power_transfer_error"] == pytest.approx(0.37)
 
 
 def test_result_folder_single_point_by_hand(
