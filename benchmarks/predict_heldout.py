@@ -1,8 +1,9 @@
 """Held-out evidence for ``tokenwatt predict``: ML.ENERGY files the score never reads.
 
-Usage: python benchmarks/predict_heldout.py --data DIR
+Usage: python benchmarks/predict_heldout.py [--data DIR]
 
-DIR holds the ML.ENERGY leaderboard files (``public/data/models`` of ``ml-energy/leaderboard``).
+DIR holds the ML.ENERGY leaderboard files (``public/data/models`` of ``ml-energy/leaderboard``;
+default: the four held-out files kept in tests/fixtures/public/mlenergy-heldout).
 ``predict_score.py`` scores nine of them; this script reads only the Qwen3-14B and Qwen3-32B
 files (chat and GPQA), which no score uses, to test explanations of the score's fast bias on
 data outside the scored table:
@@ -25,6 +26,16 @@ data outside the scored table:
   bandwidth says; a(GPQA) − a(chat) on one GPU is the per-step cost the long reasoning
   outputs add that does not grow with the batch; power per GPU as a share of TDP beside it
   (a step the GPU spends waiting draws little);
+* the transfer errors the interval states (``predict.transfer``): the log error
+  ln(measured ÷ predicted) of TPOT and of power per GPU of every held-out transfer by the
+  score's rules, per kind
+  (``load``: the lower half of one GPU count's caps to the upper half, on each GPU model;
+  ``accelerator``: H100 ×g → B200 ×g at the same cap; ``accelerator+tp``: H100 ×g → B200 ×g',
+  g' ≠ g) and regime (long output: a mean output of ``LONG_OUTPUT_TOKENS`` or more), and the
+  root mean square of each cell with its number of points;
+* KV capacity at high caps: the sequences whose KV fits at once, (GPUs × memory × 0.9 (vLLM's
+  default) − weights) ÷ (KV bytes per token × the histogram context), against the cap and the
+  published batch, beside the load transfer's error at that cap;
 * a KV read efficiency apart from the rest, where the source's own context varies: on the H100,
   b of GPQA minus b of chat (same model, context about 1,600 against 5,500–6,100 tokens)
   against the rated per-sequence time (KV read + prompt compute) of each: the efficiency of the
@@ -49,10 +60,20 @@ from predict_score import INPUT_TOKENS
 from tokenwatt.geometry import geometry_from_config
 from tokenwatt.geometry.model import ModelGeometry
 from tokenwatt.hardware import get_accelerator
-from tokenwatt.predict import StepPoint, Target, calibrate, points_from_rows, predict_points
+from tokenwatt.predict import (
+    Prediction,
+    StepPoint,
+    Target,
+    calibrate,
+    points_from_rows,
+    predict_points,
+)
 from tokenwatt.predict.calibrate import _fit_step
 from tokenwatt.predict.mlenergy import MlEnergyConfig, read_mlenergy, to_row
+from tokenwatt.predict.points import PredictError
+from tokenwatt.predict.transfer import LONG_OUTPUT_TOKENS
 
+HELDOUT_FIXTURES = Path(__file__).resolve().parents[1] / "tests/fixtures/public/mlenergy-heldout"
 PRESET = Path(__file__).resolve().parents[1] / "src/tokenwatt/geometry/presets/Qwen3-8B.json"
 SIZES = {  # layers, query heads, intermediate (hidden 5,120, 8 KV heads, head_dim 128)
     "qwen3-14b": (40, 40, 17408),
@@ -243,9 +264,137 @@ def _kv_efficiency(data: Path) -> None:
               f"{(x_long - x_chat) / (b_long - b_chat):.2f}")  # fmt: skip
 
 
+Errors = list[tuple[float, float | None]]  # (τ, power per GPU): ln(measured ÷ predicted)
+
+
+def _pair(row: MlEnergyConfig, pred: Prediction) -> tuple[float, float | None]:
+    power = None
+    if row.avg_power_watts and pred.power_w_per_gpu:
+        power = float(np.log(row.avg_power_watts / row.num_gpus / pred.power_w_per_gpu))
+    return float(np.log(row.median_itl_ms / (pred.tpot_s * 1e3))), power
+
+
+def _log_errors(model: str, fit: list[MlEnergyConfig], scored: list[MlEnergyConfig],
+                gpus: int) -> Errors:  # fmt: skip
+    """Log errors of each B200 row, predicted by the score's hardware rule from the H100 row
+    with the same cap (rows without one are skipped)."""
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    cal = calibrate(_points(model, fit))
+    out = []
+    for row in scored:
+        src = [c for c in fit if c.max_num_seqs == row.max_num_seqs]
+        if not src:
+            continue
+        target = Target(b200, gpus_per_replica=gpus)
+        (pred,) = predict_points(cal, _points(model, src[:1]), target, source=h100)
+        out.append(_pair(row, pred))
+    return out
+
+
+def _transfer_evidence(data: Path) -> dict[tuple[str, bool], Errors]:
+    """Every held-out transfer's log errors, by kind and long-output regime."""
+    cells: dict[tuple[str, bool], Errors] = {}
+    for stem, model in FILES.items():
+        configs = read_mlenergy(data / f"{stem}.json")[1]
+        long = statistics.mean(c.avg_output_len for c in configs) >= LONG_OUTPUT_TOKENS
+        hg, bg = _groups(configs, "H100"), _groups(configs, "B200")
+        for g, rows in hg.items():
+            for g2, brows in bg.items():
+                kind = "accelerator" if g == g2 else "accelerator+tp"
+                cells.setdefault((kind, long), []).extend(_log_errors(model, rows, brows, g2))
+        for gpu, groups in (("h100-sxm", hg), ("b200", bg)):
+            for rows in groups.values():
+                caps = sorted({c.max_num_seqs for c in rows})
+                if len(caps) < 4:
+                    continue
+                low = [c for c in rows if c.max_num_seqs in set(caps[: len(caps) // 2])]
+                high = [c for c in rows if c not in low]
+                cells.setdefault(("load", long), []).extend(_load_log_errors(model, low, high, gpu))
+    return cells
+
+
+def _load_log_errors(model: str, low: list[MlEnergyConfig], high: list[MlEnergyConfig],
+                     gpu: str) -> Errors:  # fmt: skip
+    """Log errors of the upper caps from a fit on the lower caps, same GPU."""
+    acc = get_accelerator(gpu)
+    try:
+        cal = calibrate(_points(model, low))
+    except PredictError as exc:  # the caps' steps do not grow with their bytes: no prediction
+        print(f"  load {model} {gpu} caps {[c.max_num_seqs for c in low]}: not fitted ({exc})")
+        return []
+    preds = predict_points(cal, _points(model, high), Target(acc), source=acc)
+    return [_pair(r, p) for r, p in zip(high, preds, strict=True)]
+
+
+def _rms_line(name: str, e: list[float]) -> str:
+    rms = float(np.sqrt(np.mean(np.square(e))))
+    return (f"  {name:30s} n = {len(e):2d}  RMS {rms:.3f}  median {statistics.median(e):+.3f}  "
+            f"range {min(e):+.3f} .. {max(e):+.3f}")  # fmt: skip
+
+
+def _print_transfer_evidence(data: Path) -> None:
+    """Each cell, then the pools the interval states (``predict.transfer``): for TPOT, load over
+    both regimes and another accelerator (with or without a TP change) per regime; for power
+    per GPU (the power law carried to the target), load and another accelerator, each over
+    both regimes (the regimes' errors differ in sign, not in size)."""
+    cells = _transfer_evidence(data)
+    load = {"LOAD (both regimes)": [("load", False), ("load", True)]}
+    hw = [("accelerator", False), ("accelerator+tp", False)]
+    hw_long = [("accelerator", True), ("accelerator+tp", True)]
+    tpot = {**load, "ACCELERATOR, short output": hw, "ACCELERATOR, long output": hw_long}
+    power = {**load, "ACCELERATOR (both regimes)": hw + hw_long}
+    for i, (what, pools) in enumerate((("TPOT", tpot), ("power per GPU", power))):
+        print(f"transfer errors (held-out; log {what} error ln(measured / predicted)):")
+        for (kind, long), pairs in sorted(cells.items()):
+            e = [x for x in (p[i] for p in pairs) if x is not None]
+            if e:
+                print(_rms_line(f"{kind}, {'long' if long else 'short'} output", e))
+        for name, keys in pools.items():
+            e = [x for k in keys for x in (p[i] for p in cells.get(k, [])) if x is not None]
+            print(_rms_line(name, e))
+
+
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory for weights and KV cache
+
+
+def _kv_capacity_seqs(model: str, c: MlEnergyConfig) -> float:
+    """Sequences whose KV fits at once: (GPUs × memory × 0.9 − weights) ÷ (KV bytes per token
+    × the mean context a sequence holds over its life, the histogram context)."""
+    geom, acc = _geometry(model), get_accelerator("b200" if c.gpu_model == "B200" else "h100-sxm")
+    assert acc.memory_bytes is not None and c.output_length_distribution is not None
+    free = c.num_gpus * acc.memory_bytes * GPU_MEMORY_UTILIZATION - geom.stored_weight_bytes
+    context = INPUT_TOKENS + c.output_length_distribution.context_offset_tokens()
+    return free / (geom.kv_bytes_per_token_full_context * context)
+
+
+def _kv_capacity(data: Path) -> None:
+    """Where the published batch falls short of the cap, against the KV capacity, beside the
+    load transfer's log TPOT error there (the score's rule)."""
+    errors: dict[tuple[str, str, int, int], float] = {}
+    for stem, model in FILES.items():
+        configs = read_mlenergy(data / f"{stem}.json")[1]
+        for gpu, name in (("h100-sxm", "H100"), ("b200", "B200")):
+            for g, rows in _groups(configs, name).items():
+                caps = sorted({c.max_num_seqs for c in rows})
+                if len(caps) < 4:
+                    continue
+                low = [c for c in rows if c.max_num_seqs in set(caps[: len(caps) // 2])]
+                high = [c for c in rows if c not in low]
+                for c, (e, _) in zip(high, _load_log_errors(model, low, high, gpu), strict=False):
+                    errors[stem, name, g, c.max_num_seqs] = e
+        for c in sorted(configs, key=lambda c: (c.gpu_model, c.num_gpus, c.max_num_seqs)):
+            fits = _kv_capacity_seqs(model, c)
+            short = c.avg_batch_size < 0.95 * c.max_num_seqs
+            if short or fits < c.max_num_seqs:
+                e = errors.get((stem, c.gpu_model, c.num_gpus, c.max_num_seqs))
+                print(f"  {stem} {c.gpu_model} x{c.num_gpus} cap {c.max_num_seqs}: batch "
+                      f"{c.avg_batch_size:.0f}, KV holds {fits:.0f}; load log error "
+                      f"{'-' if e is None else f'{e:+.3f}'}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--data", type=Path, default=HELDOUT_FIXTURES)
     args = ap.parse_args()
     chat, errs = [], {}
     for stem, model in FILES.items():
@@ -273,6 +422,12 @@ def main() -> None:
           f"per step (floor {floor * 1e3:.2f} ms, efficiency {eff:.3f})")  # fmt: skip
     _per_step_terms(args.data)
     _kv_efficiency(args.data)
+    _print_transfer_evidence(args.data)
+    print(
+        "KV capacity (configurations whose batch falls 5 % short of the cap or whose cap "
+        "exceeds what the KV cache holds):"
+    )
+    _kv_capacity(args.data)
 
 
 if __name__ == "__main__":

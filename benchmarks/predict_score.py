@@ -45,6 +45,7 @@ from tokenwatt.predict import (
     predict_points,
 )
 from tokenwatt.predict.mlenergy import MlEnergyConfig, read_mlenergy, to_row
+from tokenwatt.predict.transfer import LONG_OUTPUT_TOKENS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "public" / "mlenergy"
 INPUT_TOKENS = 1024.0  # stated: ML.ENERGY's files give no prompt length
@@ -95,6 +96,8 @@ class Scored:
     tpot_in_interval: bool
     tpj_in_interval: bool | None
     tput_in_interval: bool
+    tpot_high_ratio: float  # the interval's high end ÷ the prediction (its width, as a factor)
+    long_output: bool  # the scored row's mean output reaches predict.transfer's threshold
 
 
 def _points(model: str, configs: list[MlEnergyConfig]) -> list[StepPoint]:
@@ -177,6 +180,8 @@ def _hardware(stem: str, model: str, configs: list[MlEnergyConfig]) -> list[Scor
                     _inside(pred, b.median_itl_ms),
                     None if iv is None or meas_tpj is None else iv.low <= meas_tpj <= iv.high,
                     _inside_tput(pred, b.output_throughput_tokens_per_sec),
+                    pred.tpot_interval_s.high / pred.tpot_s,
+                    b.avg_output_len >= LONG_OUTPUT_TOKENS,
                 )
             )  # fmt: skip
     return out
@@ -214,6 +219,8 @@ def _load(stem: str, model: str, configs: list[MlEnergyConfig]) -> list[Scored]:
                     _inside(pred, c.median_itl_ms),
                     None if iv is None or meas_tpj is None else iv.low <= meas_tpj <= iv.high,
                     _inside_tput(pred, c.output_throughput_tokens_per_sec),
+                    pred.tpot_interval_s.high / pred.tpot_s,
+                    c.avg_output_len >= LONG_OUTPUT_TOKENS,
                 )
             )  # fmt: skip
     return out
@@ -245,6 +252,19 @@ def _summary(rows: list[Scored]) -> dict[str, object]:
         "throughput_interval_coverage": sum(r.tput_in_interval for r in rows) / len(rows)
         if rows
         else None,
+        "by_regime": {
+            name: {
+                "points": len(sub),
+                "tpot_median_abs": statistics.median(abs(r.tpot_err) for r in sub),
+                "tpot_interval_coverage": sum(r.tpot_in_interval for r in sub) / len(sub),
+                "median_high_ratio": statistics.median(r.tpot_high_ratio for r in sub),
+            }
+            for name, sub in (
+                ("short output", [r for r in rows if not r.long_output]),
+                ("long output", [r for r in rows if r.long_output]),
+            )
+            if sub
+        },
     }
 
 
@@ -266,6 +286,13 @@ def _print(kind: str, s: dict[str, object]) -> None:
           f"measured TPOT in {_pct(s['tpot_interval_coverage'])}, throughput in "
           f"{_pct(s['throughput_interval_coverage'])}, tokens/J in "
           f"{_pct(s['tokens_per_joule_interval_coverage'])}")  # fmt: skip
+    regimes = s["by_regime"]
+    assert isinstance(regimes, dict)
+    for name, r in regimes.items():
+        print(f"  {name}: {r['points']} points, TPOT median abs error "
+              f"{_pct(r['tpot_median_abs'])}, interval holds {_pct(r['tpot_interval_coverage'])}"
+              f", median interval x{1 / r['median_high_ratio']:.2f} .. "
+              f"x{r['median_high_ratio']:.2f} of the prediction")  # fmt: skip
 
 
 def main() -> None:

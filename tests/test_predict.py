@@ -103,11 +103,74 @@ def test_one_batch_size_fits_efficiency_only_and_says_so() -> None:
     assert cal.efficiency < EFFICIENCY
 
 
-def test_transfer_error_is_stated_by_distance() -> None:
+def test_transfer_error_is_the_held_out_figure_of_its_kind() -> None:
+    """The figures benchmarks/predict_heldout.py prints for the held-out files, by kind and
+    regime: another accelerator 0.11 (short outputs) and 0.97 (long), the same accelerator with
+    other GPUs per replica the accelerator's, another vendor never below the stated 0.20."""
     h100, b200, mi300x = (get_accelerator(n) for n in ("h100-sxm", "b200", "mi300x"))
     assert transfer_error(h100, h100) == 0.0
-    assert transfer_error(h100, b200) == pytest.approx(0.10)
+    assert transfer_error(h100, h100, long=True) == 0.0
+    assert transfer_error(h100, h100, gpus_changed=True) == pytest.approx(0.11)
+    assert transfer_error(h100, b200) == pytest.approx(0.11)
+    assert transfer_error(h100, b200, long=True) == pytest.approx(0.97)
     assert transfer_error(h100, mi300x) == pytest.approx(0.20)
+    assert transfer_error(h100, mi300x, long=True) == pytest.approx(0.97)
+    assert transfer_error(None, b200) == pytest.approx(0.20)
+
+
+def test_a_same_gpu_simulator_prediction_gets_no_transfer_term() -> None:
+    """Inside the fitted batches on the same accelerator, σ is the calibration's own
+    out-of-sample error: no held-out transfer error is added, whatever the regime."""
+    import dataclasses
+
+    points = [sim_run("llama-3.1-8b", "h100-sxm", b).point for b in BATCHES]
+    cal = calibrate(points)
+    h100 = get_accelerator("h100-sxm")
+    for regime in (None, float(OUTPUT), 7000.0):
+        pts = [dataclasses.replace(p, output_tokens=regime) for p in points]
+        for pred in predict_points(cal, pts, Target(h100), source=h100):
+            assert pred.transfer_sigma == 0.0 and pred.power_transfer_sigma == 0.0
+            assert pred.relative_sigma == pytest.approx(cal.out_of_sample_rms, rel=1e-12)
+    # a batch beyond the fitted range adds the load transfer errors (0.20; power 0.13)
+    beyond = dataclasses.replace(points[-1], batch=256.0)
+    (pred,) = predict_points(cal, [beyond], Target(h100), source=h100)
+    assert pred.transfer_sigma == pytest.approx(0.20)
+    assert pred.power_transfer_sigma == pytest.approx(0.13)
+
+
+def test_the_interval_is_log_symmetric_by_hand() -> None:
+    """A long-output point (mean output 7,000 tokens) moved H100 → B200 inside the fitted
+    range: σ² = σ_fit² + 0.97² + (k d_hw)², the interval τ' × exp(∓1.96σ); the same point with
+    a 600-token output carries 0.11 instead."""
+    import dataclasses
+    import math
+
+    points = [sim_run("llama-3.1-8b", "h100-sxm", b).point for b in BATCHES]
+    cal = dataclasses.replace(calibrate(points), loo_residuals=(0.05, -0.05, 0.05, -0.05),
+                              extrapolation_per_log_x=0.1)  # fmt: skip
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    d_hw = math.log(b200.bandwidth_bytes_per_s / h100.bandwidth_bytes_per_s)
+    for output, e in ((7000.0, 0.97), (600.0, 0.11)):
+        point = dataclasses.replace(points[1], output_tokens=output)  # B = 8
+        (pred,) = predict_points(cal, [point], Target(b200), source=h100)
+        x_target = point.rated_s * h100.bandwidth_bytes_per_s / b200.bandwidth_bytes_per_s
+        d_x = math.log(cal.rated_range_s[0] / x_target) if cal.rated_range_s else 0.0
+        d_x = max(0.0, d_x)
+        sigma = math.sqrt(cal.out_of_sample_rms**2 + e**2 + (0.1 * (d_hw + d_x)) ** 2)
+        assert pred.relative_sigma == pytest.approx(sigma, rel=1e-9)
+        assert pred.transfer_sigma == pytest.approx(e)
+        z = 1.959963984540054
+        assert pred.tpot_interval_s.low == pytest.approx(pred.tpot_s * math.exp(-z * sigma))
+        assert pred.tpot_interval_s.high == pytest.approx(pred.tpot_s * math.exp(z * sigma))
+        # the long-output band holds a step 5× slower than predicted; the short one does not
+        assert (pred.tpot_interval_s.high > 5 * pred.tpot_s) is (e > 0.5)
+        # tokens/J adds the power law's residual RMS and the power transfer error 0.37
+        assert cal.power is not None and pred.tokens_per_joule is not None
+        assert pred.tokens_per_joule_interval is not None
+        tpj_sigma = math.sqrt(sigma**2 + cal.power.rms_residual**2 + 0.37**2)
+        assert pred.tokens_per_joule_interval.high == pytest.approx(
+            pred.tokens_per_joule * math.exp(z * tpj_sigma)
+        )
 
 
 def test_batch_cap_reprices_the_step_from_the_geometry() -> None:
@@ -143,7 +206,8 @@ def test_probes_of_an_open_loop_give_back_the_efficiency() -> None:
 
 
 def test_interval_rule_by_hand() -> None:
-    """σ² = (σ_fit (1 + d_load))² + (e (1 + d_hw))², every term from the fit and the move."""
+    """σ² = (σ_fit (1 + d_load))² + e_hw² + e_load², every term from the fit and the move
+    (the simulator's points publish no output length: the regime is unknown, counted long)."""
     import dataclasses
     import math
 
@@ -158,11 +222,12 @@ def test_interval_rule_by_hand() -> None:
     assert prediction_sigma(noisy, inside, h100, source=h100) == pytest.approx(
         max(0.05, noisy.rms_residual)
     )
-    d_hw = math.log(b200.bandwidth_bytes_per_s / h100.bandwidth_bytes_per_s)
     got = prediction_sigma(noisy, inside, b200, source=h100)
-    assert got == pytest.approx(math.hypot(noisy.out_of_sample_rms, 0.10 * (1 + d_hw)))
+    assert got == pytest.approx(math.hypot(noisy.out_of_sample_rms, 0.97))
     far = prediction_sigma(noisy, inside, h100, source=h100, batch=256.0)
-    assert far == pytest.approx(noisy.out_of_sample_rms * (1 + math.log(256 / 64)))
+    assert far == pytest.approx(
+        math.hypot(noisy.out_of_sample_rms * (1 + math.log(256 / 64)), 0.20)
+    )
 
 
 def _line_point(x_s: float, tau_s: float, batch: float) -> StepPoint:
@@ -219,7 +284,7 @@ def test_interval_carries_the_held_out_error_by_hand() -> None:
     cal = dataclasses.replace(calibrate(pts), extrapolation_per_log_x=0.2)
     d_hw = math.log(b200.bandwidth_bytes_per_s / bw)
     fit = cal.out_of_sample_rms
-    hw = 0.10 * (1 + d_hw)
+    hw = 0.97  # no output length: the regime is unknown, the long-output figure
     low = prediction_sigma(cal, pts[0], b200, source=h100)  # x' = 1 ms ÷ 2.3: below the range
     assert low == pytest.approx(math.sqrt(fit**2 + hw**2 + (0.2 * 2 * d_hw) ** 2))
     mid = prediction_sigma(cal, pts[3], b200, source=h100)  # x' ≈ 7 ms: inside

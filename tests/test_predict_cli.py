@@ -65,7 +65,7 @@ def test_published_rows_predict_the_b200_simulator(
     assert data["kind"] == "PREDICTED"
     assert data["target"]["accelerator"] == "b200"
     assert data["calibration"]["efficiency"] == pytest.approx(EFFICIENCY, rel=0.02)
-    assert data["transfer_error"] == pytest.approx(0.10)
+    assert data["transfer_error"] == pytest.approx(0.11)  # short outputs, another accelerator
     assert data["assumptions"] == []  # no TP change: nothing held fixed to say
     assert len(data["points"]) == len(BATCHES)
     for point, b in zip(data["points"], BATCHES, strict=True):
@@ -77,6 +77,9 @@ def test_published_rows_predict_the_b200_simulator(
         assert lo < truth.point.step_s * 1e3 < hi
         assert pred["tokens_per_joule"] == pytest.approx(truth.tokens_per_joule, rel=0.03)
         assert pred["interval"]["level"] == 0.95
+        # 96-token outputs moved to another accelerator: the short-output held-out figures
+        assert pred["interval"]["transfer_error"] == pytest.approx(0.11)
+        assert pred["interval"]["power_transfer_error"] == pytest.approx(0.37)
 
 
 def test_result_folder_single_point_by_hand(
@@ -189,7 +192,7 @@ def test_json_names_the_served_figures(
         for name in names:
             lo, hi = pred["interval"][name]
             assert lo <= pred[name] and (hi is None or pred[name] <= hi), name
-        # the slow end of the interval (TPOT 7.9 ms) misses the TPOT limit: no good token,
+        # the slow end of the interval (TPOT 8.1 ms) misses the TPOT limit: no good token,
         # so the boundary's and goodput's low ends are 0 and the cost's high end unbounded
         assert pred["interval"]["goodput_tok_s"][0] == 0.0
         assert pred["interval"]["usd_per_mtok"][1] is None

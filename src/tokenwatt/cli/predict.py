@@ -116,6 +116,8 @@ def _point_dict(
             "interval": {
                 "level": 0.95,
                 "relative_sigma": pred.relative_sigma,
+                "transfer_error": pred.transfer_sigma,
+                "power_transfer_error": pred.power_transfer_sigma,
                 "tpot_ms": _pair(pred.tpot_interval_s.low, pred.tpot_interval_s.high, 1e3),
                 "output_tokens_per_s": _pair(
                     pred.output_tokens_per_s_interval.low, pred.output_tokens_per_s_interval.high
@@ -178,7 +180,7 @@ def prediction_dict(
 
 def _served(
     src: _Source, cal: Calibration, tgt: Target, slo: SLO, *, sigmas: list[float],
-    price: float | None, requests: int,
+    price: float | None, requests: int, power_sigmas: list[float],
 ) -> list[ServedPrediction | None]:  # fmt: skip
     """Each point's workload replayed on the calibrated simulator of the target."""
     from tokenwatt.metrics.slo import Limits
@@ -196,7 +198,7 @@ def _served(
     )
     return predict_served(
         cal, src.points, node, src.geometry, Limits.from_spec(slo), sigmas=sigmas,
-        price_per_gpu_hour=price, requests=requests,
+        price_per_gpu_hour=price, requests=requests, power_sigmas=power_sigmas,
     )  # fmt: skip
 
 
@@ -258,7 +260,7 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     e.g. tokenwatt predict results/my-run --to b200 --price-per-gpu-hour 6 --json
     """
     from tokenwatt.hardware import get_accelerator
-    from tokenwatt.predict import Target, calibrate, predict_points, transfer_error
+    from tokenwatt.predict import Target, calibrate, predict_points
 
     target = get_accelerator(to)
     src = _source(source)
@@ -268,8 +270,11 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     slo = _slo(src.slo, slo_ttft_ms, slo_tpot_ms)
     price = price_per_gpu_hour if price_per_gpu_hour is not None else src.price_per_gpu_hour
     sigmas = [p.relative_sigma for p in preds]
-    served = _served(src, cal, tgt, slo, sigmas=sigmas, price=price, requests=replay_requests)
-    transfer = transfer_error(src.accelerator, target)
+    served = _served(
+        src, cal, tgt, slo, sigmas=sigmas, price=price, requests=replay_requests,
+        power_sigmas=[p.power_transfer_sigma for p in preds],
+    )  # fmt: skip
+    transfer = max(p.transfer_sigma for p in preds)  # the widest held-out transfer error
     data = prediction_dict(
         src.about, target, cal, src.points, preds, served=served, transfer=transfer, slo=slo,
         price_per_gpu_hour=price, gpus_per_replica=to_gpus,

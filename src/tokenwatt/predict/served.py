@@ -2,12 +2,13 @@
 
 Each point's measured workload is replayed on the calibrated simulator of the target
 (``predict.replay``) three times: with the calibrated stack, and with every step time scaled
-to the ends of the TPOT interval, k = 1 ∓ 1.96 σ (σ of ``predict.transfer``; the low end held
-at ``MIN_SCALE``). Each figure's 95 % interval spans what those three replays give: the
+to the ends of the TPOT interval, k = exp(∓1.96 σ) (σ of ``predict.transfer``; the low end
+held at ``MIN_SCALE``). Each figure's 95 % interval spans what those three replays give: the
 figures are monotone in the step time, so the ends of the step-time interval carry to them
 through the simulator's queueing rather than through a linear rule. tokens/J adds the power
-law's residual RMS in quadrature. The boundary belongs to the workload, not to a point: one
-search per pair of mean lengths, its interval at the widest σ of the points sharing them.
+law's residual RMS and the power transfer errors in quadrature. The boundary belongs to the
+workload, not to a point: one search per pair of mean lengths, its interval at the widest σ
+of the points sharing them.
 $/Mtok is ``metrics.cost`` at the predicted goodput (the GPU price only; a kWh price is the
 buyer's own bill).
 """
@@ -25,7 +26,7 @@ from tokenwatt.predict.calibrate import Calibration
 from tokenwatt.predict.points import StepPoint
 from tokenwatt.predict.replay import Replayed, ReplayLoad, TargetNode, boundary_rps, replay
 from tokenwatt.predict.replay import target_config as _config
-from tokenwatt.predict.transfer import Z_95
+from tokenwatt.predict.transfer import interval_factors
 from tokenwatt.sim import SimConfig
 
 __all__ = ["MIN_SCALE", "ServedPrediction", "Span", "predict_served", "replay_load"]
@@ -91,23 +92,25 @@ def _tpj(runs: Sequence[Replayed], power_sigma: float) -> Span | None:
     if any(v is None for v in vals):
         return None
     span = _span([v for v in vals if v is not None])
-    half = Z_95 * power_sigma
-    return Span(span.value, max(0.0, span.low * (1 - half)), span.high * (1 + half))
+    low, high = interval_factors(power_sigma)
+    return Span(span.value, span.low * low, span.high * high)
 
 
 def predict_served(
     cal: Calibration, points: Sequence[StepPoint], node: TargetNode, geometry: ModelGeometry,
     limits: Limits, *, sigmas: Sequence[float], price_per_gpu_hour: float | None = None,
-    requests: int = 400, seed: int = 0,
+    requests: int = 400, seed: int = 0, power_sigmas: Sequence[float] | None = None,
 ) -> list[ServedPrediction | None]:  # fmt: skip
-    """One prediction per point, ``sigmas`` its step time's relative σ (None where the point
-    has no workload to replay)."""
+    """One prediction per point, ``sigmas`` its step time's relative σ, ``power_sigmas`` the
+    power transfer errors its tokens/J adds (None: none), None where the point has no workload
+    to replay."""
     longest = max(round((p.prompt_tokens or 0) + (p.output_tokens or 0)) for p in points)
     model_len = max(2, longest + 16)
     loads = [replay_load(p, requests) for p in points]
 
     def configs(sigma: float) -> list[SimConfig]:
-        scales = (1.0, max(MIN_SCALE, 1.0 - Z_95 * sigma), 1.0 + Z_95 * sigma)
+        fast, slow = interval_factors(sigma)
+        scales = (1.0, max(MIN_SCALE, fast), slow)
         return [
             _config(cal, node, geometry, scale=k, seed=seed, max_model_len=model_len)
             for k in scales
@@ -130,9 +133,10 @@ def predict_served(
         for key, sigma in widest.items()
     }
     gpus = node.gpus_per_replica * node.replicas
-    power_sigma = 0.0 if cal.power is None else cal.power.rms_residual
+    power_rms = 0.0 if cal.power is None else cal.power.rms_residual
+    moved = [0.0] * len(points) if power_sigmas is None else list(power_sigmas)
     out: list[ServedPrediction | None] = []
-    for point, load, sigma in zip(points, loads, sigmas, strict=True):
+    for point, load, sigma, power_moved in zip(points, loads, sigmas, moved, strict=True):
         if load is None:
             out.append(None)
             continue
@@ -150,7 +154,7 @@ def predict_served(
                 goodput_tok_s=goodput,
                 slo_passed=runs[0].slo_passed,
                 boundary_rps=boundaries[key],
-                tokens_per_joule=_tpj(runs, power_sigma),
+                tokens_per_joule=_tpj(runs, math.hypot(power_rms, power_moved)),
                 usd_per_mtok=_usd(price_per_gpu_hour, gpus, goodput),
             )
         )
