@@ -72,8 +72,11 @@ def test_an_exclusive_test_overlaps_no_other(tmp_path: Path) -> None:
     (suite / "test_mixed.py").write_text(SUITE)
     path = f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     env = {**os.environ, "SPANS": str(spans), "PYTHONPATH": path}
+    # its own --basetemp: a run under the shared temporary root first deletes the oldest runs'
+    # folders there (another whole suite's tmp_path trees), which is not this check's time
     cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "worksteal",
-           "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)]  # fmt: skip
+           "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "basetemp"),
+           "--rootdir", str(suite), str(suite)]  # fmt: skip
     proc = subprocess.run(
         cmd, check=False, cwd=suite, env=env, capture_output=True, text=True, timeout=120
     )
