@@ -2,7 +2,8 @@
 an exclusive test's run overlaps no other test's, while the shared tests do overlap each other
 (so the check below could see an overlap if the lock let one through). Each test also says how
 it holds the lock (a second shared ``flock`` from the same process is refused only beside an
-exclusive one): a long-run marker alone, ``virtual`` shared."""
+exclusive one): a long-run marker alone, ``virtual`` shared. The exclusive tests run first, as
+one block on one worker, so the other worker waits for them once."""
 
 from __future__ import annotations
 
@@ -37,9 +38,13 @@ def span(request):
         t0 = time.monotonic()
         time.sleep(seconds)
         with open(os.path.join(os.environ["SPANS"], name), "w") as f:
-            json.dump([t0, time.monotonic(), held], f)
+            json.dump([t0, time.monotonic(), held, os.environ["PYTEST_XDIST_WORKER"]], f)
 
     return record
+
+@pytest.mark.slow
+def test_long_run(span):
+    span("long0", 0.4)
 
 @pytest.mark.parametrize("i", range(6))
 def test_shared(i, span):
@@ -49,10 +54,6 @@ def test_shared(i, span):
 @pytest.mark.parametrize("i", range(2))
 def test_alone(i, span):
     span(f"alone{i}", 0.4)
-
-@pytest.mark.slow
-def test_long_run(span):
-    span("long0", 0.4)
 
 @pytest.mark.slow
 @pytest.mark.virtual
@@ -71,7 +72,10 @@ def test_an_exclusive_test_overlaps_no_other(tmp_path: Path) -> None:
     (suite / "test_mixed.py").write_text(SUITE)
     path = f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     env = {**os.environ, "SPANS": str(spans), "PYTHONPATH": path}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+    # its own --basetemp: a run under the shared temporary root first deletes the oldest runs'
+    # folders there (another whole suite's tmp_path trees), which is not this check's time
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "worksteal",
+           "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "basetemp"),
            "--rootdir", str(suite), str(suite)]  # fmt: skip
     proc = subprocess.run(
         cmd, check=False, cwd=suite, env=env, capture_output=True, text=True, timeout=120
@@ -91,3 +95,11 @@ def test_an_exclusive_test_overlaps_no_other(tmp_path: Path) -> None:
         assert not any(overlap(got[name], got[n]) for n in others), (name, got)
     shared = [got[f"shared{i}"] for i in range(6)]
     assert any(overlap(a, b) for k, a in enumerate(shared) for b in shared[k + 1 :])
+    # The exclusive tests run as one block on one worker: no other test starts or ends between
+    # the first one's start and the last one's end (the scheduling that saves the other
+    # worker a wait per exclusive test; without the lock kept across them a shared test
+    # slips in between).
+    assert len({got[name][3] for name in alone}) == 1, got
+    first, last = min(got[n][0] for n in alone), max(got[n][1] for n in alone)
+    between = [n for n in got if n not in alone and got[n][1] > first and got[n][0] < last]
+    assert not between, (between, got)

@@ -4,7 +4,8 @@ Those tests hold a figure measured against the wall clock (the client's send lat
 stamps, MBU, tokens/J, T or B over HTTP against the simulator's truth, a stall): a second
 worker's test on the same cores moves their figures, not the code. The mark goes on each such
 test, not on its module, so a module's argument checks, refusals, file shapes and virtual-time
-figures keep sharing the cores. Loaded as a plugin by ``conftest.py`` (and by
+figures keep sharing the cores. The exclusive tests run first, as one block on one worker, so
+the other worker waits for them once. Loaded as a plugin by ``conftest.py`` (and by
 ``test_xdist_exclusive.py``, which checks the lock on a suite of its own).
 """
 
@@ -57,25 +58,77 @@ def lock_paths(config: pytest.Config) -> tuple[Path, Path] | None:
     return folder / f"xdist-{run}.turnstile", folder / f"xdist-{run}.lock"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist, the exclusive tests first, in their collected order, the rest after them.
+
+    xdist's ``worksteal`` scheduler (pyproject's ``--dist``) hands each worker a run of
+    consecutive tests (a first share, then halves stolen from the longest queue's tail), so
+    the exclusive ones land together on one worker, which holds the lock across them (see
+    ``pytest_runtest_protocol``): the other worker waits once for one block instead of once
+    per exclusive test, each wait also costing the rest of whatever test it had running.
+    Every worker sorts alike, so the collections still agree. Serial runs keep pytest's order."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    items[:] = sorted(items, key=lambda item: not runs_alone(item))
+
+
+class _Lock:
+    """One worker's hold on the run's readers-writer lock, kept open across tests so a run of
+    exclusive tests can keep it without letting another worker's test in between."""
+
+    def __init__(self, paths: tuple[Path, Path]) -> None:
+        self.gate = open(paths[0], "a")  # noqa: SIM115 (held for the worker's whole run)
+        self.lock = open(paths[1], "a")  # noqa: SIM115
+        self.alone = False
+
+    def take(self, alone: bool) -> None:
+        fcntl.flock(self.gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+        self.alone = alone
+
+    def release(self) -> None:
+        fcntl.flock(self.lock, fcntl.LOCK_UN)
+        self.alone = False
+
+
+_LOCK = pytest.StashKey[_Lock]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    held = config.stash.get(_LOCK, None)
+    if held is not None:
+        held.gate.close()
+        held.lock.close()
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, None, None]:
     """Exclusive tests take the lock alone, every other test shares it: a readers-writer lock
     over ``flock``; the turnstile, held by a writer while it waits, keeps new readers from
-    starving it. Taken around the whole test, outside pytest-timeout's timer (this wrapper
-    runs first), so the wait for a neighbour's long test never counts against a test's own
-    timeout. Serial runs take no lock."""
+    starving it. An exclusive test whose next test on this worker is exclusive too keeps the
+    lock for it (xdist names the next test before running this one), so consecutive exclusive
+    tests run as one block. Taken around the whole test, outside pytest-timeout's timer (this
+    wrapper runs first), so the wait for a neighbour's long test never counts against a test's
+    own timeout. Serial runs take no lock."""
     paths = lock_paths(item.config)
     if paths is None:
         yield
         return
+    held = item.config.stash.get(_LOCK, None)
+    if held is None:
+        held = item.config.stash[_LOCK] = _Lock(paths)
     exclusive = runs_alone(item)
-    with open(paths[0], "a") as gate, open(paths[1], "a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    if not (exclusive and held.alone):
+        held.take(exclusive)
+    keep = False
+    try:
+        yield
+        keep = exclusive and nextitem is not None and runs_alone(nextitem)
+    finally:
+        if not keep:
+            held.release()
