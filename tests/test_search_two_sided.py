@@ -116,19 +116,13 @@ def test_unclosed_line_by_hand() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: a two-sided search whose D = 1 fit is open stops on the plain "
-    "bracket and calls 'converged' with its reported interval open (the fix makes "
-    "tests/test_bench.py's 15-request-window fixture run out of max_probes instead)",
-)
 def test_a_narrow_bracket_with_the_fit_open_above_does_not_stop_the_two_sided_search() -> None:
     """Virtual time, MoE (Qwen3-30B-A3B 512 → 128 on a simulated H100), seed 1042, started at
     the reference boundary 21.03 req/s as the bench's staircase starts it: a pass there, a
     failure at 23.13 with 4 misses of 165 (too few for the D = 1 fit to place its high end),
-    a pass at 22.06. The bracket 22.06–23.13 is within 10 %, and the plain bisection used to
-    calls that converged with the reported interval open at both ends; the reported interval
-    should decide the stop (with that rule it closes around the reference, 19.2–23.7)."""
+    a pass at 22.06. The bracket 22.06–23.13 is within 10 % while the reported interval is
+    open at both ends: the plain bracket's stop is not the two-sided search's, the reported
+    interval decides it, and the search goes on until that closes around the reference."""
     import sys
     from pathlib import Path
 

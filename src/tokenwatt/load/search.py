@@ -572,12 +572,11 @@ class BoundarySearch(Generic[P]):
                 if not self._budget_left():
                     out.stop_reason = self._out_of_budget()
                     return out
-                want = None
                 if nxt is None and close is not None:
-                    nxt = (close[0], "fit")
-                    want = self._low_end_wanted(close[0]) if close[1] == "low" else None
-                assert nxt is not None
-                await self._run_one(*nxt, want_judged=want)
+                    await self._run_close(close)
+                else:
+                    assert nxt is not None
+                    await self._run_one(*nxt)
                 continue
             if not self._budget_left():
                 out.stop_reason = self._out_of_budget()
@@ -587,9 +586,25 @@ class BoundarySearch(Generic[P]):
             elif self.confirm and hi not in self._confirmed:
                 self._confirmed.add(hi)
                 await self._run_one(hi, "confirm")
+            elif (close := self._close_plain()) is not None:
+                await self._run_close(close)
             else:
                 out.stop_reason = "converged"
                 return out
+
+    def _close_plain(self) -> tuple[float, str] | None:
+        """Two-sided, with the D = 1 fit still open: the plain bracket's stop is not the
+        search's; the reported interval decides it (``_close_next``), as it does once the fit
+        has closed. None when the search is not two-sided or has no counts to fit."""
+        if not (self.two_sided and self._fit_mode and self._evidence):
+            return None
+        return self._close_next()
+
+    async def _run_close(self, close: tuple[float, str]) -> None:
+        """One probe for an end of the reported interval; the low end's with its long window."""
+        rate, end = close
+        want = self._low_end_wanted(rate) if end == "low" else None
+        await self._run_one(rate, "fit", want_judged=want)
 
 
 CHECK_ROLE = (
