@@ -3,8 +3,9 @@
 The end-to-end spec makes the boundary a property of the engine: a dense model limited to 8
 running sequences per step, so service saturates at 8 ÷ (8 tokens × step time) requests/s
 and the queue (TTFT) grows above it. Arrivals are evenly spaced (constant) so that windows of
-1 s mean something: with Poisson arrivals a 30-request window carries ±18 % of count noise,
-which the slow validation tests handle with longer probes instead. Eight output tokens keep a
+1.5 s mean something (and stay over ten update periods of the energy counter): with Poisson
+arrivals a 30-request window carries ±18 % of count noise, which the slow validation tests
+handle with longer probes instead. Eight output tokens keep a
 request's lifetime (and so the bench's warm-up of three lifetimes) near a quarter of a second,
 and the search starts at about 85 % of saturation. The SLO is p90 (α = 0.1): the two-sided
 search stops only once its reported interval is closed at both ends, and at p90 the low end
@@ -66,7 +67,7 @@ SPEC = {
         "single_stream_requests": 2,
         "probe": {
             "warmup_s": 0.5,
-            "min_duration_s": 1.0,
+            "min_duration_s": 1.5,
             "min_requests": 15,
             "max_duration_s": 4,
             "drain_timeout_s": 5,
