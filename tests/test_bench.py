@@ -9,7 +9,7 @@ handle with longer probes instead. Eight output tokens keep a
 request's lifetime (and so the bench's warm-up of three lifetimes) near a quarter of a second,
 and the search starts at about 85 % of saturation. The SLO is p90 (α = 0.1): the two-sided
 search stops only once its reported interval is closed at both ends, and at p90 the low end
-needs about a hundred clean requests (at p99, about a thousand: far beyond 1 s windows).
+needs about a hundred clean requests (at p99, about a thousand: far beyond 1.5 s windows).
 """
 
 from __future__ import annotations
