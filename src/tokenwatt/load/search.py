@@ -48,7 +48,10 @@ are probed rates; the search probes the interval's geometric middle (or, when a 
 sits within precision/2 of it, the fitted point) and stops when the interval's half width is
 within ``precision`` of its point. No confirmation re-run: a rate already measured is probed
 again only when both candidates have been measured (the data there are undecided or
-contradict each other), and then both measurements enter the fit together.
+contradict each other), and then both measurements enter the fit together; in the
+two-sided search, at most once: after that its reported interval decides (below). The
+one-sided search keeps pooling there: its D = 1 ends sit at probed rates and narrow only by
+more counts at them.
 
 **Two-sided** (``two_sided``, what ``tokenwatt bench`` runs): the search above stops on its
 own interval (D = 1, ends at probed rates) at its resolution, min(``precision``, 5 %); the
@@ -56,10 +59,12 @@ interval the user reads (``metrics.boundary.reported_boundary``: the low end thr
 design effect D = 5) is then usually open below. The search goes on (``_close_next``) until
 its reported interval (``metrics.boundary.two_sided_boundary``: the low end at a probed rate
 through D = 5) is closed at both ends and its half width is within ``precision`` of its
-point. An open high end gets a probe at point × (1 + precision); otherwise the low end gets
-its probe at the lowest rate that leaves the half width within precision once its passes
-establish it, point × (1 − 2·precision + 1 %) + (high − point). That probe's window is long
-enough for the low end at once (``want_judged``: the clean requests the end still needs,
+point. That interval decides the stop also while the D = 1 fit is still open (too few counts
+at a failure to place its high end): a plain bracket within ``precision`` does not stop it.
+An open high end gets a probe at point × (1 + precision); otherwise the low end gets its probe
+at the lowest rate that leaves the half width within precision once its passes establish it,
+point × (1 − 2·precision + 1 %) + (high − point). That probe's window is long enough
+for the low end at once (``want_judged``: the clean requests the end still needs,
 ``LOW_END_CLEAN`` less those already judged clean from its rate up to the lowest failure; its
 pass may not close the window sooner, a failure still stops it at once): one warm-up and one
 drain instead of one per ~280 requests. If a miss there leaves the end short, the rate is
@@ -411,7 +416,8 @@ class BoundarySearch(Generic[P]):
 
     def _fit_next(self) -> tuple[float, Phase] | None:
         """Fit mode: the next rate, or None when the interval is narrow enough (its half width
-        within ``precision`` of its point)."""
+        within the resolution of its point) or, two-sided, when the rate it asks for has been
+        measured twice already (the two-sided search re-measures a rate at most once)."""
         fit = self.outcome.fit
         if fit is None or fit.rate_rps is None:
             return None
@@ -428,6 +434,11 @@ class BoundarySearch(Generic[P]):
         for r in (middle, fit.rate_rps):
             if fresh(r):
                 return min(r, self.max_rate_rps), "fit"
+        times = sum(abs(math.log(middle / m)) < self.resolution / 2 for m in measured)
+        if self.two_sided and times >= 2:
+            # Measured twice there already: the reported interval decides from here on (its
+            # own probes close its ends); a third window at the D = 1 fit's point only pools.
+            return None
         return min(middle, self.max_rate_rps), "confirm"
 
     def _close_next(self) -> tuple[float, str] | None:
@@ -572,12 +583,11 @@ class BoundarySearch(Generic[P]):
                 if not self._budget_left():
                     out.stop_reason = self._out_of_budget()
                     return out
-                want = None
                 if nxt is None and close is not None:
-                    nxt = (close[0], "fit")
-                    want = self._low_end_wanted(close[0]) if close[1] == "low" else None
-                assert nxt is not None
-                await self._run_one(*nxt, want_judged=want)
+                    await self._run_close(close)
+                else:
+                    assert nxt is not None
+                    await self._run_one(*nxt)
                 continue
             if not self._budget_left():
                 out.stop_reason = self._out_of_budget()
@@ -587,9 +597,25 @@ class BoundarySearch(Generic[P]):
             elif self.confirm and hi not in self._confirmed:
                 self._confirmed.add(hi)
                 await self._run_one(hi, "confirm")
+            elif (close := self._close_plain()) is not None:
+                await self._run_close(close)
             else:
                 out.stop_reason = "converged"
                 return out
+
+    def _close_plain(self) -> tuple[float, str] | None:
+        """Two-sided, with the D = 1 fit still open: the plain bracket's stop is not the
+        search's; the reported interval decides it (``_close_next``), as it does once the fit
+        has closed. None when the search is not two-sided or has no counts to fit."""
+        if not (self.two_sided and self._fit_mode and self._evidence):
+            return None
+        return self._close_next()
+
+    async def _run_close(self, close: tuple[float, str]) -> None:
+        """One probe for an end of the reported interval; the low end's with its long window."""
+        rate, end = close
+        want = self._low_end_wanted(rate) if end == "low" else None
+        await self._run_one(rate, "fit", want_judged=want)
 
 
 CHECK_ROLE = (
