@@ -319,7 +319,7 @@ def test_early_stop_attainment_form() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_demo_runs_the_bundled_spec(tmp_path: Path) -> None:
-    """`tokenwatt demo` end to end (about two minutes here; its wall time is reported in
+    """`tokenwatt demo` end to end (two to three minutes here; its wall time is reported in
     docs/methodology.md, never asserted)."""
     out = tmp_path / "demo"
     res = run_cli("demo", "--out", str(out), timeout=390)
