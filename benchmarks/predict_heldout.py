@@ -52,6 +52,7 @@ import argparse
 import dataclasses
 import json
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -110,21 +111,28 @@ def _groups(configs: list[MlEnergyConfig], gpu: str) -> dict[int, list[MlEnergyC
 
 def _transfer(stem: str, model: str, configs: list[MlEnergyConfig]) -> list[float]:
     """The score's hardware rule on a held-out file: signed TPOT errors, printed per cap."""
-    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
     hg, bg = _groups(configs, "H100"), _groups(configs, "B200")
     h_rows = hg[max(hg, key=lambda g: len(hg[g]))]
-    cal = calibrate(_points(model, h_rows))
     errs = []
     for b_gpus, b_rows in sorted(bg.items()):
-        for b in b_rows:
-            src = [c for c in h_rows if c.max_num_seqs == b.max_num_seqs]
-            if not src:
-                continue
-            target = Target(b200, gpus_per_replica=b_gpus)
-            (pred,) = predict_points(cal, _points(model, src[:1]), target, source=h100)
+        for b, pred in _b200_predictions(model, h_rows, b_rows, b_gpus):
             errs.append(pred.tpot_s * 1e3 / b.median_itl_ms - 1.0)
             print(f"  {stem}: B200 x{b_gpus} seqs {b.max_num_seqs:5d}  {errs[-1]:+.1%}")
     return errs
+
+
+def _b200_predictions(model: str, fit: list[MlEnergyConfig], scored: list[MlEnergyConfig],
+                      gpus: int) -> Iterator[tuple[MlEnergyConfig, Prediction]]:  # fmt: skip
+    """Each B200 row with its prediction by the score's hardware rule from the H100 row with
+    the same cap (rows without one are skipped), on a calibration over ``fit``."""
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    cal = calibrate(_points(model, fit))
+    target = Target(b200, gpus_per_replica=gpus)
+    for row in scored:
+        src = [c for c in fit if c.max_num_seqs == row.max_num_seqs]
+        if src:
+            (pred,) = predict_points(cal, _points(model, src[:1]), target, source=h100)
+            yield row, pred
 
 
 def _both(model: str, configs: list[MlEnergyConfig]) -> list[tuple[str, StepPoint]]:
@@ -278,17 +286,7 @@ def _log_errors(model: str, fit: list[MlEnergyConfig], scored: list[MlEnergyConf
                 gpus: int) -> Errors:  # fmt: skip
     """Log errors of each B200 row, predicted by the score's hardware rule from the H100 row
     with the same cap (rows without one are skipped)."""
-    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
-    cal = calibrate(_points(model, fit))
-    out = []
-    for row in scored:
-        src = [c for c in fit if c.max_num_seqs == row.max_num_seqs]
-        if not src:
-            continue
-        target = Target(b200, gpus_per_replica=gpus)
-        (pred,) = predict_points(cal, _points(model, src[:1]), target, source=h100)
-        out.append(_pair(row, pred))
-    return out
+    return [_pair(row, pred) for row, pred in _b200_predictions(model, fit, scored, gpus)]
 
 
 def _transfer_evidence(data: Path) -> dict[tuple[str, bool], Errors]:

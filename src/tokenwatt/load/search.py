@@ -426,16 +426,15 @@ class BoundarySearch(Generic[P]):
             return None
         measured = [e.rate_rps for e in self._evidence]
 
-        def fresh(r: float) -> bool:
-            return all(abs(math.log(r / m)) >= self.resolution / 2 for m in measured)
+        def times(r: float) -> int:  # windows measured within half the resolution of r
+            return sum(abs(math.log(r / m)) < self.resolution / 2 for m in measured)
 
         lo, hi = fit.low_rps, fit.high_rps
         middle = math.sqrt(lo * hi) if lo is not None and hi is not None else fit.rate_rps
         for r in (middle, fit.rate_rps):
-            if fresh(r):
+            if times(r) == 0:
                 return min(r, self.max_rate_rps), "fit"
-        times = sum(abs(math.log(middle / m)) < self.resolution / 2 for m in measured)
-        if self.two_sided and times >= 2:
+        if self.two_sided and times(middle) >= 2:
             # Measured twice there already: the reported interval decides from here on (its
             # own probes close its ends); a third window at the D = 1 fit's point only pools.
             return None

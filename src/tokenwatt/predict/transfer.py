@@ -151,16 +151,23 @@ def _d_load(cal: Calibration, batch: float) -> float:
     return max(0.0, math.log(batch / hi), math.log(lo / batch))
 
 
+def _moves(
+    cal: Calibration, point: StepPoint, batch: float | None, gpus_per_replica: int | None
+) -> tuple[bool, bool]:
+    """(the GPUs per replica change, the batch leaves the fitted range): the two moves the
+    held-out transfer errors are priced for, besides the accelerator."""
+    gpus = gpus_per_replica or point.gpus_per_replica
+    beyond = _d_load(cal, point.batch if batch is None else batch) > 0.0
+    return gpus != point.gpus_per_replica, beyond
+
+
 def transfer_sigma(
     cal: Calibration, point: StepPoint, target: Accelerator, *, source: Accelerator | None,
     batch: float | None = None, gpus_per_replica: int | None = None,
 ) -> float:  # fmt: skip
     """√(e_hw² + e_load²): the held-out transfer errors that apply to this move."""
-    gpus = gpus_per_replica or point.gpus_per_replica
-    hw = transfer_error(
-        source, target, long=long_output(point), gpus_changed=gpus != point.gpus_per_replica
-    )
-    beyond = _d_load(cal, point.batch if batch is None else batch) > 0.0
+    gpus_changed, beyond = _moves(cal, point, batch, gpus_per_replica)
+    hw = transfer_error(source, target, long=long_output(point), gpus_changed=gpus_changed)
     return math.hypot(hw, LOAD_TRANSFER if beyond else 0.0)
 
 
@@ -170,9 +177,8 @@ def power_transfer_sigma(
 ) -> float:  # fmt: skip
     """The held-out power transfer errors that apply to this move (in quadrature): another
     accelerator or GPU count, and a batch beyond the fitted range."""
-    gpus = gpus_per_replica or point.gpus_per_replica
-    moved = transfer_error(source, target, gpus_changed=gpus != point.gpus_per_replica) > 0.0
-    beyond = _d_load(cal, point.batch if batch is None else batch) > 0.0
+    gpus_changed, beyond = _moves(cal, point, batch, gpus_per_replica)
+    moved = transfer_error(source, target, gpus_changed=gpus_changed) > 0.0
     return math.hypot(
         POWER_ACCELERATOR_TRANSFER if moved else 0.0, POWER_LOAD_TRANSFER if beyond else 0.0
     )
