@@ -1,0 +1,149 @@
+"""Score ``tokenwatt predict`` on InferenceX's H200 → B200 pairs, beside the bandwidth ratio.
+
+Usage: python benchmarks/predict_score_inferencex.py [--data FILE] [--json]
+
+FILE is an InferenceX benchmarks JSON list (the InferenceX app's API rows; the default is the
+trimmed sample in tests/fixtures/public/inferencex). A pair is two rows that share model,
+framework, weight precision, parallelism, nominal lengths and the night they ran
+(``predict.inferencex.pair_key``), one on the H200 and one on the B200. Per pair group:
+calibrate on the H200 rows only (every concurrency of that night), predict each B200 row whose
+concurrency the H200 rows also hold from the H200 row at that concurrency, and compare TPOT
+(median TPOT) and output throughput with the B200's. Every calibration prints the rows it was
+fitted on and the rows it scored. The predictor, its constants and its interval rule are
+``predict.transfer``'s, as the ML.ENERGY score uses them (``predict_score.py``); nothing here
+is fitted to a scored row. No power is published, so no tokens/J is scored.
+
+Baseline: the bandwidth ratio (τ × H200 bandwidth ÷ B200 bandwidth, the same GPU count;
+throughput inversely).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+
+from predict_score import Scored, Split, _inside, _inside_tput, _print, _summary
+
+from tokenwatt.hardware import get_accelerator
+from tokenwatt.predict import Target, calibrate, points_from_rows, predict_points
+from tokenwatt.predict.inferencex import InferenceXRow, pair_key, read_inferencex, to_row
+from tokenwatt.predict.transfer import LONG_OUTPUT_TOKENS
+
+FIXTURE = (
+    Path(__file__).resolve().parents[1]
+    / "tests/fixtures/public/inferencex/benchmarks-history-dsr1-fp8-h200-b200.json"
+)
+SOURCE, TARGET = "h200", "b200"
+
+
+def _name(rows: list[InferenceXRow]) -> str:
+    r = rows[0]
+    return (
+        f"{r.framework} {r.model} {r.precision} tp{r.decode_tp} ep{r.decode_ep} "
+        f"{r.isl}/{r.osl} {r.date}"
+    )
+
+
+def _concs(gpu: str, rows: list[InferenceXRow]) -> str:
+    return f"{gpu} x{rows[0].decode_tp} conc {sorted(r.conc for r in rows)}" if rows else gpu
+
+
+def pair_groups(rows: list[InferenceXRow]) -> list[tuple[list[InferenceXRow], list[InferenceXRow]]]:
+    """(source rows, target rows) per pair key holding both accelerators, in key order; rows
+    of models or precisions the reader cannot map are left out (not refused)."""
+    groups: dict[tuple[object, ...], dict[str, list[InferenceXRow]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in rows:
+        if r.hardware in (SOURCE, TARGET) and r.spec_method == "none" and not r.disagg:
+            groups[pair_key(r)][r.hardware].append(r)
+    return [
+        (sorted(g[SOURCE], key=lambda r: r.conc), sorted(g[TARGET], key=lambda r: r.conc))
+        for _, g in sorted(groups.items(), key=lambda kv: str(kv[0]))
+        if g[SOURCE] and g[TARGET]
+    ]
+
+
+def score_group(
+    src_rows: list[InferenceXRow], dst_rows: list[InferenceXRow], splits: list[Split]
+) -> list[Scored]:
+    """Fit on ``src_rows`` only; score each target row whose concurrency the source holds."""
+    src_acc, dst_acc = get_accelerator(SOURCE), get_accelerator(TARGET)
+    cal = calibrate(points_from_rows([to_row(r) for r in src_rows]))
+    by_conc = {r.conc: r for r in src_rows}
+    scored_rows = [r for r in dst_rows if r.conc in by_conc]
+    name = _name(src_rows)
+    splits.append(Split("hardware", name, _concs("H200", src_rows), _concs("B200", scored_rows)))
+    bw = src_acc.bandwidth_bytes_per_s / dst_acc.bandwidth_bytes_per_s
+    out = []
+    for b in scored_rows:
+        s = by_conc[b.conc]
+        (point,) = points_from_rows([to_row(s)])
+        target = Target(dst_acc, gpus_per_replica=b.decode_tp)
+        (pred,) = predict_points(cal, [point], target, source=src_acc)
+        meas_ms, src_ms = b.metrics.median_tpot * 1e3, s.metrics.median_tpot * 1e3
+        meas_t = (b.metrics.output_tput_per_gpu or 0.0) * b.decode_tp
+        src_t = (s.metrics.output_tput_per_gpu or 0.0) * s.decode_tp
+        out.append(
+            Scored(
+                "hardware", name, b.conc,
+                pred.tpot_s * 1e3 / meas_ms - 1.0,
+                pred.output_tokens_per_s / meas_t - 1.0 if meas_t else float("nan"),
+                None,
+                src_ms * bw / meas_ms - 1.0,
+                src_t / bw / meas_t - 1.0 if meas_t else float("nan"),
+                None,
+                _inside(pred, meas_ms),
+                None,
+                _inside_tput(pred, meas_t),
+                pred.tpot_interval_s.high / pred.tpot_s,
+                b.osl >= LONG_OUTPUT_TOKENS,
+            )
+        )  # fmt: skip
+    return out
+
+
+def score(rows: list[InferenceXRow]) -> tuple[list[Scored], list[Split]]:
+    splits: list[Split] = []
+    scored: list[Scored] = []
+    for src_rows, dst_rows in pair_groups(rows):
+        scored += score_group(src_rows, dst_rows, splits)
+    return scored, splits
+
+
+def _by_setup(scored: list[Scored]) -> None:
+    """Median |TPOT error| per framework and workload (a reading, nothing fitted to it)."""
+    groups: dict[str, list[Scored]] = defaultdict(list)
+    for r in scored:
+        framework, _, _, _, _, lengths, _ = r.file.split(" ")
+        groups[f"{framework} {lengths}"].append(r)
+    print("\nby framework and isl/osl: points, TPOT median |error|, median signed, ratio median")
+    for k, sub in sorted(groups.items()):
+        print(f"  {k}: {len(sub)}, {statistics.median(abs(r.tpot_err) for r in sub):.1%}, "
+              f"{statistics.median(r.tpot_err for r in sub):+.1%}, "
+              f"{statistics.median(abs(r.base_tpot_err) for r in sub):.1%}")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=FIXTURE)
+    ap.add_argument("--json", action="store_true", help="every scored point as JSON")
+    args = ap.parse_args()
+    scored, splits = score(read_inferencex(args.data))
+    if args.json:
+        print(json.dumps({"hardware": _summary(scored), "splits": [asdict(x) for x in splits],
+                          "points": [asdict(r) for r in scored]}, indent=1))  # fmt: skip
+        return
+    print("fitted on → scored (no scored row is in its own fit):")
+    for x in splits:
+        print(f"  {x.file}: {x.fitted} → {x.scored}")
+    _print("H200 → B200 (fit on H200 only)", _summary(scored))
+    _by_setup(scored)
+
+
+if __name__ == "__main__":
+    main()
