@@ -128,6 +128,15 @@ def _by_setup(scored: list[Scored]) -> None:
               f"{statistics.median(abs(r.base_tpot_err) for r in sub):.1%}")  # fmt: skip
 
 
+def latest_nights(scored: list[Scored]) -> list[Scored]:
+    """The points of each setup's (framework, parallelism, lengths) latest scored night."""
+    latest: dict[str, str] = {}
+    for r in scored:
+        setup, night = r.file.rsplit(" ", 1)
+        latest[setup] = max(latest.get(setup, night), night)
+    return [r for r in scored if r.file.rsplit(" ", 1)[1] == latest[r.file.rsplit(" ", 1)[0]]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=FIXTURE)
@@ -143,6 +152,10 @@ def main() -> None:
         print(f"  {x.file}: {x.fitted} → {x.scored}")
     _print("H200 → B200 (fit on H200 only)", _summary(scored))
     _by_setup(scored)
+    _print(
+        "the latest night of each setup only (the nights repeat one setup)",
+        _summary(latest_nights(scored)),
+    )
 
 
 if __name__ == "__main__":
