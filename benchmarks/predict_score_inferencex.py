@@ -30,7 +30,13 @@ from predict_score import Scored, Split, _inside, _inside_tput, _print, _summary
 
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.predict import Target, calibrate, points_from_rows, predict_points
-from tokenwatt.predict.inferencex import InferenceXRow, pair_key, read_inferencex, to_row
+from tokenwatt.predict.inferencex import (
+    MODEL_WEIGHTS,
+    InferenceXRow,
+    pair_key,
+    read_inferencex,
+    to_row,
+)
 from tokenwatt.predict.transfer import LONG_OUTPUT_TOKENS
 
 FIXTURE = (
@@ -54,12 +60,14 @@ def _concs(gpu: str, rows: list[InferenceXRow]) -> str:
 
 def pair_groups(rows: list[InferenceXRow]) -> list[tuple[list[InferenceXRow], list[InferenceXRow]]]:
     """(source rows, target rows) per pair key holding both accelerators, in key order; rows
-    of models or precisions the reader cannot map are left out (not refused)."""
+    of models or weight precisions the reader has no geometry for, speculative, disaggregated
+    or multi-node runs are left out (a file holds many; ``to_row`` refuses them one by one)."""
     groups: dict[tuple[object, ...], dict[str, list[InferenceXRow]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in rows:
-        if r.hardware in (SOURCE, TARGET) and r.spec_method == "none" and not r.disagg:
+        plain = r.spec_method == "none" and not r.disagg and not r.is_multinode
+        if r.hardware in (SOURCE, TARGET) and plain and MODEL_WEIGHTS.get(r.model) == r.precision:
             groups[pair_key(r)][r.hardware].append(r)
     return [
         (sorted(g[SOURCE], key=lambda r: r.conc), sorted(g[TARGET], key=lambda r: r.conc))

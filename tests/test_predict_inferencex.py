@@ -137,3 +137,24 @@ def test_the_score_fits_on_h200_rows_only_and_never_on_a_scored_row() -> None:
     assert points[-1].base_tpot_err == pytest.approx(hand, rel=1e-12)
     # a file of H200 rows alone gives nothing to score: no point is scored without its pair
     assert score.pair_groups([r for r in rows if r.hardware == "h200"]) == []
+
+
+def test_the_score_pairs_only_rows_it_can_read(tmp_path: Path) -> None:
+    """An H200/B200 pair of FP4 weights, of MTP or of another model is left out, not refused;
+    the FP8 pair of the same night is kept."""
+    import predict_score_inferencex as score
+
+    raw = [
+        _row(hardware=hw, precision=prec, spec_method=spec, model=model)
+        for hw in ("h200", "b200")
+        for prec, spec, model in (
+            ("fp8", "none", "dsr1"), ("fp4", "none", "dsr1"), ("fp8", "mtp", "dsr1"),
+            ("fp8", "none", "gptoss"),
+        )
+    ]  # fmt: skip
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(raw))
+    groups = score.pair_groups(read_inferencex(path))
+    assert [(len(s), len(d)) for s, d in groups] == [(1, 1)]
+    kept = {(r.precision, r.spec_method, r.model) for r in groups[0][0] + groups[0][1]}
+    assert kept == {("fp8", "none", "dsr1")}
