@@ -29,8 +29,8 @@ Pure arithmetic over what the search already knows, for the live progress line
   drained), ``close_extra_s`` = (956 − clean − 280) / rate seconds more than a search probe;
   both fall to nothing as the clean requests come, and the probe in flight, when it is that
   window, is counted by its own time left. The drift checks are an upper estimate: the
-  confirmation is left out when its rate lies within the resolution of the re-test's
-  (``load.search.drift_check_plan``).
+  confirmation is left out when the re-test's rate lies within the precision of the fitted
+  point (``load.search.drift_check_plan``).
 * **Each probe to come** lasts as long as the finished search probes did on average (their
   wall time, sequential early stops included); before any finished, a full-length probe at
   the current rate.

@@ -48,6 +48,7 @@ from tokenwatt.metrics.slo import binomial_sf
 __all__ = [
     "BOUNDARY_CONFIDENCE",
     "REPORTED_DESIGN_EFFECT",
+    "TWO_SIDED_DESIGN_EFFECT",
     "BoundaryFit",
     "Evidence",
     "binomial_upper",
@@ -69,6 +70,9 @@ BOUNDARY_CONFIDENCE = 0.95
 # (prefill-heavy, the check; 114 of its 200 intervals open below). docs/methodology.md,
 # "Coverage of the boundary's interval". The search stops at D = 1 on probed ends.
 REPORTED_DESIGN_EFFECT = 5.0
+# The two-sided interval's low end (``two_sided_boundary``, at a probed rate) reads its counts
+# through this D; the one-sided ``reported_boundary`` keeps REPORTED_DESIGN_EFFECT.
+TWO_SIDED_DESIGN_EFFECT = 5.0
 Point = tuple[float, int, int]  # (rate, judged, misses)
 _T_MIN = -30.0  # the lowest log-odds the profile tries (p ≈ 1e-13)
 _F_EDGE = 1e-7  # the profile at a probe: the limit from inside the gap
@@ -411,7 +415,7 @@ def two_sided_boundary(
     evidence: Sequence[Evidence],
     allowed: float,
     confidence: float = BOUNDARY_CONFIDENCE,
-    design_effect: float = REPORTED_DESIGN_EFFECT,
+    design_effect: float = TWO_SIDED_DESIGN_EFFECT,
 ) -> BoundaryFit:
     """The boundary as the two-sided search reports it (``load.search``, ``two_sided``): the
     point and the high end as ``reported_boundary`` gives them (ends between probes, D = 1),
