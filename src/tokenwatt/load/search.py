@@ -58,9 +58,10 @@ own interval (D = 1, ends at probed rates) at its resolution, min(``precision``,
 interval the user reads (``metrics.boundary.reported_boundary``: the low end through the
 design effect D = 5) is then usually open below. The search goes on (``_close_next``) until
 its reported interval (``metrics.boundary.two_sided_boundary``: the low end at a probed rate
-through D = 5) is closed at both ends and its half width is within ``precision`` of its
-point. That interval decides the stop also while the D = 1 fit is still open (too few counts
-at a failure to place its high end): a plain bracket within ``precision`` does not stop it.
+through D = ``TWO_SIDED_DESIGN_EFFECT`` = 4) is closed at both ends and its half width is
+within ``precision`` of its point. That interval decides the stop also while the D = 1 fit is
+still open (too few counts at a failure to place its high end): a plain bracket within
+``precision`` does not stop it.
 An open high end gets a probe at point × (1 + precision); otherwise the low end gets its probe
 at the lowest rate that leaves the half width within precision once its passes establish it,
 point × (1 − 2·precision + 1 %) + (high − point). That probe's window is long enough
@@ -161,7 +162,8 @@ RESOLUTION = 0.05
 LOW_MARGIN = 0.01  # the low end's probe sits this fraction (of the point) inside the target
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
 # Clean requests (at p99) that establish the two-sided interval's low end: its cut loses
-# n · −ln(0.99) / D > χ²₁(95 %)/2 (``metrics.boundary.two_sided_boundary``), n ≥ 956.
+# n · −ln(0.99) / D > χ²₁(95 %)/2 (``metrics.boundary.two_sided_boundary``, D =
+# TWO_SIDED_DESIGN_EFFECT = 4), n ≥ 765.
 
 
 def low_end_clean(design_effect: float) -> int:
