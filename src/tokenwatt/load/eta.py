@@ -22,10 +22,10 @@ Pure arithmetic over what the search already knows, for the live progress line
   resolution, ``ln(1 + 2·min(precision, 5 %))``, and the two-sided search adds the probe that
   establishes the interval's low end (``close_probes``): its cut must lose more than
   χ²₁(95 %)/2 · D (D = ``TWO_SIDED_DESIGN_EFFECT`` = 4) of log-likelihood, i.e.
-  ``LOW_END_CLEAN`` = 765 clean requests at
-  p99 at or above the low end's probe, less the clean requests already judged near the
-  boundary (passes within 2·precision + 5 % of the lowest failure). That probe is one long
-  window (``load.search``, ``want_judged``): one probe, whose window holds what the end still
+  ``LOW_END_CLEAN`` = 765 clean requests at p99 at or above the low end's probe, less the
+  clean requests already judged near the boundary (passes within 2·precision + 5 % of the
+  lowest failure). That probe is one long window (``load.search``, ``want_judged``): one
+  probe, whose window holds what the end still
   needs beyond the ``PASS_JUDGED`` = 280 of a decided pass (194 to decide, the rest
   drained), ``close_extra_s`` = (765 − clean − 280) / rate seconds more than a search probe;
   both fall to nothing as the clean requests come, and the probe in flight, when it is that
