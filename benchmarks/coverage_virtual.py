@@ -15,14 +15,19 @@ appends each search's probes (rate, counts, miss flags in send order) to a JSON-
 many references fell below and above the interval, how many intervals were open below and
 above, and the probe seconds a real server would spend, estimated from the dump: ``_probe_s``),
 so several processes can share the searches of one case (``--first-seed``); ``--design-effect``
-is the low end's (``metrics.boundary.reported_boundary``: the high end reads D = 1).
+is the low end's in the printed interval (``metrics.boundary.reported_boundary``, or
+``two_sided_boundary``: the high end reads D = 1); ``--search-design-effect`` is the one the
+two-sided search's own stop reads (``BoundarySearch.low_end_design_effect``: where it puts the
+low end's probe and how many clean requests its window gathers), so a candidate D needs runs
+with both set to it, not a re-summary of dumps made at another.
 With ``--precision P`` each search is two-sided, as ``tokenwatt bench`` searches (``two_sided``:
 it goes on until the reported interval is closed and within ± P); without it, each search
 stops on its own D = 1 interval at 5 %. The row adds the
 searches whose reported interval at that D lies within ± 5 % of its point.
 ``--checks`` follows each converged search with ``tokenwatt bench``'s drift checks
 (``load.bench._drift_checks``: a re-test at the highest pass and a confirmation at the fitted
-point, each failing only on 194 judged requests), judged as the bench judges them
+point unless the re-test lies within the precision of it, each failing only on 194 judged
+requests), judged as the bench judges them
 (``metrics.drift``, through ``virtual_probe.drift_checks``); they do not join the evidence, and
 a change called leaves no boundary (counted as not held, and printed).
 ``--start-factor F`` (with ``--reference``) starts each search where ``tokenwatt bench``'s
@@ -51,6 +56,7 @@ from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import RESOLUTION, BoundarySearch, SearchOutcome
 from tokenwatt.metrics.boundary import (
     REPORTED_DESIGN_EFFECT,
+    TWO_SIDED_DESIGN_EFFECT,
     BoundaryFit,
     Evidence,
     reported_boundary,
@@ -63,8 +69,8 @@ from virtual_probe import (
     VirtualProbe,
     VirtualRun,
     drift_checks,
+    lifetime_at,
     reference_boundary,
-    run_window,
 )
 
 
@@ -101,11 +107,15 @@ def interval(ev: list[Evidence], d: float, two_sided: bool) -> BoundaryFit:
     return reported_boundary(ev, 0.01, 0.95, d)
 
 
-def checks(probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int) -> bool:
+def checks(
+    probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int, precision: float
+) -> bool:
     """The bench's drift checks after a converged search, in virtual time
-    (``virtual_probe.drift_checks``, the bench's rule); True when a change is called (no
-    boundary). Checks never join the evidence, as in ``load.bench._drift_checks``."""
-    return any(c.changed is not None for c in drift_checks(probe, out, seed))
+    (``virtual_probe.drift_checks``, the bench's rule and plan at ``precision``); True when a
+    change is called (no boundary). Checks never join the evidence, as in
+    ``load.bench._drift_checks``."""
+    found = drift_checks(probe, out, seed, precision=precision)
+    return any(c.changed is not None for c in found)
 
 
 def _within(fit: BoundaryFit, precision: float | None) -> bool:
@@ -184,8 +194,7 @@ def _start(args: argparse.Namespace, c: Case) -> tuple[float, float | None, dict
     if args.reference is None:
         raise SystemExit("--start-factor needs --reference")
     start = args.start_factor * args.reference
-    run = run_window(c, start, 1, window_requests=max(300, int(start * 30)), warmup_s=60.0)
-    life = float(np.median(np.subtract(run.done_s, run.sent_s)))
+    life = lifetime_at(c, start)
     print(f"{c.name}: start {start:.3f} req/s, lifetime there {life:.2f} s", flush=True)
     precision = args.precision if args.precision is not None else RESOLUTION
     return start, 1 + 2 * min(precision, RESOLUTION), {0.0: life}
@@ -204,6 +213,11 @@ def main() -> None:
     ap.add_argument("--searches", type=int, default=200)
     ap.add_argument("--first-seed", type=int, default=1000)
     ap.add_argument("--design-effect", type=float, nargs="+", default=[REPORTED_DESIGN_EFFECT])
+    ap.add_argument(
+        "--search-design-effect", type=float, default=TWO_SIDED_DESIGN_EFFECT,
+        help="two-sided: the low end's D the search's stop reads (a candidate needs its own "
+        "runs: it moves the low end's probe and its long window)",
+    )  # fmt: skip
     ap.add_argument("--lifetimes", type=float, default=WARMUP_LIFETIMES, help="warm-up rule")
     ap.add_argument("--reference", type=float, default=None, help="skip computing it")
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
@@ -235,10 +249,11 @@ def main() -> None:
             precision=args.precision if two else 0.05,
             two_sided=two,
             first_step=first_step,
+            low_end_design_effect=args.search_design_effect,
         )
         probe.search = s  # the low end's long window (``BoundarySearch.want_judged``)
         out = asyncio.run(s.run())
-        changed = args.checks and checks(probe, out, args.first_seed + k)
+        changed = args.checks and checks(probe, out, args.first_seed + k, s.precision)
         if changed:
             print(f"seed {args.first_seed + k}: the checks called a change", flush=True)
         if ref is None and out.fit is not None and out.fit.rate_rps:

@@ -167,7 +167,7 @@ warm-up, a window and a drain (spec `search.probe`, defaults in brackets):
   (a clear pass or failure), so near the boundary a probe lasts about as long as its
   {p.min_requests}-odd requests take to arrive, and far from it a few seconds;
 * drain: the counted requests finish (at most `drain_timeout_s` [{p.drain_timeout_s:g} s]);
-* the interval's low end needs about a thousand clean requests below the boundary: its
+* the interval's low end needs about 770 clean requests below the boundary: its
   probe runs one long window of as many as the end still needs (one warm-up and one
   drain, not one per ~280 requests);
 * the search stops when the boundary's 95 % interval is closed at both ends and its half

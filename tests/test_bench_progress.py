@@ -137,8 +137,8 @@ def test_the_display_shows_the_line_live() -> None:
     # to come: ln 2 / ln 1.1 = 7.27 (precision 0.45, sequential: the bisection's width is
     # the resolution, min(0.45, 5 %)): ⌈log2⌉ = 3, 2 after this one, + 1 for the low end
     # (no clean pass yet), + 2 checks: 5 × 40 s = 200 s; the low end's window holds
-    # 956 − 280 = 676 requests more than a pass, at the bracket's 10 req/s 67.6 s:
-    # 0.25 + 200 + 67.6 = 267.9 s, "4 min"
+    # 765 − 280 = 485 requests more than a pass, at the bracket's 10 req/s 48.5 s:
+    # 0.25 + 200 + 48.5 = 248.8 s, "4 min"
     (task,) = display.progress.tasks
     assert (
         task.description

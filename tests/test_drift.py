@@ -205,19 +205,24 @@ def test_a_burst_near_the_boundary_is_not_a_change() -> None:
 
 def test_the_confirmation_is_left_out_when_it_would_repeat_the_re_test_by_hand() -> None:
     """Two checks read by their median TPOT against the same neighbours measure one level
-    twice when their rates nearly coincide (the flag form's runs: a re-test at 12.45 req/s
-    and a confirmation at 12.86, 3.2 % apart; 14.33 and 14.33): within the search's
-    resolution (5 % in log rate at ±10 %) only the re-test runs."""
-    assert drift_check_plan(12.45, 12.86, 0.05) == [(12.45, "re-test")]  # ln 1.033 < 0.05
+    twice when the re-test's rate lies inside the reported interval's stated half width
+    around the fitted point: only the re-test runs there. The flag form's run over 5 min
+    (±10 %): a re-test at 12.79 req/s, the fitted point at 13.54, 5.5 % apart (ln 1.057 =
+    0.057, beyond the 5 % in log rate the old rule used, so it ran a second check); within
+    ±10 % of the point: one check."""
+    assert drift_check_plan(12.79, 13.54, 0.10) == [(12.79, "re-test")]  # 0.75 < 1.354
+    assert drift_check_plan(12.45, 12.86, 0.10) == [(12.45, "re-test")]
     assert drift_check_plan(14.33, 14.33, 0.05) == [(14.33, "re-test")]
-    # 12.3 and 15.0 (ln 1.22 = 0.20): two levels apart, both run
-    assert drift_check_plan(12.27, 14.98, 0.05) == [(12.27, "re-test"), (14.98, "confirmation")]
-    # the edge: |ln ratio| ≥ resolution keeps the confirmation, below or above the re-test
-    r = 10.0 * math.exp(0.05)
-    assert [k for _, k in drift_check_plan(10.0, r * 1.0001, 0.05)] == ["re-test", "confirmation"]
-    below = 10.0 * math.exp(-0.05) / 1.0001
-    assert [k for _, k in drift_check_plan(10.0, below, 0.05)] == ["re-test", "confirmation"]
-    assert [k for _, k in drift_check_plan(10.0, r * 0.9999, 0.05)] == ["re-test"]
+    # at ±5 % the same pair is two positions: both run (0.75 ≥ 0.677)
+    assert drift_check_plan(12.79, 13.54, 0.05) == [(12.79, "re-test"), (13.54, "confirmation")]
+    # 12.3 and 15.0: 18 % of the point apart, two levels at ±10 %: both run
+    assert drift_check_plan(12.27, 14.98, 0.10) == [(12.27, "re-test"), (14.98, "confirmation")]
+    # the edge: |re-test − point| ≥ precision · point keeps it, below or above the point
+    point = 10.0
+    assert [k for _, k in drift_check_plan(8.9999, point, 0.10)] == ["re-test", "confirmation"]
+    assert [k for _, k in drift_check_plan(11.0001, point, 0.10)] == ["re-test", "confirmation"]
+    assert [k for _, k in drift_check_plan(9.0001, point, 0.10)] == ["re-test"]
+    assert [k for _, k in drift_check_plan(10.9999, point, 0.10)] == ["re-test"]
 
 
 def test_a_check_warms_up_for_one_lifetime_a_search_probe_for_three() -> None:

@@ -53,10 +53,10 @@ def test_out_of_range_values_are_refused_naming_the_field(
         _spec(precision, max_time)
 
 
-def test_the_low_end_needs_956_clean_requests_by_hand() -> None:
-    # 2 · (n / 5) · −ln(0.99) > 3.841 (χ²₁ at 95 %): n > 955.6
-    assert LOW_END_CLEAN == 956
-    assert 2 * (955 / 5) * -math.log(0.99) < 3.8415 < 2 * (956 / 5) * -math.log(0.99)
+def test_the_low_end_needs_765_clean_requests_by_hand() -> None:
+    # 2 · (n / 4) · −ln(0.99) > 3.841 (χ²₁ at 95 %, D = 4): n > 764.4
+    assert LOW_END_CLEAN == 765
+    assert 2 * (764 / 4) * -math.log(0.99) < 3.8415 < 2 * (765 / 4) * -math.log(0.99)
     seq = SearchSettings()
     # the low end is one long window: one probe while any clean request is missing
     assert close_probes(seq, 0) == 1
@@ -67,11 +67,11 @@ def test_the_low_end_needs_956_clean_requests_by_hand() -> None:
 
 def test_the_low_end_window_lasts_what_it_still_needs_beyond_a_pass_by_hand() -> None:
     seq = SearchSettings()
-    # nothing judged near the boundary yet: 956 − 280 = 676 requests more than a decided
-    # pass holds, at 13 req/s 52.0 s
-    assert close_extra_s(seq, 0, 13.0) == pytest.approx(676 / 13.0)
-    assert close_extra_s(seq, 600, 13.0) == pytest.approx(76 / 13.0)  # 956 − 600 − 280
-    assert close_extra_s(seq, 700, 13.0) == 0.0  # 256 still wanted: a pass holds that many
+    # nothing judged near the boundary yet: 765 − 280 = 485 requests more than a decided
+    # pass holds, at 13 req/s 37.3 s
+    assert close_extra_s(seq, 0, 13.0) == pytest.approx(485 / 13.0)
+    assert close_extra_s(seq, 400, 13.0) == pytest.approx(85 / 13.0)  # 765 − 400 − 280
+    assert close_extra_s(seq, 600, 13.0) == 0.0  # 165 still wanted: a pass holds that many
     assert close_extra_s(seq, 1000, 13.0) == 0.0  # established: no probe, no time
     assert close_extra_s(seq, 0, None) == 0.0
     assert close_extra_s(SearchSettings(sequential=False), 0, 13.0) == 0.0
@@ -96,7 +96,7 @@ def test_probes_to_come_adds_the_low_end_probe_and_learns() -> None:
 def test_the_plan_before_the_search_by_hand() -> None:
     # 1 in flight + ⌈log2(ln 2 / ln 1.1)⌉ = 3 to bracket + 1 for the low end + 2 checks = 7
     # probes of 10 s warm-up + 280 / 13 s + 12 s drain = 43.54 s: 304.8 s, and the low end's
-    # window (956 − 280) / 13 = 52.0 s longer than a pass: 356.8 s, "6 min"
+    # window (765 − 280) / 13 = 37.3 s longer than a pass: 342.1 s, "6 min"
     text = search_plan_text(SearchSettings(), rate_rps=13.0, drain_s=12.0)
     assert text == "±10% asked: about 7 probes, about 6 min (an estimate; it updates as the " \
         "search learns)"  # fmt: skip

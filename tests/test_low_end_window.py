@@ -32,19 +32,22 @@ def outcome(rate: float, n: int) -> ProbeOutcome[None]:
 
 
 def test_low_end_clean_by_hand() -> None:
-    # n · −ln(0.99) / 5 > χ²₁(95 %)/2 = 3.8415 / 2: n > 1.92073 · 5 / 0.0100503 = 955.6
-    assert LOW_END_CLEAN == 956
-    assert math.ceil(1.920729 * 5 / -math.log(0.99)) == LOW_END_CLEAN
+    # n · −ln(0.99) / 4 > χ²₁(95 %)/2 = 3.8415 / 2: n > 1.92073 · 4 / 0.0100503 = 764.4
+    # (D = TWO_SIDED_DESIGN_EFFECT = 4)
+    assert LOW_END_CLEAN == 765
+    assert math.ceil(1.920729 * 4 / -math.log(0.99)) == LOW_END_CLEAN
 
 
-def run_search(honour: bool) -> tuple[BoundarySearch[None], list[tuple[float, int | None, int]]]:
-    """A two-sided search at ±10 %; each probe judges N requests, or (``honour``) as many as
-    the search wants of it when that is more, as ``tokenwatt bench`` does."""
+def run_search(
+    honour: bool, n_judged: int = N
+) -> tuple[BoundarySearch[None], list[tuple[float, int | None, int]]]:
+    """A two-sided search at ±10 %; each probe judges ``n_judged`` requests, or (``honour``)
+    as many as the search wants of it when that is more, as ``tokenwatt bench`` does."""
     asked: list[tuple[float, int | None, int]] = []  # (rate, wanted, judged)
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[None]:
         want = s.want_judged
-        n = max(N, want or 0) if honour else N
+        n = max(n_judged, want or 0) if honour else n_judged
         asked.append((rate, want, n))
         return outcome(rate, n)
 
@@ -70,7 +73,7 @@ def test_the_low_end_is_established_by_one_long_window() -> None:
     k, (rate, want, judged) = wanted[0]
     assert rate == rep.low_rps
     assert sum(1 for a in asked if a[0] == rate) == 1
-    # what it asked for, by hand: 956 less the clean requests judged before it from its rate
+    # what it asked for, by hand: 765 less the clean requests judged before it from its rate
     # up to the lowest failure
     first_fail = min(r for r, _, n in asked[:k] if not outcome(r, n).passed)
     clean_before = sum(n for r, _, n in asked[:k]
@@ -79,10 +82,12 @@ def test_the_low_end_is_established_by_one_long_window() -> None:
 
 
 def test_the_long_window_saves_probes_over_short_ones() -> None:
-    """A probe that ignores the request (N requests each) still closes the end, by pooling
-    short probes at the same rate: more probes, the same interval."""
-    long_s, long_asked = run_search(honour=True)
-    short_s, short_asked = run_search(honour=False)
+    """A probe that ignores the request (250 requests each) still closes the end, by pooling
+    short probes at the same rate: more probes, the same interval. (At 300 requests a probe, one
+    short probe at the low end with the clean passes above it already holds the 765 clean
+    requests D = 4 asks for.)"""
+    long_s, long_asked = run_search(honour=True, n_judged=250)
+    short_s, short_asked = run_search(honour=False, n_judged=250)
     assert short_s.outcome.stop_reason == "converged"
     short_rep, long_rep = short_s.outcome.reported, long_s.outcome.reported
     assert short_rep is not None and long_rep is not None

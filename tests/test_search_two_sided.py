@@ -55,12 +55,13 @@ def test_two_sided_search_closes_both_ends_within_precision(precision: float) ->
     assert rep.low_rps <= TRUE_RPS <= rep.high_rps
     assert rep.relative_half_width is not None and rep.relative_half_width <= precision
     assert out.precision_reached == rep.relative_half_width
-    # The low end is a probed rate, probed again until its pooled clean passes (with the
-    # clean ones above it), read as n/5 independent requests, exclude the boundary below it.
+    # The low end is a probed rate, probed until its pooled clean passes (with the clean ones
+    # above it), read as n/4 independent requests (D = TWO_SIDED_DESIGN_EFFECT), exclude the
+    # boundary below it.
     at_low = [e for e in out.evidence if e.rate_rps == rep.low_rps]
-    assert len(at_low) >= 2 and all(e.misses["tpot_p99"] == 0 for e in at_low)
+    assert len(at_low) >= 1 and all(e.misses["tpot_p99"] == 0 for e in at_low)
     cut_below = reported_cut_loss(out.evidence, rep.low_rps)
-    assert cut_below > 1.92 * 5
+    assert cut_below > 1.92 * 4
 
 
 def reported_cut_loss(evidence: list[Evidence], low: float) -> float:

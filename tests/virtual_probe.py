@@ -18,7 +18,13 @@ import numpy as np
 
 from tokenwatt.geometry import load_geometry
 from tokenwatt.hardware import get_accelerator
-from tokenwatt.load.search import BoundarySearch, ProbeOutcome, SearchOutcome, probe_seed
+from tokenwatt.load.search import (
+    BoundarySearch,
+    ProbeOutcome,
+    SearchOutcome,
+    drift_check_plan,
+    probe_seed,
+)
 from tokenwatt.metrics.boundary import Evidence
 from tokenwatt.metrics.drift import Level, slower_than_search
 from tokenwatt.metrics.sequential import Sprt, decide_probe, miss_counts
@@ -234,6 +240,14 @@ class VirtualProbe:
         return out
 
 
+def lifetime_at(case: Case, rate: float) -> float:
+    """The median E2E (s) of a virtual window at ``rate`` after 60 s: what the bench's
+    staircase (``load.capacity.lifetime_at``) gives a search started near the boundary to
+    warm its first probes up for."""
+    run = run_window(case, rate, 1, window_requests=max(300, int(rate * 30)), warmup_s=60.0)
+    return float(np.median(np.subtract(run.done_s, run.sent_s)))
+
+
 def virtual_level(run: VirtualRun, judged: int, rate: float) -> Level:
     """A virtual probe's latency level as ``load.bench.level_of`` reads a probe: its offered
     rate, and the judged requests' median TPOT (``metrics.slo.judged_medians``)."""
@@ -252,13 +266,20 @@ class VirtualCheck:
 
 
 def drift_checks(
-    probe: VirtualProbe, out: SearchOutcome[VirtualRun], seed: int, case: Case | None = None
+    probe: VirtualProbe,
+    out: SearchOutcome[VirtualRun],
+    seed: int,
+    case: Case | None = None,
+    precision: float | None = None,
 ) -> list[VirtualCheck]:
     """``load.bench._drift_checks`` after a converged search, in virtual time: a re-test at
     the boundary probe's rate, a confirmation at the fitted point (each failing only on as many
     judged requests as a pass needs), each judged against its neighbours on the search's curve.
-    ``case``: the server the checks meet (a slowed one, to measure what the checks catch);
-    both checks run, so a caller can count either. Empty when the search did not converge."""
+    ``case``: the server the checks meet (a slowed one, to measure what the checks catch).
+    ``precision``: the bench's plan (``load.search.drift_check_plan``: the confirmation left
+    out when the re-test lies within it of the fitted point); None: both checks run, so a
+    caller can count either or apply a plan itself (each check's seed is the one the bench
+    would give it). Empty when the search did not converge."""
     fit, b = out.fit, out.boundary
     if out.stop_reason != "converged" or fit is None or fit.rate_rps is None or b is None:
         return []
@@ -270,8 +291,13 @@ def drift_checks(
     probe.min_fail_judged = Sprt(0.01).clean_pass_n
     healthy = probe.case
     probe.case = case if case is not None else healthy
+    plan = (
+        drift_check_plan(b.rate_rps, fit.rate_rps, precision)
+        if precision is not None
+        else [(b.rate_rps, "re-test"), (fit.rate_rps, "confirmation")]
+    )
     found = []
-    for i, (rate, kind) in enumerate(((b.rate_rps, "re-test"), (fit.rate_rps, "confirmation"))):
+    for i, (rate, kind) in enumerate(plan):
         o = asyncio.run(probe(rate, probe_seed(seed, len(out.steps) + 1 + i)))
         assert o.payload is not None and o.evidence is not None
         level = virtual_level(o.payload, o.evidence.judged, rate)

@@ -704,7 +704,7 @@ def level_of(s: ProbeSummary) -> Level | None:
 
 async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
     """Re-test the highest earlier pass and confirm at the fitted boundary (the confirmation
-    only when its rate is not within the search's resolution of the re-test's,
+    only when the re-test's rate is not within the search's precision of the fitted point,
     ``load.search.drift_check_plan``); a check slower than
     its neighbours on the search's curve, or one whose requests the server failed, sets the stop
     reason ``changed`` (``metrics.drift``). The checks do not join the fit: their long windows
@@ -715,8 +715,7 @@ async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         return
     levels = [lv for st in out.steps if st.outcome.payload is not None
               if (lv := level_of(st.outcome.payload)) is not None]  # fmt: skip
-    resolution = min(spec.search.precision, RESOLUTION)
-    for rate, kind in drift_check_plan(b.rate_rps, fit.rate_rps, resolution):
+    for rate, kind in drift_check_plan(b.rate_rps, fit.rate_rps, spec.search.precision):
         index = len(bench.result.probes) + 1
         seed = probe_seed(spec.workload.seed, index)
         s = await bench.measure(index, rate_rps=rate, seed=seed, phase="check")

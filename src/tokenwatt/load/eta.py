@@ -21,16 +21,17 @@ Pure arithmetic over what the search already knows, for the live progress line
   ``max_probes`` allows. In sequential mode the bisection's width is the search's own
   resolution, ``ln(1 + 2·min(precision, 5 %))``, and the two-sided search adds the probe that
   establishes the interval's low end (``close_probes``): its cut must lose more than
-  χ²₁(95 %)/2 · D (D = 5) of log-likelihood, i.e. ``LOW_END_CLEAN`` = 956 clean requests at
-  p99 at or above the low end's probe, less the clean requests already judged near the
-  boundary (passes within 2·precision + 5 % of the lowest failure). That probe is one long
-  window (``load.search``, ``want_judged``): one probe, whose window holds what the end still
+  χ²₁(95 %)/2 · D (D = ``TWO_SIDED_DESIGN_EFFECT`` = 4) of log-likelihood, i.e.
+  ``LOW_END_CLEAN`` = 765 clean requests at p99 at or above the low end's probe, less the
+  clean requests already judged near the boundary (passes within 2·precision + 5 % of the
+  lowest failure). That probe is one long window (``load.search``, ``want_judged``): one
+  probe, whose window holds what the end still
   needs beyond the ``PASS_JUDGED`` = 280 of a decided pass (194 to decide, the rest
-  drained), ``close_extra_s`` = (956 − clean − 280) / rate seconds more than a search probe;
+  drained), ``close_extra_s`` = (765 − clean − 280) / rate seconds more than a search probe;
   both fall to nothing as the clean requests come, and the probe in flight, when it is that
   window, is counted by its own time left. The drift checks are an upper estimate: the
-  confirmation is left out when its rate lies within the resolution of the re-test's
-  (``load.search.drift_check_plan``).
+  confirmation is left out when the re-test's rate lies within the precision of the fitted
+  point (``load.search.drift_check_plan``).
 * **Each probe to come** lasts as long as the finished search probes did on average (their
   wall time, sequential early stops included); before any finished, a full-length probe at
   the current rate.

@@ -58,9 +58,10 @@ own interval (D = 1, ends at probed rates) at its resolution, min(``precision``,
 interval the user reads (``metrics.boundary.reported_boundary``: the low end through the
 design effect D = 5) is then usually open below. The search goes on (``_close_next``) until
 its reported interval (``metrics.boundary.two_sided_boundary``: the low end at a probed rate
-through D = 5) is closed at both ends and its half width is within ``precision`` of its
-point. That interval decides the stop also while the D = 1 fit is still open (too few counts
-at a failure to place its high end): a plain bracket within ``precision`` does not stop it.
+through D = ``TWO_SIDED_DESIGN_EFFECT`` = 4) is closed at both ends and its half width is
+within ``precision`` of its point. That interval decides the stop also while the D = 1 fit is
+still open (too few counts at a failure to place its high end): a plain bracket within
+``precision`` does not stop it.
 An open high end gets a probe at point × (1 + precision); otherwise the low end gets its probe
 at the lowest rate that leaves the half width within precision once its passes establish it,
 point × (1 − 2·precision + 1 %) + (high − point). That probe's window is long enough
@@ -85,7 +86,7 @@ from typing import Generic, Literal, TypeVar
 
 from tokenwatt.metrics.boundary import (
     BOUNDARY_CONFIDENCE,
-    REPORTED_DESIGN_EFFECT,
+    TWO_SIDED_DESIGN_EFFECT,
     BoundaryFit,
     Evidence,
     fit_boundary,
@@ -104,6 +105,7 @@ __all__ = [
     "StopReason",
     "bracket_rate",
     "drift_check_plan",
+    "low_end_clean",
     "probe_seed",
     "step_factor",
     "step_role",
@@ -160,8 +162,16 @@ RESOLUTION = 0.05
 LOW_MARGIN = 0.01  # the low end's probe sits this fraction (of the point) inside the target
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
 # Clean requests (at p99) that establish the two-sided interval's low end: its cut loses
-# n · −ln(0.99) / D > χ²₁(95 %)/2 (``metrics.boundary.two_sided_boundary``), n ≥ 956.
-LOW_END_CLEAN = math.ceil(profile_threshold(0.95) * REPORTED_DESIGN_EFFECT / -math.log1p(-0.01))
+# n · −ln(0.99) / D > χ²₁(95 %)/2 (``metrics.boundary.two_sided_boundary``, D =
+# TWO_SIDED_DESIGN_EFFECT = 4), n ≥ 765.
+
+
+def low_end_clean(design_effect: float) -> int:
+    """The clean requests at p99 that establish the low end through ``design_effect`` D."""
+    return math.ceil(profile_threshold(0.95) * design_effect / -math.log1p(-0.01))
+
+
+LOW_END_CLEAN = low_end_clean(TWO_SIDED_DESIGN_EFFECT)
 
 
 def step_factor(k: int, growth: float, first_step: float | None) -> float:
@@ -304,6 +314,7 @@ class BoundarySearch(Generic[P]):
         allowed: float | None = None,
         confidence: float = BOUNDARY_CONFIDENCE,
         design_effect: float = 1.0,
+        low_end_design_effect: float = TWO_SIDED_DESIGN_EFFECT,
         on_step: Callable[[SearchStep[P]], None] | None = None,
         first_step: float | None = None,
         two_sided: bool = False,
@@ -333,6 +344,7 @@ class BoundarySearch(Generic[P]):
         self.allowed = allowed  # α, the allowed miss fraction: fit mode needs it
         self.confidence = confidence
         self.design_effect = design_effect
+        self.low_end_design_effect = low_end_design_effect  # the two-sided low end's D
         self._evidence: list[Evidence] = []
         self._fit_mode = allowed is not None
         self._confirmed: set[float] = set()
@@ -444,7 +456,9 @@ class BoundarySearch(Generic[P]):
         """Two-sided: the next rate and the end it is for, or None when the reported interval
         is closed at both ends and within ``precision`` of its point (module docstring)."""
         assert self.allowed is not None
-        rep = two_sided_boundary(self._evidence, self.allowed, self.confidence)
+        rep = two_sided_boundary(
+            self._evidence, self.allowed, self.confidence, self.low_end_design_effect
+        )
         self.outcome.reported = rep
         point, low, high = rep.rate_rps, rep.low_rps, rep.high_rps
         if point is None:
@@ -467,7 +481,7 @@ class BoundarySearch(Generic[P]):
 
     def _low_end_wanted(self, rate: float) -> int | None:
         """The clean judged requests the low end's probe at ``rate`` should gather:
-        ``LOW_END_CLEAN`` less those judged clean from ``rate`` up to the lowest failure
+        ``low_end_clean`` of its D less those judged clean from ``rate`` up to the lowest failure
         (None: none wanted beyond the sequential verdict's own)."""
         assert self.allowed is not None
         allowed = self.allowed
@@ -481,7 +495,7 @@ class BoundarySearch(Generic[P]):
         first_fail = min((e.rate_rps for e in self._evidence if failed(e)), default=math.inf)
         have = sum(e.judged for e in self._evidence
                    if rate <= e.rate_rps < first_fail and clean(e))  # fmt: skip
-        want = LOW_END_CLEAN - have
+        want = low_end_clean(self.low_end_design_effect) - have
         return want if want > 0 else None
 
     def _time_left(self) -> bool:
@@ -508,7 +522,9 @@ class BoundarySearch(Generic[P]):
         out = self.outcome
         if not self.two_sided or self.allowed is None or not self._evidence:
             return
-        rep = two_sided_boundary(self._evidence, self.allowed, self.confidence)
+        rep = two_sided_boundary(
+            self._evidence, self.allowed, self.confidence, self.low_end_design_effect
+        )
         out.reported = rep
         out.unclosed = unclosed_line(rep, self.precision, out.stop_reason)
 
@@ -624,16 +640,19 @@ CHECK_ROLE = (
 
 
 def drift_check_plan(
-    retest_rps: float, fitted_rps: float, resolution: float
+    retest_rps: float, fitted_rps: float, precision: float
 ) -> list[tuple[float, str]]:
     """The drift checks after a converged search, as (rate, kind): a re-test at the
     boundary probe's rate and a confirmation at the fitted point, the confirmation left out
-    when the two rates lie within ``resolution`` of each other (|ln ratio| < resolution, the
-    search's own step there). Both are read by their median TPOT against the same neighbours
-    on the search's curve, so two checks that close measure one latency level twice; the
-    re-test alone caught every 10× slow-down in the drift record."""
+    when the re-test's rate lies within the search's precision of the fitted point
+    (|re-test − point| < ``precision`` · point: inside the reported interval's stated half
+    width around it). Two such rates are one boundary position at the precision the search
+    was asked for, and both checks are read by their median TPOT against the same
+    neighbours on the search's curve, so the confirmation would measure the latency level
+    the re-test already did; the re-test alone caught every 10× slow-down in the drift
+    record (docs/validation.md, "The second drift check")."""
     plan = [(retest_rps, "re-test")]
-    if abs(math.log(fitted_rps / retest_rps)) >= resolution:
+    if abs(retest_rps - fitted_rps) >= precision * fitted_rps:
         plan.append((fitted_rps, "confirmation"))
     return plan
 
