@@ -200,7 +200,7 @@ def _start(args: argparse.Namespace, c: Case) -> tuple[float, float | None, dict
     return start, 1 + 2 * min(precision, RESOLUTION), {0.0: life}
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", default="dense", choices=sorted(CASES | HOLDOUT_CASES))
     ap.add_argument(
@@ -227,7 +227,11 @@ def main() -> None:
         "--start-factor", type=float, default=None,
         help="start at this × the reference, as the bench's staircase does (needs --reference)",
     )  # fmt: skip
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = _parser().parse_args()
     if args.summarize:
         summarize(args.summarize, args.design_effect, args.precision)
         return
