@@ -161,17 +161,16 @@ class _HaltedError(Exception):
 RESOLUTION = 0.05
 LOW_MARGIN = 0.01  # the low end's probe sits this fraction (of the point) inside the target
 NOISE_SIGMAS = 2.0  # how far (in Poisson standard deviations) counted may stray unremarked
-# Clean requests (at p99) that establish the two-sided interval's low end: its cut loses
-# n · −ln(0.99) / D > χ²₁(95 %)/2 (``metrics.boundary.two_sided_boundary``, D =
-# TWO_SIDED_DESIGN_EFFECT = 4), n ≥ 765.
 
 
 def low_end_clean(design_effect: float) -> int:
-    """The clean requests at p99 that establish the low end through ``design_effect`` D."""
+    """The clean requests at p99 that establish the two-sided interval's low end through
+    ``design_effect`` D: its cut loses n · −ln(0.99) / D > χ²₁(95 %)/2
+    (``metrics.boundary.two_sided_boundary``)."""
     return math.ceil(profile_threshold(0.95) * design_effect / -math.log1p(-0.01))
 
 
-LOW_END_CLEAN = low_end_clean(TWO_SIDED_DESIGN_EFFECT)
+LOW_END_CLEAN = low_end_clean(TWO_SIDED_DESIGN_EFFECT)  # D = 4: n ≥ 765
 
 
 def step_factor(k: int, growth: float, first_step: float | None) -> float:
