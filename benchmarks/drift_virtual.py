@@ -126,7 +126,7 @@ def main() -> None:
             print(f"seed {seed}: stopped {out.stop_reason}, no checks", flush=True)
             continue
         levels = [
-            virtual_level(st.outcome.payload, st.outcome.evidence.judged, st.rate_rps)
+            virtual_level(st.outcome, st.rate_rps)
             for st in out.steps
             if st.outcome.payload is not None and st.outcome.evidence is not None
         ]

@@ -26,7 +26,7 @@ from tokenwatt.load.search import (
     probe_seed,
 )
 from tokenwatt.metrics.boundary import Evidence
-from tokenwatt.metrics.drift import Level, slower_than_search
+from tokenwatt.metrics.drift import Level, level_rate, slower_than_search
 from tokenwatt.metrics.sequential import Sprt, decide_probe, miss_counts
 from tokenwatt.metrics.slo import Limits, RequestLatency, judged_medians, violation_budget
 from tokenwatt.sim import SimConfig, VirtualSim
@@ -248,10 +248,13 @@ def lifetime_at(case: Case, rate: float) -> float:
     return float(np.median(np.subtract(run.done_s, run.sent_s)))
 
 
-def virtual_level(run: VirtualRun, judged: int, rate: float) -> Level:
-    """A virtual probe's latency level as ``load.bench.level_of`` reads a probe: its offered
-    rate, and the judged requests' median TPOT (``metrics.slo.judged_medians``)."""
-    return Level.of(rate, judged_medians(run.lats[:judged]))
+def virtual_level(o: ProbeOutcome[VirtualRun], rate: float) -> Level:
+    """A virtual probe's latency level as ``load.bench.level_of`` reads a probe: the load its
+    window held (``metrics.drift.level_rate``), and the judged requests' median TPOT
+    (``metrics.slo.judged_medians``)."""
+    assert o.payload is not None and o.evidence is not None
+    lats = o.payload.lats[: o.evidence.judged]
+    return Level.of(level_rate(rate, o.counted_rps), judged_medians(lats))
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,7 @@ def drift_checks(
     if out.stop_reason != "converged" or fit is None or fit.rate_rps is None or b is None:
         return []
     levels = [
-        virtual_level(st.outcome.payload, st.outcome.evidence.judged, st.rate_rps)
+        virtual_level(st.outcome, st.rate_rps)
         for st in out.steps
         if st.outcome.payload is not None and st.outcome.evidence is not None
     ]
@@ -300,7 +303,7 @@ def drift_checks(
     for i, (rate, kind) in enumerate(plan):
         o = asyncio.run(probe(rate, probe_seed(seed, len(out.steps) + 1 + i)))
         assert o.payload is not None and o.evidence is not None
-        level = virtual_level(o.payload, o.evidence.judged, rate)
+        level = virtual_level(o, rate)
         found.append(VirtualCheck(kind, level, o.passed, slower_than_search(level, levels, kind)))
     probe.case = healthy
     return found

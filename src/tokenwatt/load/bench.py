@@ -52,7 +52,7 @@ from tokenwatt.metrics.boundary import (
     Evidence,
     reported_boundary,
 )
-from tokenwatt.metrics.drift import Level, slower_than_search
+from tokenwatt.metrics.drift import Level, level_rate, slower_than_search
 from tokenwatt.metrics.sequential import SequentialStop, Sprt, decide_probe, miss_counts
 from tokenwatt.metrics.slo import EarlyStop, Limits, latencies
 from tokenwatt.power import PowerMonitor
@@ -694,12 +694,13 @@ async def _search(bench: _Run) -> None:
 
 
 def level_of(s: ProbeSummary) -> Level | None:
-    """A probe as the drift checks read it (``metrics.drift``): its offered rate and the
-    judged requests' median TPOT (``slo_detail.medians_s``: over half failed reads as +inf,
-    slower than any); None: a closed loop, no rate."""
+    """A probe as the drift checks read it (``metrics.drift``): the load its window held
+    (``level_rate``: the counted rate) and the judged requests' median TPOT
+    (``slo_detail.medians_s``: over half failed reads as +inf, slower than any); None: a
+    closed loop, no rate."""
     if s.rate_rps is None:
         return None
-    return Level.of(s.rate_rps, s.slo_detail.medians_s)
+    return Level.of(level_rate(s.rate_rps, s.counted_rate_rps), s.slo_detail.medians_s)
 
 
 async def _drift_checks(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:

@@ -36,7 +36,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DRIFT_LATENCY_FACTOR", "Level", "neighbours", "slower_than_search"]
+__all__ = ["DRIFT_LATENCY_FACTOR", "Level", "level_rate", "neighbours", "slower_than_search"]
 
 # A healthy server's check stays within this of its neighbours' median TPOT: measured in
 # virtual time over dense, MoE and prefill-heavy searches the largest ratio was 2.04
@@ -47,8 +47,9 @@ DRIFT_LATENCY_FACTOR = 2.5
 
 @dataclass(frozen=True, slots=True)
 class Level:
-    """One probe as the checks read it: its offered rate and the median TPOT of its judged
-    requests (``metrics.slo.judged_medians``; +inf: over half failed; None: nothing judged)."""
+    """One probe as the checks read it: its rate (``level_rate``) and the median TPOT of its
+    judged requests (``metrics.slo.judged_medians``; +inf: over half failed; None: nothing
+    judged)."""
 
     rate_rps: float
     tpot_p50_s: float | None
@@ -61,6 +62,19 @@ class Level:
             return cls(rate_rps, None)
         v = medians_s["tpot"]
         return cls(rate_rps, math.inf if v is None else v)
+
+
+def level_rate(offered_rps: float, counted_rps: float | None) -> float:
+    """The rate a probe's median TPOT is placed at on the search's curve: the counted rate
+    (requests scheduled in the window ÷ window, the client's own Poisson draw, which the
+    server's speed does not move) where there is one, else the offered rate. The median TPOT
+    follows the load the window held, and a short window's count strays far from the offered
+    rate: read at their offered rates, a re-test offered 11.3 req/s whose window held 14.4 was
+    compared with a search probe offered 11.3 whose window held 8.2, two loads as one, and an
+    unchanged simulator was called changed (docs/methodology.md, "A server that changed")."""
+    if counted_rps is None or not math.isfinite(counted_rps) or counted_rps <= 0:
+        return offered_rps
+    return counted_rps
 
 
 def _ms(x: float) -> str:
@@ -95,9 +109,11 @@ def slower_than_search(
     if math.isinf(v):
         return (
             f"over half of the requests {where} failed (median TPOT beyond every value), "
-            f"where the search measured {_ms(top)} beside {check.rate_rps:.3g} req/s"
+            f"where the search measured {_ms(top)} beside the {check.rate_rps:.3g} req/s its "
+            "window held"
         )
     return (
         f"median TPOT {_ms(v)} {where}, {v / top:.3g}× the {_ms(top)} the search measured "
-        f"beside {check.rate_rps:.3g} req/s (a healthy server stays within {factor:g}×)"
+        f"beside the {check.rate_rps:.3g} req/s its window held (a healthy server stays within "
+        f"{factor:g}×)"
     )
