@@ -46,6 +46,7 @@ import time
 import urllib.request
 from array import array
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,19 +122,7 @@ async def run_paced(
     """Closed loop of ``args.streams`` slots against http://127.0.0.1:port/v1 (see module doc)."""
     if stats_fn is None:
         stats_fn = server_stats
-    # flat int arrays, not tuples: a million GC-tracked tuples would make every full collection
-    # in the client's process a long pause, and the benchmark would measure itself
-    err_ns = array("q")
-    err_stamp = array("q")
-    err_rid = array("q")
-
-    def hook(obj: dict[str, Any], stamp: int) -> None:
-        s = obj.get("sent_ns")
-        if s is not None:
-            err_ns.append(stamp - s)
-            err_stamp.append(stamp)
-            err_rid.append(hash(obj.get("id", "")))
-
+    errors = _StampErrors()
     client = StreamClient(
         f"http://127.0.0.1:{port}/v1",
         api="completions",
@@ -141,7 +130,7 @@ async def run_paced(
         timeouts=Timeouts(connect_s=30, first_token_s=60, idle_s=30, total_s=600),
         stream_usage=args.stream_usage,
         max_connections=args.streams + 16,
-        event_hook=hook,
+        event_hook=errors.hook,
     )
     loop = asyncio.get_running_loop()
     records: list[RequestRecord] = []
@@ -191,24 +180,70 @@ async def run_paced(
     samp = loop.create_task(sampler())
     wait_s = (warm_end - time.perf_counter_ns()) / 1e9
     await asyncio.sleep(max(0.0, wait_s))
-    del err_ns[:], err_stamp[:], err_rid[:]
+    errors.clear()
     cpu0 = cpu_s()
     stats0 = await asyncio.to_thread(stats_fn, port, True)
     del stats0
     await asyncio.sleep(max(0.0, (t_end - time.perf_counter_ns()) / 1e9))
     cpu1 = cpu_s()
-    n_win = len(err_ns)
-    window_errors = list(err_ns[:n_win])
-    # events that shared their read (same stream, same stamp) vs events that had a read alone
-    keys = list(zip(err_rid[:n_win], err_stamp[:n_win], strict=True))
-    per_read = Counter(keys)
-    alone = [e for e, k in zip(window_errors, keys, strict=True) if per_read[k] == 1]
-    shared = [e for e, k in zip(window_errors, keys, strict=True) if per_read[k] > 1]
+    window = errors.window()
     stats = await asyncio.to_thread(stats_fn, port)
     await asyncio.gather(*tasks)
     await samp
     await client.aclose()
+    measured = _Paced(records, samples, lags, window, (cpu1 - cpu0), stats)
+    return _paced_result(args, measured, warm_end, t_end, client.clock.timestamp_source)
 
+
+class _StampErrors:
+    """Each event's timestamp error (client stamp − server send stamp), with its stream and
+    stamp to tell events that shared a read. Flat int arrays, not tuples: a million GC-tracked
+    tuples would make every full collection in the client's process a long pause, and the
+    benchmark would measure itself."""
+
+    def __init__(self) -> None:
+        self.err_ns = array("q")
+        self.stamp = array("q")
+        self.rid = array("q")
+
+    def hook(self, obj: dict[str, Any], stamp: int) -> None:
+        s = obj.get("sent_ns")
+        if s is not None:
+            self.err_ns.append(stamp - s)
+            self.stamp.append(stamp)
+            self.rid.append(hash(obj.get("id", "")))
+
+    def clear(self) -> None:
+        del self.err_ns[:], self.stamp[:], self.rid[:]
+
+    def window(self) -> tuple[list[int], list[tuple[int, int]]]:
+        """(errors so far, (stream, stamp) per event): the measured window's events."""
+        n = len(self.err_ns)
+        return list(self.err_ns[:n]), list(zip(self.rid[:n], self.stamp[:n], strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class _Paced:
+    """What one paced run measured, for ``_paced_result``."""
+
+    records: list[RequestRecord]
+    samples: list[int]  # streams in flight every 100 ms
+    lags: list[int]  # the loop's lag on a 5 ms timer
+    window: tuple[list[int], list[tuple[int, int]]]  # ``_StampErrors.window``
+    cpu_s: float
+    stats: dict[str, Any]
+
+
+def _paced_result(
+    args: argparse.Namespace, m: _Paced, warm_end: int, t_end: int, timestamp_source: str
+) -> dict[str, Any]:
+    """The paced run's figures over its window (module doc)."""
+    records, samples, lags = m.records, m.samples, m.lags
+    window_errors, keys = m.window
+    # events that shared their read (same stream, same stamp) vs events that had a read alone
+    per_read = Counter(keys)
+    alone = [e for e, k in zip(window_errors, keys, strict=True) if per_read[k] == 1]
+    shared = [e for e, k in zip(window_errors, keys, strict=True) if per_read[k] > 1]
     tokens = sum(
         n
         for r in records
@@ -247,9 +282,9 @@ async def run_paced(
         "requests": len(records),
         "failed": len(failed),
         "failure_kinds": sorted({str(r.error_kind) for r in failed}),
-        "client_cpu_util": (cpu1 - cpu0) / window_s,
-        "timestamp_source": client.clock.timestamp_source,
-        **{f"server_{k}": v for k, v in stats.items()},
+        "client_cpu_util": m.cpu_s / window_s,
+        "timestamp_source": timestamp_source,
+        **{f"server_{k}": v for k, v in m.stats.items()},
         # raw per-event errors and whether each event had its read alone (merged over workers)
         "_errors": array("q", window_errors),
         "_alone": array("b", (per_read[k] == 1 for k in keys)),
@@ -389,7 +424,7 @@ def _run_workers(args: argparse.Namespace, mode: str, port: int) -> dict[str, An
     return _merge(mode, parts)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["paced", "burst", "both"], default="both")
     ap.add_argument("--streams", type=int, default=1000)
@@ -434,7 +469,11 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object per mode")
     ap.add_argument("--stream-usage", action="store_true", help="ask for continuous usage")
     ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos/min_tokens")
-    args = ap.parse_args()
+    return ap
+
+
+def _setup(args: argparse.Namespace) -> tuple[Any, str]:
+    """Cores, niceness and the GC as asked; the event loop factory and its name."""
     if not args.fastsse.exists():
         raise SystemExit(f"fastsse not found at {args.fastsse}; pass --fastsse PATH")
     usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
@@ -461,6 +500,12 @@ def main() -> None:
         gc.freeze()
     if args.gc_threshold > 0:
         gc.set_threshold(args.gc_threshold, 50, 100)
+    return loop_factory, loop_name
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    loop_factory, loop_name = _setup(args)
     modes = ["paced", "burst"] if args.mode == "both" else [args.mode]
     print(
         f"# {args.workers} client process(es) on cores "
