@@ -72,6 +72,17 @@ def spec_dict(url: str, **over: Any) -> dict[str, Any]:
     return d
 
 
+# A probe that judges every request it sends (no warm-up, no early stop).
+EVERY_REQUEST = ProbeSettings(
+    warmup_s=0,
+    min_duration_s=0.1,
+    min_requests=1,
+    max_duration_s=120,
+    drain_timeout_s=5,
+    early_stop=False,
+)
+
+
 def test_every_mode_in_a_probe_is_classified_exactly_and_recorded_once() -> None:
     """The server picks each request's mode from its first prompt token (``by_prompt``); the
     same seed regenerates the probe's prompts, so the test knows every request's mode and
@@ -91,14 +102,7 @@ def test_every_mode_in_a_probe_is_classified_exactly_and_recorded_once() -> None
                     concurrency=1,
                     max_requests=n,
                     seed=1,
-                    settings=ProbeSettings(
-                        warmup_s=0,
-                        min_duration_s=0.1,
-                        min_requests=1,
-                        max_duration_s=120,
-                        drain_timeout_s=5,
-                        early_stop=False,
-                    ),
+                    settings=EVERY_REQUEST,
                 )
             finally:
                 await client.aclose()

@@ -72,12 +72,9 @@ class _Handle:  # stands for c_nvmlDevice_t: opaque to the caller
         self.gpu = gpu
 
 
-def fake_pynvml(gpus: list[FakeGpu], *, driver: bool = True) -> types.ModuleType:
-    m = types.ModuleType("pynvml")
-    for k, v in CODES.items():
-        setattr(m, k, v)
-    state = {"init": 0, "shutdown": 0}
-    m.state = state  # type: ignore[attr-defined]
+def _nvml_errors(m: types.ModuleType) -> type[Exception]:
+    """pynvml's NVMLError with its per-code subclasses (``NVMLError(code)`` returns the
+    subclass, as the real one does), set on ``m``."""
 
     class NVMLError(Exception):
         _valClassMapping: ClassVar[dict[int, type]] = {}  # noqa: N815 - pynvml's own name
@@ -104,6 +101,16 @@ def fake_pynvml(gpus: list[FakeGpu], *, driver: bool = True) -> types.ModuleType
             NVMLError._valClassMapping[code] = sub
             setattr(m, cls_name, sub)
     m.NVMLError = NVMLError  # type: ignore[attr-defined]
+    return NVMLError
+
+
+def fake_pynvml(gpus: list[FakeGpu], *, driver: bool = True) -> types.ModuleType:
+    m = types.ModuleType("pynvml")
+    for k, v in CODES.items():
+        setattr(m, k, v)
+    state = {"init": 0, "shutdown": 0}
+    m.state = state  # type: ignore[attr-defined]
+    NVMLError = _nvml_errors(m)
 
     def need_init() -> None:
         if state["init"] <= state["shutdown"]:

@@ -115,6 +115,18 @@ def _arrivals(rate: float, until_s: float, seed: int) -> Iterator[float]:
         yield t
 
 
+def _placed(
+    g: ModelGeometry, bytes_per_s: float, batch: float, n_in: int, n_out: int
+) -> tuple[float, float]:
+    """(Poisson rate, warm-up s) that put the roofline's step at about ``batch``: placement
+    only, no figure is checked against it."""
+    step = (
+        g.weight_bytes_per_step(batch + 4)
+        + batch * (n_in + n_out / 2) * g.kv_bytes_per_token_full_context
+    ) / bytes_per_s
+    return batch / (n_out * step), max(2.0, 3 * n_out * step)
+
+
 def run_case(
     case: Case,
     *,
@@ -133,12 +145,7 @@ def run_case(
     g = case.geometry()
     acc = get_accelerator(case.accelerator)
     node_bw = acc.bandwidth_bytes_per_s * case.gpus
-    step = (
-        g.weight_bytes_per_step(batch + 4)
-        + batch * (n_in + n_out / 2) * g.kv_bytes_per_token_full_context
-    ) / (node_bw * efficiency)
-    rate = batch / (n_out * step)
-    warm = max(2.0, 3 * n_out * step)
+    rate, warm = _placed(g, node_bw * efficiency, batch, n_in, n_out)
     cfg = SimConfig(
         geometry=g,
         accelerator=acc,
@@ -198,7 +205,13 @@ def run_case(
     )  # fmt: skip
     assert probe_regime is not None and probe_regime.step_law is not None
     counted_steps = compute_mbu(g, regime=probe_regime, **kw)
-    rep = sim.node.replicas[0]
+    assert seed_mbu is not None
+    return Outcome(mbu, _truth(sim, w0, w1, node_bw), seed_mbu, counted_steps)
+
+
+def _truth(sim: VirtualSim, w0: int, w1: int, node_bw: float) -> FigureTruth:
+    """The simulator's own steps over [w0, w1), read as ``figure_truth`` reads a truth log."""
+    g, rep = sim.config.geometry, sim.node.replicas[0]
 
     def w_of_batch(b: int) -> float:
         return (
@@ -217,9 +230,7 @@ def run_case(
         }
         for s in sim.steps
     )
-    truth = figure_truth(records, w0, w1, node_bw, w_of_batch)
-    assert seed_mbu is not None
-    return Outcome(mbu, truth, seed_mbu, counted_steps)
+    return figure_truth(records, w0, w1, node_bw, w_of_batch)
 
 
 def _check_one(m: Mbu, t: FigureTruth, seed_misses: bool) -> None:
