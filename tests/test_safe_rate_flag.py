@@ -12,6 +12,7 @@ establish an end (2.28, 2.26), 700 do not (1.76), 700 + 300 = 1000 do (2.51).
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import math
@@ -20,14 +21,28 @@ from typing import Any
 
 from rich.console import Console
 
-from tokenwatt.load.bench import _checked_safe_rate, _with_interval
+from tokenwatt.load.bench import (
+    CHECK_WARMUP_LIFETIMES,
+    WARMUP_LIFETIMES,
+    _checked_safe_rate,
+    _with_interval,
+)
 from tokenwatt.load.safe_rate import checked_safe_rate
-from tokenwatt.load.search import ProbeOutcome, SearchOutcome
+from tokenwatt.load.search import (
+    RESOLUTION,
+    BoundarySearch,
+    ProbeOutcome,
+    SearchOutcome,
+    drift_check_plan,
+    probe_seed,
+)
 from tokenwatt.metrics.boundary import BoundaryFit, Evidence, profile_threshold, two_sided_boundary
+from tokenwatt.metrics.sequential import Sprt
 from tokenwatt.report.compare import compare_results
 from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import headline
 from tokenwatt.result import BenchResult, ProbeSummary, load_result, write_result
+from virtual_probe import CASES, VirtualProbe
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
 ALLOWED = 0.01  # p99
@@ -164,3 +179,35 @@ def test_the_flag_in_result_json_the_terminal_the_html_and_compare(tmp_path: Pat
                for w in c.warnings)  # fmt: skip
     assert not any("safe rate too high" in w for w in compare_results(
         [("A", _result()), ("B", _result())]).warnings)  # fmt: skip
+
+
+def test_a_virtual_search_whose_re_test_fails_at_the_safe_rate_has_it_withdrawn() -> None:
+    """End to end in virtual time: the bench's two-sided search at ±5 % on the dense case
+    (seed 1019), started at the long-run boundary 12.96 req/s as the staircase starts it,
+    then the re-test the bench plans, with the seed it gives it. The search's safe rate,
+    14.26 req/s, lies above the long-run boundary; the re-test there fails with 40 misses of
+    194, and with those counts pooled no rate below is established: the safe rate is
+    withdrawn (docs/validation.md, "Safe rate too high: the flag in virtual time")."""
+    reference, precision, seed = 12.96, 0.05, 1019
+    probe = VirtualProbe(CASES["dense"], lifetimes=WARMUP_LIFETIMES)
+    search = BoundarySearch(probe, start_rate_rps=reference, allowed=ALLOWED, seed=seed,
+                            max_probes=30, precision=precision, two_sided=True,
+                            first_step=1 + 2 * min(precision, RESOLUTION))  # fmt: skip
+    probe.search = search
+    out = asyncio.run(search.run())
+    probe.search, probe.lifetimes = None, CHECK_WARMUP_LIFETIMES
+    probe.min_fail_judged = Sprt(ALLOWED).clean_pass_n  # a check fails on a pass's count
+    assert out.stop_reason == "converged" and out.reported is not None
+    assert out.fit is not None and out.fit.rate_rps is not None and out.boundary is not None
+    safe = out.reported.low_rps
+    assert safe is not None and safe > reference  # too high, as the long run shows
+    checks = []
+    plan = drift_check_plan(out.boundary.rate_rps, out.fit.rate_rps, precision)
+    for i, (rate, _) in enumerate(plan):
+        index = len(out.steps) + 1 + i
+        checks.append((index, rate, asyncio.run(probe(rate, probe_seed(seed, index)))))
+    flag = checked_safe_rate(out.evidence, ALLOWED, safe, checks)
+    assert flag is not None and flag.direction == "too high"
+    assert flag.check_rate_rps <= safe and flag.misses > ALLOWED * flag.judged
+    assert flag.safe_rate_rps is None  # withdrawn: nothing below it is established
+    assert (flag.misses, flag.judged) == (40, 194)  # the seeded run's counts, as recorded
