@@ -115,6 +115,10 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         scaled there); ``search.unclosed`` (which end of the boundary's interval the search
         did not establish, and why) and ``search.max_time_s``; stop reason ``max_time``.
         None in older files.
+        (optional) the boundary probe's ``safe_rate_flag`` (``SafeRateFlag``): a drift
+        check at or below the search's safe rate failed the SLO; ``safe_rate_rps`` and its
+        goodput are then the corrected ones (None: withdrawn). None in older files and where
+        no check contradicted it.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -187,6 +191,7 @@ __all__ = [
     "ProbeDetail",
     "ProbeSummary",
     "RunTarget",
+    "SafeRateFlag",
     "ScopeEnergy",
     "SearchStep",
     "SearchSummary",
@@ -1014,6 +1019,38 @@ class FigureIntervals(_Strict):
     notes: list[str] = Field(default_factory=list)
 
 
+class SafeRateFlag(_Strict):
+    """A drift check at or below the search's safe rate (as its verdict is placed) failed
+    the SLO: the safe rate was too high. ``safe_rate_rps`` is the low end re-computed with the
+    check's counts pooled into the search's evidence (None: no lower rate is established, the
+    safe rate is withdrawn); ``load.safe_rate`` sets it, docs/methodology.md defines it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    direction: Literal["too high"] = Field(
+        "too high", description="which way the searched safe rate was wrong"
+    )
+    check_rate_rps: float = Field(description="the failed check's rate, as its verdict is placed")
+    check_probe: int = Field(description="the failed check's probe index")
+    misses: int = Field(description="the check's misses of its worst limit")
+    judged: int = Field(description="requests the check judged")
+    searched_safe_rate_rps: float = Field(description="the safe rate the search reported")
+    safe_rate_rps: float | None = Field(
+        description="the safe rate with the check pooled in (None: withdrawn)"
+    )
+
+    def line(self) -> str:
+        """The flag as the views print it, its direction first."""
+        x, y = self.check_rate_rps, self.searched_safe_rate_rps
+        head = (
+            f"safe rate too high: a check at {x:.4g} req/s (≤ the safe rate {y:.4g}) failed "
+            f"with {self.misses} misses of {self.judged}"
+        )
+        if self.safe_rate_rps is None:
+            return head + "; withdrawn: with its counts pooled no lower rate is established"
+        return head + f"; lowered to {self.safe_rate_rps:.4g} req/s with its counts pooled"
+
+
 class ProbeSummary(_Strict):
     """One probe (one offered rate) or the single-stream point, over its measurement window.
 
@@ -1139,6 +1176,11 @@ class ProbeSummary(_Strict):
     )
     goodput_tokens_per_s_at_safe_rate: float | None = Field(
         None, description="boundary only: goodput at the safe rate, scaled as the interval"
+    )
+    safe_rate_flag: SafeRateFlag | None = Field(
+        None,
+        description="boundary only: a drift check at or below the searched safe rate failed; "
+        "the safe rate above is the corrected one (None: none did, or an older file)",
     )
     intervals: FigureIntervals | None = Field(
         None, description="the probe's figures as intervals (None: not computed, older file)"

@@ -34,6 +34,7 @@ from tokenwatt.load.engine_probe import EngineWitness
 from tokenwatt.load.fit import check_fits
 from tokenwatt.load.measure import ProbeFiles, ProbeLoad, ProbeSetup, measure_probe
 from tokenwatt.load.probe import LateFirstTokens, ProbeProgress, ProbeRun, run_probe
+from tokenwatt.load.safe_rate import checked_safe_rate
 from tokenwatt.load.search import (
     CHECK_ROLE,
     RESOLUTION,
@@ -395,12 +396,18 @@ def _search_summary(out: SearchOutcome[ProbeSummary]) -> SearchSummary:
     )
 
 
+def _goodput_per_rps(b: ProbeSummary) -> float | None:
+    """The boundary probe's goodput per request/s (tokens per good request): what scales
+    goodput to the fitted rates."""
+    return b.goodput_output_tokens_per_s / b.counted_rate_rps if b.counted_rate_rps else None
+
+
 def _with_interval(b: ProbeSummary, fit: BoundaryFit | None) -> ProbeSummary:
     """A copy of the boundary probe with the fitted boundary and its interval; goodput scales
     with rate at the probe's own goodput per request/s (tokens per good request)."""
     if fit is None or fit.rate_rps is None:
         return b
-    per_rps = b.goodput_output_tokens_per_s / b.counted_rate_rps if b.counted_rate_rps else None
+    per_rps = _goodput_per_rps(b)
     point = fit.rate_rps if fit.high_rps is not None else None
 
     def scale(r: float | None) -> float | None:
@@ -415,6 +422,35 @@ def _with_interval(b: ProbeSummary, fit: BoundaryFit | None) -> ProbeSummary:
             "confidence": fit.confidence,
             "safe_rate_rps": fit.low_rps,
             "goodput_tokens_per_s_at_safe_rate": scale(fit.low_rps),
+        }
+    )
+
+
+def _checked_safe_rate(
+    b: ProbeSummary,
+    probes: Sequence[ProbeSummary],
+    out: SearchOutcome[ProbeSummary],
+    spec: BenchSpec,
+) -> ProbeSummary:
+    """The boundary probe with its safe rate held to the drift checks (``load.safe_rate``): a
+    check at or below it that failed lowers or withdraws it, with the flag; goodput there
+    follows, scaled as the interval is."""
+    if b.safe_rate_rps is None or not out.evidence:
+        return b
+    checks = [(p.index, p.rate_rps, outcome_of(p)) for p in probes
+              if p.phase == "check" and p.rate_rps is not None]  # fmt: skip
+    allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
+    flag = checked_safe_rate(out.evidence, allowed, b.safe_rate_rps, checks)
+    if flag is None:
+        return b
+    per_rps = _goodput_per_rps(b)
+    safe = flag.safe_rate_rps
+    good = None if safe is None or per_rps is None else safe * per_rps
+    return b.model_copy(
+        update={
+            "safe_rate_rps": safe,
+            "goodput_tokens_per_s_at_safe_rate": good,
+            "safe_rate_flag": flag,
         }
     )
 
@@ -757,6 +793,8 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
         reported = out.reported or reported_boundary(out.evidence, allowed)
     result.boundary = _with_interval(payload, reported) if payload is not None else None
+    if result.boundary is not None and out.stop_reason not in ("error", "saturated", "changed"):
+        result.boundary = _checked_safe_rate(result.boundary, result.probes, out, spec)
     if out.stop_reason in ("error", "saturated"):
         result.boundary = None
         result.warnings.append(_halt_warning(out, spec))

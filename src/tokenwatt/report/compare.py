@@ -329,6 +329,8 @@ def _differences(labels: Sequence[str], results: Sequence[BenchResult]) -> list[
             out.append(f"{lab}: the run was interrupted; its boundary may be loose")
         if (note := probes_left_out(r)) is not None:
             out.append(f"{lab}: {note}; the frontier below is drawn from those")
+        if r.boundary is not None and (flag := r.boundary.safe_rate_flag) is not None:
+            out.append(f"{lab}: {flag.line()}; no verdict is called on its safe rate")
     return out
 
 

@@ -253,11 +253,18 @@ def higher_passes_note(result: BenchResult, b: ProbeSummary) -> str | None:
 
 def safe_rate_text(result: BenchResult, b: ProbeSummary) -> str | None:
     """The safe rate: the low end of the boundary's interval, with goodput there, or why it
-    was not established (``search.unclosed``); None where no boundary was fitted."""
+    was not established (``search.unclosed``); with its flag when a drift check at or below
+    it failed (``load.safe_rate``); None where no boundary was fitted."""
     if b.boundary_rate_rps is None:
         return None
     conf = f"{b.confidence:.0%}" if b.confidence is not None else "95%"
     unclosed = result.search.unclosed if result.search is not None else None
+    flag = b.safe_rate_flag
+    if flag is not None:  # a drift check at or below it failed: its direction first
+        good = b.goodput_tokens_per_s_at_safe_rate
+        there = f", {fmt_tokens_per_s(good)} tok/s goodput there" if good is not None else ""
+        now = "withdrawn" if b.safe_rate_rps is None else f"{fmt_float(b.safe_rate_rps)} req/s"
+        return f"{now}{there} [{flag.line()}]"
     if b.safe_rate_rps is None:
         return f"not established (the boundary's {conf} interval is open below)" + (
             f": {unclosed}" if unclosed else ""

@@ -32,6 +32,7 @@ from tokenwatt.report.format import (
     goodput_headline,
     no_boundary_text,
     no_failure_seen,
+    safe_rate_text,
 )
 from tokenwatt.report.intervals_text import interval_caption, interval_rows
 from tokenwatt.report.labels import (
@@ -207,6 +208,9 @@ def _headline(r: BenchResult) -> str:
                 f"at {_e(fmt_rate(b.rate_rps))}</div>"
                 + (f'<div class="detail">{_e(detail)}</div>' if detail else "")
             )
+            if (safe := safe_rate_text(r, b)) is not None:  # beside the headline, flag included
+                flagged = " none" if b.safe_rate_flag is not None else ""  # the warning colour
+                first += f'<div class="detail{flagged}">safe rate {_e(safe)}</div>'
         cost = cost_text(b)
         if cost is not None:
             first += f'<div class="detail">{_e(cost)}</div>'

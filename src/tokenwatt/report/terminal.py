@@ -228,7 +228,7 @@ def headline(result: BenchResult) -> RenderableType:
         grid.add_row(label, Text(good, "bold green" if b.slo_passed else "bold red"))
         safe = None if probe_only else safe_rate_text(result, b)
         if safe is not None:
-            grid.add_row("Safe rate", Text(safe))
+            grid.add_row("Safe rate", Text(safe, "yellow" if b.safe_rate_flag else ""))
         tpj = energy_text(b)
         grid.add_row("Tokens per joule", Text(tpj, "yellow" if b.tokens_per_joule is None else ""))
         cost = cost_text(b)
