@@ -30,6 +30,10 @@ point unless the re-test lies within the precision of it, each failing only on 1
 requests), judged as the bench judges them
 (``metrics.drift``, through ``virtual_probe.drift_checks``); they do not join the evidence, and
 a change called leaves no boundary (counted as not held, and printed).
+``--low-end-below δ`` sets the two-sided low end's minimum distance below the point
+(``metrics.boundary.LOW_END_MIN_BELOW`` by default; 0 places it as the precision alone allows)
+and ``--low-end-fixed`` puts its probe at that distance at every precision: candidates need
+runs, not re-summaries (pass the same ``--low-end-below`` to ``--summarize``).
 ``--start-factor F`` (with ``--reference``) starts each search where ``tokenwatt bench``'s
 staircase starts it, near the boundary: at F × the reference, walking away from it in the
 bench's small first steps (``first_step`` = 1 + 2 · min(precision, 5 %)); a probe with
