@@ -30,6 +30,10 @@ point unless the re-test lies within the precision of it, each failing only on 1
 requests), judged as the bench judges them
 (``metrics.drift``, through ``virtual_probe.drift_checks``); they do not join the evidence, and
 a change called leaves no boundary (counted as not held, and printed).
+``--low-end-below δ`` sets the two-sided low end's minimum distance below the point
+(``metrics.boundary.LOW_END_MIN_BELOW`` by default; 0 places it as the precision alone allows)
+and ``--low-end-fixed`` puts its probe at that distance at every precision: candidates need
+runs, not re-summaries (pass the same ``--low-end-below`` to ``--summarize``).
 ``--start-factor F`` (with ``--reference``) starts each search where ``tokenwatt bench``'s
 staircase starts it, near the boundary: at F × the reference, walking away from it in the
 bench's small first steps (``first_step`` = 1 + 2 · min(precision, 5 %)); a probe with
@@ -55,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from tokenwatt.load.bench import WARMUP_LIFETIMES
 from tokenwatt.load.search import RESOLUTION, BoundarySearch, SearchOutcome
 from tokenwatt.metrics.boundary import (
+    LOW_END_MIN_BELOW,
     REPORTED_DESIGN_EFFECT,
     TWO_SIDED_DESIGN_EFFECT,
     BoundaryFit,
@@ -99,11 +104,14 @@ def _dump(
         f.write(json.dumps(line) + "\n")
 
 
-def interval(ev: list[Evidence], d: float, two_sided: bool) -> BoundaryFit:
+def interval(
+    ev: list[Evidence], d: float, two_sided: bool, min_below: float = LOW_END_MIN_BELOW
+) -> BoundaryFit:
     """The interval a search reports: two-sided (``two_sided_boundary``, the low end at a
-    probed rate) or the one-sided search's (``reported_boundary``)."""
+    probed rate, at least ``min_below`` below the point) or the one-sided search's
+    (``reported_boundary``)."""
     if two_sided:
-        return two_sided_boundary(ev, 0.01, 0.95, d)
+        return two_sided_boundary(ev, 0.01, 0.95, d, min_below)
     return reported_boundary(ev, 0.01, 0.95, d)
 
 
@@ -136,7 +144,12 @@ def _probe_s(p: dict[str, Any]) -> float:
     return max(10.0, WARMUP_LIFETIMES * e2e) + p["n"] / p["rate"] + e2e
 
 
-def summarize(paths: list[Path], design_effects: list[float], precision: float | None) -> None:
+def summarize(
+    paths: list[Path],
+    design_effects: list[float],
+    precision: float | None,
+    min_below: float = LOW_END_MIN_BELOW,
+) -> None:
     """The coverage table from dumps (several processes may have appended to one file): per
     case and design effect, coverage, where the misses fell, mean half width."""
     lines = []
@@ -166,7 +179,7 @@ def summarize(paths: list[Path], design_effects: list[float], precision: float |
             halves = []
             for x in mine:
                 ev = [Evidence(p["rate"], p["n"], p["misses"]) for p in x["probes"]]
-                fit = interval(ev, d, precision is not None)
+                fit = interval(ev, d, precision is not None, min_below)
                 lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
                 held += lo <= x["reference"] <= hi
                 below += x["reference"] < lo
@@ -218,6 +231,14 @@ def _parser() -> argparse.ArgumentParser:
         help="two-sided: the low end's D the search's stop reads (a candidate needs its own "
         "runs: it moves the low end's probe and its long window)",
     )  # fmt: skip
+    ap.add_argument(
+        "--low-end-below", type=float, default=LOW_END_MIN_BELOW,
+        help="the low end's probe at least this fraction below the point",
+    )  # fmt: skip
+    ap.add_argument(
+        "--low-end-fixed", action="store_true",
+        help="the low end's probe exactly --low-end-below below the point, at every precision",
+    )  # fmt: skip
     ap.add_argument("--lifetimes", type=float, default=WARMUP_LIFETIMES, help="warm-up rule")
     ap.add_argument("--reference", type=float, default=None, help="skip computing it")
     ap.add_argument("--dump", type=Path, default=None, help="each search's probes, JSON lines")
@@ -233,7 +254,7 @@ def _parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = _parser().parse_args()
     if args.summarize:
-        summarize(args.summarize, args.design_effect, args.precision)
+        summarize(args.summarize, args.design_effect, args.precision, args.low_end_below)
         return
     c = (CASES | HOLDOUT_CASES)[args.case]
     ref = args.reference
@@ -254,6 +275,8 @@ def main() -> None:
             two_sided=two,
             first_step=first_step,
             low_end_design_effect=args.search_design_effect,
+            low_end_min_below=args.low_end_below,
+            low_end_fixed=args.low_end_fixed,
         )
         probe.search = s  # the low end's long window (``BoundarySearch.want_judged``)
         out = asyncio.run(s.run())
@@ -268,7 +291,7 @@ def main() -> None:
         if args.dump is not None:
             _dump(args.dump, args.case, args.first_seed + k, ref, out)
         for d in args.design_effect:
-            fit = interval(out.evidence, d, two)
+            fit = interval(out.evidence, d, two, args.low_end_below)
             lo, hi = fit.low_rps or 0.0, fit.high_rps or float("inf")
             held = ref is not None and lo <= ref <= hi and not changed
             half = fit.relative_half_width or float("nan")

@@ -64,15 +64,21 @@ still open (too few counts at a failure to place its high end): a plain bracket 
 ``precision`` does not stop it.
 An open high end gets a probe at point × (1 + precision); otherwise the low end gets its probe
 at the lowest rate that leaves the half width within precision once its passes establish it,
-point × (1 − 2·precision + 1 %) + (high − point). That probe's window is long enough
+point × (1 − 2·precision + 1 %) + (high − point), but never nearer than
+``LOW_END_MIN_BELOW`` (+ 1 %) below the point (``low_end_target``), where the reported low end
+may lie (``two_sided_boundary``'s ``min_below``). At a precision tighter than that allows, the
+search stops once the point and the high end are within precision and the low end there is
+established, and ``SearchOutcome.unclosed`` says why the interval is wider than asked. That
+probe's window is long enough
 for the low end at once (``want_judged``: the clean requests the end still needs,
 ``LOW_END_CLEAN`` less those already judged clean from its rate up to the lowest failure; its
 pass may not close the window sooner, a failure still stops it at once): one warm-up and one
 drain instead of one per ~280 requests. If a miss there leaves the end short, the rate is
-probed again (the counts pool) until it is established. The low end is probed as far below
-the point as the precision allows on purpose: the point of short windows leans high, and a
-search that kept probing just below it until a clean window closed the low end selected the
-optimistic windows (coverage fell to 8–72 %). When ``max_probes`` or ``max_time_s`` runs out
+probed again (the counts pool) until it is established. The low end is probed well below the
+point on purpose: the point of short windows leans high (the long-run boundary at 0.86–0.93 ×
+the point in virtual time), and a search that kept probing just below it until a clean window
+closed the low end selected the optimistic windows (coverage fell to 8–72 %; at ±5 % with the
+low end 4–6 % below, 29–44 %). When ``max_probes`` or ``max_time_s`` runs out
 first, ``SearchOutcome.unclosed`` says which end was not established and why.
 """
 
@@ -86,6 +92,7 @@ from typing import Generic, Literal, TypeVar
 
 from tokenwatt.metrics.boundary import (
     BOUNDARY_CONFIDENCE,
+    LOW_END_MIN_BELOW,
     TWO_SIDED_DESIGN_EFFECT,
     BoundaryFit,
     Evidence,
@@ -96,6 +103,7 @@ from tokenwatt.metrics.boundary import (
 
 __all__ = [
     "LOW_END_CLEAN",
+    "LOW_END_MIN_BELOW",
     "NOISE_SIGMAS",
     "BoundarySearch",
     "Phase",
@@ -106,6 +114,7 @@ __all__ = [
     "bracket_rate",
     "drift_check_plan",
     "low_end_clean",
+    "low_end_target",
     "probe_seed",
     "step_factor",
     "step_role",
@@ -173,6 +182,27 @@ def low_end_clean(design_effect: float) -> int:
 LOW_END_CLEAN = low_end_clean(TWO_SIDED_DESIGN_EFFECT)  # D = 4: n ≥ 765
 
 
+def low_end_target(
+    point_rps: float,
+    high_rps: float,
+    precision: float,
+    min_below: float = LOW_END_MIN_BELOW,
+    fixed: bool = False,
+) -> tuple[float, bool]:
+    """The two-sided low end's probe rate, and whether ``min_below`` placed it. The rate whose
+    pass, once established, leaves the half width within precision is
+    point × (1 − 2·precision + ``LOW_MARGIN``) + (high − point); but a low end that near a
+    point fitted from short windows (which lean high) lay above the long-run boundary in most
+    searches at ±5 %, so the probe goes no closer than ``min_below`` + ``LOW_MARGIN`` below the
+    point (exactly there at every precision with ``fixed``), where the reported low end may lie
+    (``metrics.boundary.two_sided_boundary``), and the interval is then wider than asked."""
+    floor = point_rps * (1.0 - min_below - LOW_MARGIN)
+    target = point_rps * (1.0 - 2.0 * precision + LOW_MARGIN) + (high_rps - point_rps)
+    if fixed or target > floor:
+        return floor, True
+    return target, False
+
+
 def step_factor(k: int, growth: float, first_step: float | None) -> float:
     """The k-th step's factor (k = 0, 1, …) of a walk from a rate: ``growth`` every time, or
     with ``first_step`` f₀: f₀^(2^k), up to ``growth`` (1.1, 1.21, 1.46, 2, 2, … for f₀ = 1.1,
@@ -192,6 +222,10 @@ _WHY = {
     "interrupted": "the run was interrupted",
     "error": "the endpoint failed",
     "saturated": "the load generator could not offer the load",
+    "converged": (
+        f"the low end is never placed closer than {LOW_END_MIN_BELOW:.0%} below the point; "
+        "closer, the interval labelled 95 % was measured to hold the boundary far less often"
+    ),
 }
 
 
@@ -314,6 +348,8 @@ class BoundarySearch(Generic[P]):
         confidence: float = BOUNDARY_CONFIDENCE,
         design_effect: float = 1.0,
         low_end_design_effect: float = TWO_SIDED_DESIGN_EFFECT,
+        low_end_min_below: float = LOW_END_MIN_BELOW,
+        low_end_fixed: bool = False,
         on_step: Callable[[SearchStep[P]], None] | None = None,
         first_step: float | None = None,
         two_sided: bool = False,
@@ -344,6 +380,9 @@ class BoundarySearch(Generic[P]):
         self.confidence = confidence
         self.design_effect = design_effect
         self.low_end_design_effect = low_end_design_effect  # the two-sided low end's D
+        # The low end's probe at least this far below the point (or exactly, ``low_end_fixed``).
+        self.low_end_min_below = low_end_min_below
+        self.low_end_fixed = low_end_fixed
         self._evidence: list[Evidence] = []
         self._fit_mode = allowed is not None
         self._confirmed: set[float] = set()
@@ -456,8 +495,9 @@ class BoundarySearch(Generic[P]):
         is closed at both ends and within ``precision`` of its point (module docstring)."""
         assert self.allowed is not None
         rep = two_sided_boundary(
-            self._evidence, self.allowed, self.confidence, self.low_end_design_effect
-        )
+            self._evidence, self.allowed, self.confidence, self.low_end_design_effect,
+            self.low_end_min_below,
+        )  # fmt: skip
         self.outcome.reported = rep
         point, low, high = rep.rate_rps, rep.low_rps, rep.high_rps
         if point is None:
@@ -467,16 +507,22 @@ class BoundarySearch(Generic[P]):
         half = rep.relative_half_width
         if low is not None and half is not None and half <= self.precision:
             return None
-        # The lowest rate whose pass, once established, leaves the half width within precision.
-        target = point * (1.0 - 2.0 * self.precision + LOW_MARGIN) + (high - point)
+        target, floored = self._low_target(point, high)
         if low is not None and low >= target * math.exp(-self.precision / 4):
+            if floored and high - point <= self.precision * point:
+                return None  # the low end where it may be, the high end within precision
             # The low end is where it can be: the high end is too far; probe between.
             return min(math.sqrt(point * high), self.max_rate_rps), "high"
         # Pool with a rate already measured just above the target (never below it: an end
         # there would leave the half width over precision).
-        near = [e.rate_rps for e in self._evidence
-                if target <= e.rate_rps <= target * math.exp(self.precision / 4)]  # fmt: skip
+        top = min(target * math.exp(self.precision / 4), point * (1.0 - self.low_end_min_below))
+        near = [e.rate_rps for e in self._evidence if target <= e.rate_rps <= top]
         return (min(near) if near else target), "low"
+
+    def _low_target(self, point: float, high: float) -> tuple[float, bool]:
+        return low_end_target(
+            point, high, self.precision, self.low_end_min_below, self.low_end_fixed
+        )
 
     def _low_end_wanted(self, rate: float) -> int | None:
         """The clean judged requests the low end's probe at ``rate`` should gather:
@@ -522,8 +568,9 @@ class BoundarySearch(Generic[P]):
         if not self.two_sided or self.allowed is None or not self._evidence:
             return
         rep = two_sided_boundary(
-            self._evidence, self.allowed, self.confidence, self.low_end_design_effect
-        )
+            self._evidence, self.allowed, self.confidence, self.low_end_design_effect,
+            self.low_end_min_below,
+        )  # fmt: skip
         out.reported = rep
         out.unclosed = unclosed_line(rep, self.precision, out.stop_reason)
 

@@ -47,6 +47,7 @@ from tokenwatt.metrics.slo import binomial_sf
 
 __all__ = [
     "BOUNDARY_CONFIDENCE",
+    "LOW_END_MIN_BELOW",
     "REPORTED_DESIGN_EFFECT",
     "TWO_SIDED_DESIGN_EFFECT",
     "BoundaryFit",
@@ -79,6 +80,10 @@ REPORTED_DESIGN_EFFECT = 5.0
 # LOW_END_CLEAN (765 clean requests at p99, against 956 at D = 5). docs/validation.md,
 # "The two-sided low end's design effect".
 TWO_SIDED_DESIGN_EFFECT = 4.0
+# The two-sided low end lies at least this fraction below the point, whatever the precision:
+# nearer, a low end established by short clean windows lay above the long-run boundary in
+# most virtual-time searches at ±5 % (docs/validation.md, "The low end's distance").
+LOW_END_MIN_BELOW = 0.12
 Point = tuple[float, int, int]  # (rate, judged, misses)
 _T_MIN = -30.0  # the lowest log-odds the profile tries (p ≈ 1e-13)
 _F_EDGE = 1e-7  # the profile at a probe: the limit from inside the gap
@@ -422,19 +427,36 @@ def two_sided_boundary(
     allowed: float,
     confidence: float = BOUNDARY_CONFIDENCE,
     design_effect: float = TWO_SIDED_DESIGN_EFFECT,
+    min_below: float = LOW_END_MIN_BELOW,
 ) -> BoundaryFit:
     """The boundary as the two-sided search reports it (``load.search``, ``two_sided``): the
     point and the high end as ``reported_boundary`` gives them (ends between probes, D = 1),
     the low end at a **probed rate** through ``design_effect`` (the step statistic): the
     highest probe whose clean counts, read as n/D independent requests, exclude the boundary
-    at or below it. The two-sided search places a probe well below the point and pools its
+    at or below it, and no nearer than ``min_below`` below the point (``_kept_below``). The
+    two-sided search places a probe well below the point and pools its
     passes there until they do; an end between probes would then lie above that probe, in the
     gap whose upper side is the short, optimistic windows just under the point, and in virtual
     time held the long-run boundary in only 55–88 % of searches, against 93–100 % at the probed
     rate (docs/validation.md, "Boundary interval coverage, two-sided")."""
     low = fit_boundary(evidence, allowed, confidence, design_effect, profile_ends=False)
     high = fit_boundary(evidence, allowed, confidence, 1.0, profile_ends=True)
-    return BoundaryFit(high.rate_rps, low.low_rps, high.high_rps, confidence, high.limit)
+    return BoundaryFit(
+        high.rate_rps, _kept_below(evidence, low.low_rps, high.rate_rps, min_below),
+        high.high_rps, confidence, high.limit,
+    )  # fmt: skip
+
+
+def _kept_below(
+    evidence: Sequence[Evidence], low: float | None, point: float | None, min_below: float
+) -> float | None:
+    """The low end no nearer than ``min_below`` below the point: the step statistic's end if it
+    lies that far down, else the highest probed rate that does (the boundary, excluded below
+    the end, is excluded below any rate under it too), None (open) if no probe does."""
+    if low is None or point is None or low <= point * (1.0 - min_below):
+        return low
+    cap = point * (1.0 - min_below)
+    return max((e.rate_rps for e in evidence if e.rate_rps <= cap), default=None)
 
 
 def binomial_upper(misses: int, n: int, confidence: float) -> float:
