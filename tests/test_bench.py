@@ -33,7 +33,7 @@ from tokenwatt.metrics.boundary import Evidence, two_sided_boundary
 from tokenwatt.metrics.slo import EarlyStop, Limits
 from tokenwatt.records import RequestRecord
 from tokenwatt.report.exports import br02_name
-from tokenwatt.result import load_result
+from tokenwatt.result import BenchResult, load_result
 
 SECRET = "sk-bench-test-7d1e"
 
@@ -117,6 +117,31 @@ def bench_run(
     return d / "out", subprocess.CompletedProcess(run["args"], run["rc"], run["out"], run["err"])
 
 
+def _check_probe_figures(r: BenchResult) -> None:
+    """Every probe carries the figures the issue lists, MBU with its inputs (a window cut short
+    by the early stop has no MBU: its counted requests were cancelled mid-stream). Whether a
+    failing probe here is stopped early or runs its window out depends on timing on a busy
+    machine; the early stop itself is tested in test_probe_e2e.py."""
+    for p in r.probes:
+        if p.slo_detail.in_flight_misses and not p.slo_detail.judged:
+            # stopped on known TTFT misses still in flight before a counted request finished
+            assert p.achieved_rate_rps == 0 and not p.slo_passed and p.mbu is None
+            continue
+        assert p.achieved_rate_rps > 0 and p.output_tokens_per_s > 0
+        assert p.goodput_output_tokens_per_s_per_gpu == pytest.approx(
+            p.goodput_output_tokens_per_s / r.gpus
+        )
+        if p.slo_detail.early_stopped:
+            assert p.mbu is None and "window_cut" in p.flags and not p.slo_passed
+            continue
+        assert p.mbu is not None and 0 < p.mbu < 1 and p.mbu_detail is not None
+        inputs = p.mbu_detail.inputs
+        assert inputs.batch_per_replica == pytest.approx(p.batch_per_replica)
+        assert inputs.output_tokens_per_s == pytest.approx(p.output_tokens_per_s)
+        # the simulator's energy counter is read like an exporter
+        assert p.tokens_per_joule is not None and p.tokens_per_joule > 0
+
+
 @pytest.mark.timeout(200)
 def test_bench_writes_a_consistent_result(
     bench_run: tuple[Path, subprocess.CompletedProcess[str]],
@@ -177,28 +202,7 @@ def test_bench_writes_a_consistent_result(
         assert p is not None and p.requests_file is not None
         lines = (out / p.requests_file).read_bytes().splitlines()
         assert len(lines) >= p.requests_ok + p.requests_failed
-    # Every probe carries the figures the issue lists, MBU with its inputs (a window cut short
-    # by the early stop has no MBU: its counted requests were cancelled mid-stream).
-    # (whether a failing probe here is stopped early or runs its window out depends on timing
-    # on a busy machine; the early stop itself is tested in test_probe_e2e.py)
-    for p in r.probes:
-        if p.slo_detail.in_flight_misses and not p.slo_detail.judged:
-            # stopped on known TTFT misses still in flight before a counted request finished
-            assert p.achieved_rate_rps == 0 and not p.slo_passed and p.mbu is None
-            continue
-        assert p.achieved_rate_rps > 0 and p.output_tokens_per_s > 0
-        assert p.goodput_output_tokens_per_s_per_gpu == pytest.approx(
-            p.goodput_output_tokens_per_s / r.gpus
-        )
-        if p.slo_detail.early_stopped:
-            assert p.mbu is None and "window_cut" in p.flags and not p.slo_passed
-            continue
-        assert p.mbu is not None and 0 < p.mbu < 1 and p.mbu_detail is not None
-        inputs = p.mbu_detail.inputs
-        assert inputs.batch_per_replica == pytest.approx(p.batch_per_replica)
-        assert inputs.output_tokens_per_s == pytest.approx(p.output_tokens_per_s)
-        # the simulator's energy counter is read like an exporter
-        assert p.tokens_per_joule is not None and p.tokens_per_joule > 0
+    _check_probe_figures(r)
     ss = r.single_stream
     assert ss is not None and ss.rate_rps is None and ss.requests_ok == 2
     # The report leads with goodput; the key never reaches a file or the terminal.

@@ -7,7 +7,9 @@ The hand calculation behind every corrected end: the two-sided low end is the hi
 rate whose clean requests (with those above it up to the first failure), read as n/D
 independent ones with D = 4, exclude a miss fraction of 1 % at or below it; n clean requests
 lose n · −ln(0.99) / 4 of log-likelihood against χ²₁(95 %)/2 = 1.9207. So 909 or 900 clean
-establish an end (2.28, 2.26), 700 do not (1.76), 700 + 300 = 1000 do (2.51).
+establish an end (2.28, 2.26), 700 do not (1.76), 700 + 300 = 1000 do (2.51). The first
+tests read that statistic alone (``min_below=0``: the pooling by hand); the search also keeps
+the low end at least ``LOW_END_MIN_BELOW`` (12 %) below the point, which the later tests apply.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from tokenwatt.load.search import (
     drift_check_plan,
     probe_seed,
 )
-from tokenwatt.metrics.boundary import BoundaryFit, Evidence, profile_threshold, two_sided_boundary
+from tokenwatt.metrics.boundary import (
+    LOW_END_MIN_BELOW,
+    BoundaryFit,
+    Evidence,
+    profile_threshold,
+    two_sided_boundary,
+)
 from tokenwatt.metrics.sequential import Sprt
 from tokenwatt.report.compare import compare_results
 from tokenwatt.report.html import render_html
@@ -47,6 +55,7 @@ from virtual_probe import CASES, VirtualProbe
 FIXTURE = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
 ALLOWED = 0.01  # p99
 LIMIT = "tpot_p99"
+STATISTIC = 0.0  # ``min_below`` for the step statistic alone
 
 
 def _clean(rate: float, n: int) -> Evidence:
@@ -69,11 +78,13 @@ def test_the_hand_figures_of_the_module_docstring() -> None:
     per = -math.log1p(-ALLOWED) / 4.0
     assert 909 * per > profile_threshold(0.95) > 700 * per
     assert 900 * per > profile_threshold(0.95) and 1000 * per > profile_threshold(0.95)
-    assert two_sided_boundary(SEARCH, ALLOWED).low_rps == 13.24  # the searched safe rate
+    assert two_sided_boundary(SEARCH, ALLOWED, min_below=STATISTIC).low_rps == 13.24
 
 
 def test_a_failed_check_below_the_safe_rate_lowers_it_to_the_established_pass_below() -> None:
-    flag = checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.21, _check(13.21, 200, 72, False))])
+    flag = checked_safe_rate(
+        SEARCH, ALLOWED, 13.24, [(5, 13.21, _check(13.21, 200, 72, False))], STATISTIC
+    )
     assert flag is not None and flag.direction == "too high"
     assert (flag.check_rate_rps, flag.check_probe) == (13.21, 5)
     assert (flag.misses, flag.judged, flag.searched_safe_rate_rps) == (72, 200, 13.24)
@@ -87,21 +98,23 @@ def test_a_failed_check_below_the_safe_rate_lowers_it_to_the_established_pass_be
 
 def test_with_too_few_clean_requests_below_the_safe_rate_is_withdrawn() -> None:
     search = [_clean(11.0, 700), *SEARCH[1:]]  # 700 clean: 1.76 < 1.92, no end there
-    assert two_sided_boundary(search, ALLOWED).low_rps == 13.24
-    flag = checked_safe_rate(search, ALLOWED, 13.24, [(5, 13.21, _check(13.21, 200, 72, False))])
+    assert two_sided_boundary(search, ALLOWED, min_below=STATISTIC).low_rps == 13.24
+    flag = checked_safe_rate(
+        search, ALLOWED, 13.24, [(5, 13.21, _check(13.21, 200, 72, False))], STATISTIC
+    )
     assert flag is not None and flag.safe_rate_rps is None
     assert flag.line().endswith("withdrawn: with its counts pooled no lower rate is established")
     # 300 clean more below: the end at 10 rests on 300 + 700 = 1000 (2.51 > 1.92)
     flag = checked_safe_rate([_clean(10.0, 300), *search], ALLOWED, 13.24,
-                             [(5, 13.21, _check(13.21, 200, 72, False))])  # fmt: skip
+                             [(5, 13.21, _check(13.21, 200, 72, False))], STATISTIC)  # fmt: skip
     assert flag is not None and flag.safe_rate_rps == 10.0
 
 
 def test_a_failed_check_above_the_safe_rate_or_a_passing_one_raises_nothing() -> None:
     above = _check(13.9, 200, 72, False)  # the confirmation at the fitted point: drift's business
-    assert checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.9, above)]) is None
+    assert checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.9, above)], STATISTIC) is None
     passed = _check(13.21, 800, 2, True)
-    assert checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.21, passed)]) is None
+    assert checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.21, passed)], STATISTIC) is None
 
     # a failure offered at 13.2 whose window held 15.5 req/s, beyond 2 Poisson sigmas of 200
     # arrivals (13.2 + 2 · 13.2/√200 = 15.07): its verdict speaks for 15.5
@@ -111,9 +124,21 @@ def test_a_failed_check_above_the_safe_rate_or_a_passing_one_raises_nothing() ->
         return ProbeOutcome(False, None, None, counted_rps=counted, requests=200,
                             evidence=Evidence(counted, 200, {LIMIT: 72}))  # fmt: skip
 
-    assert checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.2, busy(15.5))]) is None
-    flag = checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.2, busy(14.5))])
+    assert checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.2, busy(15.5))], STATISTIC) is None
+    flag = checked_safe_rate(SEARCH, ALLOWED, 13.24, [(5, 13.2, busy(14.5))], STATISTIC)
     assert flag is not None and flag.check_rate_rps == 13.2
+
+
+def test_with_the_low_end_kept_below_the_point_a_contradicted_safe_rate_is_withdrawn() -> None:
+    """The search's own rule (``LOW_END_MIN_BELOW``): SEARCH's point is 14.0 req/s, so the low
+    end is the highest probed rate at or under 0.88 × 14.0 = 12.3: 11.0. A check there failing
+    72 of 200 pulls the pooled point under 11.0 / 0.88 = 12.5, and no probe lies 12 % below it:
+    withdrawn."""
+    fit = two_sided_boundary(SEARCH, ALLOWED)
+    assert fit.rate_rps is not None and fit.low_rps == 11.0
+    assert fit.rate_rps * (1 - LOW_END_MIN_BELOW) < 13.24  # the nearer pass is not the end
+    flag = checked_safe_rate(SEARCH, ALLOWED, 11.0, [(5, 10.9, _check(10.9, 200, 72, False))])
+    assert flag is not None and flag.safe_rate_rps is None and flag.check_rate_rps == 10.9
 
 
 def _result() -> BenchResult:
@@ -122,7 +147,9 @@ def _result() -> BenchResult:
 
 def _flagged_result() -> tuple[BenchResult, float]:
     """The fixture's run with a fitted interval (safe rate 9.0) and a re-test at 8.9 req/s that
-    failed 72 of 200, through the bench's own step; returns it with goodput per request/s."""
+    failed 72 of 200, through the bench's own step; returns it with goodput per request/s.
+    Pooled, the point falls to 8.54 req/s; the low end, at least 12 % under it (7.51), is the
+    pass at 7.5 (900 clean)."""
     r = _result()
     b = r.boundary
     assert b is not None and b.counted_rate_rps
@@ -133,7 +160,8 @@ def _flagged_result() -> tuple[BenchResult, float]:
         "window_s": 200 / 8.9, "slo_passed": False, "safe_rate_rps": None})  # fmt: skip
     check.slo_detail.judged, check.slo_detail.misses = 200, {LIMIT: 72}
     out: SearchOutcome[ProbeSummary] = SearchOutcome(
-        evidence=[_clean(8.0, 900), _clean(9.0, 909), Evidence(9.5, 150, {LIMIT: 5})]
+        evidence=[_clean(7.5, 900), _clean(8.0, 900), _clean(9.0, 909),
+                  Evidence(9.5, 150, {LIMIT: 5})]  # fmt: skip
     )
     r.probes.append(check)
     r.boundary = _checked_safe_rate(b, r.probes, out, r.spec)
@@ -144,9 +172,9 @@ def test_the_bench_lowers_the_safe_rate_and_its_goodput_follows() -> None:
     r, per_rps = _flagged_result()
     b = r.boundary
     assert b is not None and b.safe_rate_flag is not None
-    assert b.safe_rate_rps == 8.0 and b.safe_rate_flag.searched_safe_rate_rps == 9.0
+    assert b.safe_rate_rps == 7.5 and b.safe_rate_flag.searched_safe_rate_rps == 9.0
     assert b.goodput_tokens_per_s_at_safe_rate is not None
-    assert abs(b.goodput_tokens_per_s_at_safe_rate - 8.0 * per_rps) < 1e-9
+    assert abs(b.goodput_tokens_per_s_at_safe_rate - 7.5 * per_rps) < 1e-9
     assert b.boundary_rate_rps == 9.3  # the boundary and its interval are the search's
     unflagged = _result()
     assert unflagged.boundary is not None
@@ -172,7 +200,7 @@ def test_the_flag_in_result_json_the_terminal_the_html_and_compare(tmp_path: Pat
     raw: Any = json.loads((tmp_path / "result.json").read_text("utf-8"))
     assert raw["boundary"]["safe_rate_flag"]["direction"] == "too high"
     line = next(x for x in _text(headline(r)).splitlines() if x.startswith("Safe rate"))
-    assert line.split("Safe rate", 1)[1].strip().startswith("8.00 req/s") and WANT in line
+    assert line.split("Safe rate", 1)[1].strip().startswith("7.50 req/s") and WANT in line
     assert WANT in render_html(r)
     c = compare_results([("A", _result()), ("B", r)])
     assert any(w.startswith("B: " + WANT) and "no verdict is called on its safe rate" in w
@@ -184,7 +212,10 @@ def test_the_flag_in_result_json_the_terminal_the_html_and_compare(tmp_path: Pat
 def test_a_virtual_search_whose_re_test_fails_at_the_safe_rate_has_it_withdrawn() -> None:
     """End to end in virtual time: the bench's two-sided search at ±5 % on the dense case
     (seed 1019), started at the long-run boundary 12.96 req/s as the staircase starts it,
-    then the re-test the bench plans, with the seed it gives it. The search's safe rate,
+    then the re-test the bench plans, with the seed it gives it. The low end is let as near the
+    point as the step statistic allows (``low_end_min_below=0``: the placement the distance
+    rule replaced, whose safe rates lay above the long-run boundary in most ±5 % searches),
+    the regime in which a check meets a safe rate from above. The search's safe rate,
     14.26 req/s, lies above the long-run boundary; the re-test there fails with 40 misses of
     194, and with those counts pooled no rate below is established: the safe rate is
     withdrawn (docs/validation.md, "Safe rate too high: the flag in virtual time")."""
@@ -192,7 +223,8 @@ def test_a_virtual_search_whose_re_test_fails_at_the_safe_rate_has_it_withdrawn(
     probe = VirtualProbe(CASES["dense"], lifetimes=WARMUP_LIFETIMES)
     search = BoundarySearch(probe, start_rate_rps=reference, allowed=ALLOWED, seed=seed,
                             max_probes=30, precision=precision, two_sided=True,
-                            first_step=1 + 2 * min(precision, RESOLUTION))  # fmt: skip
+                            first_step=1 + 2 * min(precision, RESOLUTION),
+                            low_end_min_below=STATISTIC)  # fmt: skip
     probe.search = search
     out = asyncio.run(search.run())
     probe.search, probe.lifetimes = None, CHECK_WARMUP_LIFETIMES
@@ -206,7 +238,7 @@ def test_a_virtual_search_whose_re_test_fails_at_the_safe_rate_has_it_withdrawn(
     for i, (rate, _) in enumerate(plan):
         index = len(out.steps) + 1 + i
         checks.append((index, rate, asyncio.run(probe(rate, probe_seed(seed, index)))))
-    flag = checked_safe_rate(out.evidence, ALLOWED, safe, checks)
+    flag = checked_safe_rate(out.evidence, ALLOWED, safe, checks, STATISTIC)
     assert flag is not None and flag.direction == "too high"
     assert flag.check_rate_rps <= safe and flag.misses > ALLOWED * flag.judged
     assert flag.safe_rate_rps is None  # withdrawn: nothing below it is established

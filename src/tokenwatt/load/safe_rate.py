@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from tokenwatt.load.search import ProbeOutcome, bracket_rate
-from tokenwatt.metrics.boundary import Evidence, two_sided_boundary
+from tokenwatt.metrics.boundary import LOW_END_MIN_BELOW, Evidence, two_sided_boundary
 from tokenwatt.result import SafeRateFlag
 
 __all__ = ["checked_safe_rate"]
@@ -45,11 +45,14 @@ def checked_safe_rate(
     allowed: float,
     safe_rps: float,
     checks: Sequence[tuple[int, float, ProbeOutcome[P]]],
+    min_below: float = LOW_END_MIN_BELOW,
 ) -> SafeRateFlag | None:
     """The flag on ``safe_rps`` from the drift ``checks`` (probe index, offered rate, outcome),
     or None when no check at or below it failed. ``evidence``: the search's, as its fit read
-    it; ``allowed``: the SLO's allowed miss fraction. The first contradicting check names the
-    flag; every contradicting check's counts are pooled into the corrected low end."""
+    it; ``allowed``: the SLO's allowed miss fraction; ``min_below``: the low end's distance
+    below the point, as the search placed it (``two_sided_boundary``). The first contradicting
+    check names the flag; every contradicting check's counts are pooled into the corrected
+    low end, which keeps that distance below the pooled point."""
     failed = []
     for index, offered, out in checks:
         if out.passed or out.evidence is None or out.halt is not None:
@@ -62,7 +65,7 @@ def checked_safe_rate(
     pooled = list(evidence) + [
         Evidence(placed, e.judged, e.misses, e.in_flight) for _, placed, e in failed
     ]
-    low = two_sided_boundary(pooled, allowed).low_rps
+    low = two_sided_boundary(pooled, allowed, min_below=min_below).low_rps
     index, placed, e = failed[0]
     misses, judged = _worst_misses(e)
     return SafeRateFlag(
