@@ -160,8 +160,12 @@ def _flagged_result() -> tuple[BenchResult, float]:
         "window_s": 200 / 8.9, "slo_passed": False, "safe_rate_rps": None})  # fmt: skip
     check.slo_detail.judged, check.slo_detail.misses = 200, {LIMIT: 72}
     out: SearchOutcome[ProbeSummary] = SearchOutcome(
-        evidence=[_clean(7.5, 900), _clean(8.0, 900), _clean(9.0, 909),
-                  Evidence(9.5, 150, {LIMIT: 5})]  # fmt: skip
+        evidence=[
+            _clean(7.5, 900),
+            _clean(8.0, 900),
+            _clean(9.0, 909),
+            Evidence(9.5, 150, {LIMIT: 5}),
+        ]
     )
     r.probes.append(check)
     r.boundary = _checked_safe_rate(b, r.probes, out, r.spec)
