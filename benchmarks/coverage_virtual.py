@@ -30,9 +30,10 @@ point unless the re-test lies within the precision of it, each failing only on 1
 requests), judged as the bench judges them
 (``metrics.drift``, through ``virtual_probe.drift_checks``); they do not join the evidence, and
 a change called leaves no boundary (counted as not held, and printed).
-``--low-end-below δ`` sets the two-sided low end's minimum distance below the point
-(``metrics.boundary.LOW_END_MIN_BELOW`` by default; 0 places it as the precision alone allows)
-and ``--low-end-fixed`` puts its probe at that distance at every precision: candidates need
+``--low-end-below δ`` sets the two-sided low end's distance below the point
+(``metrics.boundary.LOW_END_MIN_BELOW`` by default; its probe δ + 1 % below at every
+precision), and ``--low-end-by-precision`` probes it at the precision's own rate where that
+lies farther down (δ then a minimum; with δ = 0, as the precision alone allows): candidates need
 runs, not re-summaries (pass the same ``--low-end-below`` to ``--summarize``).
 ``--start-factor F`` (with ``--reference``) starts each search where ``tokenwatt bench``'s
 staircase starts it, near the boundary: at F × the reference, walking away from it in the
@@ -233,11 +234,12 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     ap.add_argument(
         "--low-end-below", type=float, default=LOW_END_MIN_BELOW,
-        help="the low end's probe at least this fraction below the point",
+        help="the low end's probe this fraction (+ 1 %%) below the point",
     )  # fmt: skip
     ap.add_argument(
-        "--low-end-fixed", action="store_true",
-        help="the low end's probe exactly --low-end-below below the point, at every precision",
+        "--low-end-by-precision", dest="low_end_fixed", action="store_false",
+        help="the low end's probe at the precision's own rate where that lies farther below "
+        "the point than --low-end-below (the rule before the probe went at one distance)",
     )  # fmt: skip
     ap.add_argument("--lifetimes", type=float, default=WARMUP_LIFETIMES, help="warm-up rule")
     ap.add_argument("--reference", type=float, default=None, help="skip computing it")

@@ -217,9 +217,10 @@ def test_a_virtual_search_whose_re_test_fails_at_the_safe_rate_has_it_withdrawn(
     """End to end in virtual time: the bench's two-sided search at ±5 % on the dense case
     (seed 1019), started at the long-run boundary 12.96 req/s as the staircase starts it,
     then the re-test the bench plans, with the seed it gives it. The low end is let as near the
-    point as the step statistic allows (``low_end_min_below=0``: the placement the distance
-    rule replaced, whose safe rates lay above the long-run boundary in most ±5 % searches),
-    the regime in which a check meets a safe rate from above. The search's safe rate,
+    point as the precision and the step statistic allow (``low_end_min_below=0``,
+    ``low_end_fixed=False``: the placement the distance rule replaced, whose safe rates lay
+    above the long-run boundary in most ±5 % searches), the regime in which a check meets a
+    safe rate from above. The search's safe rate,
     14.26 req/s, lies above the long-run boundary; the re-test there fails with 40 misses of
     194, and with those counts pooled no rate below is established: the safe rate is
     withdrawn (docs/validation.md, "Safe rate too high: the flag in virtual time")."""
@@ -228,7 +229,7 @@ def test_a_virtual_search_whose_re_test_fails_at_the_safe_rate_has_it_withdrawn(
     search = BoundarySearch(probe, start_rate_rps=reference, allowed=ALLOWED, seed=seed,
                             max_probes=30, precision=precision, two_sided=True,
                             first_step=1 + 2 * min(precision, RESOLUTION),
-                            low_end_min_below=STATISTIC)  # fmt: skip
+                            low_end_min_below=STATISTIC, low_end_fixed=False)  # fmt: skip
     probe.search = search
     out = asyncio.run(search.run())
     probe.search, probe.lifetimes = None, CHECK_WARMUP_LIFETIMES

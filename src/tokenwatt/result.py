@@ -119,6 +119,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         check at or below the search's safe rate failed the SLO; ``safe_rate_rps`` and its
         goodput are then the corrected ones (None: withdrawn). None in older files and where
         no check contradicted it.
+        (optional) the boundary probe's ``boundary_rate_leans``: "high" where a point was
+        fitted, the direction it may be wrong in (short windows read the boundary high).
+        None in older files.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -1168,6 +1171,11 @@ class ProbeSummary(_Strict):
         None, description="boundary only: the rate interval scaled the same way"
     )
     confidence: float | None = Field(None, description="boundary only: of the intervals")
+    boundary_rate_leans: Literal["high"] | None = Field(
+        None,
+        description="boundary only: the direction the fitted boundary point may be wrong in "
+        "(metrics.boundary.FITTED_POINT_LEANS; None: no point fitted, or an older file)",
+    )
     fit_role: str | None = Field(
         None, description="whether this probe joined the boundary fit, and why not (None: older)"
     )

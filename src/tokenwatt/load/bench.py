@@ -49,6 +49,7 @@ from tokenwatt.load.search import (
 from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
 from tokenwatt.metrics.boundary import (
+    FITTED_POINT_LEANS,
     BoundaryFit,
     Evidence,
     reported_boundary,
@@ -416,6 +417,7 @@ def _with_interval(b: ProbeSummary, fit: BoundaryFit | None) -> ProbeSummary:
     return b.model_copy(
         update={
             "boundary_rate_rps": point,
+            "boundary_rate_leans": FITTED_POINT_LEANS if point is not None else None,
             "rate_interval_rps": (fit.low_rps, fit.high_rps),
             "goodput_tokens_per_s_at_boundary": scale(point),
             "goodput_interval_tokens_per_s": (scale(fit.low_rps), scale(fit.high_rps)),

@@ -63,10 +63,9 @@ within ``precision`` of its point. That interval decides the stop also while the
 still open (too few counts at a failure to place its high end): a plain bracket within
 ``precision`` does not stop it.
 An open high end gets a probe at point × (1 + precision); otherwise the low end gets its probe
-at the lowest rate that leaves the half width within precision once its passes establish it,
-point × (1 − 2·precision + 1 %) + (high − point), but never nearer than
-``LOW_END_MIN_BELOW`` (+ 1 %) below the point (``low_end_target``), where the reported low end
-may lie (``two_sided_boundary``'s ``min_below``). At a precision tighter than that allows, the
+``LOW_END_MIN_BELOW`` + 1 % below the point at every precision (``low_end_target``), where the
+reported low end may lie (``two_sided_boundary``'s ``min_below``). At a precision tighter than
+that allows, the
 search stops once the point and the high end are within precision and the low end there is
 established, and ``SearchOutcome.unclosed`` says why the interval is wider than asked. That
 probe's window is long enough
@@ -187,15 +186,18 @@ def low_end_target(
     high_rps: float,
     precision: float,
     min_below: float = LOW_END_MIN_BELOW,
-    fixed: bool = False,
+    fixed: bool = True,
 ) -> tuple[float, bool]:
-    """The two-sided low end's probe rate, and whether ``min_below`` placed it. The rate whose
-    pass, once established, leaves the half width within precision is
-    point × (1 − 2·precision + ``LOW_MARGIN``) + (high − point); but a low end that near a
-    point fitted from short windows (which lean high) lay above the long-run boundary in most
-    searches at ±5 %, so the probe goes no closer than ``min_below`` + ``LOW_MARGIN`` below the
-    point (exactly there at every precision with ``fixed``), where the reported low end may lie
-    (``metrics.boundary.two_sided_boundary``), and the interval is then wider than asked."""
+    """The two-sided low end's probe rate, and whether ``min_below`` placed it: exactly
+    ``min_below`` + ``LOW_MARGIN`` below the point at every precision (``fixed``), where the
+    reported low end may lie (``metrics.boundary.two_sided_boundary``). Why there: the point,
+    fitted from short windows, leans high, so a low end nearer it lay above the long-run
+    boundary in most searches at ±5 %; farther down, where a coarse precision allows, the
+    interval holds the boundary in nearly every search, wider than its 95 % says
+    (docs/validation.md, "The low end's probe at one distance"). Below about ±9 % the half
+    width is then wider than asked. ``fixed`` False: the rate whose established pass leaves the
+    half width within precision, point × (1 − 2·precision + ``LOW_MARGIN``) + (high − point),
+    where that lies farther down (the benchmarks' ``--low-end-by-precision``)."""
     floor = point_rps * (1.0 - min_below - LOW_MARGIN)
     target = point_rps * (1.0 - 2.0 * precision + LOW_MARGIN) + (high_rps - point_rps)
     if fixed or target > floor:
@@ -349,7 +351,7 @@ class BoundarySearch(Generic[P]):
         design_effect: float = 1.0,
         low_end_design_effect: float = TWO_SIDED_DESIGN_EFFECT,
         low_end_min_below: float = LOW_END_MIN_BELOW,
-        low_end_fixed: bool = False,
+        low_end_fixed: bool = True,
         on_step: Callable[[SearchStep[P]], None] | None = None,
         first_step: float | None = None,
         two_sided: bool = False,
@@ -380,7 +382,7 @@ class BoundarySearch(Generic[P]):
         self.confidence = confidence
         self.design_effect = design_effect
         self.low_end_design_effect = low_end_design_effect  # the two-sided low end's D
-        # The low end's probe at least this far below the point (or exactly, ``low_end_fixed``).
+        # The low end's probe exactly this far below the point (at least, ``low_end_fixed`` False).
         self.low_end_min_below = low_end_min_below
         self.low_end_fixed = low_end_fixed
         self._evidence: list[Evidence] = []

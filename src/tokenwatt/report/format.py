@@ -230,8 +230,22 @@ def goodput_headline(result: BenchResult, b: ProbeSummary) -> tuple[str, str]:
         fmt_tokens_per_s,
     )
     rate = fmt_interval(b.boundary_rate_rps, b.rate_interval_rps, b.confidence, "req/s", fmt_float)
+    lean = lean_note(b)
     higher = higher_passes_note(result, b)
-    return main, f"fitted boundary {rate}, {good} there" + (f"  ·  {higher}" if higher else "")
+    detail = f"fitted boundary {rate}, {good} there" + (f" ({lean})" if lean else "")
+    return main, detail + (f"  ·  {higher}" if higher else "")
+
+
+def lean_note(b: ProbeSummary) -> str | None:
+    """The direction the fitted point may be wrong in (``boundary_rate_leans``), said beside it:
+    a point fitted from short windows reads the boundary high (metrics.boundary.
+    FITTED_POINT_LEANS), so the reader is sent to the safe rate; None where none is recorded."""
+    if b.boundary_rate_leans != "high":
+        return None
+    return (
+        "the point reads high: short windows miss the rare bursts of misses, so the long-run "
+        "boundary lies lower; plan on the safe rate"
+    )
 
 
 def higher_passes_note(result: BenchResult, b: ProbeSummary) -> str | None:
