@@ -239,12 +239,13 @@ def goodput_headline(result: BenchResult, b: ProbeSummary) -> tuple[str, str]:
 def lean_note(b: ProbeSummary) -> str | None:
     """The direction the fitted point may be wrong in (``boundary_rate_leans``), said beside it:
     a point fitted from short windows reads the boundary high (metrics.boundary.
-    FITTED_POINT_LEANS), so the reader is sent to the safe rate; None where none is recorded."""
+    FITTED_POINT_LEANS), and the headline's one passing window may lie above the long-run
+    boundary too, so the reader is sent to the safe rate; None where none is recorded."""
     if b.boundary_rate_leans != "high":
         return None
     return (
-        "the point reads high: short windows miss the rare bursts of misses, so the long-run "
-        "boundary lies lower; plan on the safe rate"
+        "the point reads high, the headline's one window may too: short windows miss the rare "
+        "bursts of misses, so the long-run boundary lies lower; plan on the safe rate"
     )
 
 
