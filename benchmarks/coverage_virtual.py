@@ -71,6 +71,7 @@ from tokenwatt.metrics.boundary import (
 from virtual_probe import (
     CASES,
     HOLDOUT_CASES,
+    SHORT_OUTPUT_CASES,
     Case,
     VirtualProbe,
     VirtualRun,
@@ -78,6 +79,8 @@ from virtual_probe import (
     lifetime_at,
     reference_boundary,
 )
+
+ALL_CASES = CASES | HOLDOUT_CASES | SHORT_OUTPUT_CASES
 
 
 def _dump(
@@ -216,7 +219,7 @@ def _start(args: argparse.Namespace, c: Case) -> tuple[float, float | None, dict
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", default="dense", choices=sorted(CASES | HOLDOUT_CASES))
+    ap.add_argument("--case", default="dense", choices=sorted(ALL_CASES))
     ap.add_argument(
         "--precision",
         type=float,
@@ -258,7 +261,7 @@ def main() -> None:
     if args.summarize:
         summarize(args.summarize, args.design_effect, args.precision, args.low_end_below)
         return
-    c = (CASES | HOLDOUT_CASES)[args.case]
+    c = ALL_CASES[args.case]
     ref = args.reference
     rows: dict[float, list[tuple[bool, float, int, int, str, bool]]] = {
         d: [] for d in args.design_effect

@@ -12,6 +12,7 @@ minute or more: ``slow``; README's demo is the command ``test_bench`` runs (``sl
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -21,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tokenwatt.metrics.boundary import LOW_END_MIN_BELOW, LOW_END_MIN_BELOW_SHORT
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -145,8 +148,12 @@ def test_readme_bench_flag_form_converges(
     done = _run([*bench, *extra, "--out", str(tmp_path / "b")], tmp_path, 900)
     assert done.returncode in (0, 3), done.stdout + done.stderr  # 3: an honest no-boundary
     assert "SIMULATED" in done.stdout
+    search = json.loads((tmp_path / "b" / "result.json").read_text("utf-8"))["search"]
     if not first_look:
         assert done.returncode == 0, done.stdout
+        assert search["low_end_min_below"] == LOW_END_MIN_BELOW  # 256 output tokens
+    elif search["low_end_min_below"] is not None:  # 32 output tokens: the low end farther down
+        assert search["low_end_min_below"] == LOW_END_MIN_BELOW_SHORT
 
 
 def test_readme_demo_is_the_command_run_end_to_end() -> None:

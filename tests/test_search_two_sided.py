@@ -20,8 +20,10 @@ from tokenwatt.load.search import (
 )
 from tokenwatt.metrics.boundary import (
     LOW_END_MIN_BELOW,
+    LOW_END_MIN_BELOW_SHORT,
     BoundaryFit,
     Evidence,
+    low_end_min_below,
     reported_boundary,
     two_sided_boundary,
 )
@@ -263,3 +265,38 @@ def test_the_fit_re_measures_a_rate_at_most_once() -> None:
     assert rep.low_rps <= rep.rate_rps * (1 - LOW_END_MIN_BELOW)
     assert rep.high_rps - rep.rate_rps <= 0.05 * rep.rate_rps
     assert rep.low_rps <= 12.96 <= rep.high_rps
+
+
+def test_short_outputs_place_the_low_end_farther_down_by_hand() -> None:
+    """Fewer than 100 output tokens per request (mean): 22 % below the point, its probe 23 %
+    (13.5 · 0.77 = 10.395 req/s); 100 or more, or not measured: 12 %. The search's line says
+    the distance it used."""
+    assert low_end_min_below(32.0) == LOW_END_MIN_BELOW_SHORT == 0.22
+    assert low_end_min_below(99.9) == 0.22
+    assert low_end_min_below(100.0) == low_end_min_below(256.0) == LOW_END_MIN_BELOW
+    assert low_end_min_below(None) == LOW_END_MIN_BELOW
+    rate, floored = low_end_target(13.5, 14.2, 0.10, low_end_min_below(32.0))
+    assert floored and rate == pytest.approx(10.395)
+    wide = BoundaryFit(10.0, 7.8, 10.5, 0.95, "tpot_p99")  # half width 13.5 %
+    line = unclosed_line(wide, 0.10, "converged", low_end_min_below(32.0))
+    assert line is not None and "the half width is 14%, the low end farther" in line
+    assert "never placed closer than 22% below the point" in line
+
+
+def test_the_bench_measures_the_output_tokens_that_place_the_low_end() -> None:
+    """Each probe's mean output tokens weighted by its counted requests: (32 · 100 + 64 · 300)
+    ÷ 400 = 56; a probe without a run record or counted requests does not count."""
+    from tokenwatt.load.bench import output_tokens_mean
+
+    class Run:
+        def __init__(self, mean: float | None) -> None:
+            self.output_tokens_mean = mean
+
+    class Probe:
+        def __init__(self, mean: float | None, counted: int | None) -> None:
+            self.run = Run(mean)
+            self.requests_counted = counted
+
+    probes = [Probe(32.0, 100), Probe(64.0, 300), Probe(None, 50), Probe(500.0, 0)]
+    assert output_tokens_mean(probes) == pytest.approx(56.0)  # type: ignore[arg-type]
+    assert output_tokens_mean([]) is None

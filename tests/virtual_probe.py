@@ -65,6 +65,12 @@ HOLDOUT_CASES = {
     ),
     "llama-70b-tp4": Case("llama-70b-tp4", "llama-3.1-70b", "h100-sxm", 1024, 256, gpus=4),
 }
+# Short outputs as README's first look (1024 → 32) and the demo's node (512 → 32) run them:
+# where the boundary interval's coverage is measured for the workloads users start with.
+SHORT_OUTPUT_CASES = {
+    "dense-short": Case("dense-short", "llama-3.1-8b", "h100-sxm", 1024, 32),
+    "demo-node": Case("demo-node", "qwen3-30b-a3b", "h100-sxm", 512, 32),
+}
 
 
 def sim_config(case: Case, seed: int) -> SimConfig:

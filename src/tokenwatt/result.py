@@ -120,8 +120,9 @@ older file must know about; ``load_result`` accepts exactly the versions listed 
         goodput are then the corrected ones (None: withdrawn). None in older files and where
         no check contradicted it.
         (optional) the boundary probe's ``boundary_rate_leans``: "high" where a point was
-        fitted, the direction it may be wrong in (short windows read the boundary high).
-        None in older files.
+        fitted, the direction it may be wrong in (short windows read the boundary high);
+        ``search.low_end_min_below``, the two-sided low end's distance below the point (farther
+        for short outputs). None in older files.
 
 Units are in the names: ``_s`` seconds, ``_rps`` requests/s, ``_w`` watts, ``_j`` joules,
 ``_bytes`` bytes. Fractions (MBU, attainment) are in [0, 1], never percent.
@@ -1257,6 +1258,11 @@ class SearchSummary(_Strict):
         None, description="which end of the boundary's interval was not established, and why"
     )
     max_time_s: float | None = Field(None, description="the search's time limit (None: none)")
+    low_end_min_below: float | None = Field(
+        None,
+        description="two-sided: the low end's distance below the point, set by the output "
+        "tokens measured (metrics.boundary.low_end_min_below; None: one-sided, older file)",
+    )
     lo_rps: float | None = Field(None, description="the boundary: highest passing rate")
     hi_rps: float | None = Field(None, description="lowest failing rate above it")
     drift: list[str] = Field(

@@ -52,6 +52,7 @@ from tokenwatt.metrics.boundary import (
     FITTED_POINT_LEANS,
     BoundaryFit,
     Evidence,
+    low_end_min_below,
     reported_boundary,
 )
 from tokenwatt.metrics.drift import Level, level_rate, slower_than_search
@@ -394,6 +395,7 @@ def _search_summary(out: SearchOutcome[ProbeSummary]) -> SearchSummary:
         lo_rps=out.lo_rps,
         hi_rps=out.hi_rps,
         unclosed=out.unclosed,
+        low_end_min_below=out.low_end_min_below if out.reported is not None else None,
     )
 
 
@@ -428,6 +430,18 @@ def _with_interval(b: ProbeSummary, fit: BoundaryFit | None) -> ProbeSummary:
     )
 
 
+def output_tokens_mean(probes: Sequence[ProbeSummary]) -> float | None:
+    """The output tokens per counted request over ``probes`` (each probe's mean weighted by its
+    counted requests): what places the two-sided low end (``metrics.boundary.
+    low_end_min_below``), measured because a trace or dataset sets each request's length;
+    None before any probe counted one."""
+    pairs = [(p.run.output_tokens_mean, p.requests_counted) for p in probes
+             if p.run is not None and p.run.output_tokens_mean is not None
+             and p.requests_counted]  # fmt: skip
+    n = sum(c for _, c in pairs)
+    return sum(m * c for m, c in pairs) / n if n else None
+
+
 def _checked_safe_rate(
     b: ProbeSummary,
     probes: Sequence[ProbeSummary],
@@ -442,7 +456,7 @@ def _checked_safe_rate(
     checks = [(p.index, p.rate_rps, outcome_of(p)) for p in probes
               if p.phase == "check" and p.rate_rps is not None]  # fmt: skip
     allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
-    flag = checked_safe_rate(out.evidence, allowed, b.safe_rate_rps, checks)
+    flag = checked_safe_rate(out.evidence, allowed, b.safe_rate_rps, checks, out.low_end_min_below)
     if flag is None:
         return b
     per_rps = _goodput_per_rps(b)
@@ -682,6 +696,7 @@ async def _search(bench: _Run) -> None:
         index = len(search.outcome.steps) + 1
         s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase,
                                 want_judged=search.want_judged)  # fmt: skip
+        search.low_end_min_below = low_end_min_below(output_tokens_mean(result.probes))
         return outcome_of(s)
 
     def on_step(step: SearchStepT[ProbeSummary]) -> None:
@@ -712,6 +727,7 @@ async def _search(bench: _Run) -> None:
         allowed=limits.allowed_violation_fraction if bench.sequential else None,
         on_step=on_step,
         two_sided=bench.sequential,
+        low_end_min_below=low_end_min_below(output_tokens_mean([single] if single else [])),
         max_time_s=ss.max_time_s,
         # A start from the staircase or the spec is an estimate of the boundary: walk away
         # from it in steps that begin at the width the search stops at (a pass and a failure

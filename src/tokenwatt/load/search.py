@@ -225,19 +225,22 @@ _WHY = {
     "error": "the endpoint failed",
     "saturated": "the load generator could not offer the load",
     "converged": (
-        f"the low end is never placed closer than {LOW_END_MIN_BELOW:.0%} below the point; "
+        "the low end is never placed closer than {min_below:.0%} below the point; "
         "closer, the interval labelled 95 % was measured to hold the boundary far less often"
     ),
 }
 
 
-def unclosed_line(rep: BoundaryFit, precision: float, stop: str) -> str | None:
+def unclosed_line(
+    rep: BoundaryFit, precision: float, stop: str, min_below: float = LOW_END_MIN_BELOW
+) -> str | None:
     """One line naming the end of the reported interval not established (open, or farther
-    from the point than ``precision``) and why the search stopped before it was; None when
-    both ends are established."""
+    from the point than ``precision``) and why the search stopped before it was (for a
+    converged search: the low end's distance ``min_below``); None when both ends are
+    established."""
     point = rep.rate_rps
     if point is None:
-        return f"no boundary was placed: {_WHY.get(stop, stop)}"
+        return f"no boundary was placed: {_WHY.get(stop, stop).format(min_below=min_below)}"
     low, high = rep.low_rps, rep.high_rps
     half = rep.relative_half_width
     if low is not None and high is not None and half is not None:
@@ -248,7 +251,7 @@ def unclosed_line(rep: BoundaryFit, precision: float, stop: str) -> str | None:
     else:
         what = " and ".join(f"the {n} end is open" for n, e in (("low", low), ("high", high))
                             if e is None)  # fmt: skip
-    why = _WHY.get(stop, stop)
+    why = _WHY.get(stop, stop).format(min_below=min_below)
     return f"{what} (asked ±{precision:.0%}): {why}"
 
 
@@ -298,6 +301,7 @@ class SearchOutcome(Generic[P]):
     evidence: list[Evidence] = field(default_factory=list)  # fit mode: each probe, as placed
     reported: BoundaryFit | None = None  # two-sided: the reported interval at the stop
     unclosed: str | None = None  # two-sided: which end was not established, and why
+    low_end_min_below: float = LOW_END_MIN_BELOW  # two-sided: the low end's distance used
 
     @property
     def precision_reached(self) -> float | None:
@@ -382,7 +386,8 @@ class BoundarySearch(Generic[P]):
         self.confidence = confidence
         self.design_effect = design_effect
         self.low_end_design_effect = low_end_design_effect  # the two-sided low end's D
-        # The low end's probe exactly this far below the point (at least, ``low_end_fixed`` False).
+        # The low end's probe exactly this far below the point (at least, ``low_end_fixed``
+        # False); the bench sets it from the output tokens measured (``low_end_min_below``).
         self.low_end_min_below = low_end_min_below
         self.low_end_fixed = low_end_fixed
         self._evidence: list[Evidence] = []
@@ -574,7 +579,8 @@ class BoundarySearch(Generic[P]):
             self.low_end_min_below,
         )  # fmt: skip
         out.reported = rep
-        out.unclosed = unclosed_line(rep, self.precision, out.stop_reason)
+        out.low_end_min_below = self.low_end_min_below
+        out.unclosed = unclosed_line(rep, self.precision, out.stop_reason, self.low_end_min_below)
 
     async def _run(self) -> SearchOutcome[P]:
         out = self.outcome

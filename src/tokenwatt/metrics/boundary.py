@@ -50,7 +50,9 @@ __all__ = [
     "BOUNDARY_CONFIDENCE",
     "FITTED_POINT_LEANS",
     "LOW_END_MIN_BELOW",
+    "LOW_END_MIN_BELOW_SHORT",
     "REPORTED_DESIGN_EFFECT",
+    "SHORT_OUTPUT_TOKENS",
     "TWO_SIDED_DESIGN_EFFECT",
     "BoundaryFit",
     "Evidence",
@@ -59,6 +61,7 @@ __all__ = [
     "fit_limit",
     "isotonic",
     "log_likelihood",
+    "low_end_min_below",
     "profile_threshold",
     "reported_boundary",
     "two_sided_boundary",
@@ -86,10 +89,21 @@ TWO_SIDED_DESIGN_EFFECT = 4.0
 # nearer, a low end established by short clean windows lay above the long-run boundary in
 # most virtual-time searches at ±5 % (docs/validation.md, "The low end's distance").
 LOW_END_MIN_BELOW = 0.12
+# Short outputs lean more: with fewer than SHORT_OUTPUT_TOKENS output tokens per request
+# (mean), a request's TPOT averages over few gaps and one stall lifts many over the limit at
+# once, and in virtual time the long-run boundary lay at a median 0.87 × the point (0.92 with
+# 128-256 tokens). 12 % below held the boundary in 50-56 % of searches at 32 tokens; this
+# distance, chosen between 0.18 and 0.22 on two 32-token cases (the demo's node and README's
+# first look), held 129 of 140 there and was validated on two held-out prefill-heavy cases
+# (32 and 64 tokens). The threshold lies between the measured cases (64 and 128 tokens);
+# docs/validation.md, "Short outputs: the low end farther down".
+LOW_END_MIN_BELOW_SHORT = 0.22
+SHORT_OUTPUT_TOKENS = 100.0
 # The direction a fitted boundary point may be wrong in, printed beside it: high. Short windows
 # miss the rare bursts in which a loaded server's misses come, so the point the probes place
 # lies above the long-run boundary (over 210 two-sided virtual-time searches at ±10 % on three
 # cases the long-run boundary lay at a median of 0.92 × the point, 0.85-1.08 ×, above it in 3;
+# with 32 output tokens, 0.87 ×;
 # docs/validation.md, "The fitted point leans high"). Its interval covers the long-run
 # boundary, the point does not; the safe rate (the interval's low end) is the rate to plan on.
 FITTED_POINT_LEANS: Literal["high"] = "high"
@@ -99,6 +113,15 @@ _F_EDGE = 1e-7  # the profile at a probe: the limit from inside the gap
 _GOLDEN_STEPS = 48  # golden-section steps over log-odds: 30·0.618^48 ≈ 3e-9
 _GAP_GRID = 12  # points per gap where the profile is read before the end is bisected
 _BISECT_STEPS = 24  # bisection of an end within its gap: 2^-24 of the gap
+
+
+def low_end_min_below(output_tokens_mean: float | None) -> float:
+    """The two-sided low end's distance below the point for a workload whose requests average
+    ``output_tokens_mean`` output tokens (None: not measured yet): farther down for short
+    outputs, whose fitted point leans further high (``LOW_END_MIN_BELOW_SHORT``)."""
+    if output_tokens_mean is not None and output_tokens_mean < SHORT_OUTPUT_TOKENS:
+        return LOW_END_MIN_BELOW_SHORT
+    return LOW_END_MIN_BELOW
 
 
 @dataclass(frozen=True, slots=True)
