@@ -29,7 +29,7 @@ import yaml
 from tokenwatt.geometry import load_geometry
 from tokenwatt.load.bench import outcome_of
 from tokenwatt.load.search import bracket_rate
-from tokenwatt.metrics.boundary import Evidence, two_sided_boundary
+from tokenwatt.metrics.boundary import LOW_END_MIN_BELOW_SHORT, Evidence, two_sided_boundary
 from tokenwatt.metrics.slo import EarlyStop, Limits
 from tokenwatt.records import RequestRecord
 from tokenwatt.report.exports import br02_name
@@ -185,7 +185,9 @@ def test_bench_writes_a_consistent_result(
     ]
     assert len(every) == len(searched)
     allowed = Limits.from_spec(r.spec.slo).allowed_violation_fraction
-    fit = two_sided_boundary(every, allowed)
+    # 8 output tokens per request: short outputs, the low end at least 22 % below the point
+    assert r.search.low_end_min_below == LOW_END_MIN_BELOW_SHORT
+    fit = two_sided_boundary(every, allowed, min_below=r.search.low_end_min_below)
     assert b.rate_interval_rps == (fit.low_rps, fit.high_rps)
     # One drift check exactly when the re-test's rate lies within the precision (45 %) of the
     # fitted point; a confirmation runs at that point.

@@ -50,6 +50,7 @@ from tokenwatt.load.search import SearchStep as SearchStepT
 from tokenwatt.load.target import SimMode, Target, open_target, resolve_accelerator
 from tokenwatt.metrics.boundary import (
     FITTED_POINT_LEANS,
+    LOW_END_MIN_BELOW,
     BoundaryFit,
     Evidence,
     low_end_min_below,
@@ -152,6 +153,8 @@ class _Run:
     witness: EngineWitness | None = None
     sequential: bool = False  # search probes stop at the sequential verdict (metrics.sequential)
     start_note: str | None = None  # how the first rate was found
+    # The two-sided low end's distance below the point, from the output tokens measured.
+    low_end_min_below: float = LOW_END_MIN_BELOW
     stages: list[Stage] = field(default_factory=list)  # the closed-loop staircase's
     drift: list[str] = field(default_factory=list)
 
@@ -395,7 +398,6 @@ def _search_summary(out: SearchOutcome[ProbeSummary]) -> SearchSummary:
         lo_rps=out.lo_rps,
         hi_rps=out.hi_rps,
         unclosed=out.unclosed,
-        low_end_min_below=out.low_end_min_below if out.reported is not None else None,
     )
 
 
@@ -447,16 +449,18 @@ def _checked_safe_rate(
     probes: Sequence[ProbeSummary],
     out: SearchOutcome[ProbeSummary],
     spec: BenchSpec,
+    min_below: float = LOW_END_MIN_BELOW,
 ) -> ProbeSummary:
     """The boundary probe with its safe rate held to the drift checks (``load.safe_rate``): a
-    check at or below it that failed lowers or withdraws it, with the flag; goodput there
+    check at or below it that failed lowers or withdraws it, with the flag (the low end
+    re-computed at the search's distance ``min_below`` below the point); goodput there
     follows, scaled as the interval is."""
     if b.safe_rate_rps is None or not out.evidence:
         return b
     checks = [(p.index, p.rate_rps, outcome_of(p)) for p in probes
               if p.phase == "check" and p.rate_rps is not None]  # fmt: skip
     allowed = Limits.from_spec(spec.slo).allowed_violation_fraction
-    flag = checked_safe_rate(out.evidence, allowed, b.safe_rate_rps, checks, out.low_end_min_below)
+    flag = checked_safe_rate(out.evidence, allowed, b.safe_rate_rps, checks, min_below)
     if flag is None:
         return b
     per_rps = _goodput_per_rps(b)
@@ -680,6 +684,7 @@ def _summary_of(bench: _Run, out: SearchOutcome[ProbeSummary]) -> SearchSummary:
     summary = _search_summary(out)
     summary.start, summary.drift = bench.start_note, list(bench.drift)
     summary.max_time_s = bench.spec.search.max_time_s
+    summary.low_end_min_below = bench.low_end_min_below if out.reported is not None else None
     return summary
 
 
@@ -690,13 +695,15 @@ async def _search(bench: _Run) -> None:
     if single is not None and (_halt_of(single) is not None or _single_stream_fails(single)):
         return
     bench.sequential = ss.sequential
+    bench.low_end_min_below = low_end_min_below(output_tokens_mean([single] if single else []))
     start = await _first_rate(bench, single)
 
     async def probe(rate: float, seed: int) -> ProbeOutcome[ProbeSummary]:
         index = len(search.outcome.steps) + 1
         s = await bench.measure(index, rate_rps=rate, seed=seed, phase=search.current_phase,
                                 want_judged=search.want_judged)  # fmt: skip
-        search.low_end_min_below = low_end_min_below(output_tokens_mean(result.probes))
+        bench.low_end_min_below = low_end_min_below(output_tokens_mean(result.probes))
+        search.low_end_min_below = bench.low_end_min_below
         return outcome_of(s)
 
     def on_step(step: SearchStepT[ProbeSummary]) -> None:
@@ -727,7 +734,7 @@ async def _search(bench: _Run) -> None:
         allowed=limits.allowed_violation_fraction if bench.sequential else None,
         on_step=on_step,
         two_sided=bench.sequential,
-        low_end_min_below=low_end_min_below(output_tokens_mean([single] if single else [])),
+        low_end_min_below=bench.low_end_min_below,
         max_time_s=ss.max_time_s,
         # A start from the staircase or the spec is an estimate of the boundary: walk away
         # from it in steps that begin at the width the search stops at (a pass and a failure
@@ -812,7 +819,9 @@ def _conclude(bench: _Run, out: SearchOutcome[ProbeSummary]) -> None:
         reported = out.reported or reported_boundary(out.evidence, allowed)
     result.boundary = _with_interval(payload, reported) if payload is not None else None
     if result.boundary is not None and out.stop_reason not in ("error", "saturated", "changed"):
-        result.boundary = _checked_safe_rate(result.boundary, result.probes, out, spec)
+        result.boundary = _checked_safe_rate(
+            result.boundary, result.probes, out, spec, bench.low_end_min_below
+        )
     if out.stop_reason in ("error", "saturated"):
         result.boundary = None
         result.warnings.append(_halt_warning(out, spec))

@@ -301,7 +301,6 @@ class SearchOutcome(Generic[P]):
     evidence: list[Evidence] = field(default_factory=list)  # fit mode: each probe, as placed
     reported: BoundaryFit | None = None  # two-sided: the reported interval at the stop
     unclosed: str | None = None  # two-sided: which end was not established, and why
-    low_end_min_below: float = LOW_END_MIN_BELOW  # two-sided: the low end's distance used
 
     @property
     def precision_reached(self) -> float | None:
@@ -579,7 +578,6 @@ class BoundarySearch(Generic[P]):
             self.low_end_min_below,
         )  # fmt: skip
         out.reported = rep
-        out.low_end_min_below = self.low_end_min_below
         out.unclosed = unclosed_line(rep, self.precision, out.stop_reason, self.low_end_min_below)
 
     async def _run(self) -> SearchOutcome[P]:
