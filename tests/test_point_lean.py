@@ -68,7 +68,7 @@ def test_the_terminal_and_html_say_it_beside_the_point() -> None:
     line = next(x for x in _text(headline(r)).splitlines() if x.startswith("SLO goodput"))
     point = line.index("fitted boundary 9.30 req/s (8.60–9.60, 95 %)")
     assert line.index(NOTE) > point and "plan on the safe rate" in line
-    assert "the headline's one window may too" in line  # the headline's rate is one window
+    assert "the headline's window may too" in line  # the headline's rate is one window
     assert NOTE in render_html(r)
 
 

@@ -243,10 +243,7 @@ def lean_note(b: ProbeSummary) -> str | None:
     boundary too, so the reader is sent to the safe rate; None where none is recorded."""
     if b.boundary_rate_leans != "high":
         return None
-    return (
-        "the point reads high, the headline's one window may too: short windows miss the rare "
-        "bursts of misses, so the long-run boundary lies lower; plan on the safe rate"
-    )
+    return "the point reads high, the headline's window may too: plan on the safe rate"
 
 
 def higher_passes_note(result: BenchResult, b: ProbeSummary) -> str | None:
