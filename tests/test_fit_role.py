@@ -4,13 +4,11 @@ the headline with its reason."""
 
 from __future__ import annotations
 
-import io
 import json
-from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from report_views import fixture_result as _result
+from report_views import plain_text
 from tokenwatt.load.search import (
     CHECK_ROLE,
     ProbeOutcome,
@@ -22,9 +20,6 @@ from tokenwatt.metrics.boundary import Evidence
 from tokenwatt.report.format import STAR_CAPTION
 from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import headline, probe_table
-from tokenwatt.result import BenchResult
-
-FIXTURE = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
 
 
 def _step(index: int, rate: float, passed: bool, halt: Any = None) -> SearchStep[None]:
@@ -71,17 +66,8 @@ def _with_higher_check(data: dict[str, Any]) -> None:
     data["probes"].append(check)
 
 
-def _result(edit: Any = None) -> BenchResult:
-    data = json.loads(FIXTURE.read_text("utf-8"))
-    if edit is not None:
-        edit(data)
-    return BenchResult.model_validate(data)
-
-
 def _text(renderable: object) -> str:
-    console = Console(width=400, file=io.StringIO(), record=True, color_system=None)
-    console.print(renderable)
-    return console.export_text()
+    return plain_text(renderable, 400)
 
 
 def test_a_higher_pass_is_printed_beside_the_headline_with_its_reason() -> None:

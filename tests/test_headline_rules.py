@@ -3,32 +3,17 @@ probe is never "SLO goodput", and a fitted boundary shows its interval."""
 
 from __future__ import annotations
 
-import io
-import json
-from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from report_views import attach_fit, plain_text
+from report_views import fixture_result as _result
 from tokenwatt.report.format import fmt_tokens_per_s
 from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import headline, probe_table
-from tokenwatt.result import BenchResult
-
-FIXTURE = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
-
-
-def _result(edit: Any = None) -> BenchResult:
-    data = json.loads(FIXTURE.read_text("utf-8"))
-    if edit is not None:
-        edit(data)
-    return BenchResult.model_validate(data)
 
 
 def _text(renderable: object) -> str:
-    console = Console(width=200, file=io.StringIO(), record=True, color_system=None)
-    console.print(renderable)
-    return console.export_text()
+    return plain_text(renderable, 200)
 
 
 def _no_failure_above(data: dict[str, Any]) -> None:
@@ -77,15 +62,7 @@ def test_a_failed_single_probe_never_headlines_slo_goodput() -> None:
 
 def test_a_fitted_boundary_shows_its_interval() -> None:
     def fitted(data: dict[str, Any]) -> None:
-        b = data["boundary"]
-        per = b["goodput_output_tokens_per_s"] / b["achieved_rate_rps"]
-        b.update(
-            boundary_rate_rps=9.3,
-            rate_interval_rps=[9.0, 9.5],
-            goodput_tokens_per_s_at_boundary=9.3 * per,
-            goodput_interval_tokens_per_s=[9.0 * per, 9.5 * per],
-            confidence=0.95,
-        )
+        attach_fit(data, 9.3, 9.0, 9.5)
 
     text = _text(headline(_result(fitted)))
     # the headline is the goodput the boundary probe measured; the fit is its detail

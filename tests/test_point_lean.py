@@ -10,15 +10,12 @@ virtual time (``virtual_probe.reference_boundary``), the truth the flag claims t
 from __future__ import annotations
 
 import asyncio
-import io
-import json
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from rich.console import Console
 
+from report_views import attach_fit, plain_text
+from report_views import fixture_result as _result
 from tokenwatt.load.bench import WARMUP_LIFETIMES, _with_interval
 from tokenwatt.load.search import RESOLUTION, BoundarySearch
 from tokenwatt.metrics.boundary import FITTED_POINT_LEANS, BoundaryFit
@@ -26,21 +23,11 @@ from tokenwatt.report.html import render_html
 from tokenwatt.report.terminal import headline
 from tokenwatt.result import BenchResult
 
-FIXTURE = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
 NOTE = "the point reads high"
 
 
-def _result(edit: Any = None) -> BenchResult:
-    data = json.loads(FIXTURE.read_text("utf-8"))
-    if edit is not None:
-        edit(data)
-    return BenchResult.model_validate(data)
-
-
 def _text(renderable: object) -> str:
-    console = Console(width=400, file=io.StringIO(), record=True, color_system=None)
-    console.print(renderable)
-    return console.export_text()
+    return plain_text(renderable, 400)
 
 
 def _fitted_result(fit: BoundaryFit) -> BenchResult:
@@ -73,18 +60,7 @@ def test_the_terminal_and_html_say_it_beside_the_point() -> None:
 
 
 def test_an_older_file_without_the_field_prints_no_direction() -> None:
-    def older(data: dict[str, Any]) -> None:
-        b = data["boundary"]
-        per = b["goodput_output_tokens_per_s"] / b["achieved_rate_rps"]
-        b.update(
-            boundary_rate_rps=9.3,
-            rate_interval_rps=[8.6, 9.6],
-            goodput_tokens_per_s_at_boundary=9.3 * per,
-            goodput_interval_tokens_per_s=[8.6 * per, 9.6 * per],
-            confidence=0.95,
-        )
-
-    r = _result(older)
+    r = _result(lambda data: attach_fit(data, 9.3, 8.6, 9.6))
     text = _text(headline(r))
     assert "fitted boundary 9.30 req/s" in text and NOTE not in text
 

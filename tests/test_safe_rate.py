@@ -3,32 +3,17 @@ and on the terminal; or, where the search could not establish it, the reason."""
 
 from __future__ import annotations
 
-import io
-import json
-from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from report_views import fixture_result as _result
+from report_views import plain_text
 from tokenwatt.load.bench import _with_interval
 from tokenwatt.metrics.boundary import BoundaryFit
 from tokenwatt.report.terminal import headline
-from tokenwatt.result import BenchResult
-
-FIXTURE = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
-
-
-def _result(edit: Any = None) -> BenchResult:
-    data = json.loads(FIXTURE.read_text("utf-8"))
-    if edit is not None:
-        edit(data)
-    return BenchResult.model_validate(data)
 
 
 def _text(renderable: object) -> str:
-    console = Console(width=240, file=io.StringIO(), record=True, color_system=None)
-    console.print(renderable)
-    return console.export_text()
+    return plain_text(renderable, 240)
 
 
 def test_the_safe_rate_is_the_low_end_with_goodput_scaled_there() -> None:

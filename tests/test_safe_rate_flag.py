@@ -15,14 +15,13 @@ the low end at least ``LOW_END_MIN_BELOW`` (12 %) below the point, which the lat
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from report_views import fixture_result as _result
+from report_views import plain_text
 from tokenwatt.load.bench import (
     CHECK_WARMUP_LIFETIMES,
     WARMUP_LIFETIMES,
@@ -52,7 +51,6 @@ from tokenwatt.report.terminal import headline
 from tokenwatt.result import BenchResult, ProbeSummary, load_result, write_result
 from virtual_probe import CASES, VirtualProbe
 
-FIXTURE = Path(__file__).parent / "fixtures" / "report" / "result-v1.json"
 ALLOWED = 0.01  # p99
 LIMIT = "tpot_p99"
 STATISTIC = 0.0  # ``min_below`` for the step statistic alone
@@ -141,10 +139,6 @@ def test_with_the_low_end_kept_below_the_point_a_contradicted_safe_rate_is_withd
     assert flag is not None and flag.safe_rate_rps is None and flag.check_rate_rps == 10.9
 
 
-def _result() -> BenchResult:
-    return BenchResult.model_validate(json.loads(FIXTURE.read_text("utf-8")))
-
-
 def _flagged_result() -> tuple[BenchResult, float]:
     """The fixture's run with a fitted interval (safe rate 9.0) and a re-test at 8.9 req/s that
     failed 72 of 200, through the bench's own step; returns it with goodput per request/s.
@@ -188,9 +182,7 @@ def test_the_bench_lowers_the_safe_rate_and_its_goodput_follows() -> None:
 
 
 def _text(renderable: object) -> str:
-    console = Console(width=300, file=io.StringIO(), record=True, color_system=None)
-    console.print(renderable)
-    return console.export_text()
+    return plain_text(renderable, 300)
 
 
 WANT = "safe rate too high: a check at 8.9 req/s (≤ the safe rate 9) failed with 72 misses of 200"
