@@ -24,6 +24,7 @@ __all__ = [
     "IDLE_EXPLAINED",
     "PREEMPTION_EXPLAINED",
     "STEP_WEIGHTED",
+    "WINDOW_LIVES",
     "ClientMechanisms",
     "compare_client_engine",
     "counter_resolution",
@@ -35,6 +36,7 @@ __all__ = [
 IDLE_EXPLAINED = "idle-explained"  # B and s part by the measured time nothing decoded
 PREEMPTION_EXPLAINED = "preemption-explained"  # B and s part by the measured stalls
 STEP_WEIGHTED = "step-weighted"  # B and s part by τ's batch weighting; the client's steps agree
+WINDOW_LIVES = "window-lives"  # B and s part by τ over lives longer than the window
 UNEXPLAINED = " (no measured mechanism of this size: a disagreement)"
 AGREEMENT_TOLERANCES: dict[str, float] = {"T": 0.02, "B": 0.05, "s": 0.05, "alpha": 0.03}
 
@@ -148,6 +150,7 @@ class ClientMechanisms:
     step_batch: float | None = None  # their mean batch, each step once
     # R > 1: a replica's decode share under random and balanced routing (metrics.mbu.spans)
     replica_decode_shares: tuple[float, float] | None = None
+    window_tau_s: float | None = None  # τ over the window's own token gaps (StepGaps.tau_s)
 
 
 def compare_client_engine(
@@ -203,9 +206,44 @@ def compare_client_engine(
     if r == 1 or mech.stalled_share is not None or mech.replica_decode_shares is not None:
         b, s = _explained(t, b, s, mech, r)
     if client_steps is None:
+        b, s = _window_lives(t, b, s, mech, client_tau_s)
         b, s = _step_weighted(t, b, s, mech)
         b, s = _step_weighted_by_running(t, b, s, window, r)
     return [t, b, s, *alpha]
+
+
+def _window_lives(
+    t: EngineAgreement,
+    b: EngineAgreement,
+    s: EngineAgreement,
+    mech: ClientMechanisms,
+    client_tau_s: float,
+) -> tuple[EngineAgreement, EngineAgreement]:
+    """B and s off because τ spans the counted requests' whole lives while T and the engine's
+    counters span the window: a request counted in a short window decodes partly in the
+    warm-up before it and the drain after it, at another load, so τ over its life is not the
+    window's. Explained when T agrees and τ over the window's own token gaps
+    (``window_tau_s``) gives the engine's B and s within their tolerances, the pair parting as
+    τ ÷ that τ predicts (B by it, s by its inverse); both sizes are in the cause."""
+    tau_w = mech.window_tau_s
+    if not (t.ok and b.ok is False and s.ok is False) or tau_w is None or tau_w <= 0:
+        return b, s
+    if not b.engine or not s.engine or client_tau_s <= 0:
+        return b, s
+    b_rel = b.client * tau_w / client_tau_s / b.engine - 1.0
+    s_rel = s.client * client_tau_s / tau_w / s.engine - 1.0
+    if abs(b_rel) > b.tolerance or abs(s_rel) > s.tolerance:
+        return b, s
+    cause = (
+        f"{WINDOW_LIVES}: τ over the counted requests' lives reads "
+        f"{client_tau_s * 1e3:.1f} ms, over the window's own token gaps {tau_w * 1e3:.1f} ms "
+        f"(their lives run past the window, into the warm-up and the drain at another load); "
+        f"from the window's τ, B = {b.client * tau_w / client_tau_s:.3g} ({b_rel:+.1%}) and "
+        f"s = {s.client * client_tau_s / tau_w:.3g}/s ({s_rel:+.1%}), as the engine counts "
+        "them; T agrees"
+    )
+    explained = {"ok": True, "cause": cause}
+    return b.model_copy(update=explained), s.model_copy(update=explained)
 
 
 def _step_weighted(

@@ -307,4 +307,5 @@ def _mechanisms(run: ProbeRun, replicas: int, sweep: RequestSweep | None) -> Cli
         else None,
         steps_per_s=None if law is None else law.steps_per_s,
         step_batch=None if law is None else law.mean_batch,
+        window_tau_s=sweep.gaps.tau_s(w0, w1),
     )

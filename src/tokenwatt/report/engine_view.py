@@ -43,6 +43,8 @@ def _agreement_row(a: EngineAgreement) -> EngineRow:
         verdict = "agree after the engine's idle share"
     elif a.ok and a.cause is not None and a.cause.startswith("step-weighted"):
         verdict = "agree counted per step (τ weights steps by batch)"
+    elif a.ok and a.cause is not None and a.cause.startswith("window-lives"):
+        verdict = "agree over the window's own gaps (τ spans lives past it)"
     elif a.ok:
         verdict = f"agree (±{fmt_pct(a.tolerance, 0)})"
     else:

@@ -76,6 +76,14 @@ class StepGaps:
     def __init__(self, records: Sequence[RequestRecord]) -> None:
         self.mid, self.length, self.tokens, self.firsts, self.lasts = _gaps(records)
 
+    def tau_s(self, window_start_ns: int, window_end_ns: int) -> float | None:
+        """The token-weighted mean gap over the gaps whose midpoint lies in the window: τ as
+        the window's own decode saw it (a counted request's life may run into the warm-up
+        before the window and the drain after it, at another load); None without a gap."""
+        inside = (self.mid >= window_start_ns) & (self.mid < window_end_ns)
+        tokens = float(self.tokens[inside].sum())
+        return float(self.length[inside].sum()) / tokens / 1e9 if tokens > 0 else None
+
     def law(self, window_start_ns: int, window_end_ns: int, replicas: int) -> StepLaw | None:
         """The window's step law from the gaps whose midpoint lies in it (module doc); None
         without a gap there. The count Σ k/b is the steps themselves: over HTTP on loopback
