@@ -12,18 +12,8 @@ from tokenwatt.engine import ClientMechanisms, compare_client_engine, window_fig
 from tokenwatt.engine.compare import UNEXPLAINED, WINDOW_LIVES
 from tokenwatt.metrics.mbu.step_gaps import StepGaps
 from tokenwatt.records import RequestRecord
-
-MS = 1_000_000
-
-
-def _stream(rid: int, stamps_ms: list[int]) -> RequestRecord:
-    ns = [t * MS for t in stamps_ms]
-    return RequestRecord(
-        request_id=str(rid), scheduled_ns=ns[0] - 50 * MS, prompt_tokens_client=8, max_tokens=99,
-        sent_ns=ns[0] - 50 * MS, first_token_ns=ns[0], end_ns=ns[-1], done_ns=ns[-1],
-        chunk_ns=ns, chunk_tokens=[1] * len(ns), prompt_tokens=8, completion_tokens=len(ns),
-        saw_done=True,
-    )  # fmt: skip
+from witness_streams import MS
+from witness_streams import stream as _stream
 
 
 def _records() -> list[RequestRecord]:

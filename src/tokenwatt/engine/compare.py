@@ -230,10 +230,10 @@ def _window_lives(
         return b, s
     if not b.engine or not s.engine or client_tau_s <= 0:
         return b, s
-    b_rel = b.client * tau_w / client_tau_s / b.engine - 1.0
-    s_rel = s.client * client_tau_s / tau_w / s.engine - 1.0
-    if abs(b_rel) > b.tolerance or abs(s_rel) > s.tolerance:
+    rels = _as_engine(b, s, b.client * tau_w / client_tau_s, s.client * client_tau_s / tau_w)
+    if rels is None:
         return b, s
+    b_rel, s_rel = rels
     cause = (
         f"{WINDOW_LIVES}: τ over the counted requests' lives reads "
         f"{client_tau_s * 1e3:.1f} ms, over the window's own token gaps {tau_w * 1e3:.1f} ms "
@@ -242,8 +242,25 @@ def _window_lives(
         f"s = {s.client * client_tau_s / tau_w:.3g}/s ({s_rel:+.1%}), as the engine counts "
         "them; T agrees"
     )
-    explained = {"ok": True, "cause": cause}
-    return b.model_copy(update=explained), s.model_copy(update=explained)
+    return _explain(b, cause), _explain(s, cause)
+
+
+def _as_engine(
+    b: EngineAgreement, s: EngineAgreement, client_b: float, client_s: float
+) -> tuple[float, float] | None:
+    """A client B and s read another way (``client_b``, ``client_s``) against the engine's:
+    their relative differences, or None when either lies beyond its tolerance."""
+    if not b.engine or not s.engine:
+        return None
+    b_rel, s_rel = client_b / b.engine - 1.0, client_s / s.engine - 1.0
+    if abs(b_rel) > b.tolerance or abs(s_rel) > s.tolerance:
+        return None
+    return b_rel, s_rel
+
+
+def _explain(a: EngineAgreement, cause: str) -> EngineAgreement:
+    """``a`` explained by a measured mechanism: agreeing, with the mechanism as its cause."""
+    return a.model_copy(update={"ok": True, "cause": cause})
 
 
 def _step_weighted(
@@ -263,10 +280,10 @@ def _step_weighted(
         return b, s
     if b.rel_diff <= 0 or (s.rel_diff or 0.0) >= 0:  # a positive covariance parts them this way
         return b, s
-    s_rel = mech.steps_per_s / s.engine - 1.0
-    b_rel = mech.step_batch / b.engine - 1.0
-    if abs(s_rel) > s.tolerance or abs(b_rel) > b.tolerance:
+    rels = _as_engine(b, s, mech.step_batch, mech.steps_per_s)
+    if rels is None:
         return b, s
+    b_rel, s_rel = rels
     cause = (
         f"{STEP_WEIGHTED}: τ weights each step by its batch, and steps with more streams "
         f"lasted longer (T·τ reads {b.rel_diff:+.1%} against the engine's tokens per step); "
@@ -274,8 +291,7 @@ def _step_weighted(
         f"{mech.steps_per_s:.1f}/s ({s_rel:+.1%}) and B = {mech.step_batch:.1f} ({b_rel:+.1%}), "
         "as the engine counts them; T agrees"
     )
-    explained = {"ok": True, "cause": cause}
-    return b.model_copy(update=explained), s.model_copy(update=explained)
+    return _explain(b, cause), _explain(s, cause)
 
 
 def _step_weighted_by_running(
