@@ -10,6 +10,7 @@ virtual time (``virtual_probe.reference_boundary``), the truth the flag claims t
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,3 +103,22 @@ def test_the_point_lies_above_the_long_run_boundary(case: str) -> None:
     print(case, round(ref, 3), np.round(ratios, 3))
     assert (ratios < 1.0).sum() >= 5, ratios
     assert float(np.median(ratios)) < 0.97, ratios
+
+
+def test_a_short_output_search_says_the_coverage_its_interval_was_measured_to_have() -> None:
+    """The search kept the low end 22 % below the point (fewer than 100 output tokens): the
+    interval's measured coverage, 80–93 % (metrics.boundary.SHORT_OUTPUT_COVERAGE), is printed
+    beside it; at the 12 % distance nothing is."""
+
+    def short(data: dict[str, Any]) -> None:
+        attach_fit(data, 9.3, 7.2, 9.6)
+        data["search"]["low_end_min_below"] = 0.22
+
+    line = next(x for x in _text(headline(_result(short))).splitlines() if "fitted boundary" in x)
+    assert "short outputs: such intervals held 80%–93% in virtual time" in line
+
+    def long(data: dict[str, Any]) -> None:
+        attach_fit(data, 9.3, 8.1, 9.6)
+        data["search"]["low_end_min_below"] = 0.12
+
+    assert "short outputs" not in _text(headline(_result(long)))

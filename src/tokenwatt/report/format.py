@@ -10,6 +10,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tokenwatt.metrics.boundary import LOW_END_MIN_BELOW_SHORT, SHORT_OUTPUT_COVERAGE
+
 if TYPE_CHECKING:
     from tokenwatt.result import BenchResult, ProbeSummary
 
@@ -230,10 +232,21 @@ def goodput_headline(result: BenchResult, b: ProbeSummary) -> tuple[str, str]:
         fmt_tokens_per_s,
     )
     rate = fmt_interval(b.boundary_rate_rps, b.rate_interval_rps, b.confidence, "req/s", fmt_float)
-    lean = lean_note(b)
+    lean = "; ".join(x for x in (lean_note(b), short_output_note(result)) if x)
     higher = higher_passes_note(result, b)
     detail = f"fitted boundary {rate}, {good} there" + (f" ({lean})" if lean else "")
     return main, detail + (f"  ·  {higher}" if higher else "")
+
+
+def short_output_note(result: BenchResult) -> str | None:
+    """The coverage such an interval was measured to have where the search kept the low end at
+    the short-output distance (``search.low_end_min_below``; metrics.boundary.
+    SHORT_OUTPUT_COVERAGE), since its lowest lies under the 90 % a 95 % label allows."""
+    s = result.search
+    if s is None or s.low_end_min_below != LOW_END_MIN_BELOW_SHORT:
+        return None
+    lo, hi = SHORT_OUTPUT_COVERAGE
+    return f"short outputs: such intervals held {lo:.0%}–{hi:.0%} in virtual time"
 
 
 def lean_note(b: ProbeSummary) -> str | None:
