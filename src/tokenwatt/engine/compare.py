@@ -148,8 +148,6 @@ class ClientMechanisms:
     stalled_share: float | None = None
     steps_per_s: float | None = None  # decode steps/s per replica, each once (step_gaps)
     step_batch: float | None = None  # their mean batch, each step once
-    # R > 1: a replica's decode share under random and balanced routing (metrics.mbu.spans)
-    replica_decode_shares: tuple[float, float] | None = None
     window_tau_s: float | None = None  # τ over the window's own token gaps (StepGaps.tau_s)
 
 
@@ -203,7 +201,7 @@ def compare_client_engine(
     b = _one("B", client_b, b_engine, tol["B"], extra)
     s = _one("s", client_s, s_engine, tol["s"], extra)
     mech = mechanisms or ClientMechanisms(decode_share=client_decode_share)
-    if r == 1 or mech.stalled_share is not None or mech.replica_decode_shares is not None:
+    if r == 1 or mech.stalled_share is not None:
         b, s = _explained(t, b, s, mech, r)
     if client_steps is None:
         b, s = _window_lives(t, b, s, mech, client_tau_s)
@@ -350,41 +348,6 @@ def _on_engine_clock(
     return t.model_copy(update={"engine": engine, "rel_diff": rel, "ok": ok, "cause": cause})
 
 
-def _replica_shares(mech: ClientMechanisms, replicas: int) -> tuple[float, float] | None:
-    """(low, high) of a replica's decode share: one replica's own, or the R-replica bracket."""
-    if replicas == 1:
-        u = mech.decode_share
-        return None if u is None else (u, u)
-    return mech.replica_decode_shares
-
-
-def _within(ratio: float, shares: tuple[float, float], tolerance: float) -> bool:
-    """The client ÷ engine B ratio inside the decode-share bracket widened by B's tolerance."""
-    return shares[0] - tolerance <= ratio <= shares[1] + tolerance
-
-
-def _idle_cause(mech: ClientMechanisms, shares: tuple[float, float], replicas: int) -> str:
-    """The idle mechanism's cause line, with its measured size."""
-    split = ""
-    if mech.idle_share is not None and mech.prompt_only_share is not None:
-        split = (
-            f": idle {mech.idle_share:.0%}, prompts with no decode in flight "
-            f"{mech.prompt_only_share:.0%}"
-        )
-    lo, hi = shares
-    if replicas == 1:
-        what = f"nothing decoded for {1 - lo:.0%} of the window{split}"
-    else:
-        what = (
-            f"a replica decoded for {lo:.0%} (routing at random) to {hi:.0%} (balanced) of "
-            f"the window{split}"
-        )
-    return (
-        f"{IDLE_EXPLAINED}: {what} (the client's stamps); its B and s average over elapsed "
-        "time, the engine's over decode steps; T agrees"
-    )
-
-
 def _explained(
     t: EngineAgreement,
     b: EngineAgreement,
@@ -394,13 +357,9 @@ def _explained(
 ) -> tuple[EngineAgreement, EngineAgreement]:
     """B and s off by a mechanism the client measured, with its size: not a disagreement.
 
-    Time nothing decoded (idle, prompts alone): the client's B = T·τ/R and s = 1/τ average
-    over elapsed time, the engine's busy slots and steps only over the steps that decode; with
-    a replica's decode share u the client reads B·u and s/u. One replica: u is the share of the
-    window anything decoded. R replicas each idle on their own, and the client does not see
-    which replica served a request: u lies between its values under random and balanced
-    routing (``ClientMechanisms.replica_decode_shares``), and the bracket, widened by B's
-    tolerance, is what must hold the measured ratio. Preemption: τ counts the
+    Time nothing decoded (idle, prompts alone; one replica): the client's B = T·τ/R and s = 1/τ
+    average over elapsed time, the engine's busy slots and steps only over the steps that
+    decode; with a decode share u the client reads B·u and s/u. Preemption: τ counts the
     stalled share σ of decode time, so the client reads B/(1 − σ) and s·(1 − σ). A mechanism
     explains the pair when T agrees and the measured size predicts B's difference within B's
     tolerance. Several tokens per engine step (speculative decoding) make the idle pattern with
@@ -409,11 +368,20 @@ def _explained(
     if not (t.ok and b.ok is False and s.ok is False) or b.rel_diff is None:
         return b, s
     ratio = 1.0 + b.rel_diff  # client B ÷ engine B
-    sigma = mech.stalled_share
+    u, sigma = mech.decode_share, mech.stalled_share
     cause = None
-    shares = _replica_shares(mech, replicas)
-    if shares is not None and ratio < 1 and _within(ratio, shares, b.tolerance):
-        cause = _idle_cause(mech, shares, replicas)
+    if replicas == 1 and u is not None and ratio < 1 and abs(ratio - u) <= b.tolerance:
+        split = ""
+        if mech.idle_share is not None and mech.prompt_only_share is not None:
+            split = (
+                f": idle {mech.idle_share:.0%}, prompts with no decode in flight "
+                f"{mech.prompt_only_share:.0%}"
+            )
+        cause = (
+            f"{IDLE_EXPLAINED}: nothing decoded for {1 - u:.0%} of the window{split} (the "
+            "client's stamps); its B and s average over elapsed time, the engine's over "
+            "decode steps; T agrees"
+        )
     elif (
         sigma is not None
         and sigma > 0

@@ -297,9 +297,6 @@ def _mechanisms(run: ProbeRun, replicas: int, sweep: RequestSweep | None) -> Cli
     law = sweep.gaps.law(w0, w1, replicas)
     return ClientMechanisms(
         decode_share=None if replicas != 1 or totals is None else totals.decode_share,
-        replica_decode_shares=None
-        if replicas == 1 or totals is None
-        else totals.replica_decode_shares,
         idle_share=None if totals is None else totals.idle_fraction,
         prompt_only_share=None if totals is None else totals.prefill_only_fraction,
         stalled_share=stalls.stalled_s / stalls.decode_s

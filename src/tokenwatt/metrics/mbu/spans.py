@@ -10,9 +10,7 @@ and every refinement is an integral of one of them over the window: the idle sha
 E[max(0, R − N)]/R (``mixed_steps.idle_fraction_from_intervals``), the prompt-only share
 E[max(0, min(R, N) − min(R, D))]/R and the share of prompt time with a decode in flight
 (``prompt_phase``), the decode batch E[D]/R (``mixed_steps.decode_batch_from_intervals``),
-the share of time anything decodes E[D > 0] (the engine witness's decode share), and the share
-of time a replica decodes under balanced routing, E[min(R, D)]/R, and random routing,
-E[1 − (1 − 1/R)^D] (the witness's idle mechanism across replicas).
+the share of time anything decodes E[D > 0] (the engine witness's decode share).
 The sweep keeps their running integrals at each event (exact integers of nanoseconds), so
 the integral over any [a, b) costs two look-ups: a window and each of its interval blocks
 read the same sweep instead of sweeping their records again. A span clipped to a window
@@ -51,8 +49,6 @@ class SpanTotals:
     prompt_mixed_ns: int  # ∫ P · [D > 0]
     decoding_ns: int  # ∫ D
     decode_busy_ns: int  # ∫ [D > 0]
-    decode_replicas_ns: int = 0  # ∫ min(R, D): replicas decoding, routing balanced
-    decode_random_ns: float = 0.0  # ∫ R·(1 − (1 − 1/R)^D): the same, each request routed at random
 
     @property
     def idle_fraction(self) -> float:
@@ -73,16 +69,6 @@ class SpanTotals:
     def decode_share(self) -> float:
         """Share of the window in which some request was between its first and last token."""
         return 1.0 - (self.span_ns - self.decode_busy_ns) / self.span_ns
-
-    @property
-    def replica_decode_shares(self) -> tuple[float, float]:
-        """Share of the window a replica was decoding, averaged over the R replicas, under the
-        two routings that bracket a router's: each request sent to a replica at random
-        (E[1 − (1 − 1/R)^D], the fewest replicas busy for a given D) and balanced (E[min(R,
-        D)]/R, the most: a replica idles only while fewer than R decode). One replica: both
-        are ``decode_share``."""
-        r, span = self.replicas, self.span_ns
-        return self.decode_random_ns / r / span, self.decode_replicas_ns / r / span
 
     @property
     def decode_batch(self) -> float:
@@ -128,21 +114,17 @@ class SpanSweep:
                 p * (dec > 0),
                 dec,
                 (dec > 0).astype(np.int64),
-                np.minimum(r, dec),
             ]
         )
-        self.rest = np.array([r, 0, 0, 0, 0, 0, 0], dtype=np.int64)
+        self.rest = np.array([r, 0, 0, 0, 0, 0], dtype=np.int64)
         seg = np.diff(self.times)
         self.cumulative: IntArray = np.concatenate(
-            [np.zeros((7, 1), dtype=np.int64), np.cumsum(self.values[:, :-1] * seg, axis=1)],
+            [np.zeros((6, 1), dtype=np.int64), np.cumsum(self.values[:, :-1] * seg, axis=1)],
             axis=1,
         )
-        # R·(1 − (1 − 1/R)^D) in floats: replicas decoding when each request went to one at random
-        self.random_values = r * (1.0 - (1.0 - 1.0 / r) ** dec) if r else np.zeros(len(dec))
-        self.random_cumulative = np.concatenate([[0.0], np.cumsum(self.random_values[:-1] * seg)])
 
     def _at(self, t: int) -> IntArray:
-        """The seven running integrals from the first event to ``t`` (negative before it)."""
+        """The six running integrals from the first event to ``t`` (negative before it)."""
         if len(self.times) == 0:
             return self.rest * t
         i = int(np.searchsorted(self.times, t, side="right")) - 1
@@ -150,27 +132,15 @@ class SpanSweep:
             return self.rest * (t - int(self.times[0]))
         return self.cumulative[:, i] + self.values[:, i] * (t - int(self.times[i]))
 
-    def _random_at(self, t: int) -> float:
-        """∫ R·(1 − (1 − 1/R)^D) from the first event to ``t`` (0 at rest: nothing decodes)."""
-        if len(self.times) == 0:
-            return 0.0
-        i = int(np.searchsorted(self.times, t, side="right")) - 1
-        if i < 0:
-            return 0.0
-        return float(self.random_cumulative[i] + self.random_values[i] * (t - int(self.times[i])))
-
     def totals(self, window_start_ns: int, window_end_ns: int) -> SpanTotals | None:
         """The integrals over [start, end); None without a window or a replica."""
         span = window_end_ns - window_start_ns
         if span <= 0 or self.replicas < 1:
             return None
-        idle, alone, prompt, mixed, decoding, busy, replicas = (
+        idle, alone, prompt, mixed, decoding, busy = (
             int(x) for x in self._at(window_end_ns) - self._at(window_start_ns)
         )
-        rand = self._random_at(window_end_ns) - self._random_at(window_start_ns)
-        return SpanTotals(
-            span, self.replicas, idle, alone, prompt, mixed, decoding, busy, replicas, rand
-        )
+        return SpanTotals(span, self.replicas, idle, alone, prompt, mixed, decoding, busy)
 
 
 def record_spans(records: Iterable[RequestRecord]) -> list[RequestSpan]:
