@@ -226,9 +226,10 @@ def _window_lives(
     tau_w = mech.window_tau_s
     if not (t.ok and b.ok is False and s.ok is False) or tau_w is None or tau_w <= 0:
         return b, s
-    if not b.engine or not s.engine or client_tau_s <= 0:
+    if client_tau_s <= 0:
         return b, s
-    rels = _as_engine(b, s, b.client * tau_w / client_tau_s, s.client * client_tau_s / tau_w)
+    window_b, window_s = b.client * tau_w / client_tau_s, s.client * client_tau_s / tau_w
+    rels = _as_engine(b, s, window_b, window_s)
     if rels is None:
         return b, s
     b_rel, s_rel = rels
@@ -236,9 +237,8 @@ def _window_lives(
         f"{WINDOW_LIVES}: τ over the counted requests' lives reads "
         f"{client_tau_s * 1e3:.1f} ms, over the window's own token gaps {tau_w * 1e3:.1f} ms "
         f"(their lives run past the window, into the warm-up and the drain at another load); "
-        f"from the window's τ, B = {b.client * tau_w / client_tau_s:.3g} ({b_rel:+.1%}) and "
-        f"s = {s.client * client_tau_s / tau_w:.3g}/s ({s_rel:+.1%}), as the engine counts "
-        "them; T agrees"
+        f"from the window's τ, B = {window_b:.3g} ({b_rel:+.1%}) and s = {window_s:.3g}/s "
+        f"({s_rel:+.1%}), as the engine counts them; T agrees"
     )
     return _explain(b, cause), _explain(s, cause)
 

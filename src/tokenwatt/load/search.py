@@ -63,9 +63,9 @@ within ``precision`` of its point. That interval decides the stop also while the
 still open (too few counts at a failure to place its high end): a plain bracket within
 ``precision`` does not stop it.
 An open high end gets a probe at point × (1 + precision); otherwise the low end gets its probe
-``LOW_END_MIN_BELOW`` + 1 % below the point at every precision (``low_end_target``), where the
-reported low end may lie (``two_sided_boundary``'s ``min_below``). At a precision tighter than
-that allows, the
+``low_end_min_below`` + 1 % below the point at every precision (``low_end_target``; 12 %, or
+22 % for short outputs, ``metrics.boundary.low_end_min_below``), where the reported low end may
+lie (``two_sided_boundary``'s ``min_below``). At a precision tighter than that allows, the
 search stops once the point and the high end are within precision and the low end there is
 established, and ``SearchOutcome.unclosed`` says why the interval is wider than asked. That
 probe's window is long enough
