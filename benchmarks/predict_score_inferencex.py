@@ -1,19 +1,21 @@
-"""Score ``tokenwatt predict`` on InferenceX's H200 → B200 pairs, beside the bandwidth ratio.
+"""Score ``tokenwatt predict`` on InferenceX's cross-accelerator pairs, beside the bandwidth ratio.
 
-Usage: python benchmarks/predict_score_inferencex.py [--data FILE] [--json]
+Usage: python benchmarks/predict_score_inferencex.py [--data FILE ...] [--pair SRC:DST ...] [--json]
 
 FILE is an InferenceX benchmarks JSON list (the InferenceX app's API rows; the default is the
-trimmed sample in tests/fixtures/public/inferencex). A pair is two rows that share model,
-framework, weight precision, parallelism, nominal lengths and the night they ran
-(``predict.inferencex.pair_key``), one on the H200 and one on the B200. Per pair group:
-calibrate on the H200 rows only (every concurrency of that night), predict each B200 row whose
-concurrency the H200 rows also hold from the H200 row at that concurrency, and compare TPOT
-(median TPOT) and output throughput with the B200's. Every calibration prints the rows it was
-fitted on and the rows it scored. The predictor, its constants and its interval rule are
+two trimmed samples in tests/fixtures/public/inferencex, read as one: a row that repeats an
+earlier one exactly is read once). A pair is two rows that share model, framework, weight
+precision, parallelism, nominal lengths and the night they ran
+(``predict.inferencex.pair_key``), one on the source accelerator and one on the target (the
+InferenceX hardware keys; default ``h200:b200``). Per pair group: calibrate on the source rows
+only (every concurrency of that night), predict each target row whose concurrency the source
+rows also hold from the source row at that concurrency, and compare TPOT (median TPOT) and
+output throughput with the target's. Every calibration prints the rows it was fitted on and
+the rows it scored. The predictor, its constants and its interval rule are
 ``predict.transfer``'s, as the ML.ENERGY score uses them (``predict_score.py``); nothing here
 is fitted to a scored row. No power is published, so no tokens/J is scored.
 
-Baseline: the bandwidth ratio (τ × H200 bandwidth ÷ B200 bandwidth, the same GPU count;
+Baseline: the bandwidth ratio (τ × source bandwidth ÷ target bandwidth, the same GPU count;
 throughput inversely).
 """
 
@@ -31,6 +33,7 @@ from predict_score import Scored, Split, _inside, _inside_tput, _print, _summary
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.predict import Target, calibrate, points_from_rows, predict_points
 from tokenwatt.predict.inferencex import (
+    HARDWARE,
     MODEL_WEIGHTS,
     InferenceXRow,
     pair_key,
@@ -39,11 +42,11 @@ from tokenwatt.predict.inferencex import (
 )
 from tokenwatt.predict.transfer import LONG_OUTPUT_TOKENS
 
-FIXTURE = (
-    Path(__file__).resolve().parents[1]
-    / "tests/fixtures/public/inferencex/benchmarks-history-dsr1-fp8-h200-b200.json"
-)
-SOURCE, TARGET = "h200", "b200"
+_SAMPLES = Path(__file__).resolve().parents[1] / "tests/fixtures/public/inferencex"
+FIXTURE = _SAMPLES / "benchmarks-history-dsr1-fp8-h200-b200.json"
+# SGLang rows of the AMD, H200/AMD and B200/B300 pairs (its source and trimming: the README)
+CROSS_FIXTURE = _SAMPLES / "benchmarks-history-dsr1-fp8-sglang-cross.json"
+DEFAULT_PAIR = ("h200", "b200")
 
 
 def _name(rows: list[InferenceXRow]) -> str:
@@ -58,21 +61,37 @@ def _concs(gpu: str, rows: list[InferenceXRow]) -> str:
     return f"{gpu} x{rows[0].decode_tp} conc {sorted(r.conc for r in rows)}" if rows else gpu
 
 
-def pair_groups(rows: list[InferenceXRow]) -> list[tuple[list[InferenceXRow], list[InferenceXRow]]]:
+def read_rows(paths: list[Path]) -> list[InferenceXRow]:
+    """Every row of the files in order; a row equal to one already read is read once (the
+    samples overlap where one night's rows serve two pairs)."""
+    rows: list[InferenceXRow] = []
+    seen: set[str] = set()
+    for path in paths:
+        for r in read_inferencex(path):
+            if (k := r.model_dump_json()) not in seen:
+                seen.add(k)
+                rows.append(r)
+    return rows
+
+
+def pair_groups(
+    rows: list[InferenceXRow], pair: tuple[str, str] = DEFAULT_PAIR
+) -> list[tuple[list[InferenceXRow], list[InferenceXRow]]]:
     """(source rows, target rows) per pair key holding both accelerators, in key order; rows
     of models or weight precisions the reader has no geometry for, speculative, disaggregated
     or multi-node runs are left out (a file holds many; ``to_row`` refuses them one by one)."""
+    source, target = pair
     groups: dict[tuple[object, ...], dict[str, list[InferenceXRow]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in rows:
         plain = r.spec_method == "none" and not r.disagg and not r.is_multinode
-        if r.hardware in (SOURCE, TARGET) and plain and MODEL_WEIGHTS.get(r.model) == r.precision:
+        if r.hardware in pair and plain and MODEL_WEIGHTS.get(r.model) == r.precision:
             groups[pair_key(r)][r.hardware].append(r)
     return [
-        (sorted(g[SOURCE], key=lambda r: r.conc), sorted(g[TARGET], key=lambda r: r.conc))
+        (sorted(g[source], key=lambda r: r.conc), sorted(g[target], key=lambda r: r.conc))
         for _, g in sorted(groups.items(), key=lambda kv: str(kv[0]))
-        if g[SOURCE] and g[TARGET]
+        if g[source] and g[target]
     ]
 
 
@@ -80,12 +99,18 @@ def score_group(
     src_rows: list[InferenceXRow], dst_rows: list[InferenceXRow], splits: list[Split]
 ) -> list[Scored]:
     """Fit on ``src_rows`` only; score each target row whose concurrency the source holds."""
-    src_acc, dst_acc = get_accelerator(SOURCE), get_accelerator(TARGET)
+    src_acc = get_accelerator(HARDWARE[src_rows[0].hardware])
+    dst_acc = get_accelerator(HARDWARE[dst_rows[0].hardware])
     cal = calibrate(points_from_rows([to_row(r) for r in src_rows]))
     by_conc = {r.conc: r for r in src_rows}
     scored_rows = [r for r in dst_rows if r.conc in by_conc]
     name = _name(src_rows)
-    splits.append(Split("hardware", name, _concs("H200", src_rows), _concs("B200", scored_rows)))
+    splits.append(
+        Split(
+            "hardware", name, _concs(src_rows[0].hardware.upper(), src_rows),
+            _concs(dst_rows[0].hardware.upper(), scored_rows),
+        )
+    )  # fmt: skip
     bw = src_acc.bandwidth_bytes_per_s / dst_acc.bandwidth_bytes_per_s
     out = []
     for b in scored_rows:
@@ -115,10 +140,12 @@ def score_group(
     return out
 
 
-def score(rows: list[InferenceXRow]) -> tuple[list[Scored], list[Split]]:
+def score(
+    rows: list[InferenceXRow], pair: tuple[str, str] = DEFAULT_PAIR
+) -> tuple[list[Scored], list[Split]]:
     splits: list[Split] = []
     scored: list[Scored] = []
-    for src_rows, dst_rows in pair_groups(rows):
+    for src_rows, dst_rows in pair_groups(rows, pair):
         scored += score_group(src_rows, dst_rows, splits)
     return scored, splits
 
@@ -145,25 +172,52 @@ def latest_nights(scored: list[Scored]) -> list[Scored]:
     return [r for r in scored if r.file.rsplit(" ", 1)[1] == latest[r.file.rsplit(" ", 1)[0]]]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=FIXTURE)
-    ap.add_argument("--json", action="store_true", help="every scored point as JSON")
-    args = ap.parse_args()
-    scored, splits = score(read_inferencex(args.data))
-    if args.json:
-        print(json.dumps({"hardware": _summary(scored), "splits": [asdict(x) for x in splits],
-                          "points": [asdict(r) for r in scored]}, indent=1))  # fmt: skip
-        return
+def _pair(text: str) -> tuple[str, str]:
+    source, sep, target = text.partition(":")
+    if not sep or source not in HARDWARE or target not in HARDWARE or source == target:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give SRC:DST, two of {sorted(HARDWARE)} (e.g. mi300x:mi355x)"
+        )
+    return source, target
+
+
+def _report(rows: list[InferenceXRow], pair: tuple[str, str]) -> None:
+    scored, splits = score(rows, pair)
+    src, dst = (h.upper() for h in pair)
+    print(f"\n=== {src} → {dst} ===")
     print("fitted on → scored (no scored row is in its own fit):")
     for x in splits:
         print(f"  {x.file}: {x.fitted} → {x.scored}")
-    _print("H200 → B200 (fit on H200 only)", _summary(scored))
+    if not scored:
+        print("  no pair in the data")
+        return
+    _print(f"{src} → {dst} (fit on {src} only)", _summary(scored))
     _by_setup(scored)
     _print(
         "the latest night of each setup only (the nights repeat one setup)",
         _summary(latest_nights(scored)),
     )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, nargs="+", default=[FIXTURE, CROSS_FIXTURE])
+    ap.add_argument("--pair", type=_pair, action="append", help="SRC:DST (repeatable)")
+    ap.add_argument("--json", action="store_true", help="every scored point as JSON")
+    args = ap.parse_args()
+    rows = read_rows(args.data)
+    pairs = args.pair or [DEFAULT_PAIR]
+    if args.json:
+        out = {}
+        for pair in pairs:
+            scored, splits = score(rows, pair)
+            out[":".join(pair)] = {"hardware": _summary(scored),
+                                   "splits": [asdict(x) for x in splits],
+                                   "points": [asdict(r) for r in scored]}  # fmt: skip
+        print(json.dumps(out if args.pair else out[":".join(DEFAULT_PAIR)], indent=1))
+        return
+    for pair in pairs:
+        _report(rows, pair)
 
 
 if __name__ == "__main__":

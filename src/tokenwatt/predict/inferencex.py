@@ -26,7 +26,11 @@ from tokenwatt.predict.rows import PublishedRow
 
 __all__ = ["InferenceXRow", "pair_key", "read_inferencex", "to_row"]
 
-HARDWARE = {"h100": "h100-sxm", "h200": "h200", "b200": "b200", "gb200": "gb200"}
+# InferenceX hardware key → the catalog's accelerator
+HARDWARE = {
+    "h100": "h100-sxm", "h200": "h200", "b200": "b200", "b300": "b300", "gb200": "gb200",
+    "mi300x": "mi300x", "mi325x": "mi325x", "mi355x": "mi355x",
+}  # fmt: skip
 MODELS = {"dsr1": "deepseek-r1"}  # InferenceX model key → the geometry tokenwatt reads
 MODEL_WEIGHTS = {"dsr1": "fp8"}  # the geometry's weight dtype: rows of another are refused
 MAX_FILE_BYTES = 50_000_000
