@@ -253,3 +253,25 @@ def test_a_tensor_parallel_change_is_stated(
                         *QUICK)  # fmt: skip
     assert rc == 0, err
     assert "note: tensor parallel 1 -> 2" in " ".join(out.split())
+
+
+def test_another_vendor_is_stated_with_the_scored_direction(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An H100 source to an MI300X: the JSON and the terminal say that the kernels change and
+    which way the one public cross-vendor score found the prediction off; the other direction
+    says it was not scored; the same vendor says nothing of vendors."""
+    from tokenwatt.predict.transfer import assumptions
+
+    rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "mi300x", "--json", *QUICK)
+    assert rc == 0, err
+    (said,) = json.loads(out)["assumptions"]
+    assert said.startswith("another vendor (nvidia -> amd)")
+    assert "read fast" in said and "37-40 %" in said
+    rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "mi300x", *QUICK)
+    assert rc == 0, err
+    assert "note: another vendor (nvidia -> amd)" in " ".join(out.split())
+    h100, mi300x = get_accelerator("h100-sxm"), get_accelerator("mi300x")
+    (back,) = assumptions([], None, mi300x, h100)
+    assert back.endswith("no public pair in this direction was scored")
+    assert assumptions([], None, h100, get_accelerator("b200")) == []

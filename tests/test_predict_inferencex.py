@@ -1,5 +1,5 @@
-"""The InferenceX reader against its raw rows, its refusals, and the H200 → B200 score's split:
-fitted on H200 rows only, never on a row it scores."""
+"""The InferenceX reader against its raw rows, its refusals, and the score's split for any
+pair of accelerators: fitted on the source's rows only, never on a row it scores."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import pytest
 
 from tokenwatt.hardware import get_accelerator
 from tokenwatt.predict import PredictError, Target, calibrate, points_from_rows, predict_points
-from tokenwatt.predict.inferencex import pair_key, read_inferencex, to_row
+from tokenwatt.predict.inferencex import HARDWARE, pair_key, read_inferencex, to_row
 
 FIXTURE = (
     Path(__file__).parent / "fixtures/public/inferencex/benchmarks-history-dsr1-fp8-h200-b200.json"
 )
+CROSS = FIXTURE.with_name("benchmarks-history-dsr1-fp8-sglang-cross.json")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
@@ -91,7 +92,7 @@ def test_rows_the_geometry_cannot_stand_for_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "rows.json"
     cases = [
         (_row(precision="fp4"), r"dsr1 fp4: the geometry reads fp8 weights"),
-        (_row(hardware="mi355x"), r"hardware 'mi355x' is not one of"),
+        (_row(hardware="gaudi3"), r"hardware 'gaudi3' is not one of"),
         (_row(model="gptoss"), r"model 'gptoss' is not one of"),
         (_row(spec_method="mtp"), r"speculative runs are not"),
         (_row(disagg=True), r"disaggregated"),
@@ -158,3 +159,61 @@ def test_the_score_pairs_only_rows_it_can_read(tmp_path: Path) -> None:
     assert [(len(s), len(d)) for s, d in groups] == [(1, 1)]
     kept = {(r.precision, r.spec_method, r.model) for r in groups[0][0] + groups[0][1]}
     assert kept == {("fp8", "none", "dsr1")}
+
+
+def test_the_two_samples_read_as_one_leave_the_h200_b200_score_as_it_was() -> None:
+    """The second sample repeats some H200 and B200 rows (their nights serve other pairs too):
+    read together they are read once, and the H200 → B200 score is the first sample's."""
+    import predict_score_inferencex as score
+
+    both = score.read_rows([FIXTURE, CROSS])
+    assert len(both) < len(read_inferencex(FIXTURE)) + len(read_inferencex(CROSS))
+    assert len({r.model_dump_json() for r in both}) == len(both)
+    alone, _ = score.score(read_inferencex(FIXTURE))
+    merged, _ = score.score(both)
+    assert len(merged) == 89
+    assert [(r.file, r.seqs, r.tpot_err) for r in merged] == [
+        (r.file, r.seqs, r.tpot_err) for r in alone
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pair", "rated_ratio"),
+    [(("mi300x", "mi325x"), 5.3 / 6.0), (("h200", "mi355x"), 4.8 / 8.0),
+     (("b200", "b300"), 1.0)],
+)  # fmt: skip
+def test_any_pair_fits_on_its_source_rows_only(pair: tuple[str, str], rated_ratio: float) -> None:
+    """MI300X → MI325X, H200 → MI355X, B200 → B300: every group holds one night's source rows
+    and that night's target rows; one point is rebuilt from a calibration on the source rows
+    alone, and the bandwidth-ratio baseline is the rated ratio by hand."""
+    import predict_score_inferencex as score
+
+    groups = score.pair_groups(score.read_rows([CROSS]), pair)
+    assert groups
+    for src, dst in groups:
+        assert {r.hardware for r in src} == {pair[0]} and {r.hardware for r in dst} == {pair[1]}
+        assert len({pair_key(r) for r in src + dst}) == 1
+    src, dst = groups[-1]
+    points = score.score_group(src, dst, [])
+    b = [r for r in dst if r.conc in {s.conc for s in src}][-1]
+    (s,) = [r for r in src if r.conc == b.conc]
+    (pred,) = predict_points(
+        calibrate(points_from_rows([to_row(r) for r in src])), points_from_rows([to_row(s)]),
+        Target(get_accelerator(HARDWARE[pair[1]]), gpus_per_replica=b.decode_tp),
+        source=get_accelerator(HARDWARE[pair[0]]),
+    )  # fmt: skip
+    assert points[-1].seqs == b.conc
+    assert points[-1].tpot_err == pytest.approx(pred.tpot_s / b.metrics.median_tpot - 1, rel=1e-12)
+    hand = s.metrics.median_tpot * rated_ratio / b.metrics.median_tpot - 1
+    assert points[-1].base_tpot_err == pytest.approx(hand, rel=1e-12)
+
+
+def test_a_pair_is_named_by_two_known_accelerators() -> None:
+    import argparse
+
+    import predict_score_inferencex as score
+
+    assert score._pair("mi300x:mi355x") == ("mi300x", "mi355x")
+    for bad in ("mi300x", "mi300x:mi300x", "h200:gaudi3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="give SRC:DST"):
+            score._pair(bad)

@@ -141,6 +141,7 @@ def prediction_dict(
     slo: SLO,
     price_per_gpu_hour: float | None,
     gpus_per_replica: int | None = None,
+    source: Accelerator | None = None,
 ) -> dict[str, Any]:
     """What ``--json`` prints: one object, every predicted figure under ``predicted``."""
     from tokenwatt.predict.transfer import assumptions
@@ -169,7 +170,7 @@ def prediction_dict(
             "notes": list(cal.notes),
         },
         "transfer_error": transfer,
-        "assumptions": assumptions(points, gpus_per_replica),
+        "assumptions": assumptions(points, gpus_per_replica, source, target),
         "slo": slo.model_dump(exclude_none=True),
         "price_per_gpu_hour": price_per_gpu_hour,
         "points": [
@@ -277,7 +278,7 @@ def predict(  # noqa: PLR0917 - one parameter per flag
     transfer = max(p.transfer_sigma for p in preds)  # the widest held-out transfer error
     data = prediction_dict(
         src.about, target, cal, src.points, preds, served=served, transfer=transfer, slo=slo,
-        price_per_gpu_hour=price, gpus_per_replica=to_gpus,
+        price_per_gpu_hour=price, gpus_per_replica=to_gpus, source=src.accelerator,
     )  # fmt: skip
     if html is not None:
         from tokenwatt.report.predicted_html import write_predicted_html
