@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import sys
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,33 @@ def test_compare_and_report_refuse_a_saved_prediction(
         assert rc == 2, args
         assert "PREDICTED figures from `tokenwatt predict`, not a measurement" in err
         assert "Traceback" not in err
+
+
+def test_html_says_the_assumptions_the_terminal_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """To another vendor with another GPU count: both assumptions are notes on the page, word
+    for word as in ``--json``, after the calibration's own notes; to the same vendor the
+    calibration's notes stay and no vendor note is drawn."""
+    page = tmp_path / "p.html"
+    rc, out, err = _run(monkeypatch, capsys, "predict", str(RESULT), "--to", "mi300x",
+                        "--to-gpus", "2", "--json", "--html", str(page), *QUICK)  # fmt: skip
+    assert rc == 0, err
+    said = json.loads(out)["assumptions"]
+    assert [s.split(" ")[0] for s in said] == ["tensor", "another"]
+    html = page.read_text()
+    notes = [*json.loads(out)["calibration"]["notes"], *said]
+    assert len(notes) > len(said)
+    assert "".join(f"<li>note: {escape(s)}</li>" for s in notes) in html
+    same = prediction_page(tmp_path, monkeypatch, capsys)
+    assert "<li>note: one batch size only" in same and "another vendor" not in same
+
+
+def prediction_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> str:
+    page = tmp_path / "same.html"
+    rc, _, err = _run(monkeypatch, capsys, "predict", str(RESULT), "--to", "b200",
+                      "--html", str(page), *QUICK)  # fmt: skip
+    assert rc == 0, err
+    return page.read_text()

@@ -74,6 +74,15 @@ def _rows(data: dict[str, Any]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _notes(data: dict[str, Any]) -> str:
+    """The calibration's notes and the prediction's assumptions, as the terminal says them:
+    what the target changes that the model holds fixed belongs beside the figures."""
+    notes = [*data["calibration"].get("notes", []), *data.get("assumptions", [])]
+    if not notes:
+        return ""
+    return "<ul class='notes'>" + "".join(f"<li>note: {_e(n)}</li>" for n in notes) + "</ul>"
+
+
 def predicted_html(data: dict[str, Any]) -> str:
     """The whole page."""
     if data.get("kind") != PREDICTED:
@@ -87,6 +96,7 @@ def predicted_html(data: dict[str, Any]) -> str:
         f"<p>source (measured): {_e(data['source'])}. Calibration: efficiency "
         f"{cal['efficiency']:.3f}, floor {cal['floor_ms']:.2f} ms, residual RMS "
         f"{cal['rms_residual']:.1%}; transfer error {data['transfer_error']:.0%}.</p>"
+        f"{_notes(data)}"
         f"<figure>{predicted_plot(data)}<figcaption>measured TPOT (solid) and {PREDICTED} "
         f"TPOT on {target} (dashed, 95 % band)</figcaption></figure>"
         f"{_rows(data)}</body></html>"
