@@ -246,8 +246,10 @@ def test_a_tensor_parallel_change_is_stated(
     rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200", "--to-gpus", "2",
                         "--json", *QUICK)  # fmt: skip
     assert rc == 0, err
-    (said,) = json.loads(out)["assumptions"]
+    said, long = json.loads(out)["assumptions"]
     assert said.startswith("tensor parallel 1 -> 2 GPUs per replica")
+    # the fixture records no output length: taken as long, and said so
+    assert long.startswith("long outputs (a mean of 2,048 tokens or more, or not known)")
     assert "all-reduce" in said and "not modelled" in said
     rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "b200", "--to-gpus", "2",
                         *QUICK)  # fmt: skip
@@ -265,8 +267,9 @@ def test_another_vendor_is_stated_with_the_scored_direction(
 
     rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "mi300x", "--json", *QUICK)
     assert rc == 0, err
-    (said,) = json.loads(out)["assumptions"]
+    said, long = json.loads(out)["assumptions"]
     assert said.startswith("another vendor (nvidia -> amd)")
+    assert "the prediction read fast" in long
     assert "read fast" in said and "37-40 %" in said
     rc, out, err = _run(monkeypatch, capsys, str(RESULT), "--to", "mi300x", *QUICK)
     assert rc == 0, err
@@ -275,3 +278,20 @@ def test_another_vendor_is_stated_with_the_scored_direction(
     (back,) = assumptions([], None, mi300x, h100)
     assert back.endswith("no public pair in this direction was scored")
     assert assumptions([], None, h100, get_accelerator("b200")) == []
+
+
+def test_long_outputs_moved_are_stated_with_the_held_out_direction() -> None:
+    """A point of 4,000 output tokens moved to another accelerator gets the long-output line
+    (the held-out direction, and where it did not hold); 96 tokens, or the same accelerator,
+    do not."""
+    import dataclasses
+
+    from tokenwatt.predict.transfer import LONG_OUTPUT_SEEN, assumptions
+
+    point = dataclasses.replace(sim_run("llama-3.1-8b", "h100-sxm", 8).point, output_tokens=OUTPUT)
+    long = dataclasses.replace(point, output_tokens=4000.0)
+    h100, b200 = get_accelerator("h100-sxm"), get_accelerator("b200")
+    (said,) = assumptions([point, long], None, h100, b200)
+    assert said.endswith(LONG_OUTPUT_SEEN) and "1.4-4 times slower" in said
+    assert assumptions([point], None, h100, b200) == []
+    assert assumptions([long], None, h100, h100) == []

@@ -126,7 +126,7 @@ def test_html_says_the_assumptions_the_terminal_says(
                         "--to-gpus", "2", "--json", "--html", str(page), *QUICK)  # fmt: skip
     assert rc == 0, err
     said = json.loads(out)["assumptions"]
-    assert [s.split(" ")[0] for s in said] == ["tensor", "another"]
+    assert [s.split(" ")[0] for s in said] == ["tensor", "another", "long"]
     html = page.read_text()
     notes = [*json.loads(out)["calibration"]["notes"], *said]
     assert len(notes) > len(said)

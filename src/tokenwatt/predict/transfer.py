@@ -90,6 +90,14 @@ POWER_LOAD_TRANSFER = 0.13
 # workload: the held-out chat files' outputs average about 620 tokens, their GPQA files' about
 # 7,000; this is their geometric mean rounded to a power of two
 LONG_OUTPUT_TOKENS = 2048.0
+# what the held-out long-output transfers showed (benchmarks/predict_heldout.py), said beside a
+# long-output prediction to another accelerator: the direction there, and where it did not hold
+LONG_OUTPUT_SEEN = (
+    "on the held-out ML.ENERGY GPQA transfers (H100 -> B200, vLLM, 8 points) the target's steps "
+    "ran 1.4-4 times slower than predicted (the prediction read fast); on InferenceX's fixed "
+    "8,192-token outputs (SGLang, TensorRT-LLM) they did not (H200 -> B200 median error 8 %): "
+    "the 95 % band is wide because a long-output step on other hardware is not known"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +243,12 @@ def assumptions(
         )
     if source is not None and target is not None and source.vendor != target.vendor:
         out.append(_other_vendor(source, target))
+    moved = source is None or target is None or source.name != target.name
+    if moved and any(long_output(p) for p in points):
+        out.append(
+            f"long outputs (a mean of {LONG_OUTPUT_TOKENS:,.0f} tokens or more, or not known) "
+            f"on another accelerator: {LONG_OUTPUT_SEEN}"
+        )
     return out
 
 
