@@ -58,3 +58,16 @@ def test_the_regime_threshold_parts_chat_from_gpqa() -> None:
             assert min(outputs) > transfer.LONG_OUTPUT_TOKENS
         else:
             assert max(outputs) < transfer.LONG_OUTPUT_TOKENS
+
+
+def test_the_long_output_line_states_the_held_out_slowdown() -> None:
+    """``LONG_OUTPUT_SEEN`` says the held-out GPQA B200 steps ran 1.4-4 times slower than
+    predicted: the 8 long-output transfers' measured ÷ predicted, from the files."""
+    import predict_heldout
+
+    cells = predict_heldout._transfer_evidence(HELDOUT)
+    ratios = [math.exp(p[0]) for k in (("accelerator", True), ("accelerator+tp", True))
+              for p in cells[k]]  # fmt: skip
+    assert len(ratios) == 8
+    assert round(min(ratios), 1) == 1.4 and round(max(ratios)) == 4
+    assert "1.4-4 times slower than predicted" in transfer.LONG_OUTPUT_SEEN

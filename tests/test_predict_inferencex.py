@@ -217,3 +217,27 @@ def test_a_pair_is_named_by_two_known_accelerators() -> None:
     for bad in ("mi300x", "mi300x:mi300x", "h200:gaudi3"):
         with pytest.raises(argparse.ArgumentTypeError, match="give SRC:DST"):
             score._pair(bad)
+
+
+def test_the_stated_scores_are_the_samples() -> None:
+    """The figures ``predict.transfer`` prints beside a prediction come from these rows:
+    H200 → AMD (111 points, median signed TPOT error −37…−40 %, 89–95 % inside the interval)
+    and the H200 → B200 long-output points' median |error| (8 %)."""
+    import statistics
+
+    import predict_score_inferencex as score
+
+    from tokenwatt.predict.transfer import LONG_OUTPUT_SEEN, OTHER_VENDOR_SCORED
+
+    rows = score.read_rows([FIXTURE, CROSS])
+    per_pair = [score.score(rows, ("h200", t))[0] for t in ("mi300x", "mi325x", "mi355x")]
+    assert sum(len(p) for p in per_pair) == 111
+    medians = [statistics.median(r.tpot_err for r in p) for p in per_pair]
+    assert [round(-m * 100) for m in (max(medians), min(medians))] == [37, 40]
+    held = [sum(r.tpot_in_interval for r in p) / len(p) for p in per_pair]
+    assert [round(h * 100) for h in (min(held), max(held))] == [89, 95]
+    assert "111 points" in OTHER_VENDOR_SCORED and "37-40 % below" in OTHER_VENDOR_SCORED
+    assert "89-95 %" in OTHER_VENDOR_SCORED
+    long = [abs(r.tpot_err) for r in score.score(rows)[0] if r.long_output]
+    assert round(statistics.median(long) * 100) == 8
+    assert "median error 8 %" in LONG_OUTPUT_SEEN

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["PREDICTED", "predicted_tables", "print_prediction", "with_interval"]
+__all__ = ["PREDICTED", "predicted_tables", "prediction_notes", "print_prediction", "with_interval"]
 
 PREDICTED = "PREDICTED"
 
@@ -80,6 +80,12 @@ def predicted_tables(data: dict[str, Any]) -> list[Table]:
     return [_step_table(data)] + ([] if served is None else [served])
 
 
+def prediction_notes(data: dict[str, Any]) -> list[str]:
+    """The calibration's notes, then what the target changes that the model holds fixed
+    (``assumptions``): said beside the figures in every view."""
+    return [*data["calibration"].get("notes", []), *data.get("assumptions", [])]
+
+
 def print_prediction(data: dict[str, Any], console: Console | None = None) -> None:
     """The calibration, its notes and the PREDICTED tables."""
     console = console or Console()
@@ -92,7 +98,7 @@ def print_prediction(data: dict[str, Any], console: Console | None = None) -> No
         f"{cal.get('extrapolation_per_log_x', 0.0):.1%} per unit of ln x moved",
         highlight=False,
     )
-    for note in [*cal["notes"], *data.get("assumptions", [])]:
+    for note in prediction_notes(data):
         console.print(f"note: {note}", highlight=False)
     for table in predicted_tables(data):
         console.print(table)

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from tokenwatt.errors import ReportError
 from tokenwatt.report.plots import _figure, _styled, _to_svg
-from tokenwatt.report.predicted import PREDICTED, with_interval
+from tokenwatt.report.predicted import PREDICTED, prediction_notes, with_interval
 
 __all__ = ["predicted_html", "predicted_plot", "write_predicted_html"]
 
@@ -75,9 +75,8 @@ def _rows(data: dict[str, Any]) -> str:
 
 
 def _notes(data: dict[str, Any]) -> str:
-    """The calibration's notes and the prediction's assumptions, as the terminal says them:
-    what the target changes that the model holds fixed belongs beside the figures."""
-    notes = [*data["calibration"].get("notes", []), *data.get("assumptions", [])]
+    """The notes the terminal prints (``prediction_notes``), as a list on the page."""
+    notes = prediction_notes(data)
     if not notes:
         return ""
     return "<ul class='notes'>" + "".join(f"<li>note: {_e(n)}</li>" for n in notes) + "</ul>"
